@@ -1,0 +1,724 @@
+"""`MusicClient` (sync) and `AsyncMusicClient` over httpx: one transport core, two faces.
+
+Everything that is not I/O lives in `_Core`: each endpoint is a generator ("flow") that yields
+`_Send(request)` or `_Sleep(seconds)` and receives the response (or the transport exception). The sync
+face drives flows with `httpx.Client` and `time.sleep`, the async face with `httpx.AsyncClient` and
+`asyncio.sleep`; retry policy, envelopes, errors and parsing exist once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import httpx
+from pydantic import BaseModel
+from pydantic import ValidationError as PydanticValidationError
+
+from ._version import __version__
+from .config import Settings, is_loopback
+from .downloads import AtomicFile, safe_filename, suffix_for
+from .errors import (
+    KEY_HINT,
+    APIConnectionError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    CreateOutcomeUnknownError,
+    EnvelopeError,
+    InsecureTransportError,
+    InsufficientCreditsError,
+    InternalServerError,
+    MusicGenError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    TaskFailedError,
+    UnprocessableEntityError,
+    WaitTimeoutError,
+)
+from .models import (
+    GenerateResult,
+    KeyInfo,
+    LyricsResult,
+    TaskRecord,
+    V2Request,
+    V2Song,
+    ValidationErrorBody,
+    build_generate_request,
+    build_lyrics_request,
+    build_v2_request,
+    first_text,
+)
+from .tasks import TaskSet, TaskState
+
+T = TypeVar("T")
+Record = TaskRecord | V2Song
+UpdateCallback = Callable[[list[Record]], None]
+
+RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER = 60.0
+IDS_QUERY_BUDGET = 4000
+"""Characters of comma-joined ids per task query; more ids are split so URLs stay well under 8 KB."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One row of the endpoint table. `paid` calls are never retried once they may have arrived."""
+
+    name: str
+    method: str
+    path: str
+    v2: bool = False
+    paid: bool = False
+
+
+GENERATE = Endpoint("generate", "POST", "/v1/music/generate", paid=True)
+LYRICS = Endpoint("lyrics", "POST", "/v1/lyrics", paid=True)
+KEY_INFO = Endpoint("key info", "GET", "/v1/get_api_key_info")
+TASKS = Endpoint("tasks", "GET", "/v1/music/tasks")
+VIBE = Endpoint("generate-vibe", "POST", "/v1/music/generate-vibe", paid=True)
+WAV = Endpoint("generate-wav", "POST", "/v1/music/generate-wav", paid=True)
+MP4 = Endpoint("generate-mp4", "POST", "/v1/music/generate-mp4", paid=True)
+SUBMIT_V2 = Endpoint("v2 submit", "POST", "/v2/submit", v2=True, paid=True)
+QUERY_V2 = Endpoint("v2 query", "GET", "/v2/query", v2=True)
+
+
+class _Send(NamedTuple):
+    request: httpx.Request
+
+
+class _Sleep(NamedTuple):
+    seconds: float
+
+
+Flow = Generator["_Send | _Sleep", Any, T]
+
+
+class Journal(Protocol):
+    """What the client tells a journal (see `journal.py`), so no paid task id is ever lost."""
+
+    def begin(self, endpoint: str, host: str, payload: Mapping[str, Any]) -> str: ...
+    def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None: ...
+    def unknown(self, attempt_id: str, note: str) -> None: ...
+    def rejected(self, attempt_id: str, note: str) -> None: ...
+    def observe(self, records: Iterable[Record]) -> None: ...
+
+
+def chunk_ids(ids: list[str], budget: int = IDS_QUERY_BUDGET) -> list[list[str]]:
+    """Split ids into comma-joined groups that fit the budget; one group unless there are very many."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for task_id in ids:
+        if chunks[-1] and size + len(task_id) + 1 > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(task_id)
+        size += len(task_id) + 1
+    return [c for c in chunks if c]
+
+
+def _retry_after(response: httpx.Response | None) -> float | None:
+    """Seconds the server asked us to wait (`retry-after-ms` or `Retry-After`), if sane."""
+    if response is None:
+        return None
+    headers = response.headers
+    try:
+        if "retry-after-ms" in headers:
+            seconds = float(headers["retry-after-ms"]) / 1000
+        elif "retry-after" in headers:
+            value = headers["retry-after"]
+            try:
+                seconds = float(value)
+            except ValueError:
+                parsed = email.utils.parsedate_to_datetime(value)
+                seconds = parsed.timestamp() - time.time()
+        else:
+            return None
+    except (TypeError, ValueError):
+        return None
+    return seconds if 0 <= seconds <= MAX_RETRY_AFTER else None
+
+
+def backoff_delay(attempt: int, response: httpx.Response | None = None) -> float:
+    """0.5 s x 2^attempt capped at 8 s with jitter, unless the server said how long to wait."""
+    asked = _retry_after(response)
+    if asked is not None:
+        return asked
+    return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+
+
+def _error_text(body: Any) -> str:
+    if isinstance(body, dict):
+        for name in ("message", "msg", "detail", "error", "error_message"):
+            value = body.get(name)
+            if isinstance(value, str) and value:
+                return value
+            if isinstance(value, dict):
+                return _error_text(value)
+    if isinstance(body, str):
+        return body[:300]
+    return ""
+
+
+def _mentions_key_problem(text: str) -> bool:
+    lowered = text.lower()
+    return ("key" in lowered or "auth" in lowered or "token" in lowered) and any(
+        word in lowered
+        for word in (
+            "invalid",
+            "missing",
+            "unauthor",
+            "not found",
+            "required",
+            "expired",
+            "wrong",
+            "forbidden",
+            "denied",
+            "no api",
+        )
+    )
+
+
+def _mentions_credits(text: str) -> bool:
+    lowered = text.lower()
+    return any(
+        word in lowered
+        for word in ("credit", "insufficient", "balance", "quota", "not enough", "music count", "points")
+    )
+
+
+def _is_envelope(body: Any) -> bool:
+    if not isinstance(body, dict) or "status" not in body:
+        return False
+    status = body["status"]
+    is_code = (isinstance(status, int) and not isinstance(status, bool)) or (
+        isinstance(status, str) and status.isdigit()
+    )
+    return is_code and ("data" in body or "message" in body or "msg" in body)
+
+
+class _Core:
+    """Request building, retry policy, envelopes, errors and parsing; no I/O."""
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        base_url: str | None = None,
+        v2_base_url: str | None = None,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        settings: Settings | None = None,
+        journal: Journal | None = None,
+        allow_unknown_models: bool | None = None,
+        allow_insecure_http: bool | None = None,
+    ) -> None:
+        overrides = {
+            "api_key": api_key,
+            "base_url": base_url,
+            "v2_base_url": v2_base_url,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "allow_unknown_models": allow_unknown_models,
+            "allow_insecure_http": allow_insecure_http,
+        }
+        base = settings or Settings.from_env()
+        self.settings = base.with_changes(**{k: v for k, v in overrides.items() if v is not None})
+        self.journal = journal
+        self._check_transport()
+
+    # -- helpers shared by both faces ----------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        s = self.settings
+        key = "set" if s.has_key else "not set"
+        return f"{type(self).__name__}(base_url={s.base_url!r}, v2_base_url={s.v2_base_url!r}, key={key})"
+
+    def _check_transport(self) -> None:
+        if not self.settings.has_key or self.settings.allow_insecure_http:
+            return
+        for url in (self.settings.base_url, self.settings.v2_base_url):
+            if url.startswith("http://") and not is_loopback(url):
+                raise InsecureTransportError(
+                    f"Refusing to send the API key over plain http to {url}; use https, or opt in with "
+                    "allow_insecure_http=True (MUSICGEN_ALLOW_INSECURE_HTTP=1)."
+                )
+
+    def _timeout(self) -> httpx.Timeout:
+        return httpx.Timeout(self.settings.timeout, connect=self.settings.connect_timeout)
+
+    def _headers(self) -> dict[str, str]:
+        return {"User-Agent": f"ipymusicgen/{__version__} httpx/{httpx.__version__}", "Accept": "application/json"}
+
+    def redact(self, text: str) -> str:
+        """Server text with the key (if the server echoed it) masked."""
+        key = self.settings.key_value()
+        return text.replace(key, "***") if key and len(key) >= 4 else text
+
+    def _build_request(
+        self, endpoint: Endpoint, *, json: Any = None, params: Mapping[str, str] | None = None
+    ) -> httpx.Request:
+        base = self.settings.v2_base_url if endpoint.v2 else self.settings.base_url
+        headers = self._headers()
+        key = self.settings.key_value()
+        if key:
+            headers["x-api-key"] = key
+        return httpx.Request(endpoint.method, base + endpoint.path, params=params, json=json, headers=headers)
+
+    # -- the one request flow ------------------------------------------------------------------------
+
+    def _request_flow(
+        self,
+        endpoint: Endpoint,
+        *,
+        json: Any = None,
+        params: Mapping[str, str] | None = None,
+        attempt_id: str | None = None,
+    ) -> Flow[Any]:
+        """Send with the retry policy; return the unwrapped `data`, or raise the right error."""
+        attempt = 0
+        while True:
+            request = self._build_request(endpoint, json=json, params=params)
+            outcome = yield _Send(request)
+            can_retry = attempt < self.settings.max_retries
+            if isinstance(outcome, Exception):
+                not_sent = isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
+                if can_retry and (not_sent or not endpoint.paid):
+                    yield _Sleep(backoff_delay(attempt))
+                    attempt += 1
+                    continue
+                raise self._transport_error(endpoint, outcome, request, not_sent, attempt_id)
+            if outcome.status_code in RETRYABLE_STATUS and not endpoint.paid and can_retry:
+                yield _Sleep(backoff_delay(attempt, outcome))
+                attempt += 1
+                continue
+            return self._process_response(endpoint, outcome)
+
+    def _transport_error(
+        self, endpoint: Endpoint, exc: Exception, request: httpx.Request, not_sent: bool, attempt_id: str | None
+    ) -> APIConnectionError:
+        detail = self.redact(str(exc)) or type(exc).__name__
+        where = request.url.copy_with(query=None)
+        if endpoint.paid and not not_sent:
+            return CreateOutcomeUnknownError(
+                f"The {endpoint.name} request may have reached {where} but no answer came back ({detail}). "
+                "It was NOT resent, to avoid paying twice. Check key_info() (the music count) and your "
+                "recent tasks before trying again.",
+                request=request,
+                attempt_id=attempt_id,
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return APITimeoutError(f"The music service at {where} did not answer in time ({detail}).", request=request)
+        return APIConnectionError(f"Could not reach the music service at {where} ({detail}).", request=request)
+
+    def _process_response(self, endpoint: Endpoint, response: httpx.Response) -> Any:
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = None
+            if response.is_success:
+                raise APIResponseValidationError(
+                    f"The {endpoint.name} answer was not JSON: {self.redact(response.text[:200])!r}",
+                    request=response.request,
+                    body=response.text[:1000],
+                ) from None
+        if not response.is_success:
+            raise self._status_error(endpoint, response, body if body is not None else response.text)
+        if _is_envelope(body):
+            status = int(body["status"])
+            if status != 200:
+                raise self._status_error(endpoint, response, body, status_code=status)
+            return body.get("data")
+        return body
+
+    def _status_error(
+        self, endpoint: Endpoint, response: httpx.Response, body: Any, status_code: int | None = None
+    ) -> APIStatusError:
+        in_envelope = status_code is not None
+        code = status_code if status_code is not None else response.status_code
+        text = self.redact(_error_text(body)) or response.reason_phrase or "no message"
+        kwargs: dict[str, Any] = {"response": response, "body": body, "status_code": code}
+        prefix = f"{endpoint.name}: "
+        if code == 422 and not in_envelope:
+            detail = ValidationErrorBody.model_validate(body if isinstance(body, dict) else {}).detail
+            lines = "; ".join(self.redact(str(d)) for d in detail) or text
+            return UnprocessableEntityError(
+                prefix + f"the service refused the request: {lines}", detail=detail, **kwargs
+            )
+        if (code in (401, 403) and not in_envelope) or _mentions_key_problem(text):
+            return AuthenticationError(prefix + f"the API key was refused ({text}). {KEY_HINT}", **kwargs)
+        if in_envelope and _mentions_credits(text):
+            return InsufficientCreditsError(
+                prefix + f"no credits left on this key ({text}). Check key_info() or %musicgen_key; "
+                "top up the key before generating again.",
+                **kwargs,
+            )
+        if code == 429:
+            wait = _retry_after(response)
+            hint = f" Try again in {wait:.0f} s." if wait is not None else " Slow down and try again."
+            return RateLimitError(prefix + f"rate limited ({text}).{hint}", **kwargs)
+        if in_envelope:
+            return EnvelopeError(prefix + f"the service said {code}: {text}", **kwargs)
+        kind: type[APIStatusError] = {400: BadRequestError, 403: PermissionDeniedError, 404: NotFoundError}.get(
+            code, APIStatusError
+        )
+        if code >= 500:
+            kind = InternalServerError
+        return kind(prefix + f"HTTP {code}: {text}", **kwargs)
+
+    def _parse(self, endpoint: Endpoint, parser: Callable[[Any], T], data: Any) -> T:
+        try:
+            return parser(data)
+        except (PydanticValidationError, TypeError, ValueError, KeyError) as exc:
+            raise APIResponseValidationError(
+                f"The {endpoint.name} answer had an unexpected shape: {self.redact(str(exc))[:300]}",
+                body=data,
+            ) from None
+
+    def _paid_flow(
+        self, endpoint: Endpoint, payload: Mapping[str, Any] | None, params: Mapping[str, str] | None = None
+    ) -> Flow[Any]:
+        """A request that costs money: journalled before it is sent, never blindly resent."""
+        journal = self.journal
+        host = self.settings.v2_base_url if endpoint.v2 else self.settings.base_url
+        attempt_id = journal.begin(endpoint.name, host, {**(payload or {}), **(params or {})}) if journal else None
+        try:
+            data = yield from self._request_flow(endpoint, json=payload, params=params, attempt_id=attempt_id)
+        except CreateOutcomeUnknownError as exc:
+            if journal and attempt_id:
+                journal.unknown(attempt_id, exc.message)
+            raise
+        except MusicGenError as exc:
+            if journal and attempt_id:
+                journal.rejected(attempt_id, str(exc))
+            raise
+        return data, attempt_id
+
+    # -- endpoint flows --------------------------------------------------------------------------------
+
+    def _generate_flow(self, request: Any, fields: dict[str, Any]) -> Flow[GenerateResult]:
+        model = build_generate_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
+        data, attempt_id = yield from self._paid_flow(GENERATE, model.to_payload())
+        result = self._parse(GENERATE, GenerateResult.model_validate, data)
+        if self.journal and attempt_id:
+            self.journal.submitted(attempt_id, result.ids)
+        return result
+
+    def _submit_v2_flow(self, request: Any, fields: dict[str, Any]) -> Flow[list[V2Song]]:
+        model: V2Request = build_v2_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
+        data, attempt_id = yield from self._paid_flow(SUBMIT_V2, model.to_payload())
+        songs = self._parse(SUBMIT_V2, _v2_songs, data)
+        if self.journal and attempt_id:
+            self.journal.submitted(attempt_id, [s.id for s in songs], v2=True)
+        return songs
+
+    def _lyrics_flow(self, prompt: str) -> Flow[LyricsResult]:
+        model = build_lyrics_request(prompt)
+        data, _ = yield from self._paid_flow(LYRICS, model.to_payload())
+        return self._parse(LYRICS, LyricsResult.model_validate, data)
+
+    def _key_info_flow(self) -> Flow[KeyInfo]:
+        data = yield from self._request_flow(KEY_INFO)
+        return self._parse(KEY_INFO, KeyInfo.model_validate, data)
+
+    def _tasks_flow(self, ids: str | Iterable[str]) -> Flow[list[TaskRecord]]:
+        wanted = _id_list(ids)
+        records: list[TaskRecord] = []
+        for chunk in chunk_ids(wanted):
+            data = yield from self._request_flow(TASKS, params={"ids": ",".join(chunk)})
+            records.extend(self._parse(TASKS, _task_records, data))
+        if self.journal:
+            self.journal.observe(records)
+        return records
+
+    def _query_v2_flow(self, song_id: str) -> Flow[V2Song]:
+        data = yield from self._request_flow(QUERY_V2, params={"song_id": song_id})
+        songs = self._parse(QUERY_V2, _v2_songs, data)
+        song = next((s for s in songs if s.id == song_id), songs[0] if songs else None)
+        if song is None:
+            raise APIResponseValidationError(f"v2 query: no song {song_id!r} in the answer", body=data)
+        if self.journal:
+            self.journal.observe([song])
+        return song
+
+    def _song_url_flow(self, endpoint: Endpoint, song_id: str, names: tuple[str, ...]) -> Flow[str]:
+        data, _ = yield from self._paid_flow(endpoint, None, params={"song_id": song_id})
+        value = first_text(data, names)
+        if value is None:
+            raise APIResponseValidationError(f"{endpoint.name}: no {names[0]} in the answer", body=data)
+        return value
+
+    def _poll_flow(self, tasks: TaskSet) -> Flow[list[Record]]:
+        """One round: one batched v1 query for every unfinished v1 task, one query per v2 song."""
+        v1_ids, v2_ids = tasks.unfinished()
+        records: list[Record] = []
+        if v1_ids:
+            records.extend((yield from self._tasks_flow(v1_ids)))
+        for song_id in v2_ids:
+            records.append((yield from self._query_v2_flow(song_id)))
+        return tasks.update(records)
+
+    def _wait_flow(
+        self,
+        ids: str | Iterable[str],
+        v2_ids: Iterable[str],
+        timeout: float | None,
+        interval: float | None,
+        on_update: UpdateCallback | None,
+        raise_on_failure: bool,
+    ) -> Flow[list[Record]]:
+        tasks = TaskSet(_id_list(ids), v2_ids=v2_ids)
+        timeout = self.settings.wait_timeout if timeout is None else timeout
+        interval = self.settings.poll_interval if interval is None else interval
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = yield from self._poll_flow(tasks)
+            if changed and on_update is not None:
+                on_update(changed)
+            if tasks.all_finished:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                v1, v2 = tasks.unfinished()
+                raise WaitTimeoutError(
+                    f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on "
+                    "server-side: wait again or resume later.",
+                    pending=v1 + v2,
+                )
+            yield _Sleep(min(interval, remaining))
+        finished = [tasks.get(i) for i in tasks.ids]
+        records = [r for r in finished if r is not None]
+        failed = [r for r in records if r.state is TaskState.FAILED]
+        if failed and raise_on_failure:
+            raise TaskFailedError(failed[0])
+        return records
+
+    def _download_target(self, task: Record | str, allow_preview: bool) -> tuple[str, str | None, str]:
+        if isinstance(task, str):
+            return task, None, "song"
+        if task.state is not TaskState.COMPLETE and not (allow_preview and task.state is TaskState.PREVIEW):
+            raise MusicGenError(f"Task {task.id} is {task.state.value}, not complete: nothing final to download yet.")
+        url = task.audio_url or ""
+        if not url.lower().startswith(("http://", "https://")):
+            raise MusicGenError(f"Task {task.id} has no http(s) audio URL to download.")
+        return url, task.title, task.id
+
+
+def _id_list(ids: str | Iterable[str]) -> list[str]:
+    if isinstance(ids, str):
+        return [i.strip() for i in ids.split(",") if i.strip()]
+    return [str(i) for i in ids]
+
+
+def _task_records(data: Any) -> list[TaskRecord]:
+    if isinstance(data, dict):
+        data = data.get("tasks") or data.get("list") or data.get("items") or [data]
+    return [TaskRecord.model_validate(item) for item in data]
+
+
+def _v2_songs(data: Any) -> list[V2Song]:
+    if isinstance(data, dict):
+        data = data.get("songs") or data.get("list") or data.get("data") or [data]
+    return [V2Song.model_validate(item) for item in data]
+
+
+_VIBE_NAMES = ("singer_id", "id")
+_WAV_NAMES = ("wav_url", "url", "audio_url", "file_url")
+_MP4_NAMES = ("mp4_url", "video_url", "url", "file_url")
+
+
+class MusicClient(_Core):
+    """Synchronous client. Needs no event loop; safe to use from any thread.
+
+    >>> client = MusicClient()            # key and hosts from MUSICGEN_* env vars
+    >>> ids = client.generate(action="auto", style="lo-fi rain").ids
+    >>> songs = client.wait(ids)
+    """
+
+    def __init__(self, api_key: str | None = None, *, http_client: httpx.Client | None = None, **kwargs: Any) -> None:
+        super().__init__(api_key, **kwargs)
+        self._http = http_client or httpx.Client(timeout=self._timeout())
+
+    def _run(self, flow: Flow[T]) -> T:
+        try:
+            step = next(flow)
+            while True:
+                if isinstance(step, _Sleep):
+                    time.sleep(step.seconds)
+                    step = flow.send(None)
+                    continue
+                try:
+                    outcome: Any = self._http.send(step.request)
+                except httpx.TransportError as exc:
+                    outcome = exc
+                step = flow.send(outcome)
+        except StopIteration as stop:
+            return stop.value
+
+    def generate(self, request: BaseModel | Mapping[str, Any] | None = None, /, **fields: Any) -> GenerateResult:
+        """Start a v1 generation (any action); returns the new task ids at once. Costs credits."""
+        return self._run(self._generate_flow(request, fields))
+
+    def submit_v2(self, request: BaseModel | Mapping[str, Any] | None = None, /, **fields: Any) -> list[V2Song]:
+        """Start a v2 generation; returns the new songs (still running). Costs credits."""
+        return self._run(self._submit_v2_flow(request, fields))
+
+    def query_v2(self, song_id: str) -> V2Song:
+        return self._run(self._query_v2_flow(song_id))
+
+    def lyrics(self, prompt: str) -> LyricsResult:
+        return self._run(self._lyrics_flow(prompt))
+
+    def key_info(self) -> KeyInfo:
+        return self._run(self._key_info_flow())
+
+    def tasks(self, ids: str | Iterable[str]) -> list[TaskRecord]:
+        """Details of v1 tasks, in one batched query (`?ids=a,b`)."""
+        return self._run(self._tasks_flow(ids))
+
+    def generate_vibe(self, song_id: str) -> str:
+        """A `singer_id` made from a song, for `artist_consistency`."""
+        return self._run(self._song_url_flow(VIBE, song_id, _VIBE_NAMES))
+
+    def generate_wav(self, song_id: str) -> str:
+        """URL of a WAV rendering of a finished song."""
+        return self._run(self._song_url_flow(WAV, song_id, _WAV_NAMES))
+
+    def generate_mp4(self, song_id: str) -> str:
+        """URL of a video rendering of a finished song."""
+        return self._run(self._song_url_flow(MP4, song_id, _MP4_NAMES))
+
+    def poll(self, tasks: TaskSet) -> list[Record]:
+        """One polling round for a task set; returns the records that changed."""
+        return self._run(self._poll_flow(tasks))
+
+    def wait(
+        self,
+        ids: str | Iterable[str] = (),
+        *,
+        v2_ids: Iterable[str] = (),
+        timeout: float | None = None,
+        interval: float | None = None,
+        on_update: UpdateCallback | None = None,
+        raise_on_failure: bool = False,
+    ) -> list[Record]:
+        """Poll until every task is complete or failed (one batched query per interval)."""
+        return self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+
+    def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
+        """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
+        url, title, fallback = self._download_target(task, allow_preview)
+        with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
+            if not response.is_success:
+                raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
+            with AtomicFile(Path(directory)) as target:
+                for chunk in response.iter_bytes():
+                    target.write(chunk)
+                name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
+                return target.commit(name)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> MusicClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncMusicClient(_Core):
+    """Asynchronous client for `await` (works with IPython's top-level await)."""
+
+    def __init__(
+        self, api_key: str | None = None, *, http_client: httpx.AsyncClient | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(api_key, **kwargs)
+        self._http = http_client or httpx.AsyncClient(timeout=self._timeout())
+
+    async def _run(self, flow: Flow[T]) -> T:
+        try:
+            step = next(flow)
+            while True:
+                if isinstance(step, _Sleep):
+                    await asyncio.sleep(step.seconds)
+                    step = flow.send(None)
+                    continue
+                try:
+                    outcome: Any = await self._http.send(step.request)
+                except httpx.TransportError as exc:
+                    outcome = exc
+                step = flow.send(outcome)
+        except StopIteration as stop:
+            return stop.value
+
+    async def generate(self, request: BaseModel | Mapping[str, Any] | None = None, /, **fields: Any) -> GenerateResult:
+        return await self._run(self._generate_flow(request, fields))
+
+    async def submit_v2(self, request: BaseModel | Mapping[str, Any] | None = None, /, **fields: Any) -> list[V2Song]:
+        return await self._run(self._submit_v2_flow(request, fields))
+
+    async def query_v2(self, song_id: str) -> V2Song:
+        return await self._run(self._query_v2_flow(song_id))
+
+    async def lyrics(self, prompt: str) -> LyricsResult:
+        return await self._run(self._lyrics_flow(prompt))
+
+    async def key_info(self) -> KeyInfo:
+        return await self._run(self._key_info_flow())
+
+    async def tasks(self, ids: str | Iterable[str]) -> list[TaskRecord]:
+        return await self._run(self._tasks_flow(ids))
+
+    async def generate_vibe(self, song_id: str) -> str:
+        return await self._run(self._song_url_flow(VIBE, song_id, _VIBE_NAMES))
+
+    async def generate_wav(self, song_id: str) -> str:
+        return await self._run(self._song_url_flow(WAV, song_id, _WAV_NAMES))
+
+    async def generate_mp4(self, song_id: str) -> str:
+        return await self._run(self._song_url_flow(MP4, song_id, _MP4_NAMES))
+
+    async def poll(self, tasks: TaskSet) -> list[Record]:
+        return await self._run(self._poll_flow(tasks))
+
+    async def wait(
+        self,
+        ids: str | Iterable[str] = (),
+        *,
+        v2_ids: Iterable[str] = (),
+        timeout: float | None = None,
+        interval: float | None = None,
+        on_update: UpdateCallback | None = None,
+        raise_on_failure: bool = False,
+    ) -> list[Record]:
+        return await self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+
+    async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
+        url, title, fallback = self._download_target(task, allow_preview)
+        async with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
+            if not response.is_success:
+                raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
+            with AtomicFile(Path(directory)) as target:
+                async for chunk in response.aiter_bytes():
+                    target.write(chunk)
+                name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
+                return target.commit(name)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncMusicClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,87 @@
+"""Settings: the key, the two hosts, timeouts and polling. Arguments win over the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+
+DEFAULT_BASE_URL = "https://api.musicful.ai"
+DEFAULT_V2_BASE_URL = "https://api.topmediai.com"
+ENV_KEY = "MUSICGEN_API_KEY"
+ENV_BASE_URL = "MUSICGEN_BASE_URL"
+ENV_V2_BASE_URL = "MUSICGEN_V2_BASE_URL"
+ENV_JOURNAL = "MUSICGEN_JOURNAL"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def _env_bool(name: str) -> bool | None:
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_float(name: str) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value else None
+
+
+def is_loopback(url: str) -> bool:
+    return (urlsplit(url).hostname or "") in LOOPBACK_HOSTS
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a client needs to know. The key is a `SecretStr`: its repr is masked."""
+
+    api_key: SecretStr | None = field(default=None, repr=False)
+    base_url: str = DEFAULT_BASE_URL
+    v2_base_url: str = DEFAULT_V2_BASE_URL
+    timeout: float = 30.0
+    connect_timeout: float = 5.0
+    max_retries: int = 2
+    poll_interval: float = 5.0
+    wait_timeout: float = 600.0
+    allow_unknown_models: bool = False
+    allow_insecure_http: bool = False
+    journal_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.api_key, str):
+            object.__setattr__(self, "api_key", SecretStr(self.api_key) if self.api_key else None)
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        object.__setattr__(self, "v2_base_url", self.v2_base_url.rstrip("/"))
+
+    @property
+    def has_key(self) -> bool:
+        return self.api_key is not None and bool(self.api_key.get_secret_value())
+
+    def key_value(self) -> str | None:
+        return self.api_key.get_secret_value() if self.api_key is not None else None
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "api_key")
+        return f"Settings(api_key={'<set>' if self.has_key else None}, {shown})"
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Settings from MUSICGEN_* environment variables; keyword arguments that are not None win."""
+        env: dict[str, Any] = {
+            "api_key": os.environ.get(ENV_KEY) or None,
+            "base_url": os.environ.get(ENV_BASE_URL) or None,
+            "v2_base_url": os.environ.get(ENV_V2_BASE_URL) or None,
+            "timeout": _env_float("MUSICGEN_TIMEOUT"),
+            "poll_interval": _env_float("MUSICGEN_POLL_INTERVAL"),
+            "allow_unknown_models": _env_bool("MUSICGEN_ALLOW_UNKNOWN_MODELS"),
+            "allow_insecure_http": _env_bool("MUSICGEN_ALLOW_INSECURE_HTTP"),
+            "journal_path": os.environ.get(ENV_JOURNAL) or None,
+        }
+        env.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**{k: v for k, v in env.items() if v is not None})
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes)

@@ -1,0 +1,159 @@
+"""One exception tree for everything the client can raise.
+
+Catch `MusicGenError` for everything, or a precise subclass. Messages say what to do next and never
+contain the API key (the transport core redacts it from any server text before it gets here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import httpx
+
+    from .models import TaskRecord, V2Song, ValidationErrorDetail
+
+KEY_HINT = "Set MUSICGEN_API_KEY in the environment, pass api_key= to the client, or run %musicgen_login in a notebook."
+
+
+class MusicGenError(Exception):
+    """Base of every error raised by ipymusicgen."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One client-side validation problem, in plain words."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class RequestValidationError(MusicGenError, ValueError):
+    """A request broke a bound of the spec; raised before anything is sent."""
+
+    def __init__(self, problems: list[FieldProblem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+
+class IgnoredFieldsWarning(UserWarning):
+    """The request is valid, but the service will ignore some of its fields."""
+
+
+class InsecureTransportError(MusicGenError):
+    """Refused to send the key over plain http to a host that is not this machine."""
+
+
+class WaitTimeoutError(MusicGenError, TimeoutError):
+    """`wait()` gave up before every task finished; the tasks go on server-side."""
+
+    def __init__(self, message: str, pending: list[str]) -> None:
+        self.pending = pending
+        super().__init__(message)
+
+
+class APIError(MusicGenError):
+    """Something went wrong talking to the service."""
+
+    def __init__(self, message: str, *, request: httpx.Request | None = None, body: Any = None) -> None:
+        self.message = message
+        self.request = request
+        self.body = body
+        super().__init__(message)
+
+
+class APIConnectionError(APIError):
+    """The service could not be reached, or the connection broke."""
+
+    def __init__(self, message: str = "Could not connect to the music service.", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+
+
+class APITimeoutError(APIConnectionError):
+    """The service did not answer in time."""
+
+    def __init__(self, message: str = "The music service did not answer in time.", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+
+
+class CreateOutcomeUnknownError(APIConnectionError):
+    """A paid request may have reached the service but no answer came back.
+
+    It is deliberately not retried: a second send could charge twice. Check key info (the music count)
+    and the task list before trying again.
+    """
+
+    def __init__(self, message: str, *, attempt_id: str | None = None, **kwargs: Any) -> None:
+        self.attempt_id = attempt_id
+        super().__init__(message, **kwargs)
+
+
+class APIResponseValidationError(APIError):
+    """The service answered with a body whose shape the client does not understand."""
+
+
+class APIStatusError(APIError):
+    """The service answered with an error status (HTTP, or inside the JSON envelope)."""
+
+    status_code: int
+
+    def __init__(self, message: str, *, response: httpx.Response | None, body: Any, status_code: int) -> None:
+        self.response = response
+        self.status_code = status_code
+        super().__init__(message, request=response.request if response is not None else None, body=body)
+
+
+class BadRequestError(APIStatusError):
+    """HTTP 400 or an envelope status 400-family: the service refused a parameter."""
+
+
+class AuthenticationError(APIStatusError):
+    """Missing or invalid API key."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """HTTP 403: the key may not do this."""
+
+
+class NotFoundError(APIStatusError):
+    """HTTP 404."""
+
+
+class UnprocessableEntityError(APIStatusError):
+    """HTTP 422 from the service, with its `detail` entries."""
+
+    def __init__(self, message: str, *, detail: list[ValidationErrorDetail], **kwargs: Any) -> None:
+        self.detail = detail
+        super().__init__(message, **kwargs)
+
+
+class RateLimitError(APIStatusError):
+    """HTTP 429: too many requests."""
+
+
+class InternalServerError(APIStatusError):
+    """HTTP 5xx or an envelope status 500-family."""
+
+
+class EnvelopeError(APIStatusError):
+    """HTTP 200 whose JSON envelope carries an error status."""
+
+
+class InsufficientCreditsError(EnvelopeError):
+    """The key has no music credits left."""
+
+
+class TaskFailedError(MusicGenError):
+    """A generation task ended in failure."""
+
+    def __init__(self, task: TaskRecord | V2Song) -> None:
+        self.task = task
+        self.fail_code = getattr(task, "fail_code", None)
+        self.fail_reason = task.fail_reason
+        reason = self.fail_reason or "no reason given"
+        code = f" (code {self.fail_code})" if self.fail_code else ""
+        super().__init__(f"Task {task.id} failed{code}: {reason}")

@@ -1,0 +1,126 @@
+"""Task state: the one place that decides what a task record means, and a set of watched tasks."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .models import TaskRecord, V2Song
+
+
+class TaskState(str, enum.Enum):
+    """Where a song is in its life; `PREVIEW` means a first streamable audio exists."""
+
+    PROCESSING = "processing"
+    PREVIEW = "preview"
+    COMPLETE = "complete"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (TaskState.COMPLETE, TaskState.FAILED)
+
+
+V1_PREVIEW_STATUS = 2
+V1_COMPLETE_STATUS = 0
+V1_FAILED_STATUS = 3
+
+
+def v1_state(status: int | None, fail_code: int | None, fail_reason: str | None) -> TaskState:
+    """Derive a v1 state as clients observe it (observed-behaviour.md): failure signals win."""
+    if fail_code or fail_reason or status == V1_FAILED_STATUS or (status is not None and status < 0):
+        return TaskState.FAILED
+    if status == V1_COMPLETE_STATUS:
+        return TaskState.COMPLETE
+    if status == V1_PREVIEW_STATUS:
+        return TaskState.PREVIEW
+    return TaskState.PROCESSING
+
+
+_V2_COMPLETE = {"finished", "complete", "completed", "success", "succeeded"}
+_V2_FAILED = {"error", "failed", "failure", "fail"}
+_V2_PREVIEW = {"stream", "streaming"}
+
+
+def v2_state(status: str | None, audio: str | None) -> TaskState:
+    """Derive a v2 state from its text status; both RUNNING/FINISHED and stream/complete families."""
+    text = (status or "").strip().lower()
+    if text in _V2_FAILED:
+        return TaskState.FAILED
+    if text in _V2_COMPLETE:
+        return TaskState.COMPLETE
+    if text in _V2_PREVIEW or (audio and text not in {"", "pending", "queued"}):
+        return TaskState.PREVIEW
+    return TaskState.PROCESSING
+
+
+class Song(Protocol):
+    """What a watcher needs of a task, v1 or v2."""
+
+    id: str
+
+    @property
+    def state(self) -> TaskState: ...
+
+
+class TaskSet:
+    """The latest known record of each watched task; thread-safe, keyed by id.
+
+    `update()` returns only the records that changed, so a watcher redraws only what moved.
+    """
+
+    def __init__(self, ids: Iterable[str] = (), *, v2_ids: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[str, TaskRecord | V2Song | None] = {}
+        self._v2: set[str] = set()
+        self.add(ids)
+        self.add(v2_ids, v2=True)
+
+    def add(self, ids: Iterable[str], *, v2: bool = False) -> list[str]:
+        added = []
+        with self._lock:
+            for task_id in ids:
+                if task_id not in self._records:
+                    self._records[task_id] = None
+                    added.append(task_id)
+                if v2:
+                    self._v2.add(task_id)
+        return added
+
+    def update(self, records: Iterable[TaskRecord | V2Song]) -> list[TaskRecord | V2Song]:
+        changed = []
+        with self._lock:
+            for record in records:
+                if record.id not in self._records:
+                    continue
+                if self._records[record.id] != record:
+                    self._records[record.id] = record
+                    changed.append(record)
+        return changed
+
+    def get(self, task_id: str) -> TaskRecord | V2Song | None:
+        with self._lock:
+            return self._records.get(task_id)
+
+    @property
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._records)
+
+    def unfinished(self) -> tuple[list[str], list[str]]:
+        """(v1 ids, v2 ids) of tasks not yet complete or failed."""
+        with self._lock:
+            pending = [i for i, r in self._records.items() if r is None or not r.state.finished]
+            return [i for i in pending if i not in self._v2], [i for i in pending if i in self._v2]
+
+    @property
+    def all_finished(self) -> bool:
+        v1, v2 = self.unfinished()
+        return not v1 and not v2
+
+    def records(self) -> list[TaskRecord | V2Song]:
+        with self._lock:
+            return [r for r in self._records.values() if r is not None]
