@@ -111,6 +111,7 @@ class Journal(Protocol):
     def unknown(self, attempt_id: str, note: str) -> None: ...
     def rejected(self, attempt_id: str, note: str) -> None: ...
     def observe(self, records: Iterable[Record]) -> None: ...
+    def downloaded(self, task_id: str, path: str) -> None: ...
 
 
 def chunk_ids(ids: list[str], budget: int = IDS_QUERY_BUDGET) -> list[list[str]]:
@@ -512,6 +513,11 @@ class _Core:
             raise MusicGenError(f"Task {task.id} has no http(s) audio URL to download.")
         return url, task.title, task.id
 
+    def _downloaded(self, task: Record | str, path: Path) -> Path:
+        if self.journal is not None and not isinstance(task, str):
+            self.journal.downloaded(task.id, str(path))
+        return path
+
 
 def _id_list(ids: str | Iterable[str]) -> list[str]:
     if isinstance(ids, str):
@@ -624,7 +630,7 @@ class MusicClient(_Core):
                 for chunk in response.iter_bytes():
                     target.write(chunk)
                 name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
-                return target.commit(name)
+                return self._downloaded(task, target.commit(name))
 
     def close(self) -> None:
         self._http.close()
@@ -712,7 +718,7 @@ class AsyncMusicClient(_Core):
                 async for chunk in response.aiter_bytes():
                     target.write(chunk)
                 name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
-                return target.commit(name)
+                return self._downloaded(task, target.commit(name))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -1,0 +1,157 @@
+"""The one shared client that magics, forms and watchers use in a kernel.
+
+With a key (MUSICGEN_API_KEY, `%musicgen_login` or `configure(api_key=...)`) it talks to the real
+service; with none it starts an embedded sandbox on 127.0.0.1 and says so once, so a newcomer hears
+music without an account.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .client import AsyncMusicClient, MusicClient
+from .config import Settings
+from .journal import Journal
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
+    from .widgets import TaskWatcher
+
+SANDBOX_NOTICE = "sandbox mode: songs are synthesized locally; set MUSICGEN_API_KEY for the real service"
+ENV_STAGE_SECONDS = "MUSICGEN_SANDBOX_STAGE_SECONDS"
+ENV_SONG_SECONDS = "MUSICGEN_SANDBOX_SONG_SECONDS"
+
+
+class _Session:
+    """Process-wide state behind a lock: settings overrides, the client, the sandbox, the journal."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.overrides: dict[str, Any] = {}
+        self.client: MusicClient | None = None
+        self.sandbox: Sandbox | None = None
+        self.journal: Journal | None = None
+        self.notice_shown = False
+        self.watchers: list[TaskWatcher] = []
+
+
+_session = _Session()
+
+
+def settings() -> Settings:
+    """Effective settings: environment, then anything set with `configure()`."""
+    with _session.lock:
+        return Settings.from_env(**_session.overrides)
+
+
+def configure(**changes: Any) -> None:
+    """Change settings for this kernel (as `%config MusicGen.x = ...` does); the client is rebuilt."""
+    with _session.lock:
+        _session.overrides.update(changes)
+        _close_client()
+        if {"api_key", "journal_path"} & changes.keys() and _session.journal is not None:
+            _session.journal.close()
+            _session.journal = None
+
+
+def set_api_key(key: str) -> None:
+    """Use a key for this kernel only: kept in memory, never written to the notebook."""
+    configure(api_key=key)
+
+
+def in_sandbox() -> bool:
+    return not settings().has_key
+
+
+def _start_sandbox() -> Sandbox:
+    from .sandbox import Sandbox
+
+    if _session.sandbox is None:
+        stage = float(os.environ.get(ENV_STAGE_SECONDS, "3"))
+        song = float(os.environ.get(ENV_SONG_SECONDS, "30"))
+        sandbox = Sandbox(stage_seconds=stage, song_seconds=song)
+        sandbox.start()
+        _session.sandbox = sandbox
+    if not _session.notice_shown:
+        _session.notice_shown = True
+        print(SANDBOX_NOTICE)
+    return _session.sandbox
+
+
+def get_journal() -> Journal:
+    """The journal: the user's durable one for a real key, a throwaway one for the sandbox."""
+    with _session.lock:
+        if _session.journal is None:
+            current = settings()
+            if current.journal_path or current.has_key:
+                _session.journal = Journal(current.journal_path)
+            else:
+                folder = tempfile.mkdtemp(prefix="ipymusicgen-sandbox-")
+                _session.journal = Journal(os.path.join(folder, "journal.sqlite3"))
+        return _session.journal
+
+
+def _client_kwargs() -> dict[str, Any]:
+    current = settings()
+    if current.has_key:
+        return {"settings": current, "journal": get_journal()}
+    sandbox = _start_sandbox()
+    sandboxed = current.with_changes(
+        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url
+    )
+    return {"settings": sandboxed, "journal": get_journal()}
+
+
+def get_client() -> MusicClient:
+    """The shared sync client: the real service with a key, else the embedded sandbox."""
+    with _session.lock:
+        if _session.client is None:
+            _session.client = MusicClient(**_client_kwargs())
+        return _session.client
+
+
+def get_async_client() -> AsyncMusicClient:
+    """A new async client with the shared settings (async clients belong to one event loop)."""
+    with _session.lock:
+        return AsyncMusicClient(**_client_kwargs())
+
+
+def register_watcher(watcher: TaskWatcher) -> None:
+    with _session.lock:
+        _session.watchers.append(watcher)
+
+
+def watch_unfinished() -> TaskWatcher:
+    """A watcher over every unfinished task in the journal for the current hosts (after a restart)."""
+    from .widgets import TaskWatcher
+
+    client = get_client()
+    journal = get_journal()
+    v1 = [e.id for e in journal.unfinished(client.settings.base_url) if e.version == 1]
+    v2 = [e.id for e in journal.unfinished(client.settings.v2_base_url) if e.version == 2]
+    return TaskWatcher(v1, v2_ids=v2, client=client)
+
+
+def _close_client() -> None:
+    if _session.client is not None:
+        _session.client.close()
+        _session.client = None
+
+
+def shutdown() -> None:
+    """Stop watchers, the client and the embedded sandbox (used by `%unload_ext`)."""
+    with _session.lock:
+        for watcher in _session.watchers:
+            watcher.close()
+        _session.watchers.clear()
+        _close_client()
+        if _session.sandbox is not None:
+            _session.sandbox.stop()
+            _session.sandbox = None
+        if _session.journal is not None:
+            _session.journal.close()
+            _session.journal = None
+        _session.notice_shown = False
