@@ -1,0 +1,1 @@
+"""Local simulator of the music service."""
