@@ -12,6 +12,7 @@ import asyncio
 import email.utils
 import random
 import time
+import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,11 +120,10 @@ def chunk_ids(ids: list[str], budget: int = IDS_QUERY_BUDGET) -> list[list[str]]
     chunks: list[list[str]] = [[]]
     size = 0
     for task_id in ids:
-        if chunks[-1] and size + len(task_id) + 1 > budget:
+        if chunks[-1] and size + 1 + len(task_id) > budget:  # size: length of the chunk joined with commas
             chunks.append([])
-            size = 0
+        size = len(task_id) if not chunks[-1] else size + 1 + len(task_id)
         chunks[-1].append(task_id)
-        size += len(task_id) + 1
     return [c for c in chunks if c]
 
 
@@ -273,7 +273,8 @@ class _Core:
         key = self.settings.key_value()
         if key:
             headers["x-api-key"] = key
-        return httpx.Request(endpoint.method, base + endpoint.path, params=params, json=json, headers=headers)
+        query = "?" + urllib.parse.urlencode(params, safe=",") if params else ""  # `?ids=a,b`, commas literal
+        return httpx.Request(endpoint.method, base + endpoint.path + query, json=json, headers=headers)
 
     # -- the one request flow ------------------------------------------------------------------------
 
@@ -505,6 +506,8 @@ class _Core:
 
     def _download_target(self, task: Record | str, allow_preview: bool) -> tuple[str, str | None, str]:
         if isinstance(task, str):
+            if not task.lower().startswith(("http://", "https://")):
+                raise MusicGenError(f"Not an http(s) URL to download: {task[:100]!r}")
             return task, None, "song"
         if task.state is not TaskState.COMPLETE and not (allow_preview and task.state is TaskState.PREVIEW):
             raise MusicGenError(f"Task {task.id} is {task.state.value}, not complete: nothing final to download yet.")
@@ -512,6 +515,11 @@ class _Core:
         if not url.lower().startswith(("http://", "https://")):
             raise MusicGenError(f"Task {task.id} has no http(s) audio URL to download.")
         return url, task.title, task.id
+
+    def _download_failed(self, url: str, exc: httpx.TransportError) -> APIConnectionError:
+        where = httpx.URL(url).copy_with(query=None)
+        kind = APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
+        return kind(f"Downloading {where} failed ({self.redact(str(exc)) or type(exc).__name__}); nothing was saved.")
 
     def _downloaded(self, task: Record | str, path: Path) -> Path:
         if self.journal is not None and not isinstance(task, str):
@@ -623,14 +631,17 @@ class MusicClient(_Core):
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
         url, title, fallback = self._download_target(task, allow_preview)
-        with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
-            if not response.is_success:
-                raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
-            with AtomicFile(Path(directory)) as target:
-                for chunk in response.iter_bytes():
-                    target.write(chunk)
-                name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
-                return self._downloaded(task, target.commit(name))
+        try:
+            with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
+                if not response.is_success:
+                    raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
+                with AtomicFile(Path(directory)) as target:
+                    for chunk in response.iter_bytes():
+                        target.write(chunk)
+                    name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
+                    return self._downloaded(task, target.commit(name))
+        except httpx.TransportError as exc:
+            raise self._download_failed(url, exc) from exc
 
     def close(self) -> None:
         self._http.close()
@@ -711,14 +722,17 @@ class AsyncMusicClient(_Core):
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         url, title, fallback = self._download_target(task, allow_preview)
-        async with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
-            if not response.is_success:
-                raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
-            with AtomicFile(Path(directory)) as target:
-                async for chunk in response.aiter_bytes():
-                    target.write(chunk)
-                name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
-                return self._downloaded(task, target.commit(name))
+        try:
+            async with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
+                if not response.is_success:
+                    raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
+                with AtomicFile(Path(directory)) as target:
+                    async for chunk in response.aiter_bytes():
+                        target.write(chunk)
+                    name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
+                    return self._downloaded(task, target.commit(name))
+        except httpx.TransportError as exc:
+            raise self._download_failed(url, exc) from exc
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -25,14 +25,15 @@ _MEDIA_EXTENSIONS = {
 }
 _KNOWN_SUFFIXES = {".mp3", ".wav", ".mp4", ".m4a", ".ogg", ".flac", ".svg", ".png", ".jpg", ".jpeg", ".webp"}
 MAX_STEM = 120
+MAX_STEM_BYTES = 200  # file systems allow 255 bytes per name; leave room for " (2)" and the suffix
 
 
 def safe_filename(title: str | None, suffix: str, fallback: str = "song") -> str:
     """A file name from an untrusted title: one path component, no control characters, not hidden."""
     stem = unicodedata.normalize("NFKC", title or "")
-    stem = _UNSAFE.sub(" ", stem).strip().strip(".").strip()
-    stem = re.sub(r"\s+", " ", stem)[:MAX_STEM].rstrip(" .")
-    if not stem or stem.upper() in _RESERVED:
+    stem = re.sub(r"\s+", " ", _UNSAFE.sub(" ", stem)).strip(" .")  # "../x" must not become hidden ".. x"
+    stem = stem[:MAX_STEM].encode()[:MAX_STEM_BYTES].decode("utf-8", "ignore").rstrip(" .")
+    if not stem or stem.split(".")[0].strip().upper() in _RESERVED:  # Windows reserves "CON.txt" too
         stem = _UNSAFE.sub("_", fallback).strip(".") or "song"
     return stem + suffix
 

@@ -363,8 +363,8 @@ def build_generate_request(
 
     `action` defaults to `auto`. Raises `RequestValidationError` naming each bad field.
     """
-    if isinstance(data, _V1Request) and not fields:
-        data = data.model_dump(exclude_unset=True)
+    if isinstance(data, _V1Request):  # keep its action: a default, so not in the "set" fields
+        data = {**data.model_dump(exclude_unset=True), "action": data.action}
     body = {**(dict(data) if isinstance(data, Mapping) else {}), **fields}
     body.setdefault("action", "auto")
     return _validate(_GENERATE_ADAPTER, body, allow_unknown_models)
@@ -374,7 +374,7 @@ def build_v2_request(
     data: Mapping[str, Any] | V2Request | None = None, /, *, allow_unknown_models: bool = False, **fields: Any
 ) -> V2Request:
     """Validate a v2 body, or raise `RequestValidationError` naming each bad field."""
-    if isinstance(data, V2Request) and not fields:
+    if isinstance(data, V2Request):
         data = data.model_dump(exclude_unset=True)
     body = {**(dict(data) if isinstance(data, Mapping) else {}), **fields}
     return _validate(V2Request, body, allow_unknown_models)
