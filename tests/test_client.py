@@ -60,7 +60,10 @@ class Server:
         self.replies = list(replies) or [{}]
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
+        # A copy as it went over the wire: the client strips the key from its own request object afterwards.
+        self.requests.append(
+            httpx.Request(request.method, request.url, headers=request.headers.copy(), content=request.read())
+        )
         reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
         if isinstance(reply, type) and issubclass(reply, Exception):
             raise reply(f"simulated {reply.__name__}", request=request)
@@ -1155,3 +1158,14 @@ def test_download_v2_song(make, tmp_path):
     path = make(server).download(song, tmp_path)
     assert path.name == "Two.mp3"
     assert "x-api-key" not in server.last.headers
+
+
+def test_errors_do_not_carry_the_key_in_their_request_or_body() -> None:
+    server = Server(httpx.Response(500, json={"message": f"key {KEY} is invalid", "echo": [KEY]}))
+    client = MusicClient(KEY, base_url=BASE, http_client=httpx.Client(transport=httpx.MockTransport(server)))
+    with pytest.raises(AuthenticationError) as info:
+        client.key_info()
+    error = info.value
+    assert "x-api-key" not in error.request.headers
+    assert "x-api-key" not in error.response.request.headers
+    assert KEY not in repr(error.body) and KEY not in str(error)

@@ -265,6 +265,28 @@ class _Core:
         key = self.settings.key_value()
         return text.replace(key, "***") if key and len(key) >= 4 else text
 
+    def _scrub(self, value: Any) -> Any:
+        """A server body with every string redacted, so errors can keep it without the key."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, dict):
+            return {k: self._scrub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._scrub(v) for v in value]
+        return value
+
+    def _download_status_error(self, url: str, response: httpx.Response) -> APIStatusError:
+        """A failed audio download: no key was sent there, so no key hint; previews may 403/404 for a while."""
+        kind = NotFoundError if response.status_code == 404 else APIStatusError
+        where = httpx.URL(url).copy_with(query=None)
+        return kind(
+            f"Downloading {where} failed: HTTP {response.status_code}. A preview URL may answer 403/404 until "
+            "the final file exists; download once the task is complete.",
+            response=response,
+            body=None,
+            status_code=response.status_code,
+        )
+
     def _build_request(
         self, endpoint: Endpoint, *, json: Any = None, params: Mapping[str, str] | None = None
     ) -> httpx.Request:
@@ -291,6 +313,7 @@ class _Core:
         while True:
             request = self._build_request(endpoint, json=json, params=params)
             outcome = yield _Send(request)
+            request.headers.pop("x-api-key", None)  # errors keep the request: the key must not ride along
             can_retry = attempt < self.settings.max_retries
             if isinstance(outcome, Exception):
                 not_sent = isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
@@ -339,7 +362,9 @@ class _Core:
             status = int(body["status"])
             if status != 200:
                 raise self._status_error(endpoint, response, body, status_code=status)
-            return body.get("data")
+            if "data" in body:
+                return body["data"]
+            return {k: v for k, v in body.items() if k not in ("status", "message", "msg")}
         return body
 
     def _status_error(
@@ -348,7 +373,7 @@ class _Core:
         in_envelope = status_code is not None
         code = status_code if status_code is not None else response.status_code
         text = self.redact(_error_text(body)) or response.reason_phrase or "no message"
-        kwargs: dict[str, Any] = {"response": response, "body": body, "status_code": code}
+        kwargs: dict[str, Any] = {"response": response, "body": self._scrub(body), "status_code": code}
         prefix = f"{endpoint.name}: "
         if code == 422 and not in_envelope:
             detail = ValidationErrorBody.model_validate(body if isinstance(body, dict) else {}).detail
@@ -634,7 +659,7 @@ class MusicClient(_Core):
         try:
             with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
                 if not response.is_success:
-                    raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
+                    raise self._download_status_error(url, response)
                 with AtomicFile(Path(directory)) as target:
                     for chunk in response.iter_bytes():
                         target.write(chunk)
@@ -725,7 +750,7 @@ class AsyncMusicClient(_Core):
         try:
             async with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
                 if not response.is_success:
-                    raise self._status_error(Endpoint("download", "GET", url), response, response.reason_phrase)
+                    raise self._download_status_error(url, response)
                 with AtomicFile(Path(directory)) as target:
                     async for chunk in response.aiter_bytes():
                         target.write(chunk)
