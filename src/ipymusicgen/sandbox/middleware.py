@@ -1,0 +1,102 @@
+"""ASGI layer in front of each app: counts every request, then injects the planned fault, if any.
+
+Plain ASGI (not Starlette's BaseHTTPMiddleware) so the request runs in the server's own task, which
+lets `drop` close the very connection it arrived on. The admin paths are never counted or faulted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from .faults import FaultRule
+from .state import SandboxState
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+ADMIN_PREFIX = "/_sandbox"
+DROP_EXTENSION = "ipymusicgen.drop"
+"""Key in `scope["extensions"]` of a callable that closes the connection (set by the server)."""
+TASK_FAIL_STATE = "sandbox_task_fail"
+"""Key in `scope["state"]` (Starlette's `request.state`) of a `task_fail` rule for the handler."""
+
+
+class DroppedConnection(Exception):
+    """Raised when no transport can be closed (e.g. under a test client): the closest to a drop."""
+
+
+async def _drain(receive: Receive) -> None:
+    """Read the whole request body, so answering early leaves the connection in a clean state."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return
+
+
+async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": head + (headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _json(data: Any) -> bytes:
+    return json.dumps(data).encode()
+
+
+class SandboxMiddleware:
+    """Counting and fault injection for one app (the v1 or the v2 host)."""
+
+    def __init__(self, app: ASGIApp, state: SandboxState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path.startswith(ADMIN_PREFIX):
+            await self.app(scope, receive, send)
+            return
+        self.state.count(path)
+        rule = self.state.faults.pick(path)
+        if rule is None:
+            await self.app(scope, receive, send)
+            return
+        if rule.kind == "task_fail":
+            scope.setdefault("state", {})[TASK_FAIL_STATE] = rule
+            await self.app(scope, receive, send)
+            return
+        if rule.kind == "slow":
+            await asyncio.sleep(rule.seconds)
+            await self.app(scope, receive, send)
+            return
+        if rule.after:
+            await self.app(scope, receive, _discard)
+        else:
+            await _drain(receive)
+        await self._fault(rule, scope, send)
+
+    async def _fault(self, rule: FaultRule, scope: Scope, send: Send) -> None:
+        if rule.kind == "rate_limit":
+            body = _json({"detail": "Too many requests (sandbox fault injection)"})
+            await _answer(send, 429, body, [(b"retry-after", b"1")])
+        elif rule.kind == "server_error":
+            await _answer(send, 500, _json({"detail": "Internal Server Error (sandbox fault injection)"}))
+        elif rule.kind == "malformed":
+            await _answer(send, 200, b'{"status": 200, "message": "Success", "data": {"ids": [')
+        elif rule.kind == "envelope_error":
+            await _answer(send, 200, _json({"status": 500, "message": "internal error", "data": None}))
+        elif rule.kind == "drop":
+            drop = scope.get("extensions", {}).get(DROP_EXTENSION)
+            if drop is None:
+                raise DroppedConnection("sandbox fault injection: drop")
+            drop()
+            await asyncio.sleep(0.01)  # let the server see the connection gone, so it sends nothing
+
+
+async def _discard(message: Message) -> None:
+    """Swallow the real answer of an `after` fault: the work is done, the reply is lost."""

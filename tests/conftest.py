@@ -1,0 +1,32 @@
+"""Shared fixtures: a running local sandbox of the music service and a client pointed at it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ipymusicgen import MusicClient
+from ipymusicgen.sandbox import Sandbox
+
+
+@pytest.fixture(scope="module")
+def sandbox_server() -> Iterator[Sandbox]:
+    """One sandbox per test module (starting one costs a little); fast stages, 4-second songs."""
+    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="") as server:
+        yield server
+
+
+@pytest.fixture
+def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
+    """The module's sandbox, reset: no tasks or counts, full credits, no faults, bare task arrays."""
+    sandbox_server.reset()
+    yield sandbox_server
+    sandbox_server.reset()
+
+
+@pytest.fixture
+def client(sandbox: Sandbox) -> Iterator[MusicClient]:
+    """A `MusicClient` for the sandbox, with a short timeout and the default read retries."""
+    with sandbox.client(max_retries=2, timeout=10) as music_client:
+        yield music_client
