@@ -1,0 +1,142 @@
+"""The pure parts of the magics: interpolation, the command line, action inference, small helpers."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from IPython.core.error import UsageError
+
+from ipymusicgen.interpolate import expand
+from ipymusicgen.magic_args import MUSICGEN_OPTIONS, number, split_line, stray_options, v1_fields, v2_fields
+from ipymusicgen.magics import Lyrics, Table, mask_key, parse_since, split_ids
+
+NS = {"name": "Rain", "song": SimpleNamespace(ids=["a", "b"]), "items": [10, 20], "n": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("{name} falls", "Rain falls"),
+        ("{unknown} stays", "{unknown} stays"),
+        ("{{name}} escapes", "{name} escapes"),
+        ("{song.ids[1]} {items[0]}", "b 10"),
+        ("{n:03d} {name!r}", "003 'Rain'"),
+        ("{song.missing} {items[9]}", "{song.missing} {items[9]}"),
+        ("{} {0} [Verse]", "{} {0} [Verse]"),
+        ("a lone } brace {name}", "a lone } brace {name}"),
+        ("no braces at all", "no braces at all"),
+    ],
+)
+def test_expand(text: str, expected: str) -> None:
+    assert expand(text, NS) == expected
+
+
+def test_split_line_keeps_free_text_verbatim() -> None:
+    argv, text = split_line("--title \"My song\" --instrumental --continue-at -5 my dog's day", MUSICGEN_OPTIONS)
+    assert argv == ["--title", "My song", "--instrumental", "--continue-at", "-5"]
+    assert text == "my dog's day"
+
+
+def test_split_line_double_dash_and_equals() -> None:
+    assert split_line("--title='A b' -- --not-an-option", MUSICGEN_OPTIONS) == (["--title=A b"], "--not-an-option")
+    assert split_line("", MUSICGEN_OPTIONS) == ([], "")
+
+
+def test_stray_options_found_after_text() -> None:
+    assert stray_options("lo-fi rain --instrumental", MUSICGEN_OPTIONS) == ["--instrumental"]
+    assert stray_options("a -- b", MUSICGEN_OPTIONS) == []
+
+
+def test_number() -> None:
+    assert number("30") == 30 and isinstance(number("30"), int)
+    assert number("12.5") == 12.5
+
+
+def _args(**given: Any) -> SimpleNamespace:
+    names = [o.names[-1].lstrip("-").replace("-", "_") for o in MUSICGEN_OPTIONS]
+    return SimpleNamespace(**{**dict.fromkeys(names), **given})
+
+
+@pytest.mark.parametrize(
+    ("given", "body", "expected"),
+    [
+        ({}, "lo-fi rain", {"action": "auto", "style": "lo-fi rain"}),
+        ({"title": "T"}, "la la", {"action": "custom", "title": "T", "lyrics": "la la"}),
+        ({"style": "pop"}, "la la", {"action": "custom", "style": "pop", "lyrics": "la la"}),
+        ({"style": "pop"}, "", {"action": "auto", "style": "pop"}),
+        ({"lyrics": "la"}, "pop", {"action": "custom", "lyrics": "la", "style": "pop"}),
+        ({"continue_song_id": "s1"}, "", {"action": "extend", "continue_song_id": "s1"}),
+        ({"action": "concat", "continue_song_id": "s1"}, "", {"action": "concat", "continue_song_id": "s1"}),
+        ({"audio_url": "u"}, "", {"action": "upload", "audio_url": "u"}),
+        ({"audio_url": "u", "continue_at": 5}, "", {"action": "upload_extend", "audio_url": "u", "continue_at": 5}),
+        ({"singer_id": "v"}, "la", {"action": "artist_consistency", "singer_id": "v", "lyrics": "la"}),
+    ],
+)
+def test_v1_fields_infer_action(given: dict[str, Any], body: str, expected: dict[str, Any]) -> None:
+    assert v1_fields(_args(**given), body, "") == expected
+
+
+def test_v1_default_model_only_where_the_shape_has_mv() -> None:
+    assert v1_fields(_args(), "x", "MFV1.0")["mv"] == "MFV1.0"
+    assert v1_fields(_args(mv="MFV2.0"), "x", "MFV1.0")["mv"] == "MFV2.0"
+    assert "mv" not in v1_fields(_args(action="concat", continue_song_id="s"), "", "MFV1.0")
+
+
+def test_v1_text_with_nowhere_to_go_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="concat action takes no"):
+        v1_fields(_args(action="concat", continue_song_id="s"), "words", "")
+    with pytest.raises(UsageError, match="nowhere to put"):
+        v1_fields(_args(action="auto", style="pop"), "words", "")
+
+
+@pytest.mark.parametrize(
+    ("given", "body", "expected"),
+    [
+        ({}, "dreamy synth", {"is_auto": 1, "model_version": "v4.5", "prompt": "dreamy synth"}),
+        ({"prompt": "pop"}, "la la", {"is_auto": 0, "model_version": "v4.5", "prompt": "pop", "lyrics": "la la"}),
+        ({"title": "T"}, "calm", {"is_auto": 0, "model_version": "v4.5", "title": "T", "prompt": "calm"}),
+        ({"is_auto": 1, "title": "T"}, "calm", {"is_auto": 1, "model_version": "v4.5", "title": "T", "prompt": "calm"}),
+        ({"model_version": "v3.0"}, "x", {"is_auto": 1, "model_version": "v3.0", "prompt": "x"}),
+    ],
+)
+def test_v2_fields(given: dict[str, Any], body: str, expected: dict[str, Any]) -> None:
+    assert v2_fields(_args(**given), body, "v4.5") == expected
+
+
+def test_parse_since() -> None:
+    now = time.time()
+    assert abs(parse_since("1h") - (now - 3600)) < 5
+    assert abs(parse_since("2d") - (now - 2 * 86400)) < 5
+    assert parse_since("2025-05-01") < now
+    with pytest.raises(UsageError, match="--since"):
+        parse_since("yesterday-ish")
+
+
+def test_split_ids_accepts_pasted_lists() -> None:
+    assert split_ids("['a1', 'b2']") == ["a1", "b2"]
+    assert split_ids("a1, b2 c3") == ["a1", "b2", "c3"]
+
+
+def test_lyrics_is_a_str_with_html_and_title() -> None:
+    lyrics = Lyrics("[Verse]\n<b>rain</b>", "Rain & Me")
+    assert f"{lyrics}" == "[Verse]\n<b>rain</b>" and lyrics.title == "Rain & Me"
+    assert "&lt;b&gt;" in lyrics._repr_html_() and "Rain &amp; Me" in lyrics._repr_html_()
+    assert lyrics.as_text().startswith("Rain & Me\n\n")
+    assert pickle.loads(pickle.dumps(lyrics)).title == "Rain & Me"
+
+
+def test_table_faces() -> None:
+    table = Table([{"id": "a", "audio": "https://x/a.mp3"}], ["record"], caption="1 task")
+    assert "a" in repr(table) and len(table) == 1 and list(table) == ["record"]
+    assert '<a href="https://x/a.mp3"' in table._repr_html_()
+    assert repr(Table([], caption="none")) == "none"
+
+
+def test_mask_key() -> None:
+    assert mask_key("sk-abcdefghijklmnop1234") == "****1234"
+    assert mask_key("short") == "****"
+    assert mask_key(None) == "(not set)"
