@@ -1,0 +1,314 @@
+"""`TaskWatcher`: cards for any number of v1/v2 tasks, polled in one batched query per interval.
+
+The polling thread only sets widget traits (never prints or displays), so nothing it does can land
+in the wrong cell. It stops when every task is finished, on `stop()`/`close()`, and backs off
+(exponentially, capped) while the service errors, showing the error in the cards.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+
+from ..client import MusicClient
+from ..errors import MusicGenError, WaitTimeoutError
+from ..models import TaskRecord, V2Song
+from ..tasks import TaskSet, TaskState
+from .card import TaskCard
+from .generate import GenerateForm
+from .safe import note_html
+from .v2 import V2Form
+
+Record = TaskRecord | V2Song
+MAX_BACKOFF = 60.0
+"""Longest wait between polls while the service keeps failing."""
+
+
+def backoff(interval: float, failures: int) -> float:
+    """The wait after `failures` failed rounds in a row: interval x 2^failures, capped."""
+    if failures <= 0:
+        return interval
+    return min(interval * 2**failures, max(MAX_BACKOFF, interval))
+
+
+class TaskWatcher(w.VBox):
+    """Watch tasks until they finish: one card per task, polled in the background.
+
+    >>> watcher = TaskWatcher(client.generate(action="auto", style="lo-fi").ids)
+    >>> watcher                      # shows the cards; records fill in as the service reports
+    >>> songs = watcher.wait()       # or block until all are finished
+    """
+
+    def __init__(
+        self,
+        ids: Iterable[str] = (),
+        *,
+        v2_ids: Iterable[str] = (),
+        client: MusicClient | None = None,
+        interval: float | None = None,
+        autostart: bool = True,
+    ) -> None:
+        if client is None:
+            from ..session import get_client
+
+            client = get_client()
+        self._client = client
+        self.interval = float(client.settings.poll_interval if interval is None else interval)
+        self.download_dir: str | Path = "."
+        self._autostart = autostart
+        self._tasks = TaskSet()
+        self._cards: dict[str, TaskCard] = {}
+        self._lock = threading.RLock()  # guards the thread handle and the start/exit decision
+        self._poll_lock = threading.Lock()  # one polling round at a time
+        self._thread: threading.Thread | None = None
+        self._stop_event = threading.Event()
+        self._closed = False
+        self._failures = 0
+        self._last_error: str | None = None
+        self._form_provider: Callable[[bool], GenerateForm | V2Form] | None = None
+        """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
+        self._summary = w.HTML()
+        self._box = w.VBox()
+        super().__init__([self._summary, self._box])
+        from ..session import register_watcher
+
+        register_watcher(self)
+        self.add(ids)
+        self.add(v2_ids, v2=True)
+        self._refresh_summary()
+
+    # -- public API ------------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> MusicClient:
+        return self._client
+
+    @property
+    def records(self) -> list[Record]:
+        """The latest record of each task that has reported (in the order the tasks were added)."""
+        found = (self._tasks.get(task_id) for task_id in self._tasks.ids)
+        return [r for r in found if r is not None]
+
+    @property
+    def done(self) -> bool:
+        """True when every watched task is complete or failed."""
+        return self._tasks.all_finished
+
+    @property
+    def ids(self) -> list[str]:
+        return self._tasks.ids
+
+    @property
+    def cards(self) -> dict[str, TaskCard]:
+        return dict(self._cards)
+
+    @property
+    def running(self) -> bool:
+        """True while the polling thread is alive."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    @property
+    def last_error(self) -> str | None:
+        """The error of the last polling round, or None if it went well."""
+        return self._last_error
+
+    def card(self, task_id: str) -> TaskCard:
+        return self._cards[task_id]
+
+    def add(self, ids: Iterable[str] | str, *, v2: bool = False) -> list[str]:
+        """Watch more tasks: a card each, at once; polling (re)starts if autostart is on."""
+        if isinstance(ids, str):
+            ids = [ids]
+        with self._lock:
+            added = self._tasks.add([str(i) for i in ids], v2=v2)
+            new_cards = [TaskCard(task_id, v2=v2, actions=self) for task_id in added]
+            for card in new_cards:
+                self._cards[card.task_id] = card
+            if new_cards:
+                self._box.children = (*self._box.children, *new_cards)
+            if added and self._autostart and not self._closed:
+                self._start_locked()
+        self._refresh_summary()
+        return added
+
+    def poll_once(self) -> list[Record]:
+        """One polling round (one batched v1 query + one per v2 song); the records that changed.
+
+        A service error is shown in the unfinished cards and returned as [] (see `last_error`).
+        """
+        with self._poll_lock:
+            try:
+                changed = self._client.poll(self._tasks)
+            except MusicGenError as exc:
+                self._show_poll_error(str(exc))
+                return []
+            self._show_poll_error(None)
+            for record in changed:
+                card = self._cards.get(record.id)
+                if card is not None:
+                    card.update(record)
+            for card in list(self._cards.values()):
+                if card.state is None or not card.state.finished:
+                    card.tick()
+            self._refresh_summary()
+            return changed
+
+    def start(self) -> None:
+        """Start background polling (no-op if it runs, if all tasks are done, or after close())."""
+        with self._lock:
+            self._start_locked()
+
+    def stop(self) -> None:
+        """Stop background polling; the cards stay as they are. `start()` resumes."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop_event.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(5.0, self._client.settings.timeout + 5))
+
+    def close(self) -> None:
+        """Stop polling and close the widget and its cards."""
+        self._closed = True
+        self.stop()
+        for card in list(self._cards.values()):
+            card.close()
+        self._summary.close()
+        self._box.close()
+        super().close()
+
+    def wait(self, timeout: float | None = None) -> list[Record]:
+        """Block until every task is finished (polling itself if the thread is not running)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                v1, v2 = self._tasks.unfinished()
+                raise WaitTimeoutError(
+                    f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on server-side.",
+                    pending=v1 + v2,
+                )
+            pause = self.interval if remaining is None else min(self.interval, remaining)
+            if self.running:
+                time.sleep(min(pause, 0.2))
+                continue
+            self.poll_once()
+            if not self.done:
+                time.sleep(backoff(pause, 0 if self._last_error is None else 1))
+        return self.records
+
+    # -- actions of finished songs (the card buttons) -------------------------------------------------
+
+    def extend(self, task_id: str) -> GenerateForm | V2Form:
+        """A form prefilled to extend a finished song (a V2Form for v2 songs); it submits into this watcher."""
+        record = self._finished_record(task_id)
+        at = record.duration_seconds
+        v2 = isinstance(record, V2Song)
+        fields: dict[str, Any]
+        if isinstance(record, V2Song):
+            fields = {"is_auto": 0, "continue_song_id": record.id, "continue_at": int(at) if at else None}
+        else:
+            fields = {"action": "extend", "continue_song_id": record.song_id or record.id, "continue_at": at}
+        form: GenerateForm | V2Form
+        if self._form_provider is not None:
+            form = self._form_provider(v2)  # e.g. the Studio's own form, already wired to this watcher
+        else:
+            form = V2Form(self._client) if v2 else GenerateForm(self._client)
+            form.on_submitted(lambda ids: self.add(ids, v2=v2))
+            self._cards[task_id].show_form(form)
+        form.set_values(**fields)
+        return form
+
+    def concat(self, task_id: str) -> list[str]:
+        """Merge the continuation segments of a finished v1 song; the new tasks are watched at once."""
+        record = self._finished_record(task_id)
+        if isinstance(record, V2Song):
+            raise MusicGenError("concat is a v1 action; this is a v2 song")
+        ids = list(self._client.generate(action="concat", continue_song_id=record.song_id or record.id).ids)
+        self.add(ids)
+        return ids
+
+    def download(self, task_id: str, directory: str | Path | None = None) -> Path:
+        """Save the final file of a finished song, named from its title; returns the path."""
+        record = self._finished_record(task_id)
+        return self._client.download(record, self.download_dir if directory is None else directory)
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _finished_record(self, task_id: str) -> Record:
+        record = self._tasks.get(task_id)
+        if record is None or record.state is not TaskState.COMPLETE:
+            state = record.state.value if record is not None else "unknown"
+            raise MusicGenError(f"task {task_id} is {state}, not complete")
+        return record
+
+    def _start_locked(self) -> None:
+        if self._closed or self.running or self._tasks.all_finished:
+            return
+        self._stop_event = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(self._stop_event,), name="ipymusicgen-watcher", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, stop: threading.Event) -> None:
+        """The polling loop; it only ever sets widget traits."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                self.poll_once()
+            except Exception as exc:  # a bug must not kill polling silently: show it, keep going
+                self._show_poll_error(f"{type(exc).__name__}: {exc}")
+            failures = 0 if self._last_error is None else failures + 1
+            self._failures = failures
+            with self._lock:
+                if self._tasks.all_finished or stop.is_set():
+                    if self._thread is threading.current_thread():
+                        self._thread = None
+                    return
+            delay = backoff(self.interval, failures)
+            if failures:
+                self._show_poll_error(self._last_error, retry_in=delay)
+            stop.wait(delay)
+
+    def _show_poll_error(self, message: str | None, *, retry_in: float | None = None) -> None:
+        self._last_error = message
+        shown = f"{message} (retrying in {retry_in:.0f} s)" if message and retry_in else message
+        for card in list(self._cards.values()):
+            if message is None or card.state is None or not card.state.finished:
+                card.show_error(shown)
+        self._refresh_summary()
+
+    def _counts(self) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for task_id in self._tasks.ids:
+            record = self._tasks.get(task_id)
+            counts[record.state.value if record is not None else TaskState.PROCESSING.value] += 1
+        return counts
+
+    def _headline(self) -> str:
+        counts = self._counts()
+        total = sum(counts.values())
+        order = [s.value for s in (TaskState.COMPLETE, TaskState.PREVIEW, TaskState.PROCESSING, TaskState.FAILED)]
+        parts = ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
+        return f"TaskWatcher: {total} task{'s' if total != 1 else ''}" + (f" ({parts})" if parts else "")
+
+    def _refresh_summary(self) -> None:
+        text = self._headline()
+        if self._last_error:
+            text += " — polling error, retrying"
+        self._summary.value = note_html(text)
+
+    def __repr__(self) -> str:
+        lines = [self._headline()]
+        lines += [f"  {card.summary()}" for card in self._cards.values()]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
