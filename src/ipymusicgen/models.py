@@ -416,7 +416,7 @@ class TaskRecord(_Response):
     audio_url: OptionalText = None
     cover_url: OptionalText = None
     song_id: OptionalText = None
-    lyric: OptionalText = None
+    lyric: OptionalText = Field(default=None, repr=False)  # a wall of text in a list's repr; `.lyrics` has it
     fail_code: int | None = None
     fail_reason: OptionalText = None
 
@@ -448,7 +448,7 @@ class V2Song(_Response):
     audio: OptionalText = None
     audio_duration: float | None = None
     image: OptionalText = None
-    lyric: OptionalText = None
+    lyric: OptionalText = Field(default=None, repr=False)  # a wall of text in a list's repr; `.lyrics` has it
     tags: OptionalText = None
     title: OptionalText = None
 
