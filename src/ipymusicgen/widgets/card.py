@@ -11,6 +11,7 @@ import ipywidgets as w
 from ..models import TaskRecord, V2Song
 from ..tasks import TaskState
 from .safe import error_html, esc, http_url, note_html, pre
+from .text import TextRepr
 
 Record = TaskRecord | V2Song
 
@@ -36,7 +37,7 @@ def duration_text(seconds: float | None) -> str:
     return f"{seconds:.1f} s" if seconds is not None else "—"
 
 
-class TaskCard(w.VBox):
+class TaskCard(TextRepr, w.VBox):
     """One watched task. Created once; `update(record)` only sets the traits that changed."""
 
     def __init__(self, task_id: str, *, v2: bool = False, actions: CardActions | None = None) -> None:
@@ -130,6 +131,20 @@ class TaskCard(w.VBox):
     @property
     def ids_text(self) -> w.Text:
         return self._ids
+
+    @property
+    def buttons(self) -> dict[str, w.Button]:
+        """The action buttons by name: extend, concat, download, copy."""
+        return dict(self._buttons)
+
+    @property
+    def lyrics_box(self) -> w.Accordion:
+        return self._lyrics
+
+    @property
+    def form(self) -> w.Widget | None:
+        """The form shown inside the card (e.g. a prefilled extend form), or None."""
+        return self._slot.children[0] if self._slot.children else None
 
     # -- updates ----------------------------------------------------------------------------------------
 
@@ -241,18 +256,15 @@ class TaskCard(w.VBox):
     def __repr__(self) -> str:
         return f"TaskCard({self.task_id}: {self.summary()})"
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))
-
     def close(self) -> None:
-        """Close the card and the widgets it made."""
-        for child in self._own_widgets():
-            child.close()
+        """Close the card and every widget inside it (layout boxes and a form in it too), so no model is left behind."""
+        for child in self.children:
+            close_tree(child)
         super().close()
 
-    def _own_widgets(self) -> list[w.Widget]:
-        return [
-            self._heading, self._progress, self._state, self._duration, self._audio_note, self._audio, self._cover,
-            self._lyrics_html, self._lyrics, self._failure, self._poll_error, *self._buttons.values(),
-            self._action_bar, self._ids, self._message,
-        ]  # fmt: skip
+
+def close_tree(widget: w.Widget) -> None:
+    """Close a widget and, first, everything it contains."""
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    widget.close()

@@ -24,6 +24,7 @@ from ..errors import (
     UnprocessableEntityError,
 )
 from .safe import error_html, esc, note_html
+from .text import TextRepr
 
 T = TypeVar("T")
 LABEL_WIDTH = "130px"
@@ -126,7 +127,7 @@ def quiet(call: Callable[[], T]) -> T:
         return call()
 
 
-class Form(w.VBox, Generic[T]):
+class Form(TextRepr, w.VBox, Generic[T]):
     """Base of the forms: rows, an error area, a status line, a submit button, and callbacks.
 
     Subclasses provide `_rows`, `_build()` (validate into a request, may raise RequestValidationError)
@@ -281,6 +282,3 @@ class Form(w.VBox, Generic[T]):
         problems = [f"{row.name}: {row.problem}" for row in self._rows.values() if row.problem]
         text = f"{name}({shown}) [{state}]"
         return text + ("\n  " + "\n  ".join(problems) if problems else "")
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))

@@ -11,6 +11,7 @@ from ..client import MusicClient
 from ..models import KeyInfo
 from .form import error_title
 from .safe import error_html, esc, note_html
+from .text import TextRepr
 
 KEY_MASK = "••••"
 
@@ -19,7 +20,7 @@ def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "—"
 
 
-class KeyInfoPanel(w.VBox):
+class KeyInfoPanel(TextRepr, w.VBox):
     """Entitlements left, key name and dates of the key in use; "Refresh" asks the service again."""
 
     def __init__(self, client: MusicClient | None = None, *, load: bool = True) -> None:
@@ -94,6 +95,3 @@ class KeyInfoPanel(w.VBox):
         info = self._info
         name = self._client.redact(info.key_name or "") or "unnamed"
         return f"KeyInfoPanel: key {name!r} ({KEY_MASK}), {info.key_music_counts} music entitlements left"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))

@@ -7,9 +7,11 @@ from typing import Any
 import ipywidgets as w
 
 from ..client import MusicClient
+from .card import close_tree
 from .generate import GenerateForm
 from .keyinfo import KeyInfoPanel
 from .lyrics import LyricsForm
+from .text import TextRepr
 from .v2 import V2Form
 from .watcher import TaskWatcher
 
@@ -17,7 +19,7 @@ TAB_TITLES = ("Generate", "Generate v2", "Lyrics", "Key")
 GENERATE_TAB, V2_TAB, LYRICS_TAB, KEY_TAB = range(4)
 
 
-class Studio(w.VBox):
+class Studio(TextRepr, w.VBox):
     """The forms in tabs and one watcher; submitting from any form adds its tasks to the watcher at once."""
 
     def __init__(self, client: MusicClient | None = None) -> None:
@@ -70,8 +72,7 @@ class Studio(w.VBox):
     def close(self) -> None:
         """Stop the watcher's polling and close every part."""
         self._watcher.close()
-        for part in (self._generate, self._v2, self._lyrics, self._key_info, self._tabs):
-            part.close()
+        close_tree(self._tabs)  # the forms and every field, button and box in them
         super().close()
 
     def _select(self, index: int) -> None:
@@ -88,9 +89,6 @@ class Studio(w.VBox):
     def __repr__(self) -> str:
         tabs = " | ".join(TAB_TITLES)
         return f"Studio [{tabs}]\n{self._generate!r}\n{self._watcher!r}"
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))
 
 
 def studio(client: MusicClient | None = None) -> Studio:

@@ -16,13 +16,14 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..client import MusicClient
+from ..client import MusicClient, _retry_after
 from ..errors import MusicGenError, WaitTimeoutError
-from ..models import TaskRecord, V2Song
+from ..models import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
 from ..tasks import TaskSet, TaskState
 from .card import TaskCard
 from .generate import GenerateForm
 from .safe import note_html
+from .text import TextRepr
 from .v2 import V2Form
 
 Record = TaskRecord | V2Song
@@ -37,7 +38,23 @@ def backoff(interval: float, failures: int) -> float:
     return min(interval * 2**failures, max(MAX_BACKOFF, interval))
 
 
-class TaskWatcher(w.VBox):
+def extend_fields(record: Record) -> dict[str, Any]:
+    """Form values that continue a finished song at its end, in its style and under its title.
+
+    Lyrics are cleared: whatever an earlier request left in a shared form belongs to another song.
+    """
+    at = record.duration_seconds
+    common = {"title": (record.title or "")[:TITLE_MAX], "lyrics": None}
+    if isinstance(record, V2Song):
+        fields = {"is_auto": 0, "continue_song_id": record.id, "continue_at": int(at) if at else None, **common}
+        if record.style:
+            fields["prompt"] = record.style[:PROMPT_MAX]
+        return fields
+    continuation = {"continue_song_id": record.song_id or record.id, "continue_at": at, "style": record.style}
+    return {"action": "extend", **continuation, **common}
+
+
+class TaskWatcher(TextRepr, w.VBox):
     """Watch tasks until they finish: one card per task, polled in the background.
 
     >>> watcher = TaskWatcher(client.generate(action="auto", style="lo-fi").ids)
@@ -71,11 +88,15 @@ class TaskWatcher(w.VBox):
         self._closed = False
         self._failures = 0
         self._last_error: str | None = None
+        self._server_wait: float | None = None
+        """Seconds a rate-limited service asked for (Retry-After); the thread waits at least that long."""
         self._form_provider: Callable[[bool], GenerateForm | V2Form] | None = None
         """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
         self._summary = w.HTML()
         self._box = w.VBox()
         super().__init__([self._summary, self._box])
+        if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
+            self.comm.on_close(self._front_end_closed)
         from ..session import register_watcher
 
         register_watcher(self)
@@ -147,8 +168,10 @@ class TaskWatcher(w.VBox):
             try:
                 changed = self._client.poll(self._tasks)
             except MusicGenError as exc:
+                self._server_wait = _retry_after(getattr(exc, "response", None))
                 self._show_poll_error(str(exc))
                 return []
+            self._server_wait = None
             self._show_poll_error(None)
             for record in changed:
                 card = self._cards.get(record.id)
@@ -200,7 +223,8 @@ class TaskWatcher(w.VBox):
                 continue
             self.poll_once()
             if not self.done:
-                time.sleep(backoff(pause, 0 if self._last_error is None else 1))
+                delay = backoff(pause, 0 if self._last_error is None else 1)
+                time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
         return self.records
 
     # -- actions of finished songs (the card buttons) -------------------------------------------------
@@ -208,13 +232,7 @@ class TaskWatcher(w.VBox):
     def extend(self, task_id: str) -> GenerateForm | V2Form:
         """A form prefilled to extend a finished song (a V2Form for v2 songs); it submits into this watcher."""
         record = self._finished_record(task_id)
-        at = record.duration_seconds
         v2 = isinstance(record, V2Song)
-        fields: dict[str, Any]
-        if isinstance(record, V2Song):
-            fields = {"is_auto": 0, "continue_song_id": record.id, "continue_at": int(at) if at else None}
-        else:
-            fields = {"action": "extend", "continue_song_id": record.song_id or record.id, "continue_at": at}
         form: GenerateForm | V2Form
         if self._form_provider is not None:
             form = self._form_provider(v2)  # e.g. the Studio's own form, already wired to this watcher
@@ -222,7 +240,7 @@ class TaskWatcher(w.VBox):
             form = V2Form(self._client) if v2 else GenerateForm(self._client)
             form.on_submitted(lambda ids: self.add(ids, v2=v2))
             self._cards[task_id].show_form(form)
-        form.set_values(**fields)
+        form.set_values(**extend_fields(record))
         return form
 
     def concat(self, task_id: str) -> list[str]:
@@ -240,6 +258,9 @@ class TaskWatcher(w.VBox):
         return self._client.download(record, self.download_dir if directory is None else directory)
 
     # -- internals ------------------------------------------------------------------------------------
+
+    def _front_end_closed(self, _message: Any) -> None:
+        self.close()
 
     def _finished_record(self, task_id: str) -> Record:
         record = self._tasks.get(task_id)
@@ -272,14 +293,14 @@ class TaskWatcher(w.VBox):
                     if self._thread is threading.current_thread():
                         self._thread = None
                     return
-            delay = backoff(self.interval, failures)
+            delay = max(backoff(self.interval, failures), self._server_wait or 0.0) if failures else self.interval
             if failures:
                 self._show_poll_error(self._last_error, retry_in=delay)
             stop.wait(delay)
 
     def _show_poll_error(self, message: str | None, *, retry_in: float | None = None) -> None:
         self._last_error = message
-        shown = f"{message} (retrying in {retry_in:.0f} s)" if message and retry_in else message
+        shown = f"{message} (retrying in {retry_in:.3g} s)" if message and retry_in else message
         for card in list(self._cards.values()):
             if message is None or card.state is None or not card.state.finished:
                 card.show_error(shown)
@@ -309,6 +330,3 @@ class TaskWatcher(w.VBox):
         lines = [self._headline()]
         lines += [f"  {card.summary()}" for card in self._cards.values()]
         return "\n".join(lines)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))
