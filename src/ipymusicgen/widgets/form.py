@@ -30,6 +30,33 @@ T = TypeVar("T")
 LABEL_WIDTH = "130px"
 
 
+def parse_number(text: str) -> int | float | str | None:
+    """'' -> None, '12' -> 12, '12.5' -> 12.5; anything else is passed on for the models to refuse."""
+    text = text.strip()
+    if not text:
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def number_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def ensure_option(dropdown: w.Dropdown, value: str) -> None:
+    """Add a model name the table does not know (new models; the client decides if it may be sent)."""
+    if value and value not in [v for _label, v in dropdown.options]:
+        dropdown.options = [*dropdown.options, (f"{value} (not in the model table)", value)]
+
+
 class FieldRow(w.HBox):
     """One field: its input, an optional live count, and the field's problem (if any)."""
 
@@ -135,6 +162,11 @@ class Form(TextRepr, w.VBox, Generic[T]):
     """
 
     _rows: dict[str, FieldRow]
+    _mode_field: str | None = None
+    """The field that decides which others are shown (`action`, `is_auto`): prefilled first."""
+    _model_field: str | None = None
+    """The model picker: a prefilled name outside the table is added to it (the service adds models)."""
+    _number_fields: frozenset[str] = frozenset({"continue_at"})
 
     def __init__(self, client: MusicClient | None, submit_label: str, children: list[w.Widget]) -> None:
         if client is None:
@@ -184,6 +216,26 @@ class Form(TextRepr, w.VBox, Generic[T]):
         """Call `callback(result)` after each successful submit."""
         self._callbacks.append(callback)
 
+    def set_values(self, **fields: Any) -> None:
+        """Prefill fields (e.g. for an extend): the mode field first; None clears a field."""
+        unknown = sorted(set(fields) - set(self._rows))
+        if unknown:
+            known = ", ".join(self._rows)
+            raise TypeError(f"{type(self).__name__} has no field(s) {', '.join(unknown)}; fields: {known}")
+        for name in sorted(fields, key=lambda name: name != self._mode_field):
+            control, value = self._rows[name].control, fields[name]
+            if isinstance(control, w.Checkbox):
+                control.value = bool(value)
+            elif name == self._mode_field:
+                control.value = value
+            elif name == self._model_field:
+                ensure_option(control, value or "")
+                control.value = value or ""
+            elif name in self._number_fields:
+                control.value = number_text(value)
+            else:
+                control.value = "" if value is None else str(value)
+
     def submit(self) -> T | None:
         """What the button does: validate, send once, show errors in the form; the result or None."""
         if self._busy:
@@ -223,6 +275,15 @@ class Form(TextRepr, w.VBox, Generic[T]):
         self._error.value = f"<b>{esc(error_title(exc))}</b><br>{error_html(exc) or esc(type(exc).__name__)}"
 
     # -- for subclasses ---------------------------------------------------------------------------------
+
+    def _value_of(self, name: str) -> Any:
+        """A field's value as the request models take it (checkbox -> 0/1, number text -> number)."""
+        control = self._rows[name].control
+        if isinstance(control, w.Checkbox):
+            return int(bool(control.value))
+        if name in self._number_fields:
+            return parse_number(control.value)
+        return control.value
 
     def _build(self) -> Any:
         raise NotImplementedError

@@ -47,39 +47,15 @@ def lyrics_limit(model: str, models: Mapping[str, ModelLimits]) -> int | None:
     return limits.max_lyrics_words if limits else None
 
 
-def parse_number(text: str) -> int | float | str | None:
-    """'' -> None, '12' -> 12, '12.5' -> 12.5; anything else is passed on for the models to refuse."""
-    text = text.strip()
-    if not text:
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
-
-
-def number_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def ensure_option(dropdown: w.Dropdown, value: str) -> None:
-    """Add a model name the table does not know (new models; the client decides if it may be sent)."""
-    if value and value not in [v for _label, v in dropdown.options]:
-        dropdown.options = [*dropdown.options, (f"{value} (not in the model table)", value)]
-
-
 class GenerateForm(Form[list[str]]):
     """A v1 generate request: pick an action and see exactly the fields of its shape.
 
     Validation is the request models' (`build_generate_request`); the form only shows their problems
     next to the fields. Submitting calls `client.generate(...)` and hands the new task ids to callbacks.
     """
+
+    _mode_field = "action"
+    _model_field = "mv"
 
     def __init__(self, client: MusicClient | None = None, **values: Any) -> None:
         self._action = w.Dropdown(options=list(ACTIONS), value="auto")
@@ -124,36 +100,7 @@ class GenerateForm(Form[list[str]]):
                 values[name] = value
         return values
 
-    def set_values(self, **fields: Any) -> None:
-        """Prefill fields (e.g. for an extend); `action` is applied first, None clears a field."""
-        unknown = sorted(set(fields) - set(self._rows))
-        if unknown:
-            raise TypeError(f"GenerateForm has no field(s) {', '.join(unknown)}; fields: {', '.join(self._rows)}")
-        if "action" in fields:
-            self._action.value = fields["action"]
-        for name, value in fields.items():
-            if name == "action":
-                continue
-            control = self._rows[name].control
-            if name == "instrumental":
-                control.value = bool(value)
-            elif name == "continue_at":
-                control.value = number_text(value)
-            elif name == "mv":
-                ensure_option(control, value or "")
-                control.value = value or ""
-            else:
-                control.value = "" if value is None else str(value)
-
     # -- form plumbing ---------------------------------------------------------------------------------
-
-    def _value_of(self, name: str) -> Any:
-        value = self._rows[name].control.value
-        if name == "instrumental":
-            return int(bool(value))
-        if name == "continue_at":
-            return parse_number(value)
-        return value
 
     def _build(self) -> Any:
         return build_generate_request(self.values(), allow_unknown_models=self._client.settings.allow_unknown_models)

@@ -9,7 +9,7 @@ import ipywidgets as w
 from ..client import MusicClient
 from ..models import PROMPT_MAX, TITLE_MAX, V2_MODELS, V2Request, build_v2_request, word_count
 from .form import FieldRow, Form
-from .generate import ensure_option, limits_text, lyrics_limit, number_text, parse_number
+from .generate import limits_text, lyrics_limit
 
 FIELD_ORDER = (
     "is_auto",
@@ -31,6 +31,9 @@ class V2Form(Form[list[str]]):
     Validation is `build_v2_request`'s; submitting calls `client.submit_v2(...)` and hands the new
     song ids to callbacks.
     """
+
+    _mode_field = "is_auto"
+    _model_field = "model_version"
 
     def __init__(self, client: MusicClient | None = None, **values: Any) -> None:
         models = list(V2_MODELS)
@@ -73,35 +76,6 @@ class V2Form(Form[list[str]]):
             if value is not None and value != "":
                 values[name] = value
         return values
-
-    def set_values(self, **fields: Any) -> None:
-        """Prefill fields; `is_auto` is applied first, None clears a field."""
-        unknown = sorted(set(fields) - set(self._rows))
-        if unknown:
-            raise TypeError(f"V2Form has no field(s) {', '.join(unknown)}; fields: {', '.join(self._rows)}")
-        if "is_auto" in fields:
-            self._is_auto.value = int(fields["is_auto"])
-        for name, value in fields.items():
-            control = self._rows[name].control
-            if name == "is_auto":
-                continue
-            if name == "instrumental":
-                control.value = bool(value)
-            elif name == "continue_at":
-                control.value = number_text(value)
-            elif name == "model_version":
-                ensure_option(control, value or "")
-                control.value = value or ""
-            else:
-                control.value = "" if value is None else str(value)
-
-    def _value_of(self, name: str) -> Any:
-        value = self._rows[name].control.value
-        if name == "instrumental":
-            return int(bool(value))
-        if name == "continue_at":
-            return parse_number(value)
-        return value
 
     def _build(self) -> Any:
         return build_v2_request(self.values(), allow_unknown_models=self._client.settings.allow_unknown_models)
