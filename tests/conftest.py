@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from helpers import ManualClock
 
 from ipymusicgen import MusicClient
 from ipymusicgen.sandbox import Sandbox
@@ -30,3 +31,11 @@ def client(sandbox: Sandbox) -> Iterator[MusicClient]:
     """A `MusicClient` for the sandbox, with a short timeout and the default read retries."""
     with sandbox.client(max_retries=2, timeout=10) as music_client:
         yield music_client
+
+
+@pytest.fixture
+def clock(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> ManualClock:
+    """Freeze the sandbox's clock: task stages then move only when the test says (`clock.stages()`)."""
+    manual = ManualClock(sandbox.state.stage_seconds)
+    monkeypatch.setattr(sandbox.state, "clock", manual)
+    return manual

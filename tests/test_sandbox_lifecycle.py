@@ -9,31 +9,12 @@ from pathlib import Path
 import httpx
 import pytest
 from audio_utils import mp3_duration, wav_duration
+from helpers import ManualClock
 
 from ipymusicgen import MusicClient, TaskState
 from ipymusicgen.errors import EnvelopeError
 from ipymusicgen.models import TaskRecord
 from ipymusicgen.sandbox import Sandbox
-
-
-class ManualClock:
-    """A clock the test moves by hand, so the lifecycle is observed exactly, however slow the machine."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def clock(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> ManualClock:
-    manual = ManualClock()
-    monkeypatch.setattr(sandbox.state, "clock", manual)
-    return manual
 
 
 def finished(client: MusicClient, ids: list[str]) -> list[TaskRecord]:

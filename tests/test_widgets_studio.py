@@ -5,23 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+from helpers import HOSTILE, WAIT, ManualClock, html_values, wait_until
 from IPython.core.interactiveshell import InteractiveShell
-from test_widgets_watcher import HOSTILE, WAIT, ManualClock, html_values, wait_until
 
 from ipymusicgen.client import MusicClient
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.tasks import TaskState
 from ipymusicgen.widgets import GenerateForm, KeyInfoPanel, LyricsForm, Studio, V2Form, studio
 from ipymusicgen.widgets.studio import GENERATE_TAB, KEY_TAB, TAB_TITLES, V2_TAB
-
-
-@pytest.fixture
-def clock(sandbox: Sandbox) -> Iterator[ManualClock]:
-    manual = ManualClock(sandbox.state.stage_seconds)
-    real = sandbox.state.clock
-    sandbox.state.clock = manual
-    yield manual
-    sandbox.state.clock = real
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ by hand: each `poll_once()` then sees exactly the stage the test asked for, on a
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import ipywidgets as w
 import pytest
+from helpers import HOSTILE, WAIT, ManualClock, html_values, wait_until
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.lib.pretty import pretty
 from IPython.utils.capture import capture_output
@@ -25,34 +25,6 @@ from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.tasks import TaskState
 from ipymusicgen.widgets import GenerateForm, TaskCard, TaskWatcher
 from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
-
-HOSTILE = "<img src=x onerror=alert(1)>"
-WAIT = 20.0
-"""Generous bound for anything a background thread has to do on a slow, shared machine."""
-
-
-class ManualClock:
-    """A clock the test moves: the sandbox's task stages follow it, not the wall clock."""
-
-    def __init__(self, stage: float) -> None:
-        self.now = 1000.0
-        self.stage = stage
-
-    def __call__(self) -> float:
-        return self.now
-
-    def stages(self, count: float = 1) -> None:
-        """Move on by `count` stages (plus a little, so a boundary is passed, not touched)."""
-        self.now += count * self.stage + 0.01
-
-
-@pytest.fixture
-def clock(sandbox: Sandbox) -> Iterator[ManualClock]:
-    manual = ManualClock(sandbox.state.stage_seconds)
-    real = sandbox.state.clock
-    sandbox.state.clock = manual
-    yield manual
-    sandbox.state.clock = real
 
 
 @pytest.fixture
@@ -75,23 +47,6 @@ def plain_client(sandbox: Sandbox) -> Iterator[MusicClient]:
     """A client that does not retry, so one injected fault is one failed polling round."""
     with sandbox.client(max_retries=0, timeout=10) as music_client:
         yield music_client
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    """Poll a condition with a generous bound (never a timed assertion: only a hang fails it)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for: {what}")
-        time.sleep(0.02)
-
-
-def html_values(widget: w.Widget) -> list[str]:
-    """Every HTML widget value in a widget tree (what a browser would render as markup)."""
-    found = [widget.value] if isinstance(widget, w.HTML) else []
-    for child in getattr(widget, "children", ()):
-        found += html_values(child)
-    return found
 
 
 def assert_escaped(widget: w.Widget) -> None:

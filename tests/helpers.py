@@ -1,0 +1,47 @@
+"""Test helpers: a hand-moved sandbox clock, bounded waits for background threads, widget markup."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import ipywidgets as w
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+WAIT = 20.0
+"""Generous bound for anything a background thread has to do on a slow, shared machine."""
+
+
+class ManualClock:
+    """A clock the test moves: the sandbox's task stages follow it, not the wall clock."""
+
+    def __init__(self, stage: float) -> None:
+        self.now = 1000.0
+        self.stage = stage
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def stages(self, count: float = 1) -> None:
+        """Move on by `count` stages (plus a little, so a boundary is passed, not touched)."""
+        self.advance(count * self.stage + 0.01)
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
+    """Poll a condition with a generous bound (never a timed assertion: only a hang fails it)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for: {what}")
+        time.sleep(0.02)
+
+
+def html_values(widget: w.Widget) -> list[str]:
+    """Every HTML widget value in a widget tree (what a browser would render as markup)."""
+    found = [widget.value] if isinstance(widget, w.HTML) else []
+    for child in getattr(widget, "children", ()):
+        found += html_values(child)
+    return found
