@@ -183,3 +183,18 @@ def test_closing_the_studio_stops_polling(client: MusicClient, clock: ManualCloc
     assert not thread.is_alive() and not made.watcher.running
     parts = [made.tabs, made.generate, made.generate.fields["title"].control, made.v2.submit_button, made.key_info]
     assert all(part.comm is None for part in parts) and made.comm is None
+
+
+def test_parts_carry_stable_css_classes_for_styling_and_browser_tests(
+    client: MusicClient, studios: Callable[..., Studio]
+) -> None:
+    made = studios(client)
+    assert "ipymusicgen-studio" in made._dom_classes
+    assert "ipymusicgen-watcher" in made.watcher._dom_classes
+    forms = [made.generate, made.v2, made.lyrics]
+    assert all("ipymusicgen-form" in form._dom_classes for form in forms)
+    made.generate.set_values(action="auto", style="css hooks")
+    made.generate.submit_button.click()
+    card = next(iter(made.watcher.cards.values()))
+    assert "ipymusicgen-task-card" in card._dom_classes
+    assert "ipymusicgen-player" in card.audio._dom_classes

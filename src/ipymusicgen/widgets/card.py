@@ -53,6 +53,7 @@ class TaskCard(TextRepr, w.VBox):
         self._duration = w.HTML()
         self._audio_note = w.HTML()
         self._audio = w.Audio.from_url("", autoplay=False, loop=False, layout=w.Layout(display="none"))
+        self._audio.add_class("ipymusicgen-player")
         self._cover = w.Image.from_url("", layout=w.Layout(display="none", width="96px", height="96px"))
         self._lyrics_html = w.HTML()
         self._lyrics = w.Accordion([self._lyrics_html], titles=("Lyrics",), selected_index=None)
@@ -86,6 +87,7 @@ class TaskCard(TextRepr, w.VBox):
             [w.HBox([self._cover, details]), self._lyrics, self._action_bar, self._ids, self._message, self._slot],
             layout=w.Layout(border="1px solid #ddd", padding="6px", margin="4px 0"),
         )
+        self.add_class("ipymusicgen-task-card")  # stable hooks for styling and browser tests
         self._show_actions()
 
     # -- what tests and the watcher read -----------------------------------------------------------------
@@ -158,7 +160,6 @@ class TaskCard(TextRepr, w.VBox):
         self._heading.value = f"<b>{esc(record.title or 'untitled')}</b>{style}"
         self._progress.value = PROGRESS[state]
         self._progress.bar_style = BAR_STYLE[state]
-        self._progress.description = state.value
         self._duration.value = note_html(f"duration {duration_text(record.duration_seconds)}")
         self._update_audio(record, state)
         self._update_cover(record)

@@ -183,6 +183,7 @@ class Form(TextRepr, w.VBox, Generic[T]):
         self._button = w.Button(description=submit_label, button_style="primary", icon="play")
         self._button.on_click(lambda _button: self.submit())
         super().__init__([*children, w.HBox([self._button, self._status]), self._error])
+        self.add_class("ipymusicgen-form")
 
     # -- public API ------------------------------------------------------------------------------------
 

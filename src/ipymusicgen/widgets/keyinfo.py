@@ -36,6 +36,7 @@ class KeyInfoPanel(TextRepr, w.VBox):
         self._button = w.Button(description="Refresh", icon="refresh")
         self._button.on_click(lambda _button: self.refresh())
         super().__init__([self._table, w.HBox([self._button]), self._error])
+        self.add_class("ipymusicgen-key-info")
         if load:
             self.refresh()
 

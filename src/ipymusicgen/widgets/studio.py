@@ -40,6 +40,7 @@ class Studio(TextRepr, w.VBox):
         self._watcher._form_provider = self._form_for_extend
         self._tabs.observe(self._tab_changed, names="selected_index")
         super().__init__([self._tabs, self._watcher])
+        self.add_class("ipymusicgen-studio")
 
     @property
     def client(self) -> MusicClient:

@@ -95,6 +95,7 @@ class TaskWatcher(TextRepr, w.VBox):
         self._summary = w.HTML()
         self._box = w.VBox()
         super().__init__([self._summary, self._box])
+        self.add_class("ipymusicgen-watcher")
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
             self.comm.on_close(self._front_end_closed)
         from ..session import register_watcher
