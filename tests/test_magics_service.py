@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
+from ipymusicgen.magics import Songs
 from ipymusicgen.models import GenerateResult, TaskRecord, V2Song
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.tasks import TaskState
@@ -272,3 +274,23 @@ def test_resume_watches_unfinished_tasks(ip: InteractiveShell) -> None:
     with capture_output() as out:
         assert ip.run_line_magic("musicgen_resume", "") is None
     assert "No unfinished tasks" in out.stdout
+
+
+def test_wait_returns_songs_that_show_as_a_table_with_players(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    songs = ip.run_line_magic("musicgen", "--wait --timeout 20 a tune to listen to")
+    assert isinstance(songs, list) and len(songs) == 2
+    text = repr(songs)
+    assert len(text.splitlines()) == 4 and all(s.id in text for s in songs)  # caption, header, one row each
+    assert not any(s.lyrics and s.lyrics.splitlines()[1] in text for s in songs)
+    html = ip.display_formatter.format(songs)[0]["text/html"]
+    players = re.findall(r"<audio[^>]*>", html)
+    assert len(players) == 2 and all(sandbox.base_url in p for p in players)
+    assert not any("autoplay" in p or "loop" in p for p in players)
+
+
+def test_song_table_plays_only_web_urls_and_escapes_titles() -> None:
+    hostile = TaskRecord.model_validate(
+        {"id": "t1", "status": 0, "duration": 1000, "title": "<script>x</script>", "audio_url": "javascript:alert(1)"}
+    )
+    html = Songs([hostile])._repr_html_()
+    assert "<audio" not in html and "<a " not in html and "<script>" not in html and "&lt;script&gt;" in html

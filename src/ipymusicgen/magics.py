@@ -130,18 +130,45 @@ class Table:
             return f"<p>{html.escape(self.caption or '(nothing)')}</p>"
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns())
         body = "".join(
-            "<tr>" + "".join(f"<td>{_cell_html(r.get(c, ''))}</td>" for c in self._columns()) + "</tr>"
+            "<tr>" + "".join(f"<td>{self._cell_html(c, r.get(c, ''))}</td>" for c in self._columns()) + "</tr>"
             for r in self.rows
         )
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
+    def _cell_html(self, column: str, value: str) -> str:
+        """Escaped text; an http(s) URL becomes a link."""
+        if _is_web_url(value):
+            url = html.escape(value, quote=True)
+            return f'<a href="{url}" target="_blank" rel="noopener">{url}</a>'
+        return html.escape(value)
 
-def _cell_html(value: str) -> str:
-    """Escaped text; an http(s) URL becomes a link."""
-    if value.startswith(("http://", "https://")):
-        url = html.escape(value, quote=True)
-        return f'<a href="{url}" target="_blank">{url}</a>'
-    return html.escape(value)
+
+def _is_web_url(value: str) -> bool:
+    return value.lower().startswith(("http://", "https://"))
+
+
+class Songs(list):  # type: ignore[type-arg]
+    """Finished songs from `--wait`: a plain list of records that shows as a table with players."""
+
+    def _table(self) -> Table:
+        return _SongTable([record_row(r) for r in self], self, f"{len(self)} song(s)")
+
+    def __repr__(self) -> str:
+        return repr(self._table())
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+    def _repr_html_(self) -> str:
+        return self._table()._repr_html_()
+
+
+class _SongTable(Table):
+    def _cell_html(self, column: str, value: str) -> str:
+        """The audio column as a player (no autoplay, no loop), for http(s) URLs only."""
+        if column == "audio" and _is_web_url(value):
+            return f'<audio controls preload="none" src="{html.escape(value, quote=True)}"></audio>'
+        return super()._cell_html(column, value)
 
 
 class KeyReport(Table):
@@ -397,7 +424,7 @@ class MusicGen(Magics):
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {record.id} failed: {record.fail_reason or 'no reason given'}")
-        return records
+        return Songs(records)
 
     def _watch(self, client: MusicClient, ids: list[str], v2_ids: list[str]) -> TaskWatcher:
         from .widgets import TaskWatcher
