@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from ipymusicgen.interpolate import expand
+from ipymusicgen.interpolate import expand, left_verbatim
 from ipymusicgen.magic_args import MUSICGEN_OPTIONS, number, split_line, stray_options, v1_fields, v2_fields
 from ipymusicgen.magics import Lyrics, Table, mask_key, parse_since, split_ids
 
@@ -33,6 +33,20 @@ NS = {"name": "Rain", "song": SimpleNamespace(ids=["a", "b"]), "items": [10, 20]
 )
 def test_expand(text: str, expected: str) -> None:
     assert expand(text, NS) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("{name} {song.ids[1]} {{escaped}}", []),
+        ("{unknown} and {name}", ["{unknown}"]),
+        ("{'x' * 100}", ["{'x' * 100}"]),
+        ("{song.missing} {n:03d}", ["{song.missing}"]),
+        ("a lone } brace", []),
+    ],
+)
+def test_left_verbatim_names_what_expand_keeps(text: str, kept: list[str]) -> None:
+    assert left_verbatim(text, NS) == kept
 
 
 def test_split_line_keeps_free_text_verbatim() -> None:

@@ -167,6 +167,17 @@ def test_no_expand_keeps_braces(ip: InteractiveShell) -> None:
     assert _last_payload()["title"] == "{x}" and _last_payload()["lyrics"] == "{x} lyrics"
 
 
+def test_an_option_field_left_as_typed_is_pointed_out(ip: InteractiveShell) -> None:
+    ip.user_ns["x"] = "Known"
+    with capture_output() as out:
+        ip.run_line_magic("musicgen", "--title \"{x} {'y' * 3}\" --style pop --no-watch [Verse] {unknown}")
+    assert _last_payload()["title"] == "Known {'y' * 3}"
+    assert "{'y' * 3} left as typed" in out.stdout and "{x}" not in out.stdout and "{unknown}" not in out.stdout
+    with capture_output() as out:
+        ip.run_line_magic("musicgen", "--title {x} --style pop --no-watch fine")
+    assert "left as typed" not in out.stdout
+
+
 def test_result_goes_into_a_variable(ip: InteractiveShell) -> None:
     ip.run_cell_magic("musicgen", "-o songs --no-watch", "calm piano")
     assert isinstance(ip.user_ns["songs"], GenerateResult)

@@ -53,3 +53,19 @@ def expand(text: str, namespace: Mapping[str, Any]) -> str:
         if field is not None:
             out.append(_format_field(field, spec or "", conversion, namespace))
     return "".join(out)
+
+
+def left_verbatim(text: str, namespace: Mapping[str, Any]) -> list[str]:
+    """The `{...}` fields of `text` that `expand` would keep as typed (to warn before a paid request)."""
+    if "{" not in text:
+        return []
+    try:
+        parts = list(_FORMATTER.parse(text))
+    except ValueError:
+        return []
+    return [
+        _verbatim(field, spec or "", conversion)
+        for _literal, field, spec, conversion in parts
+        if field is not None
+        and _format_field(field, spec or "", conversion, namespace) == _verbatim(field, spec or "", conversion)
+    ]

@@ -25,7 +25,7 @@ from traitlets import Bool, Float, Unicode, observe
 
 from . import session
 from .errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError
-from .interpolate import expand
+from .interpolate import expand, left_verbatim
 from .magic_args import (
     MUSICGEN_OPTIONS,
     OUTPUT_OPTIONS,
@@ -333,6 +333,10 @@ class MusicGen(Magics):
         if stray:
             raise UsageError(f"put options before the text: {' '.join(stray)} came after it")
         if "--no-expand" not in argv:
+            kept = [field for token in argv for field in left_verbatim(token, self.user_ns)]
+            if kept:
+                note = "only {name} and {name.attr} of your variables are replaced"
+                print(f"Note: {', '.join(kept)} left as typed: {note}.")
             argv = [expand(token, self.user_ns) for token in argv]
             text = expand(text, self.user_ns)
         return magic.parser.parse_args(argv), text
