@@ -14,9 +14,9 @@ import random
 import time
 import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel
@@ -28,6 +28,7 @@ from .downloads import AtomicFile, safe_filename, suffix_for
 from .errors import (
     KEY_HINT,
     APIConnectionError,
+    APIError,
     APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
@@ -46,6 +47,7 @@ from .errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
+from .journal import Attempt, JournalEntry
 from .models import (
     GenerateResult,
     KeyInfo,
@@ -66,6 +68,12 @@ Record = TaskRecord | V2Song
 UpdateCallback = Callable[[list[Record]], None]
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
+"""Statuses after which a paid request may or may not have been carried out (not 501: never done)."""
+DOUBT_HINT = (
+    "The request may still have been carried out: it was NOT resent, to avoid paying twice. Check key_info() "
+    "(the music count) and your recent tasks before trying again."
+)
 MAX_RETRY_AFTER = 60.0
 IDS_QUERY_BUDGET = 4000
 """Characters of comma-joined ids per task query; more ids are split so URLs stay well under 8 KB."""
@@ -113,6 +121,13 @@ class Journal(Protocol):
     def rejected(self, attempt_id: str, note: str) -> None: ...
     def observe(self, records: Iterable[Record]) -> None: ...
     def downloaded(self, task_id: str, path: str) -> None: ...
+
+
+class TaskJournal(Journal, Protocol):
+    """A journal that can also list what it holds, which `resume()` needs (`journal.Journal` is one)."""
+
+    def unfinished(self, host: str | None = None) -> list[JournalEntry]: ...
+    def attempts(self, outcome: str | None = None) -> list[Attempt]: ...
 
 
 def chunk_ids(ids: list[str], budget: int = IDS_QUERY_BUDGET) -> list[list[str]]:
@@ -326,7 +341,13 @@ class _Core:
                 yield _Sleep(backoff_delay(attempt, outcome))
                 attempt += 1
                 continue
-            return self._process_response(endpoint, outcome)
+            try:
+                return self._process_response(endpoint, outcome)
+            except APIStatusError as exc:  # an envelope 5xx/429 in HTTP 200: a read retries it like the HTTP one
+                if endpoint.paid or not can_retry or exc.status_code not in RETRYABLE_STATUS:
+                    raise
+            yield _Sleep(backoff_delay(attempt))
+            attempt += 1
 
     def _transport_error(
         self, endpoint: Endpoint, exc: Exception, request: httpx.Request, not_sent: bool, attempt_id: str | None
@@ -412,46 +433,66 @@ class _Core:
             ) from None
 
     def _paid_flow(
-        self, endpoint: Endpoint, payload: Mapping[str, Any] | None, params: Mapping[str, str] | None = None
-    ) -> Flow[Any]:
-        """A request that costs money: journalled before it is sent, never blindly resent."""
+        self,
+        endpoint: Endpoint,
+        payload: Mapping[str, Any] | None,
+        parser: Callable[[Any], T],
+        params: Mapping[str, str] | None = None,
+    ) -> Flow[tuple[T, str | None]]:
+        """A request that costs money: journalled before it is sent, never blindly resent.
+
+        Whatever leaves the outcome in doubt (no answer, a 5xx, an answer that cannot be read) is
+        journalled as "unknown", not "rejected": the work may have been done and paid for.
+        """
         journal = self.journal
         host = self.settings.v2_base_url if endpoint.v2 else self.settings.base_url
         attempt_id = journal.begin(endpoint.name, host, {**(payload or {}), **(params or {})}) if journal else None
         try:
             data = yield from self._request_flow(endpoint, json=payload, params=params, attempt_id=attempt_id)
+            parsed = self._parse(endpoint, parser, data)
+        except APIResponseValidationError as exc:
+            raise self._note_outcome(attempt_id, exc, unknown=True, hint=True) from None
+        except APIStatusError as exc:
+            doubtful = exc.status_code in DOUBTFUL_STATUS
+            raise self._note_outcome(attempt_id, exc, unknown=doubtful, hint=doubtful) from None
         except CreateOutcomeUnknownError as exc:
-            if journal and attempt_id:
-                journal.unknown(attempt_id, exc.message)
-            raise
+            raise self._note_outcome(attempt_id, exc, unknown=True, hint=False) from None
         except MusicGenError as exc:
-            if journal and attempt_id:
-                journal.rejected(attempt_id, str(exc))
-            raise
-        return data, attempt_id
+            raise self._note_outcome(attempt_id, exc, unknown=False, hint=False) from None
+        return parsed, attempt_id
+
+    def _note_outcome(self, attempt_id: str | None, exc: MusicGenError, *, unknown: bool, hint: bool) -> MusicGenError:
+        """Journal how a paid request ended; a doubtful one also tells the user how to check."""
+        if hint and isinstance(exc, APIError):
+            exc.message += " " + DOUBT_HINT
+            exc.args = (exc.message,)
+        if self.journal is not None and attempt_id:
+            if unknown:
+                self.journal.unknown(attempt_id, str(exc))
+            else:
+                self.journal.rejected(attempt_id, str(exc))
+        return exc
 
     # -- endpoint flows --------------------------------------------------------------------------------
 
     def _generate_flow(self, request: Any, fields: dict[str, Any]) -> Flow[GenerateResult]:
         model = build_generate_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
-        data, attempt_id = yield from self._paid_flow(GENERATE, model.to_payload())
-        result = self._parse(GENERATE, GenerateResult.model_validate, data)
+        result, attempt_id = yield from self._paid_flow(GENERATE, model.to_payload(), GenerateResult.model_validate)
         if self.journal and attempt_id:
             self.journal.submitted(attempt_id, result.ids)
         return result
 
     def _submit_v2_flow(self, request: Any, fields: dict[str, Any]) -> Flow[list[V2Song]]:
         model: V2Request = build_v2_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
-        data, attempt_id = yield from self._paid_flow(SUBMIT_V2, model.to_payload())
-        songs = self._parse(SUBMIT_V2, _v2_songs, data)
+        songs, attempt_id = yield from self._paid_flow(SUBMIT_V2, model.to_payload(), _v2_songs)
         if self.journal and attempt_id:
             self.journal.submitted(attempt_id, [s.id for s in songs], v2=True)
         return songs
 
     def _lyrics_flow(self, prompt: str) -> Flow[LyricsResult]:
         model = build_lyrics_request(prompt)
-        data, _ = yield from self._paid_flow(LYRICS, model.to_payload())
-        return self._parse(LYRICS, LyricsResult.model_validate, data)
+        result, _ = yield from self._paid_flow(LYRICS, model.to_payload(), LyricsResult.model_validate)
+        return result
 
     def _key_info_flow(self) -> Flow[KeyInfo]:
         data = yield from self._request_flow(KEY_INFO)
@@ -478,10 +519,13 @@ class _Core:
         return song
 
     def _song_url_flow(self, endpoint: Endpoint, song_id: str, names: tuple[str, ...]) -> Flow[str]:
-        data, _ = yield from self._paid_flow(endpoint, None, params={"song_id": song_id})
-        value = first_text(data, names)
-        if value is None:
-            raise APIResponseValidationError(f"{endpoint.name}: no {names[0]} in the answer", body=data)
+        def pick(data: Any) -> str:
+            value = first_text(data, names)
+            if value is None:
+                raise ValueError(f"no {names[0]} in the answer")
+            return value
+
+        value, _ = yield from self._paid_flow(endpoint, None, pick, params={"song_id": song_id})
         return value
 
     def _poll_flow(self, tasks: TaskSet) -> Flow[list[Record]]:
@@ -507,20 +551,28 @@ class _Core:
         timeout = self.settings.wait_timeout if timeout is None else timeout
         interval = self.settings.poll_interval if interval is None else interval
         deadline = time.monotonic() + timeout
+        failures = 0
         while True:
-            changed = yield from self._poll_flow(tasks)
+            try:
+                changed = yield from self._poll_flow(tasks)
+            except MusicGenError as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise _wait_timeout(tasks, timeout, exc) from exc
+                pause = max(interval, backoff_delay(failures - 1, getattr(exc, "response", None)))
+                yield _Sleep(min(pause, remaining))
+                continue
+            failures = 0
             if changed and on_update is not None:
                 on_update(changed)
             if tasks.all_finished:
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                v1, v2 = tasks.unfinished()
-                raise WaitTimeoutError(
-                    f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on "
-                    "server-side: wait again or resume later.",
-                    pending=v1 + v2,
-                )
+                raise _wait_timeout(tasks, timeout)
             yield _Sleep(min(interval, remaining))
         finished = [tasks.get(i) for i in tasks.ids]
         records = [r for r in finished if r is not None]
@@ -528,6 +580,34 @@ class _Core:
         if failed and raise_on_failure:
             raise TaskFailedError(failed[0])
         return records
+
+    def _resume_journal(self) -> TaskJournal:
+        """The journal to resume from: this client's, else the durable one of the settings (kept for polling)."""
+        if self.journal is None:
+            from .journal import Journal as SqliteJournal
+
+            self.journal = SqliteJournal(self.settings.journal_path)
+        if not hasattr(self.journal, "unfinished") or not hasattr(self.journal, "attempts"):
+            raise MusicGenError("resume() needs a journal that lists tasks, such as ipymusicgen.journal.Journal.")
+        return cast(TaskJournal, self.journal)
+
+    def unfinished(self) -> Resumed:
+        """What the journal holds for this client's hosts: unfinished tasks and doubtful paid requests."""
+        journal = self._resume_journal()
+        base, v2_base = self.settings.base_url, self.settings.v2_base_url
+        v1 = tuple(e.id for e in journal.unfinished(base) if e.version == 1)
+        v2 = tuple(e.id for e in journal.unfinished(v2_base) if e.version == 2)
+        unknown = tuple(a for a in journal.attempts(outcome="unknown") if a.host in (base, v2_base))
+        return Resumed(v1, v2, unknown)
+
+    def _resume_flow(
+        self, wait: bool, timeout: float | None, interval: float | None, on_update: UpdateCallback | None
+    ) -> Flow[Resumed]:
+        found = self.unfinished()
+        if not wait or not found.ids:
+            return found
+        records = yield from self._wait_flow(found.v1_ids, found.v2_ids, timeout, interval, on_update, False)
+        return replace(found, records=tuple(records))
 
     def _download_target(self, task: Record | str, allow_preview: bool) -> tuple[str, str | None, str]:
         if isinstance(task, str):
@@ -550,6 +630,47 @@ class _Core:
         if self.journal is not None and not isinstance(task, str):
             self.journal.downloaded(task.id, str(path))
         return path
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What `resume()` found: unfinished task ids (v1, v2), doubtful paid requests, and the records once waited."""
+
+    v1_ids: tuple[str, ...] = ()
+    v2_ids: tuple[str, ...] = ()
+    unknown: tuple[Attempt, ...] = ()
+    """Paid requests whose outcome is unknown: check key info and the task list before resending."""
+    records: tuple[Record, ...] = ()
+    """The finished records (only with `wait=True`)."""
+
+    @property
+    def ids(self) -> list[str]:
+        return [*self.v1_ids, *self.v2_ids]
+
+    def __repr__(self) -> str:
+        done = f", {len(self.records)} finished" if self.records else ""
+        return f"Resumed({len(self.v1_ids)} v1 + {len(self.v2_ids)} v2 unfinished, {len(self.unknown)} unknown{done})"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error worth polling through: the network or the service had a bad moment (not a wrong key or id)."""
+    if isinstance(exc, APIConnectionError | APIResponseValidationError):
+        return True
+    return (
+        isinstance(exc, APIStatusError)
+        and not isinstance(exc, AuthenticationError)
+        and (exc.status_code in RETRYABLE_STATUS)
+    )
+
+
+def _wait_timeout(tasks: TaskSet, timeout: float, last_error: BaseException | None = None) -> WaitTimeoutError:
+    v1, v2 = tasks.unfinished()
+    problem = f" The last poll failed: {last_error}" if last_error is not None else ""
+    return WaitTimeoutError(
+        f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on server-side: wait again "
+        f"or resume later.{problem}",
+        pending=v1 + v2,
+    )
 
 
 def _id_list(ids: str | Iterable[str]) -> list[str]:
@@ -653,6 +774,17 @@ class MusicClient(_Core):
         """Poll until every task is complete or failed (one batched query per interval)."""
         return self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
 
+    def resume(
+        self,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        interval: float | None = None,
+        on_update: UpdateCallback | None = None,
+    ) -> Resumed:
+        """The journal's unfinished tasks for these hosts (after a restart); `wait=True` also polls them to the end."""
+        return self._run(self._resume_flow(wait, timeout, interval, on_update))
+
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
         url, title, fallback = self._download_target(task, allow_preview)
@@ -744,6 +876,16 @@ class AsyncMusicClient(_Core):
         raise_on_failure: bool = False,
     ) -> list[Record]:
         return await self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+
+    async def resume(
+        self,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        interval: float | None = None,
+        on_update: UpdateCallback | None = None,
+    ) -> Resumed:
+        return await self._run(self._resume_flow(wait, timeout, interval, on_update))
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         url, title, fallback = self._download_target(task, allow_preview)

@@ -129,10 +129,8 @@ def watch_unfinished() -> TaskWatcher:
     from .widgets import TaskWatcher
 
     client = get_client()
-    journal = get_journal()
-    v1 = [e.id for e in journal.unfinished(client.settings.base_url) if e.version == 1]
-    v2 = [e.id for e in journal.unfinished(client.settings.v2_base_url) if e.version == 2]
-    return TaskWatcher(v1, v2_ids=v2, client=client)
+    found = client.unfinished()  # the client's journal is this session's journal
+    return TaskWatcher(found.v1_ids, v2_ids=found.v2_ids, client=client)
 
 
 def _close_client() -> None:
