@@ -34,6 +34,7 @@ def ip(offline: None) -> Iterator[InteractiveShell]:
     shell.run_line_magic("load_ext", "ipymusicgen")
     yield shell
     shell.run_line_magic("unload_ext", "ipymusicgen")
+    shell.config.pop("MusicGen", None)  # %config settings outlive the extension; the next test starts clean
 
 
 def _instances(shell: InteractiveShell) -> list[MusicGen]:

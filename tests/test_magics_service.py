@@ -42,6 +42,7 @@ def ip(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     shell.run_line_magic("config", "MusicGen.auto_watch = False")
     yield shell
     shell.run_line_magic("unload_ext", "ipymusicgen")
+    shell.config.pop("MusicGen", None)  # %config settings outlive the extension; the next test starts clean
     for name in ("lyrics", "songs", "x", "made", "sid", "url", "singer"):
         shell.user_ns.pop(name, None)
     session.configure(**RESET)

@@ -8,7 +8,6 @@ and service refusals become one-line `UsageError`s, because a traceback wall hel
 from __future__ import annotations
 
 import getpass
-import html
 import re
 import time
 import warnings
@@ -37,6 +36,7 @@ from .magic_args import (
     with_options,
 )
 from .models import V2_MODELS, KeyInfo, build_generate_request, build_v2_request
+from .safe_html import esc, http_url, link
 from .tasks import TaskState
 
 if TYPE_CHECKING:
@@ -93,8 +93,8 @@ class Lyrics(str):
         printer.text(self.as_text())
 
     def _repr_html_(self) -> str:
-        title = f"<h4>{html.escape(self.title)}</h4>" if self.title else ""
-        body = html.escape(str(self))
+        title = f"<h4>{esc(self.title)}</h4>" if self.title else ""
+        body = esc(str(self))
         return f'<div class="ipymusicgen-lyrics">{title}<pre style="white-space: pre-wrap">{body}</pre></div>'
 
 
@@ -125,10 +125,10 @@ class Table:
         return "\n".join(([self.caption] if self.caption else []) + lines)
 
     def _repr_html_(self) -> str:
-        caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        caption = f"<caption>{esc(self.caption)}</caption>" if self.caption else ""
         if not self.rows:
-            return f"<p>{html.escape(self.caption or '(nothing)')}</p>"
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self._columns())
+            return f"<p>{esc(self.caption or '(nothing)')}</p>"
+        head = "".join(f"<th>{esc(c)}</th>" for c in self._columns())
         body = "".join(
             "<tr>" + "".join(f"<td>{self._cell_html(c, r.get(c, ''))}</td>" for c in self._columns()) + "</tr>"
             for r in self.rows
@@ -136,15 +136,12 @@ class Table:
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def _cell_html(self, column: str, value: str) -> str:
-        """Escaped text; an http(s) URL becomes a link."""
-        if _is_web_url(value):
-            url = html.escape(value, quote=True)
-            return f'<a href="{url}" target="_blank" rel="noopener">{url}</a>'
-        return html.escape(value)
+        """Escaped text; a URL column's absolute http(s) URL becomes a link."""
+        return link(value) if column in URL_COLUMNS else esc(value)
 
 
-def _is_web_url(value: str) -> bool:
-    return value.lower().startswith(("http://", "https://"))
+URL_COLUMNS = frozenset({"audio"})
+"""Columns whose values come from URL fields; any other column is text, even if it looks like a URL."""
 
 
 class Songs(list):  # type: ignore[type-arg]
@@ -166,8 +163,9 @@ class Songs(list):  # type: ignore[type-arg]
 class _SongTable(Table):
     def _cell_html(self, column: str, value: str) -> str:
         """The audio column as a player (no autoplay, no loop), for http(s) URLs only."""
-        if column == "audio" and _is_web_url(value):
-            return f'<audio controls preload="none" src="{html.escape(value, quote=True)}"></audio>'
+        url = http_url(value) if column in URL_COLUMNS else None
+        if url is not None:
+            return f'<audio controls preload="none" src="{esc(url)}"></audio>'
         return super()._cell_html(column, value)
 
 

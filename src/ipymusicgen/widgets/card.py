@@ -9,8 +9,8 @@ from typing import Any, Protocol
 import ipywidgets as w
 
 from ..models import TaskRecord, V2Song
+from ..safe_html import error_html, esc, http_url, note_html, pre
 from ..tasks import TaskState
-from .safe import error_html, esc, http_url, note_html, pre
 from .text import TextRepr
 
 Record = TaskRecord | V2Song

@@ -23,7 +23,7 @@ from ..errors import (
     RequestValidationError,
     UnprocessableEntityError,
 )
-from .safe import error_html, esc, note_html
+from ..safe_html import error_html, esc, note_html
 from .text import TextRepr
 
 T = TypeVar("T")

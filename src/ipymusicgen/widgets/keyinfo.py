@@ -9,8 +9,8 @@ import ipywidgets as w
 
 from ..client import MusicClient
 from ..models import KeyInfo
+from ..safe_html import error_html, esc, note_html
 from .form import error_title
-from .safe import error_html, esc, note_html
 from .text import TextRepr
 
 KEY_MASK = "••••"

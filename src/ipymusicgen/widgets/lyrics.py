@@ -9,9 +9,9 @@ import ipywidgets as w
 
 from ..client import MusicClient
 from ..models import LyricsResult, build_lyrics_request
+from ..safe_html import esc, pre
 from .form import FieldRow, Form
 from .generate import GenerateForm
-from .safe import esc, pre
 
 
 class LyricsForm(Form[LyricsResult]):

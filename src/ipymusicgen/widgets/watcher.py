@@ -19,10 +19,10 @@ import ipywidgets as w
 from ..client import MusicClient, _retry_after
 from ..errors import MusicGenError, WaitTimeoutError
 from ..models import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
+from ..safe_html import note_html
 from ..tasks import TaskSet, TaskState
 from .card import TaskCard
 from .generate import GenerateForm
-from .safe import note_html
 from .text import TextRepr
 from .v2 import V2Form
 

@@ -1,4 +1,4 @@
-"""The one place that decides what server text may become in an HTML widget.
+"""The one place that decides what server text may become in HTML (widgets and magics outputs).
 
 Server-supplied text (titles, styles, lyrics, error messages) is always escaped, and only plain
 http(s) URLs ever become players, images or links: a `javascript:`/`data:`/`file:` URL is dropped.
