@@ -135,7 +135,7 @@ def _clean_env(monkeypatch):
 def clock(monkeypatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(client_mod, "time", SimpleNamespace(sleep=fake.sleep, monotonic=fake.monotonic, time=fake.time))
-    monkeypatch.setattr(client_mod, "asyncio", SimpleNamespace(sleep=fake.async_sleep))
+    monkeypatch.setattr(client_mod, "_async_sleep", fake.async_sleep)
     return fake
 
 

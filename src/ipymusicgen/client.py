@@ -8,7 +8,6 @@ face drives flows with `httpx.Client` and `time.sleep`, the async face with `htt
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import random
 import time
@@ -810,6 +809,12 @@ class MusicClient(_Core):
         self.close()
 
 
+async def _async_sleep(seconds: float) -> None:
+    import asyncio  # here, not at the top: the sync face (and `%load_ext`) never pays for it
+
+    await asyncio.sleep(seconds)
+
+
 class AsyncMusicClient(_Core):
     """Asynchronous client for `await` (works with IPython's top-level await)."""
 
@@ -824,7 +829,7 @@ class AsyncMusicClient(_Core):
             step = next(flow)
             while True:
                 if isinstance(step, _Sleep):
-                    await asyncio.sleep(step.seconds)
+                    await _async_sleep(step.seconds)
                     step = flow.send(None)
                     continue
                 try:
