@@ -39,3 +39,11 @@ def clock(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> ManualClock:
     manual = ManualClock(sandbox.state.stage_seconds)
     monkeypatch.setattr(sandbox.state, "clock", manual)
     return manual
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Clients journal to the user data directory by default; tests (and their kernels) get a private one."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+        yield

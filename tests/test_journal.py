@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sqlite3
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import httpx
 import pytest
 
 from ipymusicgen import CreateOutcomeUnknownError, InsufficientCreditsError, MusicClient
-from ipymusicgen.journal import Journal
+from ipymusicgen.journal import Journal, default_journal_path
 from ipymusicgen.models import TaskRecord
 
 BASE = "http://127.0.0.1:9"
@@ -139,3 +140,31 @@ def test_two_processes_share_one_journal(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == 160
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def _answer_generate(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"status": 200, "message": "Success", "data": {"ids": ["d1", "d2"]}})
+
+
+def test_a_plain_client_of_a_real_service_journals_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MUSICGEN_JOURNAL", raising=False)
+    transport = httpx.MockTransport(_answer_generate)
+    with MusicClient("k", base_url="https://api.example", http_client=httpx.Client(transport=transport)) as client:
+        client.generate(action="auto", style="default journal")
+        path = client.journal.path
+    assert path == default_journal_path() and path.parent.parent == Path(os.environ["XDG_DATA_HOME"])
+    with Journal(path) as durable:
+        assert {"d1", "d2"} <= {e.id for e in durable.unfinished("https://api.example")}
+
+
+def test_loopback_clients_journal_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MUSICGEN_JOURNAL", raising=False)
+    transport = httpx.MockTransport(_answer_generate)
+    assert MusicClient("k", base_url=BASE, http_client=httpx.Client(transport=transport)).journal is None
+    assert MusicClient("k", base_url="https://api.example", journal=False).journal is None
+    monkeypatch.setenv("MUSICGEN_JOURNAL", str(tmp_path / "asked.sqlite3"))
+    with MusicClient("k", base_url=BASE, http_client=httpx.Client(transport=transport)) as client:
+        client.generate(action="auto", style="asked for")
+        assert client.journal is not None and client.journal.path == tmp_path / "asked.sqlite3"
+    with Journal(tmp_path / "asked.sqlite3") as asked:
+        assert {e.id for e in asked.unfinished()} == {"d1", "d2"}

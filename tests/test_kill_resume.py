@@ -126,7 +126,7 @@ def test_resume_without_a_journal_opens_the_settings_journal(sandbox: Sandbox, j
         v1, v2 = submit_both(first)
     journal.close()
     settings = Settings.from_env().with_changes(journal_path=str(journal_path), poll_interval=0.05)
-    with sandbox.client(settings=settings, timeout=10) as client:
+    with sandbox.client(settings=settings, timeout=10, journal=False) as client:
         assert client.journal is None
         finished = client.resume(wait=True, timeout=WAIT)
         assert sorted(r.id for r in finished.records) == sorted(v1 + v2)

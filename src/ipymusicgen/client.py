@@ -233,7 +233,7 @@ class _Core:
         timeout: float | None = None,
         max_retries: int | None = None,
         settings: Settings | None = None,
-        journal: Journal | None = None,
+        journal: Journal | bool | None = True,
         allow_unknown_models: bool | None = None,
         allow_insecure_http: bool | None = None,
     ) -> None:
@@ -248,8 +248,38 @@ class _Core:
         }
         base = settings or Settings.from_env()
         self.settings = base.with_changes(**{k: v for k, v in overrides.items() if v is not None})
-        self.journal = journal
+        self._journal_choice: Journal | bool | None = journal  # True: decided on first use
+        self._opened_journal: Any = None  # a journal this client opened itself, closed with it
         self._check_transport()
+
+    @property
+    def journal(self) -> Journal | None:
+        """Where paid attempts and task ids are recorded before a call returns.
+
+        By default (`journal=True`) the durable SQLite journal of the settings (`MUSICGEN_JOURNAL`, else
+        the user data directory), opened on first use, for any real service; a loopback host (the
+        sandbox) is journalled only when `journal_path` is set. Pass a `Journal` to share one, or False.
+        """
+        if self._journal_choice is True:
+            wanted = self.settings.journal_path is not None or not is_loopback(self.settings.base_url)
+            self._journal_choice = self._open_journal() if wanted else None
+        return None if isinstance(self._journal_choice, bool) else self._journal_choice
+
+    @journal.setter
+    def journal(self, value: Journal | None) -> None:
+        self._journal_choice = value
+
+    def _open_journal(self) -> Journal:
+        from .journal import Journal as SqliteJournal
+
+        self._opened_journal = SqliteJournal(self.settings.journal_path)
+        return cast(Journal, self._opened_journal)
+
+    def _close_own_journal(self) -> None:
+        if self._opened_journal is not None:
+            self._opened_journal.close()
+            self._opened_journal = None
+            self._journal_choice = None
 
     # -- helpers shared by both faces ----------------------------------------------------------------
 
@@ -583,9 +613,7 @@ class _Core:
     def _resume_journal(self) -> TaskJournal:
         """The journal to resume from: this client's, else the durable one of the settings (kept for polling)."""
         if self.journal is None:
-            from .journal import Journal as SqliteJournal
-
-            self.journal = SqliteJournal(self.settings.journal_path)
+            self.journal = self._open_journal()
         if not hasattr(self.journal, "unfinished") or not hasattr(self.journal, "attempts"):
             raise MusicGenError("resume() needs a journal that lists tasks, such as ipymusicgen.journal.Journal.")
         return cast(TaskJournal, self.journal)
@@ -801,6 +829,7 @@ class MusicClient(_Core):
 
     def close(self) -> None:
         self._http.close()
+        self._close_own_journal()
 
     def __enter__(self) -> MusicClient:
         return self
@@ -908,6 +937,7 @@ class AsyncMusicClient(_Core):
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        self._close_own_journal()
 
     async def __aenter__(self) -> AsyncMusicClient:
         return self

@@ -250,3 +250,9 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
