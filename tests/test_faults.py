@@ -214,7 +214,7 @@ CREATE_FAULTS: dict[str, tuple[type[Exception], str, bool]] = {
     "rate_limit": (RateLimitError, "rejected", False),
     "server_error": (InternalServerError, "unknown", False),
     "server_error:after": (InternalServerError, "unknown", True),
-    SLOW: (CreateOutcomeUnknownError, "unknown", False),  # the sandbox drops the work once the client hung up
+    SLOW: (CreateOutcomeUnknownError, "unknown", True),  # done at once, answered after the client gave up
     "malformed": (APIResponseValidationError, "unknown", False),
     "malformed:after": (APIResponseValidationError, "unknown", True),
     "envelope_error": (EnvelopeError, "unknown", False),

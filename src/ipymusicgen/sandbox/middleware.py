@@ -31,12 +31,23 @@ class DroppedConnection(Exception):
     """Raised when no transport can be closed (e.g. under a test client): the closest to a drop."""
 
 
-async def _drain(receive: Receive) -> None:
-    """Read the whole request body, so answering early leaves the connection in a clean state."""
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
     while True:
         message = await receive()
+        chunks.append(message.get("body", b""))
         if message["type"] != "http.request" or not message.get("more_body"):
-            return
+            return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    """A `receive` that hands the app a body read earlier, then reports the client gone."""
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    return receive
 
 
 async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -71,14 +82,26 @@ class SandboxMiddleware:
             await self.app(scope, receive, send)
             return
         if rule.kind == "slow":
-            await asyncio.sleep(rule.seconds)
-            await self.app(scope, receive, send)
+            await self._slow(rule, scope, receive, send)
             return
         if rule.after:
             await self.app(scope, receive, _discard)
         else:
-            await _drain(receive)
+            await _read_body(receive)  # read it all, so answering early leaves the connection clean
         await self._fault(rule, scope, send)
+
+    async def _slow(self, rule: FaultRule, scope: Scope, receive: Receive, send: Send) -> None:
+        """The work is done at once, the answer comes late: as a slow real service that a client gives up on."""
+        body = await _read_body(receive)
+        held: list[Message] = []
+
+        async def hold(message: Message) -> None:
+            held.append(message)
+
+        await self.app(scope, _replay(body), hold)
+        await asyncio.sleep(rule.seconds)
+        for message in held:
+            await send(message)  # uvicorn drops it quietly if the client has hung up
 
     async def _fault(self, rule: FaultRule, scope: Scope, send: Send) -> None:
         if rule.kind == "rate_limit":
