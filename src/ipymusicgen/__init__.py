@@ -9,22 +9,33 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .client import AsyncMusicClient, MusicClient
+from .client import AsyncMusicClient, MusicClient, Resumed
 from .config import Settings
 from .errors import (
     APIConnectionError,
     APIError,
+    APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
     AuthenticationError,
+    BadRequestError,
     CreateOutcomeUnknownError,
+    EnvelopeError,
+    IgnoredFieldsWarning,
+    InsecureTransportError,
     InsufficientCreditsError,
+    InternalServerError,
     MusicGenError,
+    NotFoundError,
+    PermissionDeniedError,
     RateLimitError,
     RequestValidationError,
     TaskFailedError,
     UnprocessableEntityError,
+    WaitTimeoutError,
 )
+from .journal import Journal
+from .models import TaskRecord, V2Song
 from .tasks import TaskState
 
 if TYPE_CHECKING:
@@ -33,23 +44,42 @@ if TYPE_CHECKING:
 __all__ = [
     "APIConnectionError",
     "APIError",
+    "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "AsyncMusicClient",
     "AuthenticationError",
+    "BadRequestError",
     "CreateOutcomeUnknownError",
+    "EnvelopeError",
+    "IgnoredFieldsWarning",
+    "InsecureTransportError",
     "InsufficientCreditsError",
+    "InternalServerError",
+    "Journal",
     "MusicClient",
     "MusicGenError",
+    "NotFoundError",
+    "PermissionDeniedError",
     "RateLimitError",
     "RequestValidationError",
+    "Resumed",
+    "Sandbox",
     "Settings",
     "TaskFailedError",
+    "TaskRecord",
     "TaskState",
+    "TaskWatcher",
     "UnprocessableEntityError",
+    "V2Song",
+    "WaitTimeoutError",
     "__version__",
+    "get_async_client",
+    "get_client",
     "load_ipython_extension",
+    "studio",
     "unload_ipython_extension",
+    "watch_unfinished",
 ]
 
 _LAZY = {
@@ -57,6 +87,7 @@ _LAZY = {
     "studio": ("ipymusicgen.widgets", "studio"),
     "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),
     "get_client": ("ipymusicgen.session", "get_client"),
+    "get_async_client": ("ipymusicgen.session", "get_async_client"),
     "watch_unfinished": ("ipymusicgen.session", "watch_unfinished"),
 }
 
