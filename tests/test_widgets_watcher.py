@@ -18,13 +18,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.lib.pretty import pretty
 from IPython.utils.capture import capture_output
 
+from ipymusicgen import session
 from ipymusicgen.client import MusicClient
 from ipymusicgen.errors import WaitTimeoutError
 from ipymusicgen.models import TaskRecord, V2Song
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.tasks import TaskState
 from ipymusicgen.widgets import GenerateForm, TaskCard, TaskWatcher
-from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
+from ipymusicgen.widgets.watcher import MAX_BACKOFF, PAGE_SIZE, backoff
 
 
 @pytest.fixture
@@ -471,3 +472,160 @@ def test_elapsed_time_counts_while_processing_and_stops_when_done(
     card._finished -= 1  # a finished song's time comes from when it finished, not from now
     card.tick()
     assert card.html != frozen and re.search(r"complete · 1 min \d+ s", card.html)
+
+
+# -- cheap cards: parts built when first needed ----------------------------------------------------------
+
+
+def tree(widget: w.Widget) -> list[w.Widget]:
+    """A widget and everything it contains (what the front end gets a model for)."""
+    found = [widget]
+    for child in getattr(widget, "children", ()):
+        found += tree(child)
+    return found
+
+
+def kinds(card: TaskCard) -> set[type]:
+    return {type(part) for part in tree(card)}
+
+
+def button_names(card: TaskCard) -> list[str]:
+    return [str(part.description) for part in tree(card) if isinstance(part, w.Button)]
+
+
+def test_a_card_builds_player_cover_lyrics_and_buttons_only_when_needed(
+    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+) -> None:
+    ids = custom_song(client, lyrics="[Verse]\nrain on the window")
+    watcher = watchers(ids, client=client, autostart=False)
+    card = watcher.card(ids[0])
+    lazy = {w.Audio, w.Image, w.Accordion, w.Text}
+    assert not kinds(card) & lazy and button_names(card) == ["Copy ids"]
+    watcher.poll_once()  # processing: still nothing to play, show or act on
+    assert card.state is TaskState.PROCESSING
+    assert not kinds(card) & lazy and button_names(card) == ["Copy ids"]
+
+    clock.stages(1)
+    watcher.poll_once()  # preview: a player, no buttons yet
+    assert card.state is TaskState.PREVIEW
+    players = [part for part in tree(card) if isinstance(part, w.Audio)]
+    assert len(players) == 1 and players[0] is card.audio and card.audio_url == card.record.audio_url
+    assert "ipymusicgen-player" in players[0]._dom_classes
+    assert players[0].autoplay is False and players[0].loop is False
+    assert button_names(card) == ["Copy ids"]
+
+    clock.stages(1)
+    watcher.poll_once()  # complete: cover, lyrics and the song's buttons, in their places
+    assert card.state is TaskState.COMPLETE and {w.Audio, w.Image, w.Accordion} <= kinds(card)
+    assert [part for part in tree(card) if isinstance(part, w.Audio)] == [players[0]]  # the same player
+    assert button_names(card) == ["Extend", "Concat", "Download", "Copy ids"]
+    assert card.children[0].children[0] is card.cover and card.children[1] is card.lyrics_box
+    assert w.Text not in kinds(card)  # the ids box waits for "Copy ids"
+    card.buttons["copy"].click()
+    assert card.ids_text in tree(card) and card.ids_text.value == f"{card.record.id}, {card.record.song_id}"
+    below = card.children[list(card.children).index(card.ids_text) - 1]
+    assert card.buttons["copy"] in below.children  # the ids show right under the buttons
+
+
+def test_a_failed_card_builds_its_failure_line_but_no_player(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+) -> None:
+    sandbox.set_faults([{"kind": "task_fail", "fail_reason": "no credits left"}])
+    ids = custom_song(client)
+    watcher = watchers(ids, client=client, autostart=False)
+    card = watcher.card(ids[0])
+    assert "failed" not in card.html
+    clock.stages(1)
+    watcher.poll_once()
+    assert card.state is TaskState.FAILED and "failed: no credits left" in card.html
+    assert not kinds(card) & {w.Audio, w.Image, w.Accordion, w.Text}
+    assert button_names(card) == ["Copy ids"]
+
+
+# -- paging: cards for the first tasks, every task polled ----------------------------------------------
+
+
+class PagedWatcher(TaskWatcher):
+    """A watcher with a small page, so paging shows with a few real tasks."""
+
+    page_size = 2
+
+
+def test_a_big_watcher_builds_cards_for_its_first_page_only() -> None:
+    ids = [f"t{i}" for i in range(PAGE_SIZE + 3)]
+    watcher = TaskWatcher(ids, client=MusicClient(api_key="k", base_url="http://127.0.0.1:9"), autostart=False)
+    try:
+        assert watcher.ids == ids and list(watcher.cards) == ids[:PAGE_SIZE] and watcher.hidden == 3
+        assert [card.task_id for card in watcher.children[1].children] == ids[:PAGE_SIZE]
+        more = watcher.children[2]
+        assert more.layout.display is None and more.description == "Show 3 more (3 without a card)"
+        assert f"cards for the first {PAGE_SIZE}" in watcher.children[0].value
+        assert len(repr(watcher).splitlines()) == 1 + len(ids)  # the text lists every task, card or not
+    finally:
+        watcher.close()
+
+
+def test_show_more_builds_the_next_page_with_the_latest_records(
+    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+) -> None:
+    ids = custom_song(plain_client) + custom_song(plain_client) + custom_song(plain_client)
+    watcher = watchers(ids, client=plain_client, autostart=False)
+    assert isinstance(watcher, TaskWatcher)
+    paged = PagedWatcher(ids, client=plain_client, autostart=False)
+    try:
+        more = paged.children[2]
+        assert list(paged.cards) == ids[:2] and more.description == "Show 2 more (4 without a card)"
+        clock.stages(2)
+        assert len(paged.poll_once()) == 6 and paged.done  # every task is polled, card or not
+        assert [r.id for r in paged.records] == ids and "'Rain' [complete]" in repr(paged).splitlines()[-1]
+        more.click()
+        assert list(paged.cards) == ids[:4] and more.description == "Show 2 more (2 without a card)"
+        assert [card.task_id for card in paged.children[1].children] == ids[:4]
+        new = paged.card(ids[3])
+        assert new.state is TaskState.COMPLETE and new.audio_url == new.record.audio_url  # filled in at once
+        last = paged.card(ids[5])  # asking for a card shows the pages up to it
+        assert last.state is TaskState.COMPLETE and list(paged.cards) == ids
+        assert more.layout.display == "none" and paged.hidden == 0
+        assert "cards for the first" not in paged.children[0].value
+        with pytest.raises(KeyError):
+            paged.card("not-watched")
+    finally:
+        paged.close()
+
+
+def test_a_page_shown_during_polling_errors_shows_the_error(
+    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock
+) -> None:
+    ids = custom_song(plain_client) + custom_song(plain_client)
+    paged = PagedWatcher(ids, client=plain_client, autostart=False)
+    try:
+        sandbox.set_faults("server_error:count=1:path=/v1/music/tasks")
+        assert paged.poll_once() == [] and paged.last_error
+        new_cards = paged.show_more()
+        assert [card.task_id for card in new_cards] == ids[2:]
+        assert all("polling:" in card.html and "500" in card.html for card in new_cards)
+        clock.stages(1)
+        paged.poll_once()
+        assert all("polling:" not in card.html and card.state is TaskState.PREVIEW for card in new_cards)
+    finally:
+        paged.close()
+
+
+def test_a_closed_watcher_is_forgotten_by_the_session(client: MusicClient) -> None:
+    first = TaskWatcher(client=client, autostart=False)
+    second = TaskWatcher(client=client, autostart=False)
+    assert first in session._session.watchers and second in session._session.watchers
+    first.close()
+    assert first not in session._session.watchers and second in session._session.watchers
+    first.close()  # closing again (as ipywidgets does when the object is collected) changes nothing
+    assert second in session._session.watchers
+    second.close()
+    assert second not in session._session.watchers
+
+
+def test_shutdown_closes_every_registered_watcher(client: MusicClient, clock: ManualClock) -> None:
+    made = [TaskWatcher(custom_song(client), client=client) for _ in range(3)]
+    assert all(watcher.running for watcher in made)
+    session.shutdown()  # each close() unregisters while shutdown walks the list: none may be skipped
+    assert all(watcher.comm is None and not watcher.running for watcher in made)
+    assert not any(watcher in session._session.watchers for watcher in made)

@@ -120,8 +120,15 @@ def get_async_client() -> AsyncMusicClient:
 
 
 def register_watcher(watcher: TaskWatcher) -> None:
+    """Remember a watcher so `shutdown()` can stop its polling thread."""
     with _session.lock:
         _session.watchers.append(watcher)
+
+
+def unregister_watcher(watcher: TaskWatcher) -> None:
+    """Forget a closed watcher, so the session no longer holds its cards and records in memory."""
+    with _session.lock:
+        _session.watchers[:] = [w for w in _session.watchers if w is not watcher]
 
 
 def watch_unfinished() -> TaskWatcher:
@@ -142,7 +149,7 @@ def _close_client() -> None:
 def shutdown() -> None:
     """Stop watchers, the client and the embedded sandbox (used by `%unload_ext`)."""
     with _session.lock:
-        for watcher in _session.watchers:
+        for watcher in list(_session.watchers):  # close() unregisters, so walk a copy
             watcher.close()
         _session.watchers.clear()
         _close_client()

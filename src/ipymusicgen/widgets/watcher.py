@@ -20,8 +20,9 @@ from ..client import MusicClient, _retry_after
 from ..errors import MusicGenError, WaitTimeoutError
 from ..models import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
 from ..safe_html import note_html
+from ..session import register_watcher, unregister_watcher
 from ..tasks import TaskSet, TaskState
-from .card import TaskCard
+from .card import TaskCard, record_summary
 from .generate import GenerateForm
 from .text import TextRepr
 from .v2 import V2Form
@@ -29,6 +30,8 @@ from .v2 import V2Form
 Record = TaskRecord | V2Song
 MAX_BACKOFF = 60.0
 """Longest wait between polls while the service keeps failing."""
+PAGE_SIZE = 50
+"""Cards a watcher builds at first and per "show more" click; every task is polled and kept either way."""
 
 
 def backoff(interval: float, failures: int) -> float:
@@ -60,7 +63,12 @@ class TaskWatcher(TextRepr, w.VBox):
     >>> watcher = TaskWatcher(client.generate(action="auto", style="lo-fi").ids)
     >>> watcher                      # shows the cards; records fill in as the service reports
     >>> songs = watcher.wait()       # or block until all are finished
+
+    Only the first `page_size` tasks get a card at first (a card is a dozen widgets); a "show more"
+    button builds the next page. Every task is polled and its record kept whether it has a card or not.
     """
+
+    page_size = PAGE_SIZE
 
     def __init__(
         self,
@@ -81,6 +89,7 @@ class TaskWatcher(TextRepr, w.VBox):
         self._autostart = autostart
         self._tasks = TaskSet()
         self._cards: dict[str, TaskCard] = {}
+        self._v2_ids: set[str] = set()
         self._lock = threading.RLock()  # guards the thread handle and the start/exit decision
         self._poll_lock = threading.Lock()  # one polling round at a time
         self._thread: threading.Thread | None = None
@@ -92,14 +101,16 @@ class TaskWatcher(TextRepr, w.VBox):
         """Seconds a rate-limited service asked for (Retry-After); the thread waits at least that long."""
         self._form_provider: Callable[[bool], GenerateForm | V2Form] | None = None
         """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
+        self._limit = self.page_size
+        """How many tasks (from the first) have a card; raised by `show_more()`."""
         self._summary = w.HTML()
         self._box = w.VBox()
-        super().__init__([self._summary, self._box])
+        self._more = w.Button(description="Show more", icon="chevron-down", layout=w.Layout(display="none"))
+        self._more.on_click(lambda _button: self.show_more())
+        super().__init__([self._summary, self._box, self._more])
         self.add_class("ipymusicgen-watcher")
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
             self.comm.on_close(self._front_end_closed)
-        from ..session import register_watcher
-
         register_watcher(self)
         self.add(ids)
         self.add(v2_ids, v2=True)
@@ -128,7 +139,13 @@ class TaskWatcher(TextRepr, w.VBox):
 
     @property
     def cards(self) -> dict[str, TaskCard]:
+        """The cards built so far (the shown pages), by task id."""
         return dict(self._cards)
+
+    @property
+    def hidden(self) -> int:
+        """How many tasks have no card yet (beyond the shown pages)."""
+        return len(self._tasks.ids) - len(self._cards)
 
     @property
     def running(self) -> bool:
@@ -142,19 +159,30 @@ class TaskWatcher(TextRepr, w.VBox):
         return self._last_error
 
     def card(self, task_id: str) -> TaskCard:
+        """The card of a watched task; one beyond the shown pages is shown (with the pages before it)."""
+        card = self._cards.get(task_id)
+        if card is not None:
+            return card
+        ids = self._tasks.ids
+        if task_id not in ids:
+            raise KeyError(task_id)
+        pages = ids.index(task_id) // self.page_size + 1
+        self._show_cards(pages * self.page_size)
         return self._cards[task_id]
 
+    def show_more(self) -> list[TaskCard]:
+        """Build and show the next page of cards (what the "show more" button does); the new cards."""
+        return self._show_cards(self._limit + self.page_size)
+
     def add(self, ids: Iterable[str] | str, *, v2: bool = False) -> list[str]:
-        """Watch more tasks: a card each, at once; polling (re)starts if autostart is on."""
+        """Watch more tasks: a card each at once while the shown pages have room; polling (re)starts if autostart."""
         if isinstance(ids, str):
             ids = [ids]
         with self._lock:
             added = self._tasks.add([str(i) for i in ids], v2=v2)
-            new_cards = [TaskCard(task_id, v2=v2, actions=self) for task_id in added]
-            for card in new_cards:
-                self._cards[card.task_id] = card
-            if new_cards:
-                self._box.children = (*self._box.children, *new_cards)
+            if v2:
+                self._v2_ids.update(added)
+            self._build_cards()
             if added and self._autostart and not self._closed:
                 self._start_locked()
         self._refresh_summary()
@@ -198,14 +226,21 @@ class TaskWatcher(TextRepr, w.VBox):
             thread.join(timeout=max(5.0, self._client.settings.timeout + 5))
 
     def close(self) -> None:
-        """Stop polling and close the widget and its cards."""
+        """Stop polling, close the widget and its cards, and let the session forget this watcher.
+
+        Once is enough: ipywidgets calls `close()` again when the object is collected (even at exit).
+        """
+        if getattr(self, "_closed", True):  # closed already, or __init__ never got that far
+            return
         self._closed = True
         self.stop()
         for card in list(self._cards.values()):
             card.close()
         self._summary.close()
         self._box.close()
+        self._more.close()
         super().close()
+        unregister_watcher(self)
 
     def wait(self, timeout: float | None = None) -> list[Record]:
         """Block until every task is finished (polling itself if the thread is not running)."""
@@ -240,7 +275,7 @@ class TaskWatcher(TextRepr, w.VBox):
         else:
             form = V2Form(self._client) if v2 else GenerateForm(self._client)
             form.on_submitted(lambda ids: self.add(ids, v2=v2))
-            self._cards[task_id].show_form(form)
+            self.card(task_id).show_form(form)
         form.set_values(**extend_fields(record))
         return form
 
@@ -259,6 +294,35 @@ class TaskWatcher(TextRepr, w.VBox):
         return self._client.download(record, self.download_dir if directory is None else directory)
 
     # -- internals ------------------------------------------------------------------------------------
+
+    def _show_cards(self, limit: int) -> list[TaskCard]:
+        """Raise the number of tasks with a card to `limit`; new cards show the latest record at once.
+
+        Holds the polling lock so a round cannot update the records between a card's build and its insertion.
+        """
+        with self._poll_lock, self._lock:
+            if self._closed:
+                return []
+            self._limit = max(self._limit, limit)
+            new_cards = self._build_cards()
+            for card in new_cards:
+                record = self._tasks.get(card.task_id)
+                if record is not None:
+                    card.update(record)
+                if self._last_error and (card.state is None or not card.state.finished):
+                    card.show_error(self._last_error)
+        self._refresh_summary()
+        return new_cards
+
+    def _build_cards(self) -> list[TaskCard]:
+        """Cards for the tasks up to the limit that have none yet (call with `_lock` held)."""
+        ids = self._tasks.ids[len(self._cards) : self._limit]
+        new_cards = [TaskCard(task_id, v2=task_id in self._v2_ids, actions=self) for task_id in ids]
+        for card in new_cards:
+            self._cards[card.task_id] = card
+        if new_cards:
+            self._box.children = (*self._box.children, *new_cards)
+        return new_cards
 
     def _front_end_closed(self, _message: Any) -> None:
         self.close()
@@ -323,11 +387,21 @@ class TaskWatcher(TextRepr, w.VBox):
 
     def _refresh_summary(self) -> None:
         text = self._headline()
+        hidden = self.hidden
+        if hidden:
+            text += f" — cards for the first {len(self._cards)}"
         if self._last_error:
             text += " — polling error, retrying"
         self._summary.value = note_html(text)
+        self._more.description = f"Show {min(hidden, self.page_size)} more ({hidden} without a card)"
+        self._more.layout.display = None if hidden else "none"
 
     def __repr__(self) -> str:
+        """Every task, card or not (a hidden task's line comes from its record)."""
         lines = [self._headline()]
-        lines += [f"  {card.summary()}" for card in self._cards.values()]
+        for task_id in self._tasks.ids:
+            card = self._cards.get(task_id)
+            lines.append(
+                f"  {card.summary() if card is not None else record_summary(task_id, self._tasks.get(task_id))}"
+            )
         return "\n".join(lines)
