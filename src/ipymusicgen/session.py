@@ -7,6 +7,8 @@ music without an account.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import tempfile
 import threading
@@ -160,3 +162,10 @@ def shutdown() -> None:
             _session.journal.close()
             _session.journal = None
         _session.notice_shown = False
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    """Close connections, the journal and the sandbox when the kernel or script ends."""
+    with contextlib.suppress(Exception):  # at exit there is no one left to tell
+        shutdown()
