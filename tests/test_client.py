@@ -444,6 +444,7 @@ def test_http_500_saying_the_key_is_invalid_is_an_authentication_error(make, nam
     with pytest.raises(AuthenticationError) as info:
         call(make(server))
     assert "MUSICGEN_API_KEY" in str(info.value)
+    assert server.count == 1  # a refused key stays refused: reads do not retry it either
 
 
 def test_envelope_saying_the_key_is_missing_is_an_authentication_error(make):

@@ -366,16 +366,14 @@ class _Core:
                     attempt += 1
                     continue
                 raise self._transport_error(endpoint, outcome, request, not_sent, attempt_id)
-            if outcome.status_code in RETRYABLE_STATUS and not endpoint.paid and can_retry:
-                yield _Sleep(backoff_delay(attempt, outcome))
-                attempt += 1
-                continue
             try:
                 return self._process_response(endpoint, outcome)
-            except APIStatusError as exc:  # an envelope 5xx/429 in HTTP 200: a read retries it like the HTTP one
-                if endpoint.paid or not can_retry or exc.status_code not in RETRYABLE_STATUS:
+            except APIStatusError as exc:  # HTTP 5xx/429/..., or the same inside a 200 envelope
+                # A refused key stays refused (the service may say so with a 500): no point asking again.
+                retryable = exc.status_code in RETRYABLE_STATUS and not isinstance(exc, AuthenticationError)
+                if endpoint.paid or not can_retry or not retryable:
                     raise
-            yield _Sleep(backoff_delay(attempt))
+            yield _Sleep(backoff_delay(attempt, outcome))
             attempt += 1
 
     def _transport_error(
