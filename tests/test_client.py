@@ -970,6 +970,12 @@ def test_poll_is_one_round(make):
     assert server.count == 1
 
 
+def test_task_set_knows_which_tasks_are_v2():
+    tasks = TaskSet(["a"], v2_ids=["s"])
+    tasks.add(["t"], v2=True)
+    assert [tasks.is_v2(i) for i in ("a", "s", "t", "unknown")] == [False, True, True, False]
+
+
 # ---------------------------------------------------------------------------------------------------
 # ids chunking.
 

@@ -105,6 +105,11 @@ class TaskSet:
         with self._lock:
             return self._records.get(task_id)
 
+    def is_v2(self, task_id: str) -> bool:
+        """Whether the task was added as a v2 song (queried on the v2 host)."""
+        with self._lock:
+            return task_id in self._v2
+
     @property
     def ids(self) -> list[str]:
         with self._lock:

@@ -89,7 +89,6 @@ class TaskWatcher(TextRepr, w.VBox):
         self._autostart = autostart
         self._tasks = TaskSet()
         self._cards: dict[str, TaskCard] = {}
-        self._v2_ids: set[str] = set()
         self._lock = threading.RLock()  # guards the thread handle and the start/exit decision
         self._poll_lock = threading.Lock()  # one polling round at a time
         self._thread: threading.Thread | None = None
@@ -180,8 +179,6 @@ class TaskWatcher(TextRepr, w.VBox):
             ids = [ids]
         with self._lock:
             added = self._tasks.add([str(i) for i in ids], v2=v2)
-            if v2:
-                self._v2_ids.update(added)
             self._build_cards()
             if added and self._autostart and not self._closed:
                 self._start_locked()
@@ -317,7 +314,7 @@ class TaskWatcher(TextRepr, w.VBox):
     def _build_cards(self) -> list[TaskCard]:
         """Cards for the tasks up to the limit that have none yet (call with `_lock` held)."""
         ids = self._tasks.ids[len(self._cards) : self._limit]
-        new_cards = [TaskCard(task_id, v2=task_id in self._v2_ids, actions=self) for task_id in ids]
+        new_cards = [TaskCard(task_id, v2=self._tasks.is_v2(task_id), actions=self) for task_id in ids]
         for card in new_cards:
             self._cards[card.task_id] = card
         if new_cards:
