@@ -514,17 +514,10 @@ class MusicGen(Magics):
                 for attempt in unknown:
                     print(f"  {_when(attempt.created_at)}  {attempt.endpoint}  {_summary(attempt.payload)}")
                 print(UNKNOWN_ADVICE)
-            if not self._has_unfinished():
+            if not session.get_client().unfinished().ids:  # the journal's unfinished tasks for these hosts
                 print("No unfinished tasks to resume.")
                 return None
             return session.watch_unfinished()
-
-    @staticmethod
-    def _has_unfinished() -> bool:
-        settings = session.get_client().settings
-        journal = session.get_journal()
-        v1 = [e for e in journal.unfinished(settings.base_url) if e.version == 1]
-        return bool(v1 or [e for e in journal.unfinished(settings.v2_base_url) if e.version == 2])
 
     @line_magic
     def musicgen_login(self, line: str = "") -> None:
