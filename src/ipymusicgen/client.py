@@ -250,7 +250,19 @@ class _Core:
         self.settings = base.with_changes(**{k: v for k, v in overrides.items() if v is not None})
         self._journal_choice: Journal | bool | None = journal  # True: decided on first use
         self._opened_journal: Any = None  # a journal this client opened itself, closed with it
+        self._record_listeners: list[UpdateCallback] = []
         self._check_transport()
+
+    def add_record_listener(self, listener: UpdateCallback) -> None:
+        """Call `listener(changed_records)` after every polling round that changed something.
+
+        Every way of following tasks (a watcher, `wait()`, `resume()`, a batch) polls through one flow,
+        so a listener (the archive, say) sees every song finish exactly where it is learnt.
+        """
+        self._record_listeners.append(listener)
+
+    def remove_record_listener(self, listener: UpdateCallback) -> None:
+        self._record_listeners[:] = [x for x in self._record_listeners if x is not listener]
 
     @property
     def journal(self) -> Journal | None:
@@ -563,7 +575,11 @@ class _Core:
             records.extend((yield from self._tasks_flow(v1_ids)))
         for song_id in v2_ids:
             records.append((yield from self._query_v2_flow(song_id)))
-        return tasks.update(records)
+        changed = tasks.update(records)
+        if changed:
+            for listener in list(self._record_listeners):
+                listener(changed)
+        return changed
 
     def _wait_flow(
         self,

@@ -53,6 +53,20 @@ CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_at);
 FINISHED_STATES = ("complete", "failed")
 
 
+def open_db(path: str | Path) -> sqlite3.Connection:
+    """A connection to the journal's SQLite file, set up the one way every user of the file needs.
+
+    WAL so two kernels can share it, a busy timeout so a writer waits its turn, autocommit so each
+    user says where its transactions begin. The batch and library stores open their tables with this.
+    """
+    db = sqlite3.connect(path, timeout=10, check_same_thread=False, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
+
+
 def default_journal_path() -> Path:
     import platformdirs
 
@@ -103,11 +117,7 @@ class Journal:
         self.path = Path(path) if path else default_journal_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=10000")
+        self._db = open_db(self.path)
         self._db.executescript(_SCHEMA)
 
     def __repr__(self) -> str:
