@@ -1,0 +1,124 @@
+"""Credits per paid call, per model: the one table every estimate reads (batch budgets, the studio's cost line).
+
+The service does not publish prices. Its sister service charges 2 credits per call for its older models
+and 3 for its newest (observed-behaviour.md), so that is the default table; a model missing from it, or a
+call that names no model, is charged the dearest known price, so an estimate never comes out low.
+Override with the environment (`MUSICGEN_CREDIT_COSTS="MFV3.0=3,MFV2.0=2,lyrics=0,*=3"`) or `set_costs()`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+ENV_COSTS = "MUSICGEN_CREDIT_COSTS"
+LYRICS = "lyrics"
+"""Key of the table for a lyrics call (POST /v1/lyrics)."""
+FALLBACK = "*"
+"""Key of the table for a model it does not name (and for a call that names no model)."""
+MIN_COST = 1
+
+DEFAULT_COSTS: dict[str, int] = {
+    # v1 models: newest 3, older 2
+    "MFV3.0": 3,
+    "MFV2.0": 2,
+    "MFV1.5X": 2,
+    "MFV1.5": 2,
+    "MFV1.0": 2,
+    # v2 models: newest 3, older 2
+    "v4.5-plus": 3,
+    "v4.5": 2,
+    "v4.0": 2,
+    "v3.5": 2,
+    "v3.0": 2,
+    LYRICS: 1,
+    FALLBACK: 3,
+}
+
+_overrides: dict[str, int] = {}
+
+
+def parse_costs(text: str) -> dict[str, int]:
+    """`"MFV3.0=3, *=4"` → `{"MFV3.0": 3, "*": 4}`; a malformed entry raises ValueError naming it."""
+    table: dict[str, int] = {}
+    for part in text.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        model, sep, value = part.partition("=")
+        try:
+            credits = int(value.strip())
+        except ValueError:
+            credits = -1
+        if not sep or not model.strip() or credits < 0:
+            raise ValueError(f"{ENV_COSTS}: expected MODEL=CREDITS, got {part!r}")
+        table[model.strip()] = credits
+    return table
+
+
+def cost_table() -> dict[str, int]:
+    """The table in force: defaults, then the environment, then `set_costs()`."""
+    table = dict(DEFAULT_COSTS)
+    env = os.environ.get(ENV_COSTS)
+    if env:
+        table.update(parse_costs(env))
+    table.update(_overrides)
+    table[FALLBACK] = max(table.get(FALLBACK, MIN_COST), MIN_COST)
+    return table
+
+
+def set_costs(table: Mapping[str, int] | None = None, /, **costs: int) -> dict[str, int]:
+    """Override prices for this process (`set_costs({"MFV3.0": 4})`); `set_costs(None)` forgets overrides."""
+    if table is None and not costs:
+        _overrides.clear()
+    else:
+        for model, credits in {**dict(table or {}), **costs}.items():
+            if int(credits) < 0:
+                raise ValueError(f"credits for {model!r} must be 0 or more (got {credits})")
+            _overrides[str(model)] = int(credits)
+    return cost_table()
+
+
+def model_of(request: Any) -> str | None:
+    """The model a request asks for (`mv` in v1, `model_version` in v2), or None when it names none."""
+    if isinstance(request, BaseModel):
+        name = getattr(request, "mv", None) or getattr(request, "model_version", None)
+    elif isinstance(request, Mapping):
+        name = request.get("mv") or request.get("model_version")
+    else:
+        name = None
+    return str(name) if name else None
+
+
+def _is_lyrics(request: Any) -> bool:
+    if type(request).__name__ == "LyricsRequest":
+        return True
+    if isinstance(request, Mapping):
+        keys = set(request) - {"v2"}
+        return keys == {"prompt"}
+    return False
+
+
+def credits_for_model(model: str | None, table: Mapping[str, int] | None = None) -> int:
+    """Credits one call on `model` costs; the fallback (the dearest by default) when unknown or None."""
+    table = table if table is not None else cost_table()
+    if model is not None and model in table:
+        return int(table[model])
+    return max(int(table.get(FALLBACK, MIN_COST)), MIN_COST)
+
+
+def estimate_credits(request: Any, table: Mapping[str, int] | None = None) -> int:
+    """Credits one request (a v1/v2/lyrics model or mapping) will cost, never less than the real price known."""
+    table = table if table is not None else cost_table()
+    if _is_lyrics(request):
+        return int(table.get(LYRICS, MIN_COST))
+    return credits_for_model(model_of(request), table)
+
+
+def estimate_total(requests: Iterable[Any], table: Mapping[str, int] | None = None) -> int:
+    """Sum of `estimate_credits` over many requests (one table read for all)."""
+    table = table if table is not None else cost_table()
+    return sum(estimate_credits(r, table) for r in requests)
