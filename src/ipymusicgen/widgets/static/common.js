@@ -1,0 +1,349 @@
+// ipymusicgen shared front-end helpers: the song card and the call group (FRONTEND.md).
+// Plain functions, no `export`: Python joins this file with each view's module (widgets/_static.py).
+// Rules: server text only through textContent; URLs only when Python put them in the data (it keeps
+// http(s) only); every decision (state, label, actions) was taken in Python; the JS draws and sends intents.
+
+const IMS_ICONS = {
+  // 24x24 single-path icons (static strings, never data)
+  play: "M8 5v14l11-7z",
+  pause: "M6 5h4v14H6zM14 5h4v14h-4z",
+  extend: "M4 6v12l8.5-6zM13 6v12l8.5-6z",
+  concat: "M10.6 13.4a1 1 0 0 1 0-1.4l3-3a3 3 0 1 1 4.2 4.2l-1.5 1.5-1.4-1.4 1.5-1.5a1 1 0 1 0-1.4-1.4l-3 3a1 1 0 0 1-1.4 0zM13.4 10.6a1 1 0 0 1 0 1.4l-3 3a3 3 0 1 1-4.2-4.2l1.5-1.5 1.4 1.4-1.5 1.5a1 1 0 1 0 1.4 1.4l3-3a1 1 0 0 1 1.4 0z",
+  download: "M11 4h2v8.2l3.3-3.3 1.4 1.4L12 16 6.3 10.3l1.4-1.4L11 12.2zM5 18h14v2H5z",
+  favourite: "M12 20.5l-1.4-1.3C5.4 14.5 2 11.4 2 7.6 2 4.5 4.4 2 7.5 2c1.7 0 3.4.8 4.5 2.1C13.1 2.8 14.8 2 16.5 2 19.6 2 22 4.5 22 7.6c0 3.8-3.4 6.9-8.6 11.6z",
+  copy_id: "M16 1H4a2 2 0 0 0-2 2v14h2V3h12zm3 4H8a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h11a2 2 0 0 0 2-2V7a2 2 0 0 0-2-2zm0 16H8V7h11z",
+};
+
+const IMS_ACTION_LABELS = {
+  extend: "Extend this song",
+  concat: "Join its continuations into one song",
+  download: "Download the audio file",
+  favourite: "Favourite",
+  copy_id: "Copy the song id",
+};
+
+/** An element with a class and (optional) plain text. */
+function imsEl(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+/** An inline SVG icon from the static table above. */
+function imsIcon(name) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  const path = document.createElementNS(ns, "path");
+  path.setAttribute("d", IMS_ICONS[name] || "");
+  svg.appendChild(path);
+  return svg;
+}
+
+/** A compact icon button with a tooltip and a label for screen readers. */
+function imsButton(icon, label, onClick) {
+  const button = imsEl("button", "ims-icon-button");
+  button.type = "button";
+  button.title = label;
+  button.setAttribute("aria-label", label);
+  button.appendChild(imsIcon(icon));
+  button.addEventListener("click", onClick);
+  return button;
+}
+
+/** "2:05" from seconds; "—" when unknown. */
+function imsClock(seconds) {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "—";
+  const whole = Math.max(0, Math.round(seconds));
+  return `${Math.floor(whole / 60)}:${String(whole % 60).padStart(2, "0")}`;
+}
+
+/** "42 s" or "3 min 5 s". */
+function imsElapsed(seconds) {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "";
+  const whole = Math.max(0, Math.floor(seconds));
+  return whole >= 60 ? `${Math.floor(whole / 60)} min ${whole % 60} s` : `${whole} s`;
+}
+
+const IMS_RUNNING = new Set(["queued", "writing", "preview"]);
+
+/** The badge text: Python's label, then the elapsed time (counted on locally while the song runs). */
+function imsBadgeText(card) {
+  const data = card._ims.data;
+  let seconds = data.elapsed_s;
+  if (seconds !== null && seconds !== undefined && IMS_RUNNING.has(data.state)) {
+    seconds += (Date.now() - card._ims.receivedAt) / 1000;
+  }
+  const elapsed = imsElapsed(seconds);
+  return elapsed ? `${data.state_label} · ${elapsed}` : data.state_label;
+}
+
+/** Refresh the elapsed time of every running card under `root` (views call it once a second). */
+function tickSongCards(root) {
+  for (const card of root.querySelectorAll(".ipymusicgen-song")) {
+    if (card._ims && IMS_RUNNING.has(card._ims.data.state)) card._ims.badge.textContent = imsBadgeText(card);
+  }
+}
+
+/** Draw the waveform: peaks as bars (played part in the accent colour) or a flat line while none. */
+function imsDrawWave(card) {
+  const { canvas, audio, data } = card._ims;
+  const width = canvas.clientWidth;
+  const height = canvas.clientHeight;
+  if (!width || !height) return;
+  const ratio = window.devicePixelRatio || 1;
+  if (canvas.width !== Math.round(width * ratio)) canvas.width = Math.round(width * ratio);
+  if (canvas.height !== Math.round(height * ratio)) canvas.height = Math.round(height * ratio);
+  const ctx = canvas.getContext("2d");
+  if (!ctx) return;
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.clearRect(0, 0, width, height);
+  const style = getComputedStyle(card);
+  const played = style.getPropertyValue("--ims-accent").trim() || "#1976d2";
+  const rest = style.getPropertyValue("--ims-wave").trim() || "#9e9e9e";
+  const duration = audio.duration && isFinite(audio.duration) ? audio.duration : data.duration_s || 0;
+  const fraction = duration ? Math.min(1, audio.currentTime / duration) : 0;
+  const peaks = data.peaks || [];
+  const middle = height / 2;
+  if (!peaks.length) {
+    ctx.fillStyle = rest;
+    ctx.fillRect(0, middle - 1, width, 2);
+    ctx.fillStyle = played;
+    ctx.fillRect(0, middle - 1, width * fraction, 2);
+    return;
+  }
+  const bar = width / peaks.length;
+  for (let i = 0; i < peaks.length; i++) {
+    const [low, high] = peaks[i];
+    const top = middle - Math.max(0.02, high) * middle;
+    const bottom = middle - Math.min(-0.02, low) * middle;
+    ctx.fillStyle = (i + 0.5) / peaks.length <= fraction ? played : rest;
+    ctx.fillRect(i * bar, top, Math.max(1, bar - 1), bottom - top);
+  }
+}
+
+/** Seek the card's audio to a fraction of its length (click on the waveform, or arrow keys). */
+function imsSeek(card, fraction) {
+  const { audio, data } = card._ims;
+  if (!audio.getAttribute("src")) return;
+  const go = () => {
+    const duration = isFinite(audio.duration) ? audio.duration : data.duration_s;
+    if (duration) audio.currentTime = Math.max(0, Math.min(1, fraction)) * duration;
+    imsDrawWave(card);
+  };
+  if (audio.readyState >= 1) go();
+  else audio.addEventListener("loadedmetadata", go, { once: true });
+}
+
+function imsUpdateTime(card) {
+  const { audio, time, data } = card._ims;
+  const duration = isFinite(audio.duration) ? audio.duration : data.duration_s;
+  time.textContent = audio.getAttribute("src") && audio.currentTime ? `${imsClock(audio.currentTime)} / ${imsClock(duration)}` : imsClock(duration);
+}
+
+/**
+ * Build one song card in `container` and return it. `data` is the dict of `song_data.song_card()`;
+ * `send(message)` sends an intent to Python (`{kind, id}`). Update it later with `updateSongCard`.
+ */
+function renderSongCard(container, data, send) {
+  const card = imsEl("div", "ipymusicgen-song");
+  const cover = imsEl("div", "ims-cover");
+  const image = imsEl("img");
+  image.alt = "";
+  image.loading = "lazy";
+  image.addEventListener("error", () => cover.classList.remove("ims-has-image"));
+  image.addEventListener("load", () => cover.classList.add("ims-has-image"));
+  cover.appendChild(image);
+  const main = imsEl("div", "ims-main");
+  const head = imsEl("div", "ims-head");
+  const take = imsEl("span", "ims-take");
+  const title = imsEl("span", "ims-title");
+  const badge = imsEl("span", "ims-badge");
+  badge.setAttribute("role", "status");
+  head.append(take, title, badge);
+  const chips = imsEl("div", "ims-chips");
+  const player = imsEl("div", "ims-player");
+  const play = imsButton("play", "Play", () => {
+    if (!audio.getAttribute("src")) return;
+    if (audio.paused) audio.play().catch(() => {});
+    else audio.pause();
+  });
+  play.classList.add("ims-play");
+  const wave = imsEl("div", "ipymusicgen-waveform");
+  wave.tabIndex = 0;
+  wave.setAttribute("role", "slider");
+  wave.setAttribute("aria-label", "Seek");
+  wave.setAttribute("aria-valuemin", "0");
+  wave.setAttribute("aria-valuemax", "100");
+  const canvas = imsEl("canvas");
+  wave.appendChild(canvas);
+  const time = imsEl("span", "ims-time");
+  const audio = imsEl("audio");
+  audio.preload = "metadata";
+  audio.autoplay = false;
+  audio.loop = false;
+  player.append(play, wave, time, audio);
+  const failure = imsEl("div", "ims-failure");
+  const lyrics = imsEl("details", "ims-lyrics");
+  lyrics.append(imsEl("summary", null, "Lyrics"), imsEl("pre"));
+  const actions = imsEl("div", "ims-actions");
+  const note = imsEl("div", "ims-note");
+  main.append(head, chips, player, failure, lyrics, actions, note);
+  card.append(cover, main);
+
+  card._ims = { data, send, receivedAt: Date.now(), cover, image, take, title, badge, chips, wave, canvas, time, audio, play, failure, lyrics, actions, note, actionKey: null };
+  wave.addEventListener("click", (event) => {
+    const box = wave.getBoundingClientRect();
+    if (box.width) imsSeek(card, (event.clientX - box.left) / box.width);
+  });
+  wave.addEventListener("keydown", (event) => {
+    const duration = card._ims.data.duration_s || audio.duration;
+    if (!duration || !isFinite(duration)) return;
+    const step = event.key === "ArrowRight" ? 5 : event.key === "ArrowLeft" ? -5 : 0;
+    if (!step) return;
+    event.preventDefault();
+    imsSeek(card, (audio.currentTime + step) / duration);
+  });
+  const redraw = () => {
+    imsDrawWave(card);
+    imsUpdateTime(card);
+    const duration = isFinite(audio.duration) ? audio.duration : card._ims.data.duration_s;
+    wave.setAttribute("aria-valuenow", String(duration ? Math.round((100 * audio.currentTime) / duration) : 0));
+  };
+  for (const name of ["timeupdate", "seeked", "loadedmetadata", "durationchange"]) audio.addEventListener(name, redraw);
+  audio.addEventListener("play", () => {
+    play.replaceChildren(imsIcon("pause"));
+    play.title = "Pause";
+    play.setAttribute("aria-label", "Pause");
+  });
+  audio.addEventListener("pause", () => {
+    play.replaceChildren(imsIcon("play"));
+    play.title = "Play";
+    play.setAttribute("aria-label", "Play");
+  });
+  if (typeof ResizeObserver !== "undefined") {
+    card._ims.resize = new ResizeObserver(() => imsDrawWave(card));
+    card._ims.resize.observe(wave);
+  }
+  updateSongCard(card, data, send);
+  container.appendChild(card);
+  return card;
+}
+
+/** Show new data in an existing card; only the parts whose value changed are touched. */
+function updateSongCard(card, data, send) {
+  const ims = card._ims;
+  const old = ims.data === data ? {} : ims.data;
+  const first = !ims.drawn;
+  ims.data = data;
+  ims.drawn = true;
+  if (send) ims.send = send;
+  ims.receivedAt = Date.now();
+  const changed = (key) => first || JSON.stringify(old[key]) !== JSON.stringify(data[key]);
+  card.dataset.take = String(data.take || 1);
+  card.dataset.id = data.id;
+  card.dataset.state = data.state;
+  if (changed("take") || changed("call")) ims.take.textContent = data.call ? `Take ${data.take || 1}` : "";
+  if (changed("title")) {
+    ims.title.textContent = data.title || "Untitled";
+    ims.title.title = data.title || "";
+  }
+  ims.badge.dataset.state = data.state;
+  ims.badge.textContent = imsBadgeText(card);
+  if (changed("style_chips")) ims.chips.replaceChildren(...(data.style_chips || []).map((chip) => imsEl("span", "ims-chip", chip)));
+  if (changed("cover_url")) {
+    ims.cover.classList.remove("ims-has-image");
+    if (data.cover_url) ims.image.src = data.cover_url;
+    else ims.image.removeAttribute("src");
+  }
+  if (changed("audio_url")) {
+    const at = ims.audio.currentTime;
+    const wasPlaying = !ims.audio.paused;
+    if (data.audio_url) {
+      ims.audio.src = data.audio_url; // the final file replaces the preview in the same player
+      if (at) ims.audio.addEventListener("loadedmetadata", () => { ims.audio.currentTime = at; if (wasPlaying) ims.audio.play().catch(() => {}); }, { once: true });
+    } else {
+      ims.audio.pause();
+      ims.audio.removeAttribute("src");
+      ims.audio.load();
+    }
+  }
+  card.classList.toggle("ims-playable", Boolean(data.audio_url));
+  ims.play.disabled = !data.audio_url;
+  ims.wave.classList.toggle("ims-shimmer", !(data.peaks && data.peaks.length) && IMS_RUNNING.has(data.state));
+  if (changed("lyrics")) {
+    ims.lyrics.querySelector("pre").textContent = data.lyrics || "";
+    ims.lyrics.hidden = !data.lyrics;
+  }
+  if (changed("fail_reason")) {
+    ims.failure.textContent = data.fail_reason || "";
+    ims.failure.hidden = !data.fail_reason;
+  }
+  const actionKey = JSON.stringify([data.actions, data.favourite]);
+  if (actionKey !== ims.actionKey) {
+    ims.actionKey = actionKey;
+    const buttons = (data.actions || []).map((kind) => {
+      const label = kind === "favourite" && data.favourite ? "Remove from favourites" : IMS_ACTION_LABELS[kind] || kind;
+      const button = imsButton(kind, label, () => {
+        if (kind === "copy_id" && navigator.clipboard) navigator.clipboard.writeText(ims.data.id).catch(() => {});
+        ims.send({ kind, id: ims.data.id });
+      });
+      button.dataset.action = kind;
+      if (kind === "favourite") button.setAttribute("aria-pressed", String(Boolean(data.favourite)));
+      return button;
+    });
+    ims.actions.replaceChildren(...buttons);
+  }
+  const note = data.note || data.archived_path_label || "";
+  ims.note.textContent = note;
+  ims.note.hidden = !note;
+  imsDrawWave(card);
+  imsUpdateTime(card);
+  return card;
+}
+
+/** Release a card's observers (call before dropping it from the page). */
+function disposeSongCard(card) {
+  if (card._ims && card._ims.resize) card._ims.resize.disconnect();
+  if (card._ims) card._ims.audio.pause();
+}
+
+/**
+ * The takes of one paid call side by side ("Take 1" / "Take 2"), in `container`; returns the group.
+ * `cards` are card dicts of the same `call`; update with the same function (pass the group as `existing`).
+ */
+function renderCallGroup(container, cards, send, existing) {
+  const group = existing || imsEl("div", "ims-call");
+  if (!existing) {
+    group._cards = new Map();
+    container.appendChild(group);
+  }
+  group.dataset.call = (cards[0] && cards[0].call) || "";
+  const seen = new Set();
+  for (const data of cards) {
+    seen.add(data.id);
+    const card = group._cards.get(data.id);
+    if (card) updateSongCard(card, data, send);
+    else group._cards.set(data.id, renderSongCard(group, data, send));
+  }
+  for (const [id, card] of group._cards) {
+    if (!seen.has(id)) {
+      disposeSongCard(card);
+      card.remove();
+      group._cards.delete(id);
+    }
+  }
+  // keep takes in order
+  const ordered = [...group._cards.values()].sort((a, b) => Number(a.dataset.take) - Number(b.dataset.take));
+  if (ordered.some((card, i) => group.children[i] !== card)) group.replaceChildren(...ordered);
+  group.classList.toggle("ims-call-pair", ordered.length > 1);
+  return group;
+}
+
+/** Dispose every card of a group (or of any element holding cards). */
+function disposeCards(root) {
+  for (const card of root.querySelectorAll(".ipymusicgen-song")) disposeSongCard(card);
+}
