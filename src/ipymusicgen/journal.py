@@ -3,20 +3,36 @@
 SQLite in WAL mode with a busy timeout, so two kernels can share one journal. The client writes an
 attempt row *before* sending, the task ids as soon as the answer arrives, and task state as polling
 learns it. Nothing secret is stored: the key travels in a header, never in a payload.
+
+Two things keep paid work in sight when something goes wrong:
+
+- Each attempt records the process that sent it (host, pid, process start time). A `pending` attempt
+  whose process has died (SIGKILL, kernel restart, crash) is reported as outcome-unknown; one of a live
+  process in another kernel is left alone.
+- A write that fails once the request has been sent (journal locked past the busy timeout, disk full,
+  read-only file) never raises into the caller: it waits in an in-memory backlog, a `JournalWriteWarning`
+  names the ids not journalled yet, and the backlog is written on the next journal use and at close.
+  Only `begin()` raises (`JournalUnavailableError`), because then nothing has been sent or paid.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .errors import MusicGenError
 
 if TYPE_CHECKING:
     from .models import TaskRecord, V2Song
@@ -50,20 +66,38 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
 CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_at);
 """
+_ADDED_COLUMNS = {"attempts": (("owner_host", "TEXT"), ("owner_pid", "INTEGER"), ("owner_started", "TEXT"))}
+"""Columns added after the first release: journals written before them get them by migration."""
+
 FINISHED_STATES = ("complete", "failed")
+DEFAULT_BUSY_TIMEOUT = 10.0
+"""Seconds a write waits for another kernel's transaction before the journal counts as locked."""
+DIED_NOTE = "the process that sent it ({owner}) ended before the answer was journalled; it may have been charged"
+LEGACY_NOTE = "left pending by an earlier version that did not record its process; it may have been charged"
 
 
-def open_db(path: str | Path) -> sqlite3.Connection:
+class JournalUnavailableError(MusicGenError):
+    """The journal cannot record a paid request before it is sent, so nothing was sent (nothing paid)."""
+
+
+class JournalWriteWarning(UserWarning):
+    """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""
+
+
+def open_db(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sqlite3.Connection:
     """A connection to the journal's SQLite file, set up the one way every user of the file needs.
 
     WAL so two kernels can share it, a busy timeout so a writer waits its turn, autocommit so each
     user says where its transactions begin. The batch and library stores open their tables with this.
     """
-    db = sqlite3.connect(path, timeout=10, check_same_thread=False, isolation_level=None)
+    db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
     db.row_factory = sqlite3.Row
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA busy_timeout=10000")
+    db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.OperationalError:  # a read-only or busy file: still readable, writes report themselves
+        pass
     return db
 
 
@@ -71,6 +105,68 @@ def default_journal_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False)) / "journal.sqlite3"
+
+
+# -- which process owns a pending attempt ---------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_started(pid: int) -> str | None:
+    """A token for when `pid` started (boot id + start tick), so a reused pid is not taken for the old one.
+
+    None where /proc does not say (not Linux) or the process is gone.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
+    if len(fields) < 20 or fields[0] in ("Z", "X"):  # a zombie has died; only its parent has not looked yet
+        return None
+    return f"{_boot_id()}:{fields[19]}"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that sent a paid request."""
+
+    host: str
+    pid: int
+    started: str | None
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), process_started(os.getpid()))
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+    def is_alive(self) -> bool:
+        """Whether the process still runs; True when it cannot be told (another machine)."""
+        if self.host != socket.gethostname():
+            return True
+        if Path("/proc/self/stat").exists():
+            now = process_started(self.pid)
+            return now is not None and (self.started is None or now == self.started)
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        except OSError:
+            return True
+        return True
+
+
+# -- what the journal returns -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -108,20 +204,127 @@ class Attempt:
     created_at: float
     outcome: str
     note: str | None
+    owner: Owner | None = None
+    """The process that sent it (None for attempts journalled before owners were recorded)."""
+
+    @property
+    def title(self) -> str | None:
+        """The request's title, if it had one."""
+        return _text(self.payload.get("title"))
+
+    @property
+    def style(self) -> str | None:
+        """The request's style (v1) or prompt (v2 and lyrics)."""
+        return _text(self.payload.get("style")) or _text(self.payload.get("prompt"))
+
+    def describe(self) -> str:
+        """One line for a person: endpoint, title and style, local time, outcome and a short note."""
+        what = []
+        if self.title:
+            what.append(repr(_short(self.title, 40)))
+        if self.style:
+            what.append(f"({_short(self.style, 50)})")
+        song = _text(self.payload.get("song_id")) or _text(self.payload.get("continue_song_id"))
+        if song and not what:
+            what.append(f"song {_short(song, 40)}")
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created_at))
+        line = f"{self.endpoint} {' '.join(what) or '(no title)'} at {when}: {self.outcome}"
+        if self.note:
+            line += f", {_short(self.note.splitlines()[0] if self.note.strip() else self.note, 90)}"
+        return line
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _attempt(row: sqlite3.Row) -> Attempt:
+    keys = row.keys()
+    owner = None
+    if "owner_host" in keys and row["owner_host"] is not None and row["owner_pid"] is not None:
+        owner = Owner(row["owner_host"], int(row["owner_pid"]), row["owner_started"])
+    return Attempt(
+        row["id"],
+        row["endpoint"],
+        row["host"],
+        json.loads(row["payload"]),
+        row["created_at"],
+        row["outcome"],
+        row["note"],
+        owner,
+    )
+
+
+# -- writes that could not be made yet ----------------------------------------------------------------
+
+
+@dataclass
+class _Unwritten:
+    """One write kept in memory until the journal takes it; `ids` are the task ids it carries."""
+
+    apply: Callable[[sqlite3.Connection], None]
+    ids: list[str] = field(default_factory=list)
+    tasks: list[JournalEntry] = field(default_factory=list)
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 class Journal:
     """Thread-safe, process-safe journal of paid requests and their tasks."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.path = Path(path) if path else default_journal_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._db = open_db(self.path)
-        self._db.executescript(_SCHEMA)
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._backlog: list[_Unwritten] = []
+        self._warned_episode = False
+        self._owner = Owner.current()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = open_db(self.path, busy_timeout=busy_timeout)
+        except (OSError, sqlite3.Error) as exc:
+            raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
+        self._writable = self._prepare()
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
+
+    def _prepare(self) -> bool:
+        """Create the tables and add missing columns; False if the file cannot be written now (read-only)."""
+        try:
+            self._db.executescript(_SCHEMA)
+            for table, columns in _ADDED_COLUMNS.items():
+                if self._missing_columns(table, columns):
+                    with self._write() as db:  # re-checked inside the transaction: another kernel may migrate too
+                        for name, kind in self._missing_columns(table, columns):
+                            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        except sqlite3.Error:
+            return False
+        return True
+
+    def _missing_columns(self, table: str, columns: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+        present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+        return [(name, kind) for name, kind in columns if name not in present]
+
+    def _reopen(self) -> None:
+        """A connection opened on a read-only file stays read-only: open it again once the file may be writable."""
+        try:
+            fresh = open_db(self.path, busy_timeout=self.busy_timeout)
+        except sqlite3.Error:
+            return
+        self._db.close()
+        self._db = fresh
+        self._writable = self._prepare()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -129,46 +332,123 @@ class Journal:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")  # may fail too (disk full): then nothing of it is kept
             except BaseException:
-                self._db.execute("ROLLBACK")
+                with suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+
+    # -- the backlog -----------------------------------------------------------------------------------
+
+    @property
+    def backlog_ids(self) -> list[str]:
+        """Task ids that arrived but are not written to the file yet (kept in memory, retried)."""
+        with self._lock:
+            return [i for item in self._backlog for i in item.ids]
+
+    def flush(self) -> bool:
+        """Write what is waiting in memory; True once nothing is left waiting."""
+        with self._lock:
+            if not self._backlog:
+                return True
+            if not self._writable:
+                self._reopen()
+            while self._backlog:
+                item = self._backlog[0]
+                try:
+                    with self._write() as db:
+                        item.apply(db)
+                except sqlite3.Error:
+                    return False
+                self._backlog.pop(0)
+            self._warned_episode = False
+            return True
+
+    def _record(self, item: _Unwritten, what: str) -> None:
+        """Write now if the file takes it, else keep it (in order) and say which ids are not journalled."""
+        with self._lock:
+            if self.flush():
+                try:
+                    with self._write() as db:
+                        item.apply(db)
+                    return
+                except (sqlite3.Error, ValueError) as exc:
+                    reason = _reason(exc)
+            else:
+                reason = "earlier writes are still waiting"
+            self._backlog.append(item)
+            if not item.ids and self._warned_episode:
+                return
+            self._warned_episode = True
+        ids = f"task ids {', '.join(item.ids)} are NOT journalled yet" if item.ids else f"{what} is not journalled yet"
+        warnings.warn(
+            f"The journal {self.path} could not be written ({reason}): {ids}. They are kept in memory and "
+            "written on the next journal use; keep this kernel running or note them down.",
+            JournalWriteWarning,
+            stacklevel=4,
+        )
 
     # -- what the client reports ---------------------------------------------------------------------
 
     def begin(self, endpoint: str, host: str, payload: Mapping[str, Any]) -> str:
+        """Record a paid request before it is sent; `JournalUnavailableError` (send nothing) if it cannot."""
         attempt_id = uuid.uuid4().hex
-        with self._write() as db:
-            db.execute(
-                "INSERT INTO attempts (id, endpoint, host, payload, created_at) VALUES (?, ?, ?, ?, ?)",
-                (attempt_id, endpoint, host, json.dumps(dict(payload), default=str), time.time()),
-            )
+        owner = self._owner
+        with self._lock:
+            self.flush()
+            try:
+                with self._write() as db:
+                    db.execute(
+                        "INSERT INTO attempts (id, endpoint, host, payload, created_at, owner_host, owner_pid,"
+                        " owner_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            attempt_id,
+                            endpoint,
+                            host,
+                            json.dumps(dict(payload), default=str),
+                            time.time(),
+                            owner.host,
+                            owner.pid,
+                            owner.started,
+                        ),
+                    )
+            except (sqlite3.Error, ValueError) as exc:
+                raise JournalUnavailableError(
+                    f"The journal {self.path} cannot record this paid request ({_reason(exc)}), so it was not "
+                    "sent and nothing was charged. Close the other program holding the journal, free disk space "
+                    "or set MUSICGEN_JOURNAL to a writable file, then try again."
+                ) from None
         return attempt_id
 
     def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None:
+        """The task ids a paid request created; never raises (see `JournalWriteWarning`)."""
         now = time.time()
-        with self._write() as db:
-            row = db.execute("SELECT host, payload FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
-            host = row["host"] if row else ""
-            payload = json.loads(row["payload"]) if row else {}
+        host, payload = self._attempt_origin(attempt_id)
+        title = _text(payload.get("title"))
+        style = _text(payload.get("style")) or _text(payload.get("prompt"))
+        version = 2 if v2 else 1
+        rows = [(i, attempt_id, version, host, title, style, now, now) for i in ids]
+
+        def apply(db: sqlite3.Connection) -> None:
             db.execute("UPDATE attempts SET outcome = 'submitted' WHERE id = ?", (attempt_id,))
             db.executemany(
                 "INSERT OR IGNORE INTO tasks (id, attempt_id, version, host, title, style, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        i,
-                        attempt_id,
-                        2 if v2 else 1,
-                        host,
-                        payload.get("title") or None,
-                        payload.get("style") or payload.get("prompt"),
-                        now,
-                        now,
-                    )
-                    for i in ids
-                ],
+                rows,
             )
+
+        entries = [
+            JournalEntry(i, version, host, "processing", title, style, *(None,) * 5, now, now, attempt_id) for i in ids
+        ]
+        self._record(_Unwritten(apply, list(ids), entries), "the answer")
+
+    def _attempt_origin(self, attempt_id: str) -> tuple[str, dict[str, Any]]:
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT host, payload FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        except (sqlite3.Error, ValueError):
+            row = None
+        return (row["host"], json.loads(row["payload"])) if row else ("", {})
 
     def unknown(self, attempt_id: str, note: str) -> None:
         self._set_outcome(attempt_id, "unknown", note)
@@ -177,10 +457,13 @@ class Journal:
         self._set_outcome(attempt_id, "rejected", note)
 
     def _set_outcome(self, attempt_id: str, outcome: str, note: str) -> None:
-        with self._write() as db:
+        def apply(db: sqlite3.Connection) -> None:
             db.execute("UPDATE attempts SET outcome = ?, note = ? WHERE id = ?", (outcome, note[:2000], attempt_id))
 
+        self._record(_Unwritten(apply), f"the {outcome} outcome of a paid request")
+
     def observe(self, records: Iterable[TaskRecord | V2Song]) -> None:
+        """Task state as polling learns it; an empty field never erases what an earlier answer said."""
         rows = [
             (
                 r.state.value,
@@ -197,36 +480,52 @@ class Journal:
         ]
         if not rows:
             return
-        with self._write() as db:
+
+        def apply(db: sqlite3.Connection) -> None:
             db.executemany(
-                "UPDATE tasks SET state = ?, title = COALESCE(?, title), style = COALESCE(?, style),"
-                " audio_url = COALESCE(?, audio_url), cover_url = COALESCE(?, cover_url),"
-                " song_id = COALESCE(?, song_id), fail_reason = ?, updated_at = ? WHERE id = ?",
+                "UPDATE tasks SET state = ?, title = COALESCE(NULLIF(?, ''), title),"
+                " style = COALESCE(NULLIF(?, ''), style), audio_url = COALESCE(NULLIF(?, ''), audio_url),"
+                " cover_url = COALESCE(NULLIF(?, ''), cover_url), song_id = COALESCE(NULLIF(?, ''), song_id),"
+                " fail_reason = NULLIF(?, ''), updated_at = ? WHERE id = ?",
                 rows,
             )
 
+        self._record(_Unwritten(apply), "task state")
+
     def downloaded(self, task_id: str, path: str) -> None:
-        with self._write() as db:
+        def apply(db: sqlite3.Connection) -> None:
             db.execute(
                 "UPDATE tasks SET downloaded_path = ?, updated_at = ? WHERE id = ?", (path, time.time(), task_id)
             )
 
+        self._record(_Unwritten(apply), f"the download of {task_id}")
+
     # -- what users ask ------------------------------------------------------------------------------
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            self.flush()
+            return self._db.execute(sql, params).fetchall()
 
     def _entries(self, where: str, params: tuple[Any, ...], limit: int | None = None) -> list[JournalEntry]:
         sql = f"SELECT * FROM tasks WHERE {where} ORDER BY created_at DESC, id"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        with self._lock:
-            rows = self._db.execute(sql, params).fetchall()
+        rows = self._read(sql, params)
         return [JournalEntry(**{k: row[k] for k in row.keys()}) for row in rows]  # noqa: SIM118
 
     def unfinished(self, host: str | None = None) -> list[JournalEntry]:
-        """Tasks not yet known to be complete or failed: the ones to resume after a restart."""
+        """Tasks not yet known to be complete or failed: the ones to resume after a restart.
+
+        Tasks still waiting in memory (the file could not take them yet) are included.
+        """
         where = "state NOT IN ('complete', 'failed')"
-        if host is None:
-            return self._entries(where, ())
-        return self._entries(where + " AND host = ?", (host,))
+        found = self._entries(where, ()) if host is None else self._entries(where + " AND host = ?", (host,))
+        known = {e.id for e in found}
+        with self._lock:
+            waiting = [e for item in self._backlog for e in item.tasks]
+        found += [e for e in waiting if e.id not in known and (host is None or e.host == host)]
+        return found
 
     def history(
         self, *, state: str | None = None, since: float | None = None, text: str | None = None, limit: int = 50
@@ -245,20 +544,53 @@ class Journal:
         return self._entries(" AND ".join(clauses), tuple(params), limit)
 
     def attempts(self, outcome: str | None = None) -> list[Attempt]:
-        sql, params = "SELECT * FROM attempts", ()
-        if outcome:
-            sql, params = sql + " WHERE outcome = ?", (outcome,)
-        with self._lock:
-            rows = self._db.execute(sql + " ORDER BY created_at", params).fetchall()
-        return [
-            Attempt(
-                r["id"], r["endpoint"], r["host"], json.loads(r["payload"]), r["created_at"], r["outcome"], r["note"]
-            )
-            for r in rows
-        ]
+        """Paid requests, oldest first. A `pending` one whose process died is reported (and marked) `unknown`."""
+        rows = self._read("SELECT * FROM attempts ORDER BY created_at")
+        found = [self._settle(_attempt(row)) for row in rows]
+        return [a for a in found if outcome is None or a.outcome == outcome]
+
+    def _settle(self, attempt: Attempt) -> Attempt:
+        """A pending attempt whose sender is gone can never be answered: its outcome is unknown."""
+        if attempt.outcome != "pending":
+            return attempt
+        if attempt.owner is None:
+            note = LEGACY_NOTE
+        elif attempt.owner.is_alive():
+            return attempt
+        else:
+            note = DIED_NOTE.format(owner=attempt.owner)
+        try:
+            with self._write() as db:
+                db.execute(
+                    "UPDATE attempts SET outcome = 'unknown', note = ? WHERE id = ? AND outcome = 'pending'",
+                    (note, attempt.id),
+                )
+        except sqlite3.Error:
+            pass  # reported all the same; marked on a later read
+        return Attempt(
+            attempt.id,
+            attempt.endpoint,
+            attempt.host,
+            attempt.payload,
+            attempt.created_at,
+            "unknown",
+            note,
+            attempt.owner,
+        )
 
     def close(self) -> None:
+        """Write what waits in memory, then close; warns with the ids if some could still not be written."""
         with self._lock:
+            if not self.flush():
+                ids = self.backlog_ids
+                what = f"task ids {', '.join(ids)}" if ids else f"{len(self._backlog)} state update(s)"
+                warnings.warn(
+                    f"The journal {self.path} could still not be written at close: {what} were NOT journalled. "
+                    "Note them down: resume() cannot find them later.",
+                    JournalWriteWarning,
+                    stacklevel=2,
+                )
+                self._backlog.clear()
             self._db.close()
 
     def __enter__(self) -> Journal:
@@ -266,3 +598,10 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if "locked" in text or "busy" in text:
+        return f"{text}: another program holds it"
+    return text
