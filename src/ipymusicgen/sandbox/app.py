@@ -7,6 +7,7 @@ memory in `state`, the files in `files`, and faults in `middleware`.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import anyio
@@ -23,7 +24,7 @@ from .state import Phase, SandboxState, Task
 from .validation import V2Refusal, read_json, validate_lyrics, validate_v1, validate_v2
 
 SONG_COST = 2
-"""Music counts one generate/submit call takes: it makes two songs."""
+"""Music counts a generate/submit call naming no model takes (per model: `SandboxState.call_cost`)."""
 
 
 def _key_dependency(state: SandboxState) -> Any:
@@ -34,6 +35,19 @@ def _key_dependency(state: SandboxState) -> Any:
         return x_api_key
 
     return Depends(require_key)
+
+
+def _too_many_running(state: SandboxState, api_key: str) -> JSONResponse | None:
+    """429 with Retry-After when the key already has `max_running` generations running, as the service does.
+
+    Checked and charged with no `await` in between, so concurrent creates cannot both slip under the limit.
+    """
+    calls, soonest = state.running_calls(api_key)
+    if calls < state.max_running:
+        return None
+    retry_after = max(1, math.ceil(soonest))
+    message = f"Too many generations running at once ({calls}, at most {state.max_running}); try again later"
+    return JSONResponse(envelope(None, 429, message), status_code=429, headers={"Retry-After": str(retry_after)})
 
 
 def _task_fault(request: Request) -> FaultRule | None:
@@ -57,7 +71,10 @@ def v1_router(state: SandboxState, files: FileStore) -> APIRouter:
     @router.post("/v1/music/generate")
     async def generate(request: Request, api_key: str = key) -> dict[str, Any]:
         body = validate_v1(await read_json(request))
-        if not state.charge(api_key, SONG_COST):
+        busy = _too_many_running(state, api_key)
+        if busy is not None:
+            return busy
+        if not state.charge(api_key, state.call_cost(getattr(body, "mv", None))):
             return envelope(None, 400, INSUFFICIENT_CREDITS)
         tasks = create_v1(state, api_key, body, _task_fault(request))
         return envelope({"ids": [t.id for t in tasks]})
@@ -113,7 +130,10 @@ def v2_router(state: SandboxState) -> APIRouter:
             song = check_v2(state, body)
         except V2Refusal as exc:
             return envelope(None, 400, str(exc))
-        if not state.charge(api_key, SONG_COST):
+        busy = _too_many_running(state, api_key)
+        if busy is not None:
+            return busy
+        if not state.charge(api_key, state.call_cost(body.model_version)):
             return envelope(None, 400, INSUFFICIENT_CREDITS)
         tasks = create_v2(state, api_key, body, song, _task_fault(request))
         return envelope([v2_song(state, t) for t in tasks])
@@ -121,7 +141,7 @@ def v2_router(state: SandboxState) -> APIRouter:
     @router.get("/v2/query")
     async def query(song_id: str = Query(), api_key: str = key) -> dict[str, Any]:
         wanted = [i.strip() for i in song_id.split(",") if i.strip()]
-        songs = [v2_song(state, t) for t in state.tasks_of(api_key, wanted)]
+        songs = [v2_song(state, t, query=True) for t in state.tasks_of(api_key, wanted)]
         if not songs:
             return envelope(None, 404, f"No song with song_id {song_id!r}")
         return envelope(songs)
@@ -168,6 +188,8 @@ def admin_router(state: SandboxState) -> APIRouter:
         for name in ("stage_seconds", "song_seconds"):
             if name in body:
                 setattr(state, name, float(body[name]))
+        if "max_running" in body:
+            state.max_running = int(body["max_running"])
         return {"envelope_tasks": state.envelope_tasks, "stage_seconds": state.stage_seconds}
 
     return router

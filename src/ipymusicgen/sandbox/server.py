@@ -19,7 +19,7 @@ from ..client import AsyncMusicClient, MusicClient
 from ..config import Settings
 from . import DEMO_KEY
 from .faults import ENV_FAULTS, FaultPlan
-from .state import SandboxState
+from .state import DEFAULT_MAX_RUNNING, SandboxState
 
 if TYPE_CHECKING:
     import uvicorn
@@ -85,6 +85,8 @@ class Sandbox:
         port: int = 0,
         v2_port: int = 0,
         envelope_tasks: bool | None = None,
+        max_running: int = DEFAULT_MAX_RUNNING,
+        call_costs: Mapping[str, int] | None = None,
     ) -> None:
         keys = dict(keys) if keys is not None else {DEMO_KEY: 100}
         if faults is None:
@@ -99,6 +101,8 @@ class Sandbox:
             seed=seed,
             faults=plan,
             envelope_tasks=envelope_tasks,
+            max_running=max_running,
+            call_costs=call_costs,
         )
         self.api_key = DEMO_KEY if DEMO_KEY in keys or not keys else next(iter(keys))
         self._ports = (port, v2_port)

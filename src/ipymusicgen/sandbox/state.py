@@ -19,6 +19,25 @@ from datetime import datetime, timezone
 
 from .faults import FaultPlan
 
+DEFAULT_MAX_RUNNING = 5
+"""Generation calls one key may have running at once, as the real service limits them (then 429)."""
+SONGS_PER_CALL = 2
+DEFAULT_CALL_COST = 2
+CALL_COSTS: dict[str, int] = {
+    "": DEFAULT_CALL_COST,  # a call that names no model: the service's default (an older model)
+    "MFV3.0": 3,
+    "MFV2.0": 2,
+    "MFV1.5X": 2,
+    "MFV1.5": 2,
+    "MFV1.0": 2,
+    "v4.5-plus": 3,
+    "v4.5": 2,
+    "v4.0": 2,
+    "v3.5": 2,
+    "v3.0": 2,
+}
+"""Music counts per generation call and model: 2 for older models, 3 for the newest (observed-behaviour.md)."""
+
 
 class Phase(enum.Enum):
     """Where a sandbox task is; the v1 status code and v2 status text are derived from it."""
@@ -120,8 +139,14 @@ class SandboxState:
         faults: FaultPlan | None = None,
         envelope_tasks: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        max_running: int = DEFAULT_MAX_RUNNING,
+        call_costs: Mapping[str, int] | None = None,
     ) -> None:
         self._lock = threading.RLock()
+        self.max_running = max_running
+        """Generation calls a key may have running at once; one more is answered 429 with Retry-After."""
+        self.call_costs = dict(CALL_COSTS if call_costs is None else call_costs)
+        """Music counts one generate/submit call takes, per model (`""` = a call that names none)."""
         self._initial_keys = dict(keys)
         self.stage_seconds = stage_seconds
         self.song_seconds = song_seconds
@@ -186,6 +211,25 @@ class SandboxState:
             account.music_counts -= amount
             account.updated_at = datetime.now(timezone.utc)
             return True
+
+    def call_cost(self, model: str | None) -> int:
+        """Music counts a generation call on `model` takes (the newest models cost more)."""
+        with self._lock:
+            return self.call_costs.get(model or "", self.call_costs.get("", DEFAULT_CALL_COST))
+
+    # -- generations running at once (the per-key limit) -----------------------------------------------
+
+    def running_calls(self, owner: str) -> tuple[int, float]:
+        """(calls of this key still being made, seconds until the first of them ends)."""
+        with self._lock:
+            now = self.clock()
+            ends = [t.created + self._length(t) for t in self._tasks.values() if t.owner == owner]
+            left = [end - now for end in ends if end > now]
+            return -(-len(left) // SONGS_PER_CALL), min(left, default=0.0)
+
+    def _length(self, task: Task) -> float:
+        """How long a task takes to finish (a failing one shows its failure after one stage)."""
+        return self.stage_seconds * (1 if task.fail_code or task.fail_reason else 2)
 
     # -- tasks ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,781 @@
+"""Batches: many songs from a list or a DataFrame, within a budget, resumable by re-running the cell.
+
+`run_batch(client, requests, ...)` (what `MusicClient.batch` and `AsyncMusicClient.batch` call) validates
+every row before anything is sent, checks the estimate against the budget and the counts left, then keeps
+at most `concurrency` rows in flight (from their create until their songs finish), following every row
+with one `TaskSet` polled in batched rounds through the client's own calls, so journaling and the retry
+policy stay in the client. Rows are recorded in `batch_store` so a re-run sends only rows never sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import costs
+from .batch_store import BatchStore, StoredRow, store_for
+from .errors import (
+    APIResponseValidationError,
+    APIStatusError,
+    AuthenticationError,
+    CreateOutcomeUnknownError,
+    FieldProblem,
+    InsufficientCreditsError,
+    MusicGenError,
+    RateLimitError,
+    RequestValidationError,
+)
+from .models import V2Request, build_generate_request, build_v2_request
+from .tasks import TaskSet, TaskState
+
+if TYPE_CHECKING:
+    from .client import AsyncMusicClient, MusicClient
+    from .models import TaskRecord, V2Song
+
+    Record = TaskRecord | V2Song
+
+STATES = ("pending", "submitted", "complete", "failed", "unknown", "skipped")
+DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
+RATE_LIMIT_WINDOW = 30.0
+"""Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
+DEFAULT_RETRY_AFTER = 2.0
+
+
+class BatchError(MusicGenError, ValueError):
+    """A batch refused before anything was sent (a bad row, a changed row, over budget)."""
+
+
+class BatchBudgetError(BatchError):
+    """The batch's estimate is more than the budget or the music counts left; nothing was sent."""
+
+    def __init__(self, message: str, *, estimate: int, budget: int | None, counts_left: int | None) -> None:
+        super().__init__(message)
+        self.estimate, self.budget, self.counts_left = estimate, budget, counts_left
+
+
+class BatchFailedError(MusicGenError):
+    """Raised by `Batch.raise_for_failures()` when rows failed or may have been sent without an answer."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rows
+
+
+@dataclass
+class BatchRow:
+    """One request of a batch and what became of it."""
+
+    index: int
+    request: Any
+    v2: bool
+    state: str = "pending"
+    ids: list[str] = field(default_factory=list)
+    records: list[Any] = field(default_factory=list)
+    error: str | None = None
+    cost: int = 0
+    """Estimated credits of its create (set once it is sent; 0 for a row not sent)."""
+    request_hash: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+    last_change: float | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("complete", "failed", "unknown", "skipped")
+
+    def describe(self) -> str:
+        body = self.request.to_payload()
+        text = body.get("style") or body.get("prompt") or body.get("title") or body.get("action") or ""
+        return str(text)[:60]
+
+
+def _plain(value: Any) -> Any:
+    """A DataFrame cell as a plain value: NaN/None → None, numpy scalars → Python, 1.0 → 1."""
+    if value is None:
+        return None
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        with contextlib.suppress(ValueError, TypeError):
+            value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def _is_dataframe(requests: Any) -> bool:
+    return type(requests).__name__ == "DataFrame" and hasattr(requests, "to_dict")
+
+
+def _raw_rows(requests: Any) -> list[Any]:
+    if _is_dataframe(requests):
+        return [{k: v for k, v in ((str(k), _plain(v)) for k, v in r.items()) if v is not None}
+                for r in requests.to_dict("records")]
+    if isinstance(requests, Mapping | str):
+        raise BatchError("batch() takes an iterable of requests (mappings or request models) or a DataFrame")
+    return list(requests)
+
+
+def _validate_row(raw: Any, allow_unknown_models: bool) -> tuple[Any, bool]:
+    if isinstance(raw, V2Request):
+        return build_v2_request(raw, allow_unknown_models=allow_unknown_models), True
+    if isinstance(raw, Mapping):
+        body = {k: v for k, v in ((str(k), _plain(v)) for k, v in raw.items()) if v is not None}
+        v2 = bool(body.pop("v2", False)) or "is_auto" in body or "model_version" in body
+        if v2:
+            return build_v2_request(body, allow_unknown_models=allow_unknown_models), True
+        return build_generate_request(body, allow_unknown_models=allow_unknown_models), False
+    if hasattr(raw, "to_payload") and hasattr(raw, "action"):
+        return build_generate_request(raw, allow_unknown_models=allow_unknown_models), False
+    why = f"a request is a mapping or a request model, not {type(raw).__name__}"
+    raise RequestValidationError([FieldProblem("", why)])
+
+
+def validate_rows(requests: Any, *, allow_unknown_models: bool = False) -> list[BatchRow]:
+    """Every row validated, or `BatchError` naming each bad row and field; nothing is sent either way."""
+    rows: list[BatchRow] = []
+    problems: list[str] = []
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for index, raw in enumerate(_raw_rows(requests)):
+            try:
+                request, v2 = _validate_row(raw, allow_unknown_models)
+            except RequestValidationError as exc:
+                problems.append(f"row {index}: {exc}")
+                continue
+            rows.append(BatchRow(index, request, v2, request_hash=request_hash(request, v2)))
+    if problems:
+        shown = problems[:10] + ([f"... and {len(problems) - 10} more bad rows"] if len(problems) > 10 else [])
+        raise BatchError("The batch was refused whole, nothing was sent:\n" + "\n".join(shown))
+    if not rows:
+        raise BatchError("The batch has no rows.")
+    return rows
+
+
+def request_hash(request: Any, v2: bool) -> str:
+    text = json.dumps({"v2": v2, "body": request.to_payload()}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def derive_name(rows: list[BatchRow]) -> str:
+    """A name from the requests' hash: re-running the same cell finds the same batch."""
+    digest = hashlib.sha256("".join(r.request_hash for r in rows).encode()).hexdigest()
+    return f"batch-{digest[:12]}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The batch (what users hold)
+
+
+class Batch:
+    """A batch's rows, their states and spend. Partial success is reported, not raised."""
+
+    def __init__(self, name: str, rows: list[BatchRow], *, store: BatchStore, concurrency: int,
+                 budget: int | None, estimate: int) -> None:
+        self.name = name
+        self.rows = rows
+        self.store = store
+        self.concurrency = concurrency
+        self.budget = budget
+        self.estimate = estimate
+        self.counts_before: int | None = None
+        self.counts_after: int | None = None
+        self.started_at = time.monotonic()
+        self.finished_at: float | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._task: Any = None
+        self._listeners: list[Callable[[Batch], None]] = []
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> Batch:
+        """Block until the batch has finished (for `wait=False` on a sync client); re-raises a crash."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"batch {self.name!r} still running")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def __await__(self) -> Any:
+        """`await batch` (from `AsyncMusicClient.batch(wait=False)`) waits for it to finish."""
+        if self._task is not None:
+            yield from self._task.__await__()
+        return self
+
+    def add_listener(self, callback: Callable[[Batch], None]) -> None:
+        self._listeners.append(callback)
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            with contextlib.suppress(Exception):  # a view's bug must not stop paid work
+                callback(self)
+
+    @property
+    def ids(self) -> list[str]:
+        return [i for r in self.rows for i in r.ids]
+
+    @property
+    def records(self) -> list[Any]:
+        return [rec for r in self.rows for rec in r.records]
+
+    @property
+    def failed(self) -> list[BatchRow]:
+        return [r for r in self.rows if r.state == "failed"]
+
+    @property
+    def unknown(self) -> list[BatchRow]:
+        return [r for r in self.rows if r.state == "unknown"]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per state, plus `in_flight` (submitted, not finished)."""
+        found = {state: 0 for state in STATES}
+        for row in self.rows:
+            found[row.state] = found.get(row.state, 0) + 1
+        return found
+
+    @property
+    def spent_estimate(self) -> int:
+        return sum(r.cost for r in self.rows)
+
+    @property
+    def real_cost_per_call(self) -> float | None:
+        """Credits one create really took, learnt from the counts left before and after (None until known)."""
+        before, after, calls = self.store.counts(self.name)
+        if before is None or after is None or not calls:
+            return None
+        return (before - after) / calls
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left, from how long rows finished so far took and how many are left (None until one finished)."""
+        durations = [r.finished_at - r.started_at for r in self.rows
+                     if r.state == "complete" and r.started_at and r.finished_at]
+        left = sum(1 for r in self.rows if not r.finished)
+        if not durations:
+            return None
+        if not left:
+            return 0.0
+        per_row = sum(durations) / len(durations)
+        return math.ceil(left / max(1, self.concurrency)) * per_row
+
+    def summary(self) -> dict[str, Any]:
+        counts = self.counts()
+        return {
+            "name": self.name,
+            "rows": len(self.rows),
+            **counts,
+            "estimate": self.estimate,
+            "spent_estimate": self.spent_estimate,
+            "budget": self.budget,
+            "counts_before": self.counts_before,
+            "counts_after": self.counts_after,
+            "real_cost_per_call": self.real_cost_per_call,
+            "done": self.done,
+        }
+
+    def progress_line(self) -> str:
+        """One line for text-only front ends: rows done / in flight / failed / unknown / skipped, credits, ETA."""
+        c = self.counts()
+        eta = self.eta_seconds()
+        parts = [
+            f"batch {self.name}: {c['complete']}/{len(self.rows)} done",
+            f"{c['submitted']} in flight",
+            f"{c['failed']} failed",
+            f"{c['unknown']} unknown",
+            f"{c['skipped']} skipped",
+            f"~{self.spent_estimate} credits spent",
+        ]
+        left = self.counts_after if self.counts_after is not None else (
+            self.counts_before - self.spent_estimate if self.counts_before is not None else None)
+        if left is not None:
+            parts.append(f"{left} left")
+        per_call = self.real_cost_per_call
+        if per_call is not None:
+            parts.append(f"{per_call:g} per call (measured)")
+        if eta is not None and not self.done:
+            parts.append(f"ETA {eta:.0f} s")
+        return ", ".join(parts)
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {"index": r.index, "state": r.state, "request": r.describe(), "ids": ",".join(r.ids),
+                 "error": r.error, "cost": r.cost}
+                for r in self.rows
+            ]
+        ).set_index("index")
+
+    def raise_for_failures(self) -> Batch:
+        bad = self.failed + self.unknown
+        if bad:
+            lines = "; ".join(f"row {r.index} {r.state}: {r.error or ''}" for r in bad[:10])
+            raise BatchFailedError(
+                f"{len(bad)} of {len(self.rows)} rows of batch {self.name!r} did not finish: {lines}"
+            )
+        return self
+
+    def __repr__(self) -> str:
+        lines = [self.progress_line()]
+        for r in self.rows[:20]:
+            extra = f" ({r.error})" if r.error else ""
+            lines.append(f"  {r.index:>4} {r.state:<9} {r.describe()!r} {','.join(r.ids)}{extra}")
+        if len(self.rows) > 20:
+            lines.append(f"  ... {len(self.rows) - 20} more rows")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from .safe_html import esc
+
+        body = "".join(
+            f"<tr><td>{r.index}</td><td>{esc(r.state)}</td><td>{esc(r.describe())}</td>"
+            f"<td><code>{esc(', '.join(r.ids))}</code></td><td>{esc(r.error or '')}</td></tr>"
+            for r in self.rows[:200]
+        )
+        more = f"<p>... {len(self.rows) - 200} more rows</p>" if len(self.rows) > 200 else ""
+        return (
+            f"<div class='ipymusicgen-batch'><p>{esc(self.progress_line())}</p><table>"
+            "<thead><tr><th>row</th><th>state</th><th>request</th><th>ids</th><th>error</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>{more}</div>"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The engine: every decision, no I/O of its own (the two drivers below do the calls).
+
+
+def _is_doubtful(exc: BaseException) -> bool:
+    """Whether a failed create may have reached the service (so it must not be resent blindly)."""
+    if isinstance(exc, CreateOutcomeUnknownError | APIResponseValidationError):
+        return True
+    return isinstance(exc, APIStatusError) and exc.status_code in DOUBTFUL_STATUS
+
+
+def _retry_after(exc: RateLimitError) -> float:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else DEFAULT_RETRY_AFTER
+    except ValueError:
+        return DEFAULT_RETRY_AFTER
+
+
+class _Engine:
+    def __init__(self, batch: Batch, *, stall_timeout: float, retry_unknown: bool, poll_interval: float,
+                 clock: Callable[[], float]) -> None:
+        self.batch = batch
+        self.name = batch.name
+        self.store = batch.store
+        self.stall_timeout = stall_timeout
+        self.retry_unknown = retry_unknown
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.tasks = TaskSet()
+        self.by_id: dict[str, BatchRow] = {}
+        self.queue: deque[BatchRow] = deque()
+        self.sending: set[int] = set()
+        self.limit = batch.concurrency
+        self.paused_until = 0.0
+        self.lowered_until = 0.0
+        self.stop_reason: str | None = None
+        self.committed = 0  # estimated credits of rows sent or being sent in this run
+
+    # -- start ---------------------------------------------------------------------------------------
+
+    def load(self, stored: dict[int, StoredRow]) -> None:
+        """Put each row where its stored state says: send it, watch it, or just report it."""
+        for row in self.batch.rows:
+            saved = stored[row.index]
+            row.ids = list(saved.ids)
+            row.error = saved.error
+            row.cost = saved.cost or 0 if saved.state not in ("pending", "rejected", "skipped") else 0
+            state = saved.state
+            if state == "sending":
+                if saved.owner_alive and not saved.mine:
+                    row.state, row.error = "unknown", f"being sent by process {saved.owner_pid}"
+                    continue
+                state = "unknown"
+                row.error = "its create may have been sent (the process sending it ended before the answer)"
+                self.store.set_state(self.name, row.index, "unknown", error=row.error)
+            if state in ("pending", "rejected", "skipped") or (state == "unknown" and self.retry_unknown):
+                row.state = "pending"
+                row.error = None if state != "unknown" else row.error
+                self.queue.append(row)
+            elif state == "submitted":
+                self.watch(row, row.ids)
+            else:
+                row.state = state
+
+    def to_send(self) -> list[BatchRow]:
+        return list(self.queue)
+
+    def watch(self, row: BatchRow, ids: list[str]) -> None:
+        row.state = "submitted"
+        row.ids = list(ids)
+        row.started_at = row.started_at or self.clock()
+        row.last_change = self.clock()
+        self.tasks.add(ids, v2=row.v2)
+        for task_id in ids:
+            self.by_id[task_id] = row
+
+    # -- sending -------------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.sending) + sum(1 for r in self.batch.rows if r.state == "submitted")
+
+    def next_row(self) -> BatchRow | None:
+        """The next row to create now, claimed in the store; None when none may start yet."""
+        now = self.clock()
+        if now >= self.lowered_until and self.limit < self.batch.concurrency:
+            self.limit += 1
+            self.lowered_until = now + RATE_LIMIT_WINDOW / max(1, self.batch.concurrency)
+        while self.queue and now >= self.paused_until and self.in_flight < self.limit:
+            row = self.queue.popleft()
+            if self.stop_reason:
+                self._skip(row, self.stop_reason)
+                continue
+            cost = costs.estimate_credits(row.request)
+            if self.batch.budget is not None and self.committed + cost > self.batch.budget:
+                self._skip(row, f"budget of {self.batch.budget} credits reached")
+                continue
+            if not self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown):
+                row.state, row.error = "unknown", "claimed by another run of this batch"
+                continue
+            self.committed += cost
+            row.cost = cost
+            row.started_at = now
+            self.sending.add(row.index)
+            return row
+        return None
+
+    def _skip(self, row: BatchRow, why: str) -> None:
+        row.state, row.error = "skipped", why
+        self.store.set_state(self.name, row.index, "skipped", error=why)
+
+    def created(self, row: BatchRow, result: Any) -> None:
+        self.sending.discard(row.index)
+        ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
+        self.store.set_state(self.name, row.index, "submitted", ids=ids)
+        self.watch(row, ids)
+        self.batch._changed()
+
+    def create_failed(self, row: BatchRow, exc: BaseException) -> None:
+        self.sending.discard(row.index)
+        self.committed -= row.cost if not _is_doubtful(exc) else 0
+        if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
+            now = self.clock()
+            self.paused_until = max(self.paused_until, now + _retry_after(exc))
+            self.limit = max(1, min(self.limit - 1, self.in_flight))
+            self.lowered_until = now + RATE_LIMIT_WINDOW
+            row.cost = 0
+            self.store.set_state(self.name, row.index, "pending")
+            row.state = "pending"
+            self.queue.appendleft(row)
+            return
+        row.finished_at = self.clock()
+        if _is_doubtful(exc):
+            row.state, row.error = "unknown", str(exc)
+            self.store.set_state(self.name, row.index, "unknown", error=row.error)
+        else:
+            row.state, row.error, row.cost = "failed", str(exc), 0
+            self.store.set_state(self.name, row.index, "rejected", error=row.error)
+            if isinstance(exc, InsufficientCreditsError | AuthenticationError):
+                self.stop_reason = f"not started: {type(exc).__name__} on row {row.index}"
+        self.batch._changed()
+
+    # -- following -----------------------------------------------------------------------------------
+
+    @property
+    def watching(self) -> bool:
+        return any(r.state == "submitted" for r in self.batch.rows)
+
+    def polled(self, changed: Iterable[Any]) -> None:
+        now = self.clock()
+        touched: set[int] = set()
+        for record in changed:
+            row = self.by_id.get(record.id)
+            if row is not None:
+                row.last_change = now
+                touched.add(row.index)
+        for row in self.batch.rows:
+            if row.state != "submitted":
+                continue
+            records = [self.tasks.get(i) for i in row.ids]
+            row.records = [r for r in records if r is not None]
+            if len(row.records) == len(row.ids) and all(r.state.finished for r in row.records):
+                complete = [r for r in row.records if r.state is TaskState.COMPLETE]
+                row.state = "complete" if complete else "failed"
+                row.error = None if complete else "; ".join(str(r.fail_reason or "failed") for r in row.records)
+                row.finished_at = now
+                self.store.set_state(self.name, row.index, row.state, error=row.error)
+                touched.add(row.index)
+            elif row.last_change is not None and now - row.last_change > self.stall_timeout:
+                row.state = "failed"
+                row.error = f"timed out: no song changed state for {self.stall_timeout:g} s"
+                row.finished_at = now
+                self.store.set_state(self.name, row.index, "failed", error=row.error)
+                touched.add(row.index)
+        if touched:
+            self.batch._changed()
+
+    @property
+    def finished(self) -> bool:
+        return not self.queue and not self.sending and not self.watching
+
+    def pause(self) -> float:
+        """Seconds to rest before the next round."""
+        if self.queue and self.in_flight < self.limit:
+            wait = self.paused_until - self.clock()
+            if wait > 0:
+                return min(wait, self.poll_interval) if self.watching else wait
+        return self.poll_interval
+
+    def finish(self, counts_after: int | None) -> None:
+        if counts_after is not None:
+            self.batch.counts_after = counts_after
+            self.store.record_counts(self.name, after=counts_after)
+        self.batch.finished_at = time.monotonic()
+        self.batch._done.set()
+        self.batch._changed()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Preparing (shared by both faces)
+
+
+def _journal_path(client: Any) -> Any:
+    journal = client.journal
+    return getattr(journal, "path", None) if journal is not None else None
+
+
+def _prepare(client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None,
+             store: BatchStore | None) -> tuple[Batch, dict[int, StoredRow]]:
+    if concurrency < 1:
+        raise BatchError(f"concurrency must be at least 1 (got {concurrency})")
+    if budget is not None and budget < 0:
+        raise BatchError(f"budget must be 0 or more credits (got {budget})")
+    rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
+    name = name or derive_name(rows)
+    store = store or store_for(_journal_path(client))
+    try:
+        stored = store.open_batch(name, [(r.request_hash, json.dumps(r.request.to_payload()), r.v2) for r in rows])
+    except ValueError as exc:
+        index = exc.args[0]
+        raise BatchError(
+            f"Row {index} of batch {name!r} is not the request first recorded under that name and row; "
+            "nothing was sent. Use a new name for a changed batch (or leave the name out)."
+        ) from None
+    batch = Batch(name, rows, store=store, concurrency=concurrency, budget=budget, estimate=0)
+    batch.counts_before, batch.counts_after, _ = store.counts(name)
+    return batch, stored
+
+
+def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> None:
+    estimate = costs.estimate_total(r.request for r in engine.to_send())
+    batch.estimate = estimate
+    if batch.counts_before is None:
+        batch.counts_before = counts_left
+    if not estimate:
+        return
+    if batch.budget is not None and estimate > batch.budget:
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
+            "nothing was sent.", estimate=estimate, budget=batch.budget, counts_left=counts_left)
+    if counts_left is not None and estimate > counts_left:
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about {estimate} credits, but the key has {counts_left} left; "
+            "nothing was sent.", estimate=estimate, budget=batch.budget, counts_left=counts_left)
+    batch.store.record_counts(batch.name, before=counts_left)
+
+
+def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
+    return max(0.01, min(client.settings.poll_interval, stall_timeout / 4))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The sync face: creates in worker threads, one polling loop
+
+
+def run_batch(
+    client: MusicClient,
+    requests: Any,
+    *,
+    name: str | None = None,
+    concurrency: int = 3,
+    budget: int | None = None,
+    wait: bool = True,
+    stall_timeout: float = 900,
+    retry_unknown: bool = False,
+    on_update: Callable[[Batch], None] | None = None,
+    store: BatchStore | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Batch:
+    """Run a batch on a `MusicClient` (see `MusicClient.batch`).
+
+    Rows are kept in the client's journal file; a client with no journal (the embedded sandbox's) keeps
+    them in this process's memory, so re-running in the same kernel is still safe but a restart forgets.
+    """
+    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
+    if on_update is not None:
+        batch.add_listener(on_update)
+    engine = _Engine(batch, stall_timeout=stall_timeout, retry_unknown=retry_unknown,
+                     poll_interval=_stall_poll_interval(client, stall_timeout), clock=clock)
+    engine.load(stored)
+    counts_left = client.key_info().key_music_counts if engine.to_send() else None
+    _check_budget(batch, engine, counts_left)
+
+    def drive() -> None:
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+        from concurrent.futures import wait as wait_futures
+
+        pending: dict[Any, BatchRow] = {}
+        try:
+            with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"batch-{batch.name}") as pool:
+                while not engine.finished:
+                    while (row := engine.next_row()) is not None:
+                        if row.v2:
+                            pending[pool.submit(client.submit_v2, row.request)] = row
+                        else:
+                            pending[pool.submit(client.generate, row.request)] = row
+                    if engine.watching:
+                        try:
+                            engine.polled(client.poll(engine.tasks))
+                        except MusicGenError:
+                            engine.polled(())  # a failed read: try again next round (stall timer still runs)
+                    if engine.finished:
+                        break
+                    pause = engine.pause()
+                    if pending:
+                        done, _ = wait_futures(list(pending), timeout=pause, return_when=FIRST_COMPLETED)
+                        for future in done:
+                            row = pending.pop(future)
+                            error = future.exception()
+                            if error is None:
+                                engine.created(row, future.result())
+                            else:
+                                engine.create_failed(row, error)
+                    else:
+                        time.sleep(pause)
+            after = _counts_left(client) if any(r.cost for r in batch.rows) else None
+        except BaseException as exc:
+            batch.error = exc
+            after = None
+            for future, row in pending.items():  # the pool has let them end: record what they learnt
+                error = future.exception() if future.done() else None
+                if future.done() and error is None:
+                    engine.created(row, future.result())
+                elif error is not None:
+                    engine.create_failed(row, error)
+        engine.finish(after)
+
+    if wait:
+        drive()
+        if batch.error is not None:
+            raise batch.error
+    else:
+        batch._thread = threading.Thread(target=drive, name=f"ipymusicgen-batch-{batch.name}", daemon=True)
+        batch._thread.start()
+    return batch
+
+
+def _counts_left(client: MusicClient) -> int | None:
+    try:
+        return client.key_info().key_music_counts
+    except MusicGenError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The async face: creates as asyncio tasks, one polling loop
+
+
+async def run_batch_async(
+    client: AsyncMusicClient,
+    requests: Any,
+    *,
+    name: str | None = None,
+    concurrency: int = 3,
+    budget: int | None = None,
+    wait: bool = True,
+    stall_timeout: float = 900,
+    retry_unknown: bool = False,
+    on_update: Callable[[Batch], None] | None = None,
+    store: BatchStore | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Batch:
+    """Run a batch on an `AsyncMusicClient`; same meaning as `run_batch`. `wait=False`: `await batch` later."""
+    import asyncio
+
+    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
+    if on_update is not None:
+        batch.add_listener(on_update)
+    engine = _Engine(batch, stall_timeout=stall_timeout, retry_unknown=retry_unknown,
+                     poll_interval=_stall_poll_interval(client, stall_timeout), clock=clock)
+    engine.load(stored)
+    counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
+    _check_budget(batch, engine, counts_left)
+
+    async def drive() -> Batch:
+        pending: dict[asyncio.Task[Any], BatchRow] = {}
+        after = None
+        try:
+            while not engine.finished:
+                while (row := engine.next_row()) is not None:
+                    call = client.submit_v2(row.request) if row.v2 else client.generate(row.request)
+                    pending[asyncio.ensure_future(call)] = row
+                if engine.watching:
+                    try:
+                        engine.polled(await client.poll(engine.tasks))
+                    except MusicGenError:
+                        engine.polled(())
+                if engine.finished:
+                    break
+                pause = engine.pause()
+                if pending:
+                    done, _ = await asyncio.wait(list(pending), timeout=pause, return_when=asyncio.FIRST_COMPLETED)
+                    for future in done:
+                        row = pending.pop(future)
+                        error = future.exception()
+                        if error is None:
+                            engine.created(row, future.result())
+                        else:
+                            engine.create_failed(row, error)
+                else:
+                    await asyncio.sleep(pause)
+            if any(r.cost for r in batch.rows):
+                try:
+                    after = (await client.key_info()).key_music_counts
+                except MusicGenError:
+                    after = None
+        except BaseException as exc:
+            batch.error = exc
+            for future in pending:  # a cancelled batch leaves no create running unseen
+                if not future.done():
+                    future.cancel()
+            engine.finish(None)
+            raise
+        engine.finish(after)
+        return batch
+
+    if wait:
+        return await drive()
+    batch._task = asyncio.ensure_future(drive())
+    return batch

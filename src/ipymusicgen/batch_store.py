@@ -1,0 +1,231 @@
+"""Where a batch's rows live between runs: the journal's SQLite file (its own tables), or memory.
+
+A row is written "sending" (with its owner process) *before* its create goes out and gets its ids
+right after, so a re-run — in the same kernel, a new one, or after kill -9 — knows which rows were
+never sent (send them), which were submitted (watch them) and which may have been sent (list them,
+never resend them). Claiming a row is one IMMEDIATE transaction, so two kernels cannot both send it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .journal import open_db
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS batch_rows (
+    batch TEXT NOT NULL,
+    row_index INTEGER NOT NULL,
+    request_hash TEXT NOT NULL,
+    request TEXT NOT NULL,
+    v2 INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT 'pending',
+    ids TEXT NOT NULL DEFAULT '[]',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    owner_pid INTEGER,
+    owner_start TEXT,
+    error TEXT,
+    cost INTEGER,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (batch, row_index)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    name TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    counts_before INTEGER,
+    counts_after INTEGER,
+    calls INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+NEVER_SENT = ("pending", "rejected", "skipped")
+"""Stored states of a row whose create certainly did not happen: safe to send."""
+
+
+def _process_start(pid: int) -> str:
+    """A token that tells this process from a later one that reuses its pid (Linux: start time in ticks)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def process_alive(pid: int | None, start: str | None) -> bool:
+    """Whether the process that claimed a row is still running (the same process, not a pid reuse)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not start or _process_start(pid) in ("", start)
+
+
+OWNER_PID = os.getpid()
+OWNER_START = _process_start(OWNER_PID)
+
+
+@dataclass
+class StoredRow:
+    index: int
+    request_hash: str
+    state: str
+    ids: list[str]
+    attempts: int
+    owner_pid: int | None
+    owner_start: str | None
+    error: str | None
+    cost: int | None
+
+    @property
+    def owner_alive(self) -> bool:
+        return process_alive(self.owner_pid, self.owner_start)
+
+    @property
+    def mine(self) -> bool:
+        return self.owner_pid == os.getpid() and self.owner_start in ("", None, _process_start(os.getpid()))
+
+
+class BatchStore:
+    """The batch tables, in the journal's file (`path`) or in memory (`path=None`, this process only)."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+        if self.path is None:
+            self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+        else:
+            self._db = open_db(self.path)
+        self._db.executescript(_SCHEMA)
+
+    def __repr__(self) -> str:
+        return f"BatchStore({str(self.path) if self.path else 'in memory'!r})"
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def open_batch(self, name: str, rows: list[tuple[str, str, bool]]) -> dict[int, StoredRow]:
+        """Record rows (hash, request JSON, v2) not yet known; return every row's stored state.
+
+        A row whose hash differs from the one stored under the same name and index raises ValueError.
+        """
+        now = time.time()
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO batches (name, created_at) VALUES (?, ?)", (name, now))
+            known = {r["row_index"]: r["request_hash"] for r in db.execute(
+                "SELECT row_index, request_hash FROM batch_rows WHERE batch = ?", (name,)
+            )}
+            for index, (digest, _, _) in enumerate(rows):
+                if index in known and known[index] != digest:
+                    raise ValueError(index)
+            db.executemany(
+                "INSERT OR IGNORE INTO batch_rows (batch, row_index, request_hash, request, v2, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(name, i, digest, text, int(v2), now) for i, (digest, text, v2) in enumerate(rows)],
+            )
+        return self.rows(name)
+
+    def rows(self, name: str) -> dict[int, StoredRow]:
+        with self._lock:
+            found = self._db.execute("SELECT * FROM batch_rows WHERE batch = ? ORDER BY row_index", (name,)).fetchall()
+        return {
+            r["row_index"]: StoredRow(
+                r["row_index"], r["request_hash"], r["state"], json.loads(r["ids"]), r["attempts"],
+                r["owner_pid"], r["owner_start"], r["error"], r["cost"],
+            )
+            for r in found
+        }
+
+    def claim(self, name: str, index: int, cost: int, *, allow_unknown: bool = False) -> bool:
+        """Mark a never-sent row "sending" by this process, before its create; False if it is not ours to send."""
+        allowed = NEVER_SENT + (("unknown", "sending") if allow_unknown else ())
+        marks = ",".join("?" * len(allowed))
+        with self._write() as db:
+            cursor = db.execute(
+                f"UPDATE batch_rows SET state = 'sending', attempts = attempts + 1, owner_pid = ?, owner_start = ?,"
+                f" error = NULL, cost = ?, updated_at = ? WHERE batch = ? AND row_index = ? AND state IN ({marks})",
+                (os.getpid(), _process_start(os.getpid()), cost, time.time(), name, index, *allowed),
+            )
+            if cursor.rowcount:
+                db.execute("UPDATE batches SET calls = calls + 1 WHERE name = ?", (name,))
+            return cursor.rowcount == 1
+
+    def set_state(
+        self, name: str, index: int, state: str, *, ids: list[str] | None = None, error: str | None = None
+    ) -> None:
+        with self._write() as db:
+            if ids is None:
+                db.execute(
+                    "UPDATE batch_rows SET state = ?, error = ?, updated_at = ? WHERE batch = ? AND row_index = ?",
+                    (state, error, time.time(), name, index),
+                )
+            else:
+                db.execute(
+                    "UPDATE batch_rows SET state = ?, ids = ?, error = ?, updated_at = ?"
+                    " WHERE batch = ? AND row_index = ?",
+                    (state, json.dumps(ids), error, time.time(), name, index),
+                )
+
+    def record_counts(self, name: str, *, before: int | None = None, after: int | None = None) -> None:
+        with self._write() as db:
+            if before is not None:
+                db.execute(
+                    "UPDATE batches SET counts_before = COALESCE(counts_before, ?) WHERE name = ?", (before, name)
+                )
+            if after is not None:
+                db.execute("UPDATE batches SET counts_after = ? WHERE name = ?", (after, name))
+
+    def counts(self, name: str) -> tuple[int | None, int | None, int]:
+        """(counts left before the batch's first call, after its last, creates sent) as recorded."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT counts_before, counts_after, calls FROM batches WHERE name = ?", (name,)
+            ).fetchone()
+        return (row[0], row[1], row[2]) if row else (None, None, 0)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT name FROM batches ORDER BY created_at")]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+_memory: BatchStore | None = None
+_files: dict[Path, BatchStore] = {}
+_registry_lock = threading.Lock()
+
+
+def store_for(journal_path: str | Path | None) -> BatchStore:
+    """One store per journal file per process; the process's in-memory store when there is no journal."""
+    global _memory
+    with _registry_lock:
+        if journal_path is None:
+            if _memory is None:
+                _memory = BatchStore(None)
+            return _memory
+        key = Path(journal_path).resolve()
+        if key not in _files:
+            _files[key] = BatchStore(key)
+        return _files[key]
