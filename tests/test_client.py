@@ -251,12 +251,12 @@ def test_submit_v2(make, wrapped):
 @pytest.mark.parametrize(
     "reply",
     [
-        envelope([{**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93}]),
-        envelope({**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93}),
-        {**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93},
+        envelope([{**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93000}]),
+        envelope({**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93000}),
+        {**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93000},
         [
             {**SONG, "song_id": "other"},
-            {**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93},
+            {**SONG, "status": "FINISHED", "audio": "https://x/a.mp3", "audio_duration": 93000},
         ],
     ],
     ids=["envelope-list", "envelope-object", "bare-object", "bare-list-picks-the-id"],
@@ -953,7 +953,7 @@ def test_wait_returns_failed_tasks_without_raising_by_default(make):
 def test_wait_v2_songs(make, clock):
     server = Server(
         envelope([{**SONG, "status": "RUNNING"}]),
-        envelope([{**SONG, "status": "FINISHED", "audio": "https://x/s1.mp3", "audio_duration": 100}]),
+        envelope([{**SONG, "status": "FINISHED", "audio": "https://x/s1.mp3", "audio_duration": 100000}]),
     )
     records = make(server).wait(v2_ids=["s1"], interval=2)
     assert [r.state for r in records] == [TaskState.COMPLETE]

@@ -511,7 +511,7 @@ def test_v2_song_keeps_unknown_fields_and_maps_names():
             "audio": "https://a",
             "image": "https://i",
             "tags": "pop",
-            "audio_duration": 61.5,
+            "audio_duration": 61500,  # milliseconds, as the service sends
             "model": "v4.5",
         }
     )

@@ -146,8 +146,8 @@ def test_v2_submit_and_query_lifecycle(sandbox: Sandbox, client: MusicClient, cl
     clock.advance(0.2)
     done = client.query_v2(songs[0].id)
     assert done.status == "FINISHED" and done.state is TaskState.COMPLETE
-    assert done.audio == f"{sandbox.base_url}/files/{done.id}.mp3" and done.audio_duration == 4.0
-    assert (done.image or "").endswith(".svg") and done.lyric
+    assert done.audio == f"{sandbox.base_url}/files/{done.id}.mp3" and done.audio_duration == 4000  # milliseconds
+    assert (done.image or "").endswith(".svg") and (done.title, done.lyric) == ("", "")  # the query blanks them
     assert mp3_duration(httpx.get(done.audio).content) == pytest.approx(4.0, abs=0.15)
 
 

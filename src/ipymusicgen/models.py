@@ -443,7 +443,7 @@ class TaskRecord(_Response):
 
 
 class V2Song(_Response):
-    """One v2 song, as /v2/submit and /v2/query return it. `audio_duration` is in seconds."""
+    """One v2 song, as /v2/submit and /v2/query return it. `audio_duration` is in milliseconds (-1 while running)."""
 
     song_id: Id
     status: OptionalText = None
@@ -480,9 +480,10 @@ class V2Song(_Response):
 
     @property
     def duration_seconds(self) -> float | None:
+        """Length in seconds (the service sends milliseconds: 138280 is 2:18.28), None while running."""
         if self.audio_duration is None or self.audio_duration < 0:
             return None
-        return float(self.audio_duration)
+        return self.audio_duration / 1000
 
     @property
     def fail_reason(self) -> str | None:

@@ -57,6 +57,31 @@ def v2_state(status: str | None, audio: str | None) -> TaskState:
     return TaskState.PROCESSING
 
 
+KEPT_FIELDS = ("title", "style", "tags", "lyric", "audio_url", "audio", "cover_url", "image", "song_id")
+"""Fields an earlier answer may have filled and a later one sends empty (the v2 query blanks title and
+lyric, observed-behaviour.md): an empty value in a later answer never erases them."""
+
+
+def _blank(value: object) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def merge_record(earlier: TaskRecord | V2Song | None, later: TaskRecord | V2Song) -> TaskRecord | V2Song:
+    """`later`, with what `earlier` said kept wherever `later` carries an empty field.
+
+    Works for either record kind (a `model_copy`), so a watcher, `wait()` and a batch all show the
+    title and lyrics of the submit answer after the v2 query has dropped them.
+    """
+    if earlier is None or type(earlier) is not type(later):
+        return later
+    kept = {
+        name: getattr(earlier, name)
+        for name in KEPT_FIELDS
+        if name in type(later).model_fields and _blank(getattr(later, name)) and not _blank(getattr(earlier, name))
+    }
+    return later.model_copy(update=kept) if kept else later
+
+
 class Song(Protocol):
     """What a watcher needs of a task, v1 or v2."""
 
@@ -90,15 +115,28 @@ class TaskSet:
                     self._v2.add(task_id)
         return added
 
+    def add_records(self, records: Iterable[TaskRecord | V2Song]) -> list[TaskRecord | V2Song]:
+        """Watch tasks starting from records already in hand (a submit answer), v2 ones as v2.
+
+        The records seed the set, so what they say (a v2 song's title and lyrics) outlives later
+        answers that leave it empty. Returns the records as stored.
+        """
+        records = list(records)
+        for record in records:
+            self.add([record.id], v2=getattr(record, "version", 1) == 2)
+        return self.update(records)
+
     def update(self, records: Iterable[TaskRecord | V2Song]) -> list[TaskRecord | V2Song]:
+        """Store the latest records, merged over the earlier ones (see `merge_record`); the changed ones."""
         changed = []
         with self._lock:
             for record in records:
                 if record.id not in self._records:
                     continue
-                if self._records[record.id] != record:
-                    self._records[record.id] = record
-                    changed.append(record)
+                merged = merge_record(self._records[record.id], record)
+                if self._records[record.id] != merged:
+                    self._records[record.id] = merged
+                    changed.append(merged)
         return changed
 
     def get(self, task_id: str) -> TaskRecord | V2Song | None:

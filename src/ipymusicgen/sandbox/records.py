@@ -53,8 +53,13 @@ def v1_task(state: SandboxState, task: Task) -> dict[str, Any]:
     return record
 
 
-def v2_song(state: SandboxState, task: Task) -> dict[str, Any]:
-    """A v2 song: RUNNING (audio a preview once one exists) → FINISHED, audio_duration in seconds."""
+def v2_song(state: SandboxState, task: Task, *, query: bool = False) -> dict[str, Any]:
+    """A v2 song: RUNNING (audio a preview once one exists) → FINISHED; `audio_duration` in milliseconds, -1
+    while running; the image only once finished.
+
+    As the real service does (observed-behaviour.md), the submit answer carries title and lyric but
+    `/v2/query` (`query=True`) answers them empty, so clients must keep what the submit answer said.
+    """
     phase = state.phase(task)
     base = state.files_base
     song: dict[str, Any] = {
@@ -63,14 +68,14 @@ def v2_song(state: SandboxState, task: Task) -> dict[str, Any]:
         "audio": "",
         "audio_duration": -1,
         "image": "",
-        "lyric": task.lyric,
+        "lyric": "" if query else task.lyric,
         "tags": task.style,
-        "title": task.title,
+        "title": "" if query else task.title,
     }
     if phase is Phase.PREVIEW:
         song["audio"] = audio_url(base, task, preview=True)
     elif phase is Phase.COMPLETE:
-        song.update(audio=audio_url(base, task), audio_duration=round(task.seconds, 3), image=cover_url(base, task))
+        song.update(audio=audio_url(base, task), audio_duration=round(task.seconds * 1000), image=cover_url(base, task))
     elif phase is Phase.FAILED:
         song.update(fail_code=task.fail_code, fail_reason=task.fail_reason)
     return song
