@@ -236,6 +236,7 @@ class _Core:
         journal: Journal | bool | None = True,
         allow_unknown_models: bool | None = None,
         allow_insecure_http: bool | None = None,
+        archive: bool | str | Path | None = True,
     ) -> None:
         overrides = {
             "api_key": api_key,
@@ -252,6 +253,9 @@ class _Core:
         self._opened_journal: Any = None  # a journal this client opened itself, closed with it
         self._record_listeners: list[UpdateCallback] = []
         self._check_transport()
+        from .archive import attach  # finished songs are archived off the polling thread (archive.py)
+
+        attach(self, archive)  # archive=False: off; a path: there; True: the settings' directory
 
     def add_record_listener(self, listener: UpdateCallback) -> None:
         """Call `listener(changed_records)` after every polling round that changed something.

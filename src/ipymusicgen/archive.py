@@ -1,0 +1,392 @@
+"""Keep every finished song: download its final MP3 (and cover) to the archive, tagged, off the polling thread.
+
+A client's `Archiver` listens to its polling rounds (`add_record_listener`); records are handed to a worker
+thread that indexes them for the library and archives the ones that became complete. The journal's file
+holds what was archived (`library_store`), so archiving is idempotent and a failure is retried on the next
+polling round of a new client, `resume()` or library open. The embedded sandbox archives to a temp directory.
+
+Files: `<title> [<first 8 of id>].mp3`, written to a hidden file and renamed when downloaded and tagged.
+Tags (ID3v2.4): TIT2 title, TCON style, USLT lyrics, TDRC date, APIC cover when it is a raster image (the
+sandbox's SVG covers are kept beside the MP3 but not embedded: ID3 players show only PNG/JPEG/GIF/WebP),
+TXXX "ipymusicgen:task_id" / "ipymusicgen:model" / "ipymusicgen:action" / "ipymusicgen:request" (JSON).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .downloads import safe_filename, unique_path
+
+if TYPE_CHECKING:
+    from .client import MusicClient, _Core
+    from .library_store import LibraryStore
+
+ENV_ARCHIVE = "MUSICGEN_ARCHIVE"
+RASTER_IMAGES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+TAG_PREFIX = "ipymusicgen:"
+IDLE_SECONDS = 2.0
+"""The worker exits (closing its connections) after this long with nothing to do; the next record restarts it."""
+
+_dir_override: list[Any] = []  # [path | False] once set by set_archive_dir / %config MusicGen.archive_dir
+_sandbox_dir: list[Path] = []
+
+
+def set_archive_dir(directory: str | Path | bool | None) -> None:
+    """Where this kernel archives songs (as `%config MusicGen.archive_dir`): a path, False (off) or None (default)."""
+    _dir_override[:] = [] if directory in (None, "", True) else [directory]
+
+
+def is_sandbox(client: _Core) -> bool:
+    """The embedded sandbox, known by identity: its demo key, or the session's own sandbox address."""
+    from .sandbox import DEMO_KEY
+
+    if client.settings.key_value() == DEMO_KEY:
+        return True
+    from . import session
+
+    own = session._session.sandbox
+    return own is not None and client.settings.base_url == own.base_url
+
+
+def default_archive_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False)) / "songs"
+
+
+def sandbox_archive_dir() -> Path:
+    """One temp directory per process for sandbox songs: never the user's archive."""
+    if not _sandbox_dir:
+        _sandbox_dir.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-")))
+    return _sandbox_dir[0]
+
+
+def archive_dir_for(client: _Core, choice: Any = True) -> Path | None:
+    """The directory a client archives to, or None when archiving is off.
+
+    `choice` (the client's `archive=`) wins: False is off, a path is used as given. Otherwise the sandbox
+    gets its temp directory, and a real service `set_archive_dir()`, then MUSICGEN_ARCHIVE, then the default.
+    """
+    if choice is False:
+        return None
+    if choice not in (True, None):
+        return Path(choice).expanduser()
+    if is_sandbox(client):
+        return sandbox_archive_dir()
+    if _dir_override:
+        return None if _dir_override[0] is False else Path(_dir_override[0]).expanduser()
+    env = os.environ.get(ENV_ARCHIVE, "").strip()
+    if env.lower() in {"0", "false", "off", "no"}:
+        return None
+    return Path(env).expanduser() if env else default_archive_dir()
+
+
+@dataclass(frozen=True)
+class SongInfo:
+    """What the archive needs of a song, read from the journal (so a retry needs no record)."""
+
+    id: str
+    title: str | None
+    style: str | None
+    lyrics: str | None
+    audio_url: str | None
+    cover_url: str | None
+    created_at: float
+    model: str | None
+    action: str | None
+    request: dict[str, Any]
+    archive_path: str | None
+
+    @property
+    def stem(self) -> str:
+        return f"{(self.title or 'untitled').strip()} [{self.id[:8]}]"
+
+
+def song_info(store: LibraryStore, task_id: str) -> SongInfo | None:
+    rows = store.query(
+        "SELECT t.id, t.title, t.style, t.audio_url, t.cover_url, t.created_at, l.lyrics, l.model, l.action,"
+        " l.archive_path, a.payload FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
+        " LEFT JOIN attempts a ON a.id = t.attempt_id WHERE t.id = ?",
+        (task_id,),
+    )
+    if not rows:
+        return None
+    r = rows[0]
+    try:
+        request = json.loads(r["payload"] or "{}")
+    except ValueError:
+        request = {}
+    return SongInfo(
+        r["id"], r["title"], r["style"], r["lyrics"], r["audio_url"], r["cover_url"], r["created_at"],
+        r["model"], r["action"], request if isinstance(request, dict) else {}, r["archive_path"],
+    )  # fmt: skip
+
+
+def write_tags(path: Path, song: SongInfo, cover: Path | None) -> None:
+    """ID3v2.4 tags that say how the song was made, so a file found years later still tells."""
+    from mutagen.id3 import APIC, ID3, TCON, TDRC, TIT2, TXXX, USLT, ID3NoHeaderError
+
+    try:
+        tags = ID3(path)
+    except ID3NoHeaderError:
+        tags = ID3()
+    if song.title:
+        tags.setall("TIT2", [TIT2(encoding=3, text=song.title)])
+    if song.style:
+        tags.setall("TCON", [TCON(encoding=3, text=song.style)])
+    if song.lyrics:
+        tags.setall("USLT", [USLT(encoding=3, lang="eng", desc="", text=song.lyrics)])
+    tags.setall("TDRC", [TDRC(encoding=3, text=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(song.created_at)))])
+    model = song.model or "(service default)"
+    extra = {"task_id": song.id, "model": model, "action": song.action or "", "request": song.request}
+    for name, value in extra.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        tags.setall(f"TXXX:{TAG_PREFIX}{name}", [TXXX(encoding=3, desc=TAG_PREFIX + name, text=text)])
+    if cover is not None and cover.suffix.lower() in RASTER_IMAGES:
+        data = cover.read_bytes()
+        tags.setall("APIC", [APIC(encoding=3, mime=RASTER_IMAGES[cover.suffix.lower()], type=3, desc="", data=data)])
+    tags.save(path, v2_version=4)
+
+
+def task_id_tag(path: Path) -> str | None:
+    """The task id an archived file says it holds (TXXX ipymusicgen:task_id), if any."""
+    from mutagen.id3 import ID3, ID3NoHeaderError
+
+    try:
+        frames = ID3(path).getall(f"TXXX:{TAG_PREFIX}task_id")
+    except (ID3NoHeaderError, OSError):
+        return None
+    return str(frames[0].text[0]) if frames and frames[0].text else None
+
+
+def _place(staged: Path, directory: Path, name: str, task_id: str) -> Path:
+    """Move a finished file to its name; replace a file of the same song (idempotent), never another's."""
+    target = directory / name
+    if target.exists() and not (target.suffix == ".mp3" and task_id_tag(target) == task_id):
+        target = unique_path(directory, name)
+    os.replace(staged, target)
+    return target
+
+
+def _size_limit(client: _Core) -> int | None:
+    limit = getattr(client.settings, "max_download_bytes", None)
+    return int(limit) if limit else None
+
+
+def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, task_id: str) -> Path:
+    """Download, tag and place one complete song (and its cover); record path, size and peaks. Idempotent."""
+    from .waveform import waveform
+
+    song = song_info(store, task_id)
+    if song is None:
+        raise LookupError(f"{task_id} is not in the journal")
+    if song.archive_path and Path(song.archive_path).is_file():
+        return Path(song.archive_path)
+    if not song.audio_url:
+        raise ValueError(f"{task_id} has no audio URL to archive")
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".ipymusicgen-archive-", dir=directory))
+    try:
+        staged = downloader.download(song.audio_url, staging)
+        limit = _size_limit(downloader)
+        size = staged.stat().st_size
+        if limit is not None and size > limit:
+            raise ValueError(f"the song is {size} bytes, over the download limit of {limit}")
+        cover = None
+        if song.cover_url:
+            with contextlib.suppress(Exception):  # a missing cover never costs the song
+                cover = downloader.download(song.cover_url, staging / "cover")
+        suffix = staged.suffix.lower() or ".mp3"
+        if suffix == ".mp3":
+            write_tags(staged, song, cover)
+        peaks = waveform(staged)
+        placed_cover = _place(cover, directory, safe_filename(song.stem, cover.suffix), task_id) if cover else None
+        placed = _place(staged, directory, safe_filename(song.stem, suffix), task_id)
+        store.archived(task_id, placed, placed.stat().st_size, peaks, cover=placed_cover)
+        return placed
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient | None = None) -> Path:
+    """Archive the WAV rendering of a song beside its MP3 (`generate_wav` is asked when no URL is given)."""
+    from . import session
+
+    client = client or session.get_client()
+    archiver = archiver_of(client)
+    if archiver is None or archiver.store is None:
+        raise RuntimeError("This client does not archive (no journal or archive=False).")
+    store = archiver.store
+    song = song_info(store, task_id)
+    if song is None:
+        raise LookupError(f"{task_id} is not in the journal")
+    if url is None:
+        song_rows = store.query("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
+        url = client.generate_wav((song_rows[0]["song_id"] if song_rows else None) or task_id)
+    staging = Path(tempfile.mkdtemp(prefix=".ipymusicgen-archive-", dir=archiver.directory))
+    try:
+        staged = client.download(url, staging)
+        placed = _place(staged, archiver.directory, safe_filename(song.stem, staged.suffix or ".wav"), task_id)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    store.wav_archived(task_id, placed)
+    return placed
+
+
+class Archiver:
+    """Archives a client's finished songs on a worker thread; the polling thread only enqueues."""
+
+    def __init__(self, client: _Core, choice: Any = True) -> None:
+        self.client = client
+        self.choice = choice
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._store: LibraryStore | None = None
+        self._retried = False
+        self.errors: dict[str, str] = {}
+        self.archived: dict[str, Path] = {}
+
+    def __repr__(self) -> str:
+        return f"Archiver(directory={str(self.directory) if self.directory else None!r})"
+
+    @property
+    def directory(self) -> Path | None:
+        return archive_dir_for(self.client, self.choice)
+
+    @property
+    def journal_path(self) -> Path | None:
+        journal = self.client.journal
+        path = getattr(journal, "path", None)
+        return Path(path) if path else None
+
+    @property
+    def store(self) -> LibraryStore | None:
+        """The library store on this client's journal file (opened when first needed)."""
+        with self._lock:
+            if self._store is None and self.journal_path is not None:
+                from .library_store import LibraryStore
+
+                self._store = LibraryStore(self.journal_path)
+            return self._store
+
+    # -- what the polling thread calls (cheap) -------------------------------------------------------
+
+    def __call__(self, records: Iterable[Any]) -> None:
+        records = list(records)
+        if not records or self.journal_path is None:
+            return
+        if not self._retried:
+            self._retried = True
+            self._queue.put(("retry", None))
+        self._queue.put(("records", records))
+        self._ensure_worker()
+
+    def retry(self) -> None:
+        """Archive complete songs that are not yet (never tried, or failed before)."""
+        if self.journal_path is not None:
+            self._queue.put(("retry", None))
+            self._ensure_worker()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far is archived (or failed); True when idle."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    # -- the worker ----------------------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="ipymusicgen-archiver", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        downloader: MusicClient | None = None
+        try:
+            while True:
+                try:
+                    kind, payload = self._queue.get(timeout=IDLE_SECONDS)
+                except queue.Empty:
+                    with self._lock:  # exit only when nothing arrived meanwhile
+                        if self._queue.empty():
+                            self._thread = None
+                            return
+                    continue
+                try:
+                    downloader = downloader or self._downloader()
+                    self._handle(kind, payload, downloader)
+                except Exception as exc:  # the worker must outlive any one round (a locked journal, say)
+                    self.errors["*"] = self.client.redact(f"{type(exc).__name__}: {exc}")
+                finally:
+                    self._queue.task_done()
+        finally:
+            if downloader is not None:
+                downloader.close()
+            with self._lock:
+                if self._store is not None:
+                    self._store.close()
+                    self._store = None
+
+    def _downloader(self) -> MusicClient:
+        from .client import MusicClient
+
+        return MusicClient(settings=self.client.settings, journal=False)  # never polls, so never archives
+
+    def _handle(self, kind: str, payload: Any, downloader: MusicClient) -> None:
+        store = self.store
+        if store is None:
+            return
+        if kind == "records":
+            store.index_records(payload)
+            ids = [r.id for r in payload if getattr(r.state, "value", r.state) == "complete"]
+        else:
+            store.sync()
+            hosts = {self.client.settings.base_url, self.client.settings.v2_base_url}
+            ids = store.to_archive(hosts)
+        directory = self.directory
+        if directory is None:
+            return
+        for task_id in ids:
+            try:
+                self.archived[task_id] = archive_song(downloader, store, directory, task_id)
+                self.errors.pop(task_id, None)
+            except Exception as exc:  # recorded, shown and retried; never raised into polling
+                message = self.client.redact(f"{type(exc).__name__}: {exc}")
+                self.errors[task_id] = message
+                store.archive_failed(task_id, message)
+
+
+def attach(client: _Core, choice: Any = True) -> Archiver | None:
+    """Give a client its archiver (a record listener). Cheap: nothing is opened until a song arrives."""
+    if choice is False:
+        return None
+    archiver = Archiver(client, choice)
+    client.add_record_listener(archiver)
+    client._archiver = archiver  # type: ignore[attr-defined]
+    return archiver
+
+
+def archiver_of(client: _Core) -> Archiver | None:
+    return getattr(client, "_archiver", None)

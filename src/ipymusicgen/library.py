@@ -1,0 +1,455 @@
+"""The user's library: every journalled song, searchable, with favourites, notes, takes, lineage and spend.
+
+`ipymusicgen.library()` opens it over the journal in use (the durable one with a key, the sandbox's own
+otherwise). Search is SQLite FTS5 over title, style, lyrics and prompt; pages are LIMIT/OFFSET over an
+index, so 10,000 songs page as fast as 100.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime as dt
+import html
+import json
+import re
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .library_store import LibraryStore, unpack_peaks
+
+SPEND_BY = ("day", "model", "batch")
+PAID_OUTCOMES = ("submitted", "unknown")
+"""Attempts that may have cost credits (rejected ones did not; pending ones are being sent)."""
+_STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
+_WORD = re.compile(r"\w+", re.UNICODE)
+_open_libraries: weakref.WeakSet[Library] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class LibrarySong:
+    """One song as the library knows it (journal row + library row)."""
+
+    id: str
+    call: str | None
+    take: int
+    state: str
+    title: str | None
+    style: str | None
+    created_at: float
+    audio_url: str | None = None
+    cover_url: str | None = None
+    song_id: str | None = None
+    fail_reason: str | None = None
+    lyrics: str | None = field(default=None, repr=False)
+    prompt: str | None = None
+    model: str | None = None
+    action: str | None = None
+    batch: str | None = None
+    duration_s: float | None = None
+    parent_id: str | None = None
+    favourite: bool = False
+    kept: bool = False
+    note: str | None = None
+    archive_path: str | None = None
+    archive_size: int | None = None
+    wav_path: str | None = None
+    cover_path: str | None = None
+    archive_error: str | None = None
+    peaks: list[list[float]] = field(default_factory=list, repr=False)
+
+    @property
+    def archived(self) -> Path | None:
+        return Path(self.archive_path) if self.archive_path else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SongList(list[LibrarySong]):
+    """Songs from a library query: a list, a small table in notebooks, a DataFrame on request."""
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([{k: v for k, v in s.as_dict().items() if k != "peaks"} for s in self])
+
+    def __repr__(self) -> str:
+        if not self:
+            return "SongList([])  # no songs"
+        lines = [f"{len(self)} song(s):"]
+        for s in self:
+            star = "*" if s.favourite else " "
+            lines.append(f" {star} {s.id[:12]:12} take {s.take} {s.state:10} {(s.title or 'untitled')[:40]!r}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "<tr><th>id</th><th>take</th><th>state</th><th>title</th><th>style</th><th>archived</th></tr>"
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{html.escape(str(v))}</td>"
+                for v in (s.id, s.take, s.state, s.title or "", s.style or "", s.archive_path or s.archive_error or "")
+            )
+            + "</tr>"
+            for s in self
+        )
+        return f"<table class='ipymusicgen-library-table'>{head}{rows}</table>"
+
+
+@dataclass
+class Spend:
+    """Calls, songs and credits grouped by day, model or batch: a table, and `.to_pandas()`."""
+
+    by: str
+    rows: list[dict[str, Any]]
+
+    COLUMNS = ("calls", "songs", "credits_estimated", "credits_measured")
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=[self.by, *self.COLUMNS])
+
+    @property
+    def total(self) -> dict[str, Any]:
+        measured = [r["credits_measured"] for r in self.rows if r["credits_measured"] is not None]
+        return {
+            "calls": sum(r["calls"] for r in self.rows),
+            "songs": sum(r["songs"] for r in self.rows),
+            "credits_estimated": sum(r["credits_estimated"] for r in self.rows),
+            "credits_measured": sum(measured) if measured else None,
+        }
+
+    def __repr__(self) -> str:
+        lines = [f"{self.by:12} {'calls':>6} {'songs':>6} {'credits~':>9} {'measured':>9}"]
+        for r in self.rows:
+            measured = "" if r["credits_measured"] is None else str(r["credits_measured"])
+            lines.append(
+                f"{str(r[self.by])[:12]:12} {r['calls']:>6} {r['songs']:>6} {r['credits_estimated']:>9} {measured:>9}"
+            )
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in (self.by, *self.COLUMNS))
+        cells = (self.by, *self.COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape('' if r[c] is None else str(r[c]))}</td>" for c in cells) + "</tr>"
+            for r in self.rows
+        )
+        return f"<table class='ipymusicgen-spend'><tr>{head}</tr>{body}</table>"
+
+
+def fts_query(text: str) -> str | None:
+    """User text as a safe FTS5 query: every word must appear (as a word prefix); operators are not honoured."""
+    words = _WORD.findall(text or "")
+    return " ".join(f'"{w}"*' for w in words[:32]) or None
+
+
+def _since(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, dt.date):
+        return dt.datetime.combine(value, dt.time()).timestamp()
+    if isinstance(value, dt.timedelta):
+        return time.time() - value.total_seconds()
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text)
+    if match:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
+        return time.time() - float(match.group(1)) * unit
+    return dt.datetime.fromisoformat(text).timestamp()
+
+
+_SELECT = """
+SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url, t.cover_url, t.song_id,
+       t.fail_reason, l.lyrics, l.prompt, l.model, l.action, l.batch, l.duration_s, l.parent_id,
+       l.favourite, l.kept, l.note, l.archive_path, l.archive_size, l.wav_path, l.cover_path, l.archive_error,
+       l.peaks,
+       (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
+FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
+"""
+
+
+def _song(row: Any) -> LibrarySong:
+    return LibrarySong(
+        id=row["id"], call=row["attempt_id"], take=int(row["take"] or 1), state=row["state"], title=row["title"],
+        style=row["style"], created_at=row["created_at"], audio_url=row["audio_url"], cover_url=row["cover_url"],
+        song_id=row["song_id"], fail_reason=row["fail_reason"], lyrics=row["lyrics"], prompt=row["prompt"],
+        model=row["model"], action=row["action"], batch=row["batch"], duration_s=row["duration_s"],
+        parent_id=row["parent_id"], favourite=bool(row["favourite"]), kept=bool(row["kept"]), note=row["note"],
+        archive_path=row["archive_path"], archive_size=row["archive_size"], wav_path=row["wav_path"],
+        cover_path=row["cover_path"], archive_error=row["archive_error"], peaks=unpack_peaks(row["peaks"]),
+    )  # fmt: skip
+
+
+class Library:
+    """Every song of a journal file. Cheap to open; one SQLite connection, closed with `close()` or at exit."""
+
+    def __init__(self, journal_path: str | Path | None = None) -> None:
+        if journal_path is None:
+            from .session import get_journal
+
+            journal_path = get_journal().path
+        self.store = LibraryStore(journal_path)
+        self.path = self.store.path
+        self.store.sync()
+        _open_libraries.add(self)
+
+    def __repr__(self) -> str:
+        count = self.store.query("SELECT COUNT(*) AS n FROM tasks")[0]["n"]
+        return f"Library({str(self.path)!r}, {count} songs)"
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Library:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- finding -------------------------------------------------------------------------------------
+
+    def _where(
+        self,
+        text: str | None,
+        state: str | None,
+        favourite: bool | None,
+        since: Any,
+        model: str | None,
+        batch: str | None,
+    ) -> tuple[str, list[Any]]:
+        clauses, params = ["1=1"], []
+        query = fts_query(text) if text else None
+        if text and query is None:
+            clauses.append("0")
+        if query:
+            clauses.append("t.id IN (SELECT id FROM library_fts WHERE library_fts MATCH ?)")
+            params.append(query)
+        if state:
+            clauses.append("t.state = ?")
+            params.append(_STATE_ALIASES.get(state, state))
+        if favourite is not None:
+            clauses.append("COALESCE(l.favourite, 0) = ?")
+            params.append(1 if favourite else 0)
+        start = _since(since)
+        if start is not None:
+            clauses.append("t.created_at >= ?")
+            params.append(start)
+        if model:
+            clauses.append("l.model = ?")
+            params.append(model)
+        if batch:
+            clauses.append("l.batch = ?")
+            params.append(batch)
+        return " AND ".join(clauses), params
+
+    def songs(
+        self,
+        text: str | None = None,
+        state: str | None = None,
+        favourite: bool | None = None,
+        since: Any = None,
+        model: str | None = None,
+        batch: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> SongList:
+        """Songs newest first. `text` is searched in title, style, lyrics and prompt (every word, as a prefix);
+        `since` is a timestamp, datetime, date, timedelta, ISO text or "7d"/"12h"."""
+        where, params = self._where(text, state, favourite, since, model, batch)
+        rows = self.store.query(
+            f"{_SELECT} WHERE {where} ORDER BY t.created_at DESC, t.id LIMIT ? OFFSET ?",
+            [*params, max(0, int(limit)), max(0, int(offset))],
+        )
+        return SongList(_song(r) for r in rows)
+
+    def count(self, text: str | None = None, state: str | None = None, favourite: bool | None = None,
+              since: Any = None, model: str | None = None, batch: str | None = None) -> int:  # fmt: skip
+        """How many songs `songs()` would page through with these filters."""
+        where, params = self._where(text, state, favourite, since, model, batch)
+        sql = f"SELECT COUNT(*) AS n FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE {where}"
+        return int(self.store.query(sql, params)[0]["n"])
+
+    def song(self, task_id: str) -> LibrarySong:
+        rows = self.store.query(f"{_SELECT} WHERE t.id = ?", (task_id,))
+        if not rows:
+            raise KeyError(f"No song {task_id!r} in the library")
+        return _song(rows[0])
+
+    def archived_path(self, task_id: str) -> Path | None:
+        rows = self.store.query("SELECT archive_path FROM library_songs WHERE id = ?", (task_id,))
+        path = rows[0]["archive_path"] if rows else None
+        return Path(path) if path and Path(path).is_file() else None
+
+    def models(self) -> list[str]:
+        rows = self.store.query("SELECT DISTINCT model FROM library_songs WHERE model IS NOT NULL ORDER BY model")
+        return [r["model"] for r in rows]
+
+    def batches(self) -> list[str]:
+        rows = self.store.query("SELECT DISTINCT batch FROM library_songs WHERE batch IS NOT NULL ORDER BY batch")
+        return [r["batch"] for r in rows]
+
+    # -- choosing ------------------------------------------------------------------------------------
+
+    def favourite(self, task_id: str, on: bool = True) -> None:
+        """Mark (or unmark) a favourite; kept in the journal file, so it survives restarts."""
+        self.store.set_field(task_id, "favourite", 1 if on else 0)
+
+    def note(self, task_id: str, text: str | None) -> None:
+        """Attach a note to a song (None or "" removes it)."""
+        self.store.set_field(task_id, "note", (text or None) and str(text)[:10_000])
+
+    def keep(self, task_id: str) -> None:
+        """Choose this take of its call: it is marked kept, the call's other takes are not."""
+        song = self.song(task_id)
+        for other in self.takes(task_id):
+            self.store.set_field(other.id, "kept", 1 if other.id == song.id else 0)
+
+    def takes(self, task_id: str) -> SongList:
+        """Every song the same paid call made (this one included), in take order."""
+        rows = self.store.query(
+            f"{_SELECT} WHERE t.attempt_id = (SELECT attempt_id FROM tasks WHERE id = ?) ORDER BY t.rowid", (task_id,)
+        )
+        if not rows:
+            return SongList([self.song(task_id)])
+        return SongList(_song(r) for r in rows)
+
+    def lineage(self, task_id: str) -> dict[str, Any]:
+        """The extend/concat tree the song belongs to, from its first ancestor:
+        `{"id", "title", "action", "state", "children": [...]}`; `"current": True` marks `task_id`."""
+        root, seen = task_id, {task_id}
+        while True:
+            rows = self.store.query("SELECT parent_id FROM library_songs WHERE id = ?", (root,))
+            parent = rows[0]["parent_id"] if rows else None
+            if not parent or parent in seen:
+                break
+            seen.add(parent)
+            root = parent
+        return self._subtree(root, task_id, set())
+
+    def _subtree(self, node: str, current: str, seen: set[str]) -> dict[str, Any]:
+        seen.add(node)
+        rows = self.store.query(
+            "SELECT t.title, t.state, l.action FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE t.id = ?",
+            (node,),
+        )
+        info = rows[0] if rows else None
+        children = [
+            r["id"]
+            for r in self.store.query(
+                "SELECT l.id FROM library_songs l LEFT JOIN tasks t ON t.id = l.id WHERE l.parent_id = ?"
+                " ORDER BY t.created_at, l.id",
+                (node,),
+            )
+        ]
+        return {
+            "id": node,
+            "title": info["title"] if info else None,
+            "action": info["action"] if info else None,
+            "state": info["state"] if info else "unknown",
+            "current": node == current,
+            "children": [self._subtree(c, current, seen) for c in children if c not in seen],
+        }
+
+    # -- spend ---------------------------------------------------------------------------------------
+
+    def spend(self, by: str = "day") -> Spend:
+        """Calls, songs and credits per day, model or batch. Credits are estimated from the price table
+        (`costs.estimate_credits`) and, for batches that read the key's counts before and after, measured."""
+        from .costs import estimate_credits
+
+        if by not in SPEND_BY:
+            raise ValueError(f"by must be one of {', '.join(SPEND_BY)} (got {by!r})")
+        rows = self.store.query(
+            "SELECT a.id, a.payload, a.created_at, (SELECT COUNT(*) FROM tasks t WHERE t.attempt_id = a.id"
+            " AND t.state = 'complete') AS songs, (SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
+            f" WHERE t.attempt_id = a.id LIMIT 1) AS batch FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES}"
+            " AND a.endpoint NOT LIKE '%lyric%' ORDER BY a.created_at"
+        )
+        groups: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            try:
+                payload = json.loads(r["payload"])
+            except ValueError:
+                payload = {}
+            if by == "day":
+                key = dt.datetime.fromtimestamp(r["created_at"]).date().isoformat()
+            elif by == "model":
+                key = str(payload.get("mv") or payload.get("model_version") or payload.get("model") or "(default)")
+            else:
+                key = r["batch"] or "(none)"
+            group = groups.setdefault(
+                key, {by: key, "calls": 0, "songs": 0, "credits_estimated": 0, "credits_measured": None}
+            )
+            group["calls"] += 1
+            group["songs"] += int(r["songs"])
+            group["credits_estimated"] += estimate_credits(payload)
+        if by == "batch":
+            for measured in self._measured_batches():
+                if measured["batch"] in groups:
+                    groups[measured["batch"]]["credits_measured"] = measured["used"]
+        return Spend(by, list(groups.values()))
+
+    def _measured_batches(self) -> list[dict[str, Any]]:
+        with contextlib.suppress(Exception):  # no batch table in this journal
+            return [
+                {"batch": r["name"], "used": int(r["counts_before"]) - int(r["counts_after"])}
+                for r in self.store.query(
+                    "SELECT name, counts_before, counts_after FROM batches"
+                    " WHERE counts_before IS NOT NULL AND counts_after IS NOT NULL"
+                )
+            ]
+        return []
+
+    # -- archive -------------------------------------------------------------------------------------
+
+    def failed_archives(self) -> SongList:
+        rows = self.store.query(f"{_SELECT} WHERE l.archive_error IS NOT NULL AND l.archive_path IS NULL")
+        return SongList(_song(r) for r in rows)
+
+    def __iter__(self) -> Iterator[LibrarySong]:
+        offset = 0
+        while True:
+            page = self.songs(limit=500, offset=offset)
+            yield from page
+            if len(page) < 500:
+                return
+            offset += 500
+
+
+def library(journal_path: str | Path | None = None) -> Library:
+    """Open the library over the journal in use, and retry any song whose archiving failed before."""
+    opened = Library(journal_path)
+    if journal_path is None:
+        retry_archives()
+    return opened
+
+
+def retry_archives() -> None:
+    """Ask the shared client's archiver to archive complete songs not archived yet (never starts a sandbox)."""
+    from . import session
+    from .archive import archiver_of
+
+    client = session._session.client
+    if client is None and session.settings().has_key:
+        client = session.get_client()
+    archiver = archiver_of(client) if client is not None else None
+    if archiver is not None:
+        archiver.retry()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for opened in list(_open_libraries):
+        with contextlib.suppress(Exception):
+            opened.close()

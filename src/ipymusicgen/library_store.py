@@ -1,0 +1,268 @@
+"""The library's tables in the journal's SQLite file: what the journal does not keep about a song.
+
+Lyrics, prompt, model and action for full-text search (FTS5), favourites, notes, the kept take, the
+parent song of an extend/concat (lineage), and the archive: path, size, peaks, the last failure.
+One row per task id in `library_songs`; `library_fts` mirrors its searchable text. Rows are written as
+records arrive (the client's record listener) and filled in for older journal rows by `sync()`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .journal import Journal, open_db
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS library_songs (
+    id TEXT PRIMARY KEY,
+    lyrics TEXT,
+    prompt TEXT,
+    model TEXT,
+    action TEXT,
+    batch TEXT,
+    duration_s REAL,
+    parent_id TEXT,
+    favourite INTEGER NOT NULL DEFAULT 0,
+    kept INTEGER NOT NULL DEFAULT 0,
+    note TEXT,
+    archive_path TEXT,
+    archive_size INTEGER,
+    wav_path TEXT,
+    cover_path TEXT,
+    peaks BLOB,
+    archive_error TEXT,
+    archive_tries INTEGER NOT NULL DEFAULT 0,
+    archived_at REAL
+);
+CREATE INDEX IF NOT EXISTS library_songs_parent ON library_songs(parent_id);
+CREATE INDEX IF NOT EXISTS library_tasks_attempt ON tasks(attempt_id);
+CREATE INDEX IF NOT EXISTS library_songs_favourite ON library_songs(favourite) WHERE favourite = 1;
+CREATE VIRTUAL TABLE IF NOT EXISTS library_fts USING fts5(
+    id UNINDEXED, title, style, lyrics, prompt, tokenize = 'unicode61 remove_diacritics 2'
+);
+"""
+TEXT_LIMIT = 50_000
+PEAK_SCALE = 127
+"""Peaks are stored as int8 pairs (400 points = 800 bytes a song), plenty for a drawing."""
+
+
+def model_of(payload: dict[str, Any]) -> str | None:
+    value = payload.get("mv") or payload.get("model_version") or payload.get("model")
+    return str(value) if value else None
+
+
+def prompt_of(payload: dict[str, Any]) -> str | None:
+    parts = [str(payload[k]) for k in ("prompt", "gpt_description_prompt", "description") if payload.get(k)]
+    return " ".join(parts) or None
+
+
+def pack_peaks(peaks: Any) -> bytes:
+    import numpy as np
+
+    values = np.clip(np.asarray(peaks, dtype=np.float32), -1.0, 1.0)
+    return (np.round(values * PEAK_SCALE)).astype(np.int8).tobytes()
+
+
+def unpack_peaks(blob: bytes | None) -> list[list[float]]:
+    if not blob:
+        return []
+    import numpy as np
+
+    values = np.frombuffer(blob, dtype=np.int8).astype(np.float32) / PEAK_SCALE
+    return values.reshape(-1, 2).round(3).tolist()
+
+
+class LibraryStore:
+    """Reads and writes of the library tables; one connection, shared by threads behind a lock."""
+
+    def __init__(self, journal_path: str | Path) -> None:
+        self.path = Path(journal_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        Journal(self.path).close()  # the journal's own tables exist before the library's join them
+        self.db = open_db(self.path)
+        with self.lock:
+            self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        with self.lock:
+            return self.db.execute(sql, tuple(params)).fetchall()
+
+    # -- indexing ------------------------------------------------------------------------------------
+
+    def index_records(self, records: Iterable[Any]) -> None:
+        """Index records as they arrive: lyrics and duration from the record, the rest from the journal."""
+        rows = [
+            (r.id, _bounded(getattr(r, "lyrics", None)), getattr(r, "duration_seconds", None), r.title, r.style)
+            for r in records
+        ]
+        if not rows:
+            return
+        with self.write() as db:
+            for task_id, lyrics, duration, title, style in rows:
+                self._ensure_row(db, task_id)
+                db.execute(
+                    "UPDATE library_songs SET lyrics = COALESCE(?, lyrics), duration_s = COALESCE(?, duration_s)"
+                    " WHERE id = ?",
+                    (lyrics, duration, task_id),
+                )
+                self._reindex(db, task_id, title, style)
+
+    def sync(self) -> int:
+        """Give every journalled task not yet in the library its row and search text; returns how many."""
+        with self.lock:
+            missing = [
+                r["id"]
+                for r in self.db.execute(
+                    "SELECT t.id FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE l.id IS NULL"
+                ).fetchall()
+            ]
+        for start in range(0, len(missing), 500):
+            with self.write() as db:
+                for task_id in missing[start : start + 500]:
+                    self._ensure_row(db, task_id)
+                    self._reindex(db, task_id, None, None)
+        return len(missing)
+
+    def _ensure_row(self, db: sqlite3.Connection, task_id: str) -> None:
+        if db.execute("SELECT 1 FROM library_songs WHERE id = ?", (task_id,)).fetchone():
+            return
+        found = db.execute(
+            "SELECT a.payload FROM tasks t JOIN attempts a ON a.id = t.attempt_id WHERE t.id = ?", (task_id,)
+        ).fetchone()
+        payload = _payload(found["payload"]) if found else {}
+        parent = payload.get("continue_song_id") or None
+        if parent:
+            owner = db.execute("SELECT id FROM tasks WHERE id = ? OR song_id = ? LIMIT 1", (parent, parent)).fetchone()
+            parent = owner["id"] if owner else str(parent)
+        db.execute(
+            "INSERT INTO library_songs (id, lyrics, prompt, model, action, batch, parent_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                task_id,
+                _bounded(payload.get("lyrics")),
+                _bounded(prompt_of(payload)),
+                model_of(payload),
+                payload.get("action") or ("v2" if "model" in payload else None),
+                payload.get("batch") or _batch_of(db, task_id),
+                parent,
+            ),
+        )
+
+    def _reindex(self, db: sqlite3.Connection, task_id: str, title: str | None, style: str | None) -> None:
+        row = db.execute(
+            "SELECT t.title, t.style, l.lyrics, l.prompt FROM library_songs l LEFT JOIN tasks t ON t.id = l.id"
+            " WHERE l.id = ?",
+            (task_id,),
+        ).fetchone()
+        db.execute("DELETE FROM library_fts WHERE id = ?", (task_id,))
+        db.execute(
+            "INSERT INTO library_fts (id, title, style, lyrics, prompt) VALUES (?, ?, ?, ?, ?)",
+            (task_id, title or row["title"], style or row["style"], row["lyrics"], row["prompt"]),
+        )
+
+    # -- user choices --------------------------------------------------------------------------------
+
+    def set_field(self, task_id: str, column: str, value: Any) -> None:
+        if column not in {"favourite", "kept", "note"}:
+            raise ValueError(column)
+        with self.write() as db:
+            if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
+                raise KeyError(task_id)
+            self._ensure_row(db, task_id)
+            db.execute(f"UPDATE library_songs SET {column} = ? WHERE id = ?", (value, task_id))
+
+    # -- the archive ---------------------------------------------------------------------------------
+
+    def archived(
+        self, task_id: str, path: Path, size: int, peaks: Any, *, cover: Path | None = None, wav: Path | None = None
+    ) -> None:
+        with self.write() as db:
+            self._ensure_row(db, task_id)
+            db.execute(
+                "UPDATE library_songs SET archive_path = ?, archive_size = ?, peaks = ?, cover_path = COALESCE(?,"
+                " cover_path), wav_path = COALESCE(?, wav_path), archive_error = NULL, archived_at = ?,"
+                " archive_tries = archive_tries + 1 WHERE id = ?",
+                (
+                    str(path),
+                    size,
+                    pack_peaks(peaks) if peaks is not None else None,
+                    str(cover) if cover else None,
+                    str(wav) if wav else None,
+                    time.time(),
+                    task_id,
+                ),
+            )
+
+    def archive_failed(self, task_id: str, error: str) -> None:
+        with self.write() as db:
+            self._ensure_row(db, task_id)
+            db.execute(
+                "UPDATE library_songs SET archive_error = ?, archive_tries = archive_tries + 1 WHERE id = ?",
+                (error[:2000], task_id),
+            )
+
+    def wav_archived(self, task_id: str, path: Path) -> None:
+        with self.write() as db:
+            self._ensure_row(db, task_id)
+            db.execute("UPDATE library_songs SET wav_path = ? WHERE id = ?", (str(path), task_id))
+
+    def to_archive(self, hosts: Iterable[str] | None = None) -> list[str]:
+        """Complete songs not archived yet (never tried, or failed before): the retry list."""
+        sql = (
+            "SELECT t.id FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE t.state = 'complete'"
+            " AND t.audio_url IS NOT NULL AND (l.archive_path IS NULL)"
+        )
+        params: list[Any] = []
+        host_list = list(hosts or ())
+        if host_list:
+            sql += f" AND t.host IN ({','.join('?' * len(host_list))})"
+            params.extend(host_list)
+        return [r["id"] for r in self.query(sql + " ORDER BY t.created_at", params)]
+
+
+
+def _batch_of(db: sqlite3.Connection, task_id: str) -> str | None:
+    """The batch (batch engine's `batch_rows`, when that table exists) whose row created this task."""
+    try:
+        row = db.execute(
+            "SELECT b.batch FROM batch_rows b, json_each(b.ids) j WHERE j.value = ? LIMIT 1", (task_id,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # no batch table in this journal
+        return None
+    return row["batch"] if row else None
+
+
+def _payload(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _bounded(text: Any) -> str | None:
+    return str(text)[:TEXT_LIMIT] if text else None
+
