@@ -10,9 +10,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import shutil
 import tempfile
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .client import AsyncMusicClient, MusicClient
 from .config import Settings
@@ -20,7 +21,6 @@ from .journal import Journal
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox
-    from .widgets import TaskWatcher
 
 SANDBOX_NOTICE = "sandbox mode: songs are synthesized locally; set MUSICGEN_API_KEY for the real service"
 ENV_STAGE_SECONDS = "MUSICGEN_SANDBOX_STAGE_SECONDS"
@@ -36,8 +36,10 @@ class _Session:
         self.client: MusicClient | None = None
         self.sandbox: Sandbox | None = None
         self.journal: Journal | None = None
+        self.journal_folder: str | None = None
+        """The temp folder of the sandbox's throwaway journal, removed when the journal is closed."""
         self.notice_shown = False
-        self.watchers: list[TaskWatcher] = []
+        self.watchers: list[Closable] = []
 
 
 _session = _Session()
@@ -54,9 +56,8 @@ def configure(**changes: Any) -> None:
     with _session.lock:
         _session.overrides.update(changes)
         _close_client()
-        if {"api_key", "journal_path"} & changes.keys() and _session.journal is not None:
-            _session.journal.close()
-            _session.journal = None
+        if {"api_key", "journal_path"} & changes.keys():
+            _close_journal()
 
 
 def set_api_key(key: str) -> None:
@@ -84,16 +85,32 @@ def _start_sandbox() -> Sandbox:
 
 
 def get_journal() -> Journal:
-    """The journal: the user's durable one for a real key, a throwaway one for the sandbox."""
+    """The journal: the user's durable one for a key, a throwaway one for the session's own sandbox.
+
+    Decided by identity, never by host: with no key the session talks to the sandbox it started
+    itself, whose songs cost nothing and stay out of the user's journal (even if `journal_path` is
+    set); any keyed service, a local proxy on 127.0.0.1 included, is journalled.
+    """
     with _session.lock:
         if _session.journal is None:
             current = settings()
-            if current.journal_path or current.has_key:
+            if current.has_key:
                 _session.journal = Journal(current.journal_path)
             else:
                 folder = tempfile.mkdtemp(prefix="ipymusicgen-sandbox-")
+                _session.journal_folder = folder
                 _session.journal = Journal(os.path.join(folder, "journal.sqlite3"))
         return _session.journal
+
+
+def _close_journal() -> None:
+    """Close the journal; the sandbox's throwaway one leaves no temp folder behind."""
+    if _session.journal is not None:
+        _session.journal.close()
+        _session.journal = None
+    if _session.journal_folder is not None:
+        shutil.rmtree(_session.journal_folder, ignore_errors=True)
+        _session.journal_folder = None
 
 
 def _client_kwargs() -> dict[str, Any]:
@@ -121,25 +138,22 @@ def get_async_client() -> AsyncMusicClient:
         return AsyncMusicClient(**_client_kwargs())
 
 
-def register_watcher(watcher: TaskWatcher) -> None:
-    """Remember a watcher so `shutdown()` can stop its polling thread."""
+class Closable(Protocol):
+    """What the session asks of a registered widget (a watcher, a batch view): stop and let go."""
+
+    def close(self) -> None: ...
+
+
+def register_watcher(watcher: Closable) -> None:
+    """Remember a widget with background work so `shutdown()` can close it (the session never imports the UI)."""
     with _session.lock:
         _session.watchers.append(watcher)
 
 
-def unregister_watcher(watcher: TaskWatcher) -> None:
-    """Forget a closed watcher, so the session no longer holds its cards and records in memory."""
+def unregister_watcher(watcher: Closable) -> None:
+    """Forget a closed widget, so the session no longer holds it (and its records) in memory."""
     with _session.lock:
         _session.watchers[:] = [w for w in _session.watchers if w is not watcher]
-
-
-def watch_unfinished() -> TaskWatcher:
-    """A watcher over every unfinished task in the journal for the current hosts (after a restart)."""
-    from .widgets import TaskWatcher
-
-    client = get_client()
-    found = client.unfinished()  # the client's journal is this session's journal
-    return TaskWatcher(found.v1_ids, v2_ids=found.v2_ids, client=client)
 
 
 def _close_client() -> None:
@@ -158,9 +172,7 @@ def shutdown() -> None:
         if _session.sandbox is not None:
             _session.sandbox.stop()
             _session.sandbox = None
-        if _session.journal is not None:
-            _session.journal.close()
-            _session.journal = None
+        _close_journal()
         _session.notice_shown = False
 
 

@@ -1,7 +1,8 @@
-"""Jupyter widgets for the music service: forms, a task watcher, and `studio()` that puts them together.
+"""Jupyter widgets for the music service: the studio, song cards and the task watcher.
 
-Forms hold no HTTP code (they call a `MusicClient`, the shared one by default) and no validation rules
-of their own (they show the request models' problems). Everything server-supplied is escaped.
+Widgets hold no HTTP code (they call a `MusicClient`, the shared one by default) and no validation
+rules of their own (they show the request models' problems). The front end (anywidget ES modules in
+`static/`) only draws plain-text data and sends intents; Python decides everything.
 """
 
 from __future__ import annotations
@@ -10,8 +11,20 @@ from .card import TaskCard
 from .generate import GenerateForm
 from .keyinfo import KeyInfoPanel
 from .lyrics import LyricsForm
+from .song_data import song_card
 from .studio import Studio, studio
 from .v2 import V2Form
-from .watcher import TaskWatcher
+from .watcher import TaskWatcher, watch_unfinished
 
-__all__ = ["GenerateForm", "KeyInfoPanel", "LyricsForm", "Studio", "TaskCard", "TaskWatcher", "V2Form", "studio"]
+__all__ = [
+    "GenerateForm",
+    "KeyInfoPanel",
+    "LyricsForm",
+    "Studio",
+    "TaskCard",
+    "TaskWatcher",
+    "V2Form",
+    "song_card",
+    "studio",
+    "watch_unfinished",
+]

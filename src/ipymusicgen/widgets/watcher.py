@@ -1,37 +1,45 @@
-"""`TaskWatcher`: cards for any number of v1/v2 tasks, polled in one batched query per interval.
+"""`TaskWatcher`: one anywidget model for any number of v1/v2 tasks, polled in one batched query per interval.
 
-The polling thread only sets widget traits (never prints or displays), so nothing it does can land
-in the wrong cell. It stops when every task is finished, on `stop()`/`close()`, and backs off
-(exponentially, capped) while the service errors, showing the error in the cards.
+The kernel keeps a small `TaskCard` per task and sends the browser only what it shows: a snapshot of
+the visible page when a view asks for it, then one message per polling round with the fields that
+changed on that page (and the header counts, when they changed). The polling thread only sends
+messages (never prints or displays), so nothing it does can land in the wrong cell. It stops when
+every task is finished, on `stop()`/`close()`, and backs off (exponentially, capped, at least as long
+as a Retry-After asks) while the service errors, showing the error in the header.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ipywidgets as w
+import anywidget
+import traitlets
 
 from ..client import MusicClient, _retry_after
-from ..errors import MusicGenError, WaitTimeoutError
+from ..errors import MusicGenError
 from ..models import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
-from ..safe_html import note_html
 from ..session import register_watcher, unregister_watcher
 from ..tasks import TaskSet, TaskState
-from .card import TaskCard, record_summary
-from .generate import GenerateForm
+from ._static import css, esm
+from .card import TaskCard
+from .song_data import plain
 from .text import TextRepr
-from .v2 import V2Form
+
+if TYPE_CHECKING:
+    from .generate import GenerateForm
+    from .v2 import V2Form
 
 Record = TaskRecord | V2Song
 MAX_BACKOFF = 60.0
 """Longest wait between polls while the service keeps failing."""
-PAGE_SIZE = 50
-"""Cards a watcher builds at first and per "show more" click; every task is polled and kept either way."""
+PAGE_SIZE = 10
+"""Calls (a call is one paid request: usually two takes) per page; every task is polled and kept either way."""
+DIFF_FIELDS_ALWAYS = ("elapsed_s",)
+"""Fields that change every second: sent with a card's other changes, never on their own (the browser counts on)."""
 
 
 def backoff(interval: float, failures: int) -> float:
@@ -57,17 +65,22 @@ def extend_fields(record: Record) -> dict[str, Any]:
     return {"action": "extend", **continuation, **common}
 
 
-class TaskWatcher(TextRepr, w.VBox):
-    """Watch tasks until they finish: one card per task, polled in the background.
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+class TaskWatcher(TextRepr, anywidget.AnyWidget):
+    """Watch tasks until they finish: one song card per task, polled in the background, drawn page by page.
 
     >>> watcher = TaskWatcher(client.generate(action="auto", style="lo-fi").ids)
     >>> watcher                      # shows the cards; records fill in as the service reports
     >>> songs = watcher.wait()       # or block until all are finished
 
-    Only the first `page_size` tasks get a card at first (a card is a dozen widgets); a "show more"
-    button builds the next page. Every task is polled and its record kept whether it has a card or not.
+    The takes of one call sit side by side. Newest calls come first; `page_size` calls per page.
     """
 
+    _esm = traitlets.Unicode(esm("watcher")).tag(sync=True)
+    _css = traitlets.Unicode(css("watcher")).tag(sync=True)
     page_size = PAGE_SIZE
 
     def __init__(
@@ -89,31 +102,42 @@ class TaskWatcher(TextRepr, w.VBox):
         self._autostart = autostart
         self._tasks = TaskSet()
         self._cards: dict[str, TaskCard] = {}
-        self._lock = threading.RLock()  # guards the thread handle and the start/exit decision
+        self._calls: list[list[str]] = []
+        """Task ids grouped by paid call, oldest first (pages show them newest first)."""
+        self._lock = threading.RLock()  # guards the thread handle, the calls and the start/exit decision
         self._poll_lock = threading.Lock()  # one polling round at a time
+        self._view_lock = threading.RLock()  # what the browser was sent: one message at a time, in order
         self._thread: threading.Thread | None = None
         self._stop_event = threading.Event()
         self._closed = False
         self._failures = 0
         self._last_error: str | None = None
+        self._retry_in: float | None = None
         self._server_wait: float | None = None
         """Seconds a rate-limited service asked for (Retry-After); the thread waits at least that long."""
-        self._form_provider: Callable[[bool], GenerateForm | V2Form] | None = None
+        self._form_provider: Callable[[bool], Any] | None = None
         """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
-        self._limit = self.page_size
-        """How many tasks (from the first) have a card; raised by `show_more()`."""
-        self._summary = w.HTML()
-        self._box = w.VBox()
-        self._more = w.Button(description="Show more", icon="chevron-down", layout=w.Layout(display="none"))
-        self._more.on_click(lambda _button: self.show_more())
-        super().__init__([self._summary, self._box, self._more])
-        self.add_class("ipymusicgen-watcher")
+        self.extend_form: GenerateForm | V2Form | None = None
+        """The last extend form made when no studio provides one."""
+        self.on_favourite: Callable[[str, bool], Any] | None = None
+        """Called with (task id, favourite) when a card's favourite button is pressed (e.g. by the library)."""
+        self._batch_line = ""
+        self._page = 0
+        self._rev = 0
+        self._sent: dict[str, dict[str, Any]] = {}
+        """The card dicts the browser holds (the visible page), to send only what changed."""
+        self._sent_header: dict[str, Any] = {}
+        self._sent_groups: list[list[str]] = []
+        self.messages_sent = 0
+        """How many messages went to the browser (benchmarks and tests read it)."""
+        super().__init__()
+        self.add_class("ipymusicgen-watcher-view")
+        self.on_msg(self._on_msg)
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
             self.comm.on_close(self._front_end_closed)
-        register_watcher(self)
+        register_watcher(self)  # so the session's shutdown() stops this thread
         self.add(ids)
         self.add(v2_ids, v2=True)
-        self._refresh_summary()
 
     # -- public API ------------------------------------------------------------------------------------
 
@@ -138,13 +162,8 @@ class TaskWatcher(TextRepr, w.VBox):
 
     @property
     def cards(self) -> dict[str, TaskCard]:
-        """The cards built so far (the shown pages), by task id."""
+        """Every task's card (kernel side: a few attributes each), by task id, in the order added."""
         return dict(self._cards)
-
-    @property
-    def hidden(self) -> int:
-        """How many tasks have no card yet (beyond the shown pages)."""
-        return len(self._tasks.ids) - len(self._cards)
 
     @property
     def running(self) -> bool:
@@ -157,38 +176,69 @@ class TaskWatcher(TextRepr, w.VBox):
         """The error of the last polling round, or None if it went well."""
         return self._last_error
 
+    @property
+    def page(self) -> int:
+        """The page the browser shows (0 = newest calls)."""
+        return self._page
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-len(self._calls) // self.page_size))
+
+    @property
+    def visible_ids(self) -> list[str]:
+        """The task ids on the shown page, in the order drawn."""
+        return [task_id for group in self._page_groups() for task_id in group]
+
+    @property
+    def batch_line(self) -> str:
+        """A progress line for a batch shown in the header (set by the batch view); plain text."""
+        return self._batch_line
+
+    @batch_line.setter
+    def batch_line(self, text: str) -> None:
+        self._batch_line = plain(text, 300)
+        self._publish([])
+
     def card(self, task_id: str) -> TaskCard:
-        """The card of a watched task; one beyond the shown pages is shown (with the pages before it)."""
-        card = self._cards.get(task_id)
-        if card is not None:
-            return card
-        ids = self._tasks.ids
-        if task_id not in ids:
-            raise KeyError(task_id)
-        pages = ids.index(task_id) // self.page_size + 1
-        self._show_cards(pages * self.page_size)
+        """The card of a watched task (KeyError if it is not watched)."""
         return self._cards[task_id]
 
-    def show_more(self) -> list[TaskCard]:
-        """Build and show the next page of cards (what the "show more" button does); the new cards."""
-        return self._show_cards(self._limit + self.page_size)
+    def show_page(self, page: int) -> list[str]:
+        """Show page `page` (clamped); the browser gets a snapshot of it. Returns its task ids."""
+        with self._view_lock:
+            self._page = max(0, min(int(page), self.pages - 1))
+            self._send_snapshot()
+        return self.visible_ids
 
-    def add(self, ids: Iterable[str] | str, *, v2: bool = False) -> list[str]:
-        """Watch more tasks: a card each at once while the shown pages have room; polling (re)starts if autostart."""
+    def add(self, ids: Iterable[str] | str, *, v2: bool = False, call: str | None = None) -> list[str]:
+        """Watch more tasks; polling (re)starts if autostart. Returns the ids that were new.
+
+        The ids of one `add` are one call (shown side by side as takes) when there are at most two, or
+        when `call` names it; a longer list is taken as consecutive calls of two (as v1 generate answers).
+        """
         if isinstance(ids, str):
             ids = [ids]
         with self._lock:
             added = self._tasks.add([str(i) for i in ids], v2=v2)
-            self._build_cards()
-            if added and self._autostart and not self._closed:
+            if not added:
+                return []
+            size = len(added) if call is not None or len(added) <= 2 else 2
+            for start in range(0, len(added), size):
+                group = added[start : start + size]
+                name = call or group[0]
+                for take, task_id in enumerate(group, 1):
+                    self._cards[task_id] = TaskCard(task_id, v2=v2, call=name, take=min(take, 2))
+                self._calls.append(group)
+            if self._autostart and not self._closed:
                 self._start_locked()
-        self._refresh_summary()
+        self._publish([])
         return added
 
     def poll_once(self) -> list[Record]:
         """One polling round (one batched v1 query + one per v2 song); the records that changed.
 
-        A service error is shown in the unfinished cards and returned as [] (see `last_error`).
+        A service error is shown in the header and returned as [] (see `last_error`).
         """
         with self._poll_lock:
             try:
@@ -198,15 +248,9 @@ class TaskWatcher(TextRepr, w.VBox):
                 self._show_poll_error(str(exc))
                 return []
             self._server_wait = None
-            self._show_poll_error(None)
-            for record in changed:
-                card = self._cards.get(record.id)
-                if card is not None:
-                    card.update(record)
-            for card in list(self._cards.values()):
-                if card.state is None or not card.state.finished:
-                    card.tick()
-            self._refresh_summary()
+            self._last_error = None
+            self._retry_in = None
+            self._apply(changed)
             return changed
 
     def start(self) -> None:
@@ -223,7 +267,7 @@ class TaskWatcher(TextRepr, w.VBox):
             thread.join(timeout=max(5.0, self._client.settings.timeout + 5))
 
     def close(self) -> None:
-        """Stop polling, close the widget and its cards, and let the session forget this watcher.
+        """Stop polling, close the widget, and let the session forget this watcher.
 
         Once is enough: ipywidgets calls `close()` again when the object is collected (even at exit).
         """
@@ -231,48 +275,45 @@ class TaskWatcher(TextRepr, w.VBox):
             return
         self._closed = True
         self.stop()
-        for card in list(self._cards.values()):
-            card.close()
-        self._summary.close()
-        self._box.close()
-        self._more.close()
         super().close()
         unregister_watcher(self)
 
     def wait(self, timeout: float | None = None) -> list[Record]:
-        """Block until every task is finished (polling itself if the thread is not running)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.done:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                v1, v2 = self._tasks.unfinished()
-                raise WaitTimeoutError(
-                    f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on server-side.",
-                    pending=v1 + v2,
-                )
-            pause = self.interval if remaining is None else min(self.interval, remaining)
-            if self.running:
-                time.sleep(min(pause, 0.2))
-                continue
-            self.poll_once()
-            if not self.done:
-                delay = backoff(pause, 0 if self._last_error is None else 1)
-                time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+        """Block until every task is finished, with the client's own wait (same backoff, timeout and errors).
+
+        The background thread pauses meanwhile (one poller at a time) and resumes after a timeout.
+        `timeout=None` means the client's `wait_timeout` setting.
+        """
+        was_running = self.running
+        self.stop()
+        v1, v2 = self._tasks.unfinished()
+        try:
+            if v1 or v2:
+                self._client.wait(v1, v2_ids=v2, timeout=timeout, interval=self.interval, on_update=self._updated)
+                with self._poll_lock:
+                    self._last_error = None
+                    self._retry_in = None
+                    self._publish([])
+        finally:
+            if was_running and not self.done:
+                self.start()
         return self.records
 
     # -- actions of finished songs (the card buttons) -------------------------------------------------
 
-    def extend(self, task_id: str) -> GenerateForm | V2Form:
-        """A form prefilled to extend a finished song (a V2Form for v2 songs); it submits into this watcher."""
+    def extend(self, task_id: str) -> Any:
+        """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
         record = self._finished_record(task_id)
         v2 = isinstance(record, V2Song)
-        form: GenerateForm | V2Form
         if self._form_provider is not None:
             form = self._form_provider(v2)  # e.g. the Studio's own form, already wired to this watcher
         else:
+            from .generate import GenerateForm
+            from .v2 import V2Form
+
             form = V2Form(self._client) if v2 else GenerateForm(self._client)
             form.on_submitted(lambda ids: self.add(ids, v2=v2))
-            self.card(task_id).show_form(form)
+            self.extend_form = form
         form.set_values(**extend_fields(record))
         return form
 
@@ -290,36 +331,168 @@ class TaskWatcher(TextRepr, w.VBox):
         record = self._finished_record(task_id)
         return self._client.download(record, self.download_dir if directory is None else directory)
 
+    def favourite(self, task_id: str) -> bool:
+        """Toggle a song's favourite mark (told to `on_favourite`, e.g. the library); the new value."""
+        card = self.card(task_id)
+        card.favourite = not card.favourite
+        if self.on_favourite is not None:
+            self.on_favourite(task_id, card.favourite)
+        return card.favourite
+
+    def copy_id(self, task_id: str) -> str:
+        """The ids of a song as text (task id, and song id when it differs)."""
+        record = self.card(task_id).record
+        song_id = getattr(record, "song_id", None) if record is not None else None
+        return ", ".join(dict.fromkeys(i for i in (task_id, song_id) if i))
+
+    def run_action(self, name: str, task_id: str) -> Any:
+        """What a card button does; the outcome or the error becomes the card's note (plain text)."""
+        card = self.card(task_id)
+        try:
+            if name == "extend":
+                result = self.extend(task_id)
+                where = "in the studio" if self._form_provider is not None else "as `watcher.extend_form`"
+                card.note = f"Extend form ready {where}: set the options and submit."
+            elif name == "concat":
+                result = self.concat(task_id)
+                card.note = f"Joining started: {len(result)} new song(s) below."
+            elif name == "download":
+                result = self.download(task_id)
+                card.note = f"Saved to {result}"
+            elif name == "favourite":
+                result = self.favourite(task_id)
+                card.note = "Added to favourites." if result else "Removed from favourites."
+            elif name == "copy_id":
+                result = self.copy_id(task_id)
+                card.note = f"Id: {result}"
+            else:
+                raise MusicGenError(f"unknown action {name!r}")
+        except Exception as exc:  # shown in the card, never as a traceback from a button
+            card.note = f"{name.replace('_', ' ').capitalize()} failed: {exc}"
+            result = None
+        self._publish([task_id])
+        return result
+
+    # -- the browser ----------------------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        """The header the browser draws: counts in words, the polling error, the batch line, paging."""
+        counts = self._counts()
+        total = sum(counts.values())
+        running = counts["queued"] + counts["writing"] + counts["preview"]
+        parts = [f"{counts['ready']} ready"] if total else []
+        parts += [f"{running} running"] if running else []
+        parts += [f"{counts['failed']} failed"] if counts["failed"] else []
+        error = ""
+        if self._last_error:
+            retry = f" (retrying in {self._retry_in:.3g} s)" if self._retry_in else ""
+            error = plain(f"Polling failed: {self._last_error}{retry}", 500)
+        return {
+            "title": plural(total, "song") if total else "No songs yet",
+            "counts": " · ".join(parts),
+            "total": total,
+            "ready": counts["ready"],
+            "running": running,
+            "failed": counts["failed"],
+            "error": error,
+            "batch": self._batch_line,
+            "page": self._page,
+            "pages": self.pages,
+            "page_label": f"Page {self._page + 1} of {self.pages}" if self.pages > 1 else "",
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the browser needs to draw the visible page (sent when a view asks)."""
+        groups = self._page_groups()
+        cards = {task_id: self._cards[task_id].data() for group in groups for task_id in group}
+        return {
+            "kind": "snapshot",
+            "header": self.header(),
+            "groups": [[cards[task_id] for task_id in group] for group in groups],
+        }
+
+    def _page_groups(self) -> list[list[str]]:
+        with self._lock:
+            newest_first = self._calls[::-1]
+            start = self._page * self.page_size
+            return [list(group) for group in newest_first[start : start + self.page_size]]
+
+    def _emit(self, message: dict[str, Any]) -> None:
+        """Send one message to every view of this model (numbered, so a view can tell it missed one)."""
+        self._rev += 1
+        message["rev"] = self._rev
+        self.messages_sent += 1
+        if self.comm is not None:
+            self.send(message)
+
+    def _send_snapshot(self) -> None:
+        with self._view_lock:
+            message = self.snapshot()
+            self._sent = {card["id"]: card for group in message["groups"] for card in group}
+            self._sent_header = message["header"]
+            self._sent_groups = [[card["id"] for card in group] for group in message["groups"]]
+            self._emit(message)
+
+    def _publish(self, task_ids: Iterable[str]) -> None:
+        """Tell the browser what changed: one message with the changed fields of visible cards and the header.
+
+        A change of what the page holds (new calls on it) sends a fresh snapshot instead.
+        """
+        if self._closed:
+            return
+        with self._view_lock:
+            if self._page_groups() != self._sent_groups:
+                self._page = min(self._page, self.pages - 1)
+                self._send_snapshot()
+                return
+            diffs: dict[str, dict[str, Any]] = {}
+            for task_id in dict.fromkeys(task_ids):
+                old = self._sent.get(task_id)
+                if old is None:
+                    continue  # not on the visible page: nothing to draw
+                new = self._cards[task_id].data()
+                changed = {k: v for k, v in new.items() if k not in DIFF_FIELDS_ALWAYS and old.get(k) != v}
+                if changed:
+                    changed.update({k: new[k] for k in DIFF_FIELDS_ALWAYS})
+                    diffs[task_id] = changed
+                    self._sent[task_id] = new
+            header = self.header()
+            message: dict[str, Any] = {"kind": "diff", "cards": diffs}
+            if header != self._sent_header:
+                message["header"] = header
+                self._sent_header = header
+            if diffs or "header" in message:
+                self._emit(message)
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """Intents from the browser: a page or a snapshot to show, or a card action."""
+        if not isinstance(content, dict):
+            return
+        kind = content.get("kind")
+        if kind == "hello":
+            self._send_snapshot()
+        elif kind == "page":
+            page = content.get("page")
+            if isinstance(page, int) and not isinstance(page, bool):
+                self.show_page(page)
+        elif kind in ("extend", "concat", "download", "favourite", "copy_id"):
+            task_id = content.get("id")
+            if isinstance(task_id, str) and task_id in self._cards:
+                self.run_action(kind, task_id)
+
     # -- internals ------------------------------------------------------------------------------------
 
-    def _show_cards(self, limit: int) -> list[TaskCard]:
-        """Raise the number of tasks with a card to `limit`; new cards show the latest record at once.
+    def _updated(self, records: list[Record]) -> None:
+        """Records from the client's wait: keep the ones that changed here, and draw them."""
+        with self._poll_lock:
+            self._apply(self._tasks.update(records))
 
-        Holds the polling lock so a round cannot update the records between a card's build and its insertion.
-        """
-        with self._poll_lock, self._lock:
-            if self._closed:
-                return []
-            self._limit = max(self._limit, limit)
-            new_cards = self._build_cards()
-            for card in new_cards:
-                record = self._tasks.get(card.task_id)
-                if record is not None:
-                    card.update(record)
-                if self._last_error and (card.state is None or not card.state.finished):
-                    card.show_error(self._last_error)
-        self._refresh_summary()
-        return new_cards
-
-    def _build_cards(self) -> list[TaskCard]:
-        """Cards for the tasks up to the limit that have none yet (call with `_lock` held)."""
-        ids = self._tasks.ids[len(self._cards) : self._limit]
-        new_cards = [TaskCard(task_id, v2=self._tasks.is_v2(task_id), actions=self) for task_id in ids]
-        for card in new_cards:
-            self._cards[card.task_id] = card
-        if new_cards:
-            self._box.children = (*self._box.children, *new_cards)
-        return new_cards
+    def _apply(self, changed: list[Record]) -> None:
+        for record in changed:
+            card = self._cards.get(record.id)
+            if card is not None:
+                card.update(record)
+        self._publish(record.id for record in changed)
 
     def _front_end_closed(self, _message: Any) -> None:
         self.close()
@@ -327,7 +500,7 @@ class TaskWatcher(TextRepr, w.VBox):
     def _finished_record(self, task_id: str) -> Record:
         record = self._tasks.get(task_id)
         if record is None or record.state is not TaskState.COMPLETE:
-            state = record.state.value if record is not None else "unknown"
+            state = record.state.value if record is not None else "not reported yet"
             raise MusicGenError(f"task {task_id} is {state}, not complete")
         return record
 
@@ -341,7 +514,7 @@ class TaskWatcher(TextRepr, w.VBox):
         self._thread.start()
 
     def _run(self, stop: threading.Event) -> None:
-        """The polling loop; it only ever sets widget traits."""
+        """The polling loop; it only ever sends messages to the browser."""
         failures = 0
         while not stop.is_set():
             try:
@@ -362,43 +535,51 @@ class TaskWatcher(TextRepr, w.VBox):
 
     def _show_poll_error(self, message: str | None, *, retry_in: float | None = None) -> None:
         self._last_error = message
-        shown = f"{message} (retrying in {retry_in:.3g} s)" if message and retry_in else message
-        for card in list(self._cards.values()):
-            if message is None or card.state is None or not card.state.finished:
-                card.show_error(shown)
-        self._refresh_summary()
+        self._retry_in = retry_in
+        self._publish([])
 
     def _counts(self) -> Counter[str]:
         counts: Counter[str] = Counter()
         for task_id in self._tasks.ids:
             record = self._tasks.get(task_id)
-            counts[record.state.value if record is not None else TaskState.PROCESSING.value] += 1
+            counts[_STATE_WORD[record.state] if record is not None else "queued"] += 1
         return counts
 
     def _headline(self) -> str:
-        counts = self._counts()
-        total = sum(counts.values())
-        order = [s.value for s in (TaskState.COMPLETE, TaskState.PREVIEW, TaskState.PROCESSING, TaskState.FAILED)]
-        parts = ", ".join(f"{counts[s]} {s}" for s in order if counts[s])
-        return f"TaskWatcher: {total} task{'s' if total != 1 else ''}" + (f" ({parts})" if parts else "")
-
-    def _refresh_summary(self) -> None:
-        text = self._headline()
-        hidden = self.hidden
-        if hidden:
-            text += f" — cards for the first {len(self._cards)}"
-        if self._last_error:
-            text += " — polling error, retrying"
-        self._summary.value = note_html(text)
-        self._more.description = f"Show {min(hidden, self.page_size)} more ({hidden} without a card)"
-        self._more.layout.display = None if hidden else "none"
+        header = self.header()
+        text = f"TaskWatcher: {header['title']}"
+        if header["counts"]:
+            text += f" ({header['counts']})"
+        if header["error"]:
+            text += f" — {header['error']}"
+        if header["batch"]:
+            text += f" — {header['batch']}"
+        return text
 
     def __repr__(self) -> str:
-        """Every task, card or not (a hidden task's line comes from its record)."""
+        """Every task, newest call last, one line each (text-only front ends see it all)."""
         lines = [self._headline()]
-        for task_id in self._tasks.ids:
-            card = self._cards.get(task_id)
-            lines.append(
-                f"  {card.summary() if card is not None else record_summary(task_id, self._tasks.get(task_id))}"
-            )
+        with self._lock:
+            groups = [list(group) for group in self._calls]
+        for group in groups:
+            for task_id in group:
+                lines.append(f"  {self._cards[task_id].summary()}")
         return "\n".join(lines)
+
+
+_STATE_WORD = {
+    TaskState.PROCESSING: "writing",
+    TaskState.PREVIEW: "preview",
+    TaskState.COMPLETE: "ready",
+    TaskState.FAILED: "failed",
+}
+
+
+def watch_unfinished(client: MusicClient | None = None) -> TaskWatcher:
+    """A watcher over every unfinished task in the journal for the current hosts (after a restart)."""
+    if client is None:
+        from ..session import get_client
+
+        client = get_client()
+    found = client.unfinished()  # the shared client's journal is the session's journal
+    return TaskWatcher(found.v1_ids, v2_ids=found.v2_ids, client=client)

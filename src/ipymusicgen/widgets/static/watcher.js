@@ -1,0 +1,111 @@
+// ipymusicgen task watcher view (joined after common.js by widgets/_static.py).
+// The kernel sends a snapshot of the visible page, then one numbered diff per polling round with only
+// the fields that changed. A view that sees a gap in the numbers asks for a fresh snapshot.
+
+function imsWatcherHeader(parts, header) {
+  parts.title.textContent = header.title || "";
+  parts.counts.textContent = header.counts || "";
+  parts.error.textContent = header.error || "";
+  parts.error.hidden = !header.error;
+  parts.batch.textContent = header.batch || "";
+  parts.batch.hidden = !header.batch;
+  parts.pageLabel.textContent = header.page_label || "";
+  parts.pager.hidden = !(header.pages > 1);
+  parts.prev.disabled = !(header.page > 0);
+  parts.next.disabled = !(header.page < header.pages - 1);
+  parts.empty.hidden = header.total > 0;
+}
+
+function imsWatcherButton(text, label, onClick) {
+  const button = imsEl("button", "ims-page-button", text);
+  button.type = "button";
+  button.title = label;
+  button.setAttribute("aria-label", label);
+  button.addEventListener("click", onClick);
+  return button;
+}
+
+export default {
+  render({ model, el }) {
+    const root = imsEl("div", "ipymusicgen-watcher");
+    const head = imsEl("div", "ims-watcher-head");
+    const title = imsEl("span", "ims-watcher-title");
+    const counts = imsEl("span", "ims-watcher-counts");
+    counts.setAttribute("role", "status");
+    counts.setAttribute("aria-live", "polite");
+    const pager = imsEl("div", "ims-pager");
+    let header = { page: 0, pages: 1 };
+    const prev = imsWatcherButton("‹", "Newer songs", () => model.send({ kind: "page", page: header.page - 1 }));
+    const next = imsWatcherButton("›", "Older songs", () => model.send({ kind: "page", page: header.page + 1 }));
+    const pageLabel = imsEl("span", "ims-page-label");
+    pager.append(prev, pageLabel, next);
+    head.append(title, counts, pager);
+    const batch = imsEl("div", "ims-watcher-batch");
+    const error = imsEl("div", "ims-watcher-error");
+    error.setAttribute("role", "alert");
+    const empty = imsEl("div", "ims-watcher-empty", "Songs you start appear here.");
+    const list = imsEl("div", "ims-watcher-list");
+    root.append(head, batch, error, empty, list);
+    el.appendChild(root);
+    const parts = { title, counts, error, batch, pageLabel, pager, prev, next, empty };
+
+    const send = (message) => model.send(message);
+    const cards = new Map(); // task id -> card element (visible page only)
+    let rev = null;
+
+    function snapshot(message) {
+      disposeCards(list);
+      list.replaceChildren();
+      cards.clear();
+      for (const group of message.groups) {
+        const element = renderCallGroup(list, group, send);
+        for (const [id, card] of element._cards) cards.set(id, card);
+      }
+      header = message.header;
+      imsWatcherHeader(parts, header);
+    }
+
+    function diff(message) {
+      const now = Date.now();
+      for (const [id, fields] of Object.entries(message.cards)) {
+        const card = cards.get(id);
+        if (!card) continue;
+        const old = card._ims.data;
+        const merged = { ...old, ...fields };
+        if (!("elapsed_s" in fields) && old.elapsed_s !== null && old.elapsed_s !== undefined) {
+          merged.elapsed_s = old.elapsed_s + (now - card._ims.receivedAt) / 1000;
+        }
+        updateSongCard(card, merged, send);
+      }
+      if (message.header) {
+        header = message.header;
+        imsWatcherHeader(parts, header);
+      }
+    }
+
+    function onMessage(message) {
+      if (!message || typeof message !== "object") return;
+      if (message.kind === "snapshot") {
+        rev = message.rev;
+        snapshot(message);
+      } else if (message.kind === "diff") {
+        if (rev === null || message.rev !== rev + 1) {
+          rev = null;
+          model.send({ kind: "hello" }); // missed a message: start again from a snapshot
+          return;
+        }
+        rev = message.rev;
+        diff(message);
+      }
+    }
+
+    model.on("msg:custom", onMessage);
+    model.send({ kind: "hello" });
+    const ticker = setInterval(() => tickSongCards(list), 1000);
+    return () => {
+      clearInterval(ticker);
+      model.off("msg:custom", onMessage);
+      disposeCards(list);
+    };
+  },
+};
