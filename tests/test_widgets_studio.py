@@ -1,27 +1,33 @@
-"""`studio()` without a browser: the forms in tabs, one watcher below, errors in the forms, against the sandbox."""
+"""The studio without a browser: one anywidget driven by the intents the browser sends, against the sandbox.
+
+Each test sends what the front end would send (`input`, `touch`, `submit`, `confirm`, `tab`) through the
+widget's message handler, and reads the state Python syncs back (`view.panes`, `view.key`).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from helpers import HOSTILE, WAIT, ManualClock, html_values, wait_until
-from IPython.core.interactiveshell import InteractiveShell
+from helpers import HOSTILE, WAIT, ManualClock, wait_until
 
 from ipymusicgen.client import MusicClient
+from ipymusicgen.models import ACTIONS, shape_fields
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
-from ipymusicgen.widgets import GenerateForm, KeyInfoPanel, LyricsForm, Studio, V2Form, studio
-from ipymusicgen.widgets.studio import GENERATE_TAB, KEY_TAB, TAB_TITLES, V2_TAB
+from ipymusicgen.widgets.studio import TAB_IDS, Studio, StudioView, studio
+
+REAL_LOOKING_KEY = "mg-live-7c1f0b9a42d35e86"
 
 
 @pytest.fixture
-def studios() -> Iterator[Callable[[MusicClient], Studio]]:
+def studios() -> Iterator[Callable[..., Studio]]:
     """Make studios that are closed (polling stopped) at the end of the test."""
     made: list[Studio] = []
 
-    def make(client: MusicClient) -> Studio:
-        made.append(studio(client))
+    def make(client: MusicClient, **kwargs: Any) -> Studio:
+        made.append(studio(client, **kwargs))
         return made[-1]
 
     yield make
@@ -29,172 +35,191 @@ def studios() -> Iterator[Callable[[MusicClient], Studio]]:
         item.close()
 
 
-def submit_song(form: GenerateForm, **fields: object) -> list[str]:
-    got: list[list[str]] = []
-    form.on_submitted(got.append)
-    form.set_values(**{"action": "custom", "style": "jazz", "title": "Night", "lyrics": "la la", **fields})
-    form.submit_button.click()
-    assert form.error == "" and len(got) == 1, form.error
-    return got[0]
+def intent(made: Studio, **content: Any) -> None:
+    """What the browser sends: a custom message to the view."""
+    made.view._handle_custom_msg(content, [])
 
 
-def test_four_forms_in_tabs_and_the_watcher_below(client: MusicClient, studios: Callable[..., Studio]) -> None:
+def fields(made: Studio, form: str) -> dict[str, dict[str, Any]]:
+    """The fields of a form as the browser gets them."""
+    return {field["name"]: field for field in made.view.panes[form]["fields"]}
+
+
+def create_count(sandbox: Sandbox) -> int:
+    counts = sandbox.request_counts()
+    return sum(n for path, n in counts.items() if path.endswith(("/generate", "/submit")) or "/v2/" in path)
+
+
+def test_one_front_end_model_with_tabs_and_the_watcher_below(client: MusicClient, studios: Callable) -> None:
     made = studios(client)
-    assert made.children == (made.tabs, made.watcher)
-    assert [type(tab) for tab in made.tabs.children] == [GenerateForm, V2Form, LyricsForm, KeyInfoPanel]
-    assert tuple(made.tabs.titles) == TAB_TITLES
-    assert made.lyrics._target is made.generate  # "use in song" fills the studio's own form
-    text = repr(made)
-    assert text.startswith("Studio [Generate | Generate v2 | Lyrics | Key]") and "TaskWatcher: 0 tasks" in text
-    assert InteractiveShell.instance().display_formatter.format(made)[0]["text/plain"] == text
+    assert isinstance(made.children[0], StudioView) and made.children[-1] is made.watcher
+    assert [tab["id"] for tab in made.view.tabs] == list(TAB_IDS)
+    assert "ipymusicgen-studio" in made._dom_classes
+    assert "ipymusicgen-studio" in made.view._esm and "export default" in made.view._esm
+    assert ".ims-studio" in made.view._css and "--jp-" in made.view._css
+    assert repr(made).startswith("Studio [Song | v2 | Lyrics") and "(tab: song)" in repr(made)
 
 
-def test_submitting_shows_the_new_tasks_in_the_watcher_at_once(
-    client: MusicClient, clock: ManualClock, studios: Callable[..., Studio]
+def test_no_problem_is_shown_before_a_field_is_touched(client: MusicClient, studios: Callable) -> None:
+    made = studios(client)
+    intent(made, kind="input", form="song", name="action", value="custom")
+    intent(made, kind="input", form="song", name="title", value="x" * 81)
+    assert fields(made, "song")["title"]["problem"] == ""  # typing, not yet left the field
+    assert not made.song.valid  # but Python knows, and says so once the field is left
+    intent(made, kind="touch", form="song", name="title")
+    problem = fields(made, "song")["title"]["problem"]
+    assert "80" in problem
+    intent(made, kind="input", form="song", name="action", value="concat")  # needs the song to join
+    assert fields(made, "song")["continue_song_id"]["problem"] == ""  # untouched fields stay quiet
+    intent(made, kind="submit", form="song")  # a submit shows every problem and sends nothing
+    assert fields(made, "song")["continue_song_id"]["problem"] != "" and made.watcher.ids == []
+    assert made.view.panes["song"]["status"] == ""
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_fields_shown_and_required_follow_the_actions_shape(
+    client: MusicClient, studios: Callable, action: str
 ) -> None:
     made = studios(client)
-    v1 = submit_song(made.generate)
-    assert made.watcher.ids == v1 and [made.watcher.card(i).v2 for i in v1] == [False, False]
-    got: list[list[str]] = []
-    made.v2.on_submitted(got.append)
+    intent(made, kind="input", form="song", name="action", value=action)
+    shape = shape_fields(action)
+    state = fields(made, "song")
+    assert {name for name, f in state.items() if f["shown"]} == {"action", *shape}
+    assert {name for name, f in state.items() if f["required"]} == {"action", *(n for n, r in shape.items() if r)}
+
+
+def test_labels_are_human_with_the_api_name_as_hint(client: MusicClient, studios: Callable) -> None:
+    made = studios(client)
+    song = fields(made, "song")
+    assert song["mv"]["label"] == "Model" and song["mv"]["hint"] == "mv"
+    assert song["continue_at"]["label"] == "Continue from (s)" and song["singer_id"]["label"] == "Singer"
+    assert song["instrumental"]["label"] == "Instrumental"
+    intent(made, kind="input", form="song", name="mv", value="MFV1.0")
+    assert fields(made, "song")["mv"]["count"] == "songs up to 4 minutes, lyrics up to 3,000 words"
+    assert fields(made, "v2")["model_version"]["hint"] == "model_version"
+
+
+def test_submit_starts_songs_says_so_in_words_and_watches_them(
+    client: MusicClient, clock: ManualClock, studios: Callable
+) -> None:
+    made = studios(client)
+    intent(made, kind="input", form="song", name="style", value="sunny ska")
+    intent(made, kind="submit", form="song")
+    pane = made.view.panes["song"]
+    assert pane["status"] == "2 songs started" and pane["error"] == ""
+    assert len(pane["ids"]) == 2 and pane["ids"][0] not in pane["status"]  # ids only on request
+    assert made.watcher.ids == pane["ids"]
     made.v2.set_values(prompt="calm piano")
-    made.v2.submit_button.click()
-    assert len(got) == 1 and made.watcher.ids == v1 + got[0]
-    assert [made.watcher.card(i).v2 for i in got[0]] == [True, True]
-    assert made.watcher.running
+    made.v2.submit()
+    assert made.view.panes["v2"]["status"] == "2 songs started" and len(made.watcher.ids) == 4
     clock.stages(2)
-    records = made.watcher.wait(timeout=WAIT)
-    assert {r.state for r in records} == {TaskState.COMPLETE} and len(records) == 4
+    made.watcher.wait(timeout=WAIT)
     wait_until(lambda: not made.watcher.running, "polling to stop once all songs are done")
 
 
-def test_wrong_key_is_shown_in_each_form_not_raised(sandbox: Sandbox, studios: Callable[..., Studio]) -> None:
-    with sandbox.client(api_key="not-a-key", max_retries=0) as wrong:
-        made = studios(wrong)
-        made.generate.set_values(style="x")
-        made.generate.submit_button.click()
-        assert "API key problem" in made.generate.error
-        made.v2.set_values(prompt="p")
-        made.v2.submit_button.click()
-        assert "API key problem" in made.v2.error
-        made.tabs.selected_index = KEY_TAB  # the key tab reads the key info when first shown
-        assert "API key problem" in made.key_info.error and made.key_info.info is None
-        assert made.watcher.ids == [] and "not-a-key" not in made.generate.error
+def test_real_key_asks_to_confirm_before_anything_is_sent(studios: Callable) -> None:
+    paid = Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={REAL_LOOKING_KEY: 40})
+    with paid, paid.client(max_retries=0) as client:
+        made = studios(client)
+        assert made.needs_confirm
+        made.refresh_key()
+        intent(made, kind="input", form="song", name="style", value="lo-fi piano")
+        assert made.view.panes["song"]["cost"] == "uses about 3 credits · 40 left"
+        intent(made, kind="submit", form="song")
+        pane = made.view.panes["song"]
+        assert pane["confirm"].startswith("Send this request? It uses about 3 credits")
+        assert paid.request_counts().get("/v1/music/generate", 0) == 0 and made.watcher.ids == []
+        intent(made, kind="input", form="song", name="style", value="lo-fi piano, rain")
+        assert made.view.panes["song"]["confirm"] == ""  # a changed request needs a new confirm
+        intent(made, kind="submit", form="song")
+        intent(made, kind="cancel", form="song")
+        assert paid.request_counts().get("/v1/music/generate", 0) == 0
+        intent(made, kind="submit", form="song")
+        intent(made, kind="confirm", form="song")
+        assert paid.request_counts()["/v1/music/generate"] == 1 and len(made.watcher.ids) == 2
+        assert made.view.panes["song"]["status"] == "2 songs started"
+        assert made.view.panes["song"]["cost"].endswith(f"· {paid.credits(REAL_LOOKING_KEY)} left")
+        state = json.dumps(made.view.get_state(), default=str)
+        assert REAL_LOOKING_KEY not in state and REAL_LOOKING_KEY[-4:] in made.view.key["mask"]
 
 
-def test_no_credits_left_is_shown_in_the_form(
-    client: MusicClient, sandbox: Sandbox, studios: Callable[..., Studio]
-) -> None:
-    assert sandbox.state.charge(sandbox.api_key, sandbox.credits())  # spend every credit of the key
+def test_the_sandbox_key_needs_no_confirm(client: MusicClient, sandbox: Sandbox, studios: Callable) -> None:
     made = studios(client)
-    made.generate.set_values(style="x")
-    made.generate.submit_button.click()
-    assert "No credits left" in made.generate.error and "Insufficient credits" in made.generate.error
-    assert made.watcher.ids == [] and not made.generate.submit_button.disabled
+    assert not made.needs_confirm and not made.view.key["confirm"]
+    made.song.set_values(style="x")
+    made.song.submit()
+    assert sandbox.request_counts()["/v1/music/generate"] == 1
 
 
-def test_server_422_lands_on_its_field_escaped(sandbox: Sandbox, studios: Callable[..., Studio]) -> None:
+def test_wrong_key_is_said_in_the_pane_and_the_key_tab(sandbox: Sandbox, studios: Callable) -> None:
+    with sandbox.client(api_key="not-a-key-but-long-enough", max_retries=0) as wrong:
+        made = studios(wrong, confirm=False)
+        made.song.set_values(style="x")
+        made.song.submit()
+        pane = made.view.panes["song"]
+        assert pane["error_title"] == "API key problem" and pane["status"] == "nothing was started"
+        intent(made, kind="tab", tab="key")
+        assert made.tab == "key" and made.view.key["status"].startswith("API key problem")
+        state = json.dumps(made.view.get_state(), default=str)
+        assert "not-a-key-but-long-enough" not in state and made.watcher.ids == []
+
+
+def test_server_422_lands_on_its_field(sandbox: Sandbox, studios: Callable) -> None:
     with sandbox.client(max_retries=0) as lenient:
         lenient.settings = lenient.settings.with_changes(allow_unknown_models=True)
         made = studios(lenient)
-        made.generate.set_values(action="auto", style="x", mv=HOSTILE)  # passes the client, not the service
-        assert made.generate.valid
-        made.generate.submit_button.click()
+        made.song.set_values(action="auto", style="x", mv=HOSTILE)  # passes the client, not the service
+        assert made.song.valid
+        made.song.submit()
         assert sandbox.request_counts()["/v1/music/generate"] == 1
-        assert "unknown model" in made.generate.fields["mv"].problem and HOSTILE in made.generate.fields["mv"].problem
-        assert "The request was refused" in made.generate.error
-        markup = "\n".join(html_values(made.generate))
-        assert "&lt;img src=x onerror=alert(1)&gt;" in markup and "<img" not in markup
-        assert made.watcher.ids == []
+        mv = fields(made, "song")["mv"]
+        assert "unknown model" in mv["problem"] and HOSTILE in mv["problem"]  # text: the JS sets textContent
+        assert made.view.panes["song"]["error_title"] == "The request was refused" and made.watcher.ids == []
 
 
-def test_key_tab_shows_the_credits_left_without_the_key(
-    client: MusicClient, sandbox: Sandbox, clock: ManualClock, studios: Callable[..., Studio]
-) -> None:
+def test_key_tab_reads_lazily_and_says_credits(client: MusicClient, sandbox: Sandbox, studios: Callable) -> None:
     made = studios(client)
-    assert made.key_info.info is None  # nothing is read until someone looks
-    made.tabs.selected_index = KEY_TAB
-    assert made.key_info.info is not None and made.key_info.info.key_music_counts == sandbox.credits()
-    before = sandbox.credits()
-    assert f"<b>{before}</b>" in made.key_info.html and sandbox.api_key not in made.key_info.html
-    submit_song(made.generate)
-    assert f"<b>{before}</b>" in made.key_info.html  # read on demand, not behind the user's back
-    made.key_info._button.click()
-    assert sandbox.credits() < before and f"<b>{sandbox.credits()}</b>" in made.key_info.html
+    assert made.key_info is None and made.view.key["status"] == "not checked yet"
+    intent(made, kind="tab", tab="key")
+    key = made.view.key
+    assert key["credits"] == str(sandbox.credits()) and key["credits_hint"] == "key_music_counts"
+    assert key["status"].startswith("key works") and key["service"] == "built-in sandbox"
+    assert sandbox.api_key not in json.dumps(key)
 
 
-def test_lyrics_go_into_the_generate_tab(client: MusicClient, studios: Callable[..., Studio]) -> None:
+def test_written_lyrics_go_into_the_song_tab(client: MusicClient, studios: Callable) -> None:
     made = studios(client)
-    made.tabs.selected_index = 2
-    made.lyrics.set_values(prompt="a rainy night in the city")
-    made.lyrics.submit_button.click()
-    assert made.lyrics.result is not None and made.lyrics.error == ""
-    made.lyrics._use.click()
-    assert made.tabs.selected_index == GENERATE_TAB
-    values = made.generate.values()
+    intent(made, kind="tab", tab="lyrics")
+    intent(made, kind="input", form="lyrics", name="prompt", value="a rainy night in the city")
+    intent(made, kind="submit", form="lyrics")
+    lyrics = made.view.panes["lyrics"]["lyrics"]
+    assert made.lyrics.result is not None and lyrics["text"] == made.lyrics.result.text
+    assert made.view.panes["lyrics"]["status"].endswith("lines of lyrics written")
+    intent(made, kind="use_lyrics")
+    assert made.tab == "song"
+    values = made.song.request_values()
     assert values["action"] == "custom" and values["lyrics"] == made.lyrics.result.text
 
 
-def test_extend_from_a_card_fills_the_studio_form_and_adds_the_tasks(
-    client: MusicClient, clock: ManualClock, studios: Callable[..., Studio]
-) -> None:
+def test_instrumental_leaves_the_lyrics_out(client: MusicClient, studios: Callable) -> None:
     made = studios(client)
-    first = submit_song(made.generate, title="First")
-    clock.stages(2)
-    made.watcher.wait(timeout=WAIT)
-    card = made.watcher.card(first[0])
-    made.tabs.selected_index = KEY_TAB
-    card.buttons["extend"].click()
-    assert made.tabs.selected_index == GENERATE_TAB and card.form is None  # the studio's own form, not a new one
-    values = made.generate.values()
-    assert values["action"] == "extend" and values["continue_song_id"] == card.record.song_id
-    assert values["continue_at"] == 4 and values["style"] == "jazz" and values["title"] == "First"
-    assert "lyrics" not in values  # the last request's lyrics belong to another song
-    made.generate.submit_button.click()
-    assert made.generate.error == "" and len(made.watcher.ids) == 4
-    assert made.watcher.running
+    made.song.set_values(action="custom", style="x", lyrics="la la", instrumental=True)
+    assert "lyrics" not in made.song.request_values() and fields(made, "song")["lyrics"]["disabled"]
+    assert fields(made, "song")["lyrics"]["count"] == "not sent: instrumental"
 
 
-def test_extend_a_v2_song_uses_the_v2_tab(
-    client: MusicClient, clock: ManualClock, studios: Callable[..., Studio]
-) -> None:
+def test_v2_mode_toggle_shows_only_what_is_sent(client: MusicClient, studios: Callable) -> None:
     made = studios(client)
-    made.v2.set_values(prompt="calm piano")
-    made.v2.submit_button.click()
-    clock.stages(2)
-    made.watcher.wait(timeout=WAIT)
-    card = made.watcher.card(made.watcher.ids[0])
-    card.buttons["extend"].click()
-    assert made.tabs.selected_index == V2_TAB
-    values = made.v2.values()
-    assert values["is_auto"] == 0 and values["continue_song_id"] == card.task_id and values["continue_at"] == 4
-    assert values["prompt"] == "calm piano" and values["title"] == card.record.title
-    made.v2.submit_button.click()
-    assert made.v2.error == "" and len(made.watcher.ids) == 4
-    assert all(made.watcher.card(i).v2 for i in made.watcher.ids)
+    shown = {n for n, f in fields(made, "v2").items() if f["shown"]}
+    assert shown == {"is_auto", "model_version", "prompt"}
+    intent(made, kind="input", form="v2", name="is_auto", value="0")  # the browser sends text
+    assert made.v2.values["is_auto"] == 0 and fields(made, "v2")["lyrics"]["shown"]
 
 
 def test_closing_the_studio_stops_polling(client: MusicClient, clock: ManualClock) -> None:
     made = studio(client)
-    submit_song(made.generate)
-    thread = made.watcher._thread
-    assert thread is not None and thread.is_alive()
+    made.song.set_values(style="x")
+    made.song.submit()
+    assert made.watcher.running
     made.close()
-    assert not thread.is_alive() and not made.watcher.running
-    parts = [made.tabs, made.generate, made.generate.fields["title"].control, made.v2.submit_button, made.key_info]
-    assert all(part.comm is None for part in parts) and made.comm is None
-
-
-def test_parts_carry_stable_css_classes_for_styling_and_browser_tests(
-    client: MusicClient, studios: Callable[..., Studio]
-) -> None:
-    made = studios(client)
-    assert "ipymusicgen-studio" in made._dom_classes
-    assert "ipymusicgen-watcher" in made.watcher._dom_classes
-    forms = [made.generate, made.v2, made.lyrics]
-    assert all("ipymusicgen-form" in form._dom_classes for form in forms)
-    made.generate.set_values(action="auto", style="css hooks")
-    made.generate.submit_button.click()
-    card = next(iter(made.watcher.cards.values()))
-    assert "ipymusicgen-task-card" in card._dom_classes
-    assert "ipymusicgen-player" in card.audio._dom_classes
+    assert not made.watcher.running and made.view.comm is None and made.comm is None
