@@ -88,7 +88,7 @@ _LAZY = {
     "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),
     "get_client": ("ipymusicgen.session", "get_client"),
     "get_async_client": ("ipymusicgen.session", "get_async_client"),
-    "watch_unfinished": ("ipymusicgen.session", "watch_unfinished"),
+    "watch_unfinished": ("ipymusicgen.widgets", "watch_unfinished"),
 }
 
 

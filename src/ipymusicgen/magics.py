@@ -517,7 +517,9 @@ class MusicGen(Magics):
             if not session.get_client().unfinished().ids:  # the journal's unfinished tasks for these hosts
                 print("No unfinished tasks to resume.")
                 return None
-            return session.watch_unfinished()
+            from .widgets import watch_unfinished
+
+            return watch_unfinished()
 
     @line_magic
     def musicgen_login(self, line: str = "") -> None:
