@@ -243,7 +243,8 @@ def test_lost_answer_is_not_resent_and_resume_explains(ip: InteractiveShell, san
     with capture_output() as out:
         watcher = ip.run_line_magic("musicgen_resume", "")
     assert watcher is None
-    assert "1 request(s) with an unknown outcome" in out.stdout and "Do not resend" in out.stdout
+    assert "1 paid request(s) with an unknown outcome" in out.stdout and "Do not resend" in out.stdout
+    assert "(a song whose answer is lost)" in out.stdout, "the request's style, to recognise it"
 
 
 # -- key, tasks, resume -------------------------------------------------------------------------------
@@ -257,7 +258,8 @@ def test_key_info_never_shows_the_key(ip: InteractiveShell, sandbox: Sandbox) ->
         ip.run_cell("%musicgen_tasks")
         tasks_table = ip.user_ns["_"]
     html = ip.display_formatter.format(key_report)[0]["text/html"]
-    assert "music counts left" in html and str(sandbox.credits() + 2) in html
+    assert "credits left" in html and f"{sandbox.credits() + 2:,} credits (key_music_counts)" in html
+    assert "music count" not in html, "one word for them: credits"
     rendered = [v for shown in (key_report, tasks_table) for v in ip.display_formatter.format(shown)[0].values()]
     texts = [out.stdout, out.stderr, *map(str, rendered)] + [str(v) for o in out.outputs for v in o.data.values()]
     assert not any(sandbox.api_key in text for text in texts)

@@ -8,20 +8,27 @@ shows the same options that are parsed.
 
 from __future__ import annotations
 
+import argparse
 import inspect
+import math
 import re
 import shlex
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic_arguments import argument
+from IPython.core.magic_arguments import MagicArgumentParser, argument
 
-from .models import ACTIONS
+from .errors import IgnoredFieldsWarning, RequestValidationError
+from .interpolate import expand, left_verbatim
+from .models import ACTIONS, V2_MODELS, V2Request, build_generate_request, build_v2_request
 
 _TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|\S)+""")
 _VALUELESS = frozenset({"store_true", "store_false", "store_const", "count", "help"})
+FLAG_VALUES = ("0", "1")
+"""What a 0/1 spec field's option (`--instrumental`, `--is-auto`) may take after it; alone it means 1."""
 
 
 @dataclass(frozen=True)
@@ -35,11 +42,39 @@ class Option:
     def takes_value(self) -> bool:
         return self.kwargs.get("action") not in _VALUELESS
 
+    @property
+    def value_optional(self) -> bool:
+        """A 0/1 flag: the next token is its value only when it is 0 or 1, else it is text."""
+        return self.kwargs.get("nargs") == "?"
+
 
 def number(text: str) -> int | float:
-    """An int when the text is whole (v2 wants an int), else a float."""
-    value = float(text)
+    """A finite number of seconds: an int when whole (v2 wants an int), else a float."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"use a number of seconds (got {text!r})") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"use a finite number of seconds (got {text!r})")
     return int(value) if value.is_integer() else value
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (a timeout or an interval)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"use a number of seconds (got {text!r})") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"use a positive number of seconds (got {text!r})")
+    return value
+
+
+def flag01(text: str) -> int:
+    """A spec 0/1 field's value: `1` or `0` (as the API takes it)."""
+    if text.strip() not in FLAG_VALUES:
+        raise argparse.ArgumentTypeError(f"use 1 or 0, or the option alone for 1 (got {text!r})")
+    return int(text)
 
 
 def identifier(text: str) -> str:
@@ -71,11 +106,19 @@ def _unquote(token: str) -> str:
 
 def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
     """(option tokens, the rest of the line verbatim). Options stop at the first non-option or `--`."""
+    options = list(options)
     takes_value = {name: o.takes_value for o in options for name in o.names}
+    optional = {name for o in options if o.value_optional for name in o.names}
     argv: list[str] = []
     expect_value = False
+    maybe_flag_value = False
     for match in _TOKEN.finditer(line):
         token = match.group()
+        if maybe_flag_value and _unquote(token) in FLAG_VALUES:
+            argv.append(_unquote(token))
+            maybe_flag_value = False
+            continue
+        maybe_flag_value = False
         if expect_value:
             argv.append(_unquote(token))
             expect_value = False
@@ -86,7 +129,10 @@ def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
             return argv, line[match.start() :].strip()
         name = token.split("=", 1)[0]
         argv.append(_unquote(token))
-        expect_value = "=" not in token and takes_value.get(name, False)
+        if "=" not in token and name in optional:
+            maybe_flag_value = True
+        else:
+            expect_value = "=" not in token and takes_value.get(name, False)
     return argv, ""
 
 
@@ -110,24 +156,32 @@ MUSICGEN_OPTIONS = (
     Option(("--title",), {"help": "song title (at most 80 characters)"}),
     Option(("--lyrics",), {"help": "lyrics (handy in the line form with {variable})"}),
     Option(("--gender",), {"help": "singer voice: male or female"}),
-    Option(("--instrumental",), {"action": "store_const", "const": 1, "help": "pure music, no vocals"}),
+    Option(
+        ("--instrumental",),
+        {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": "pure music, no vocals (alone: 1)"},
+    ),
     Option(("--continue-at",), {"type": number, "metavar": "SECONDS", "help": "where an extension starts"}),
     Option(("--continue-song-id",), {"metavar": "ID", "help": "song to extend (extend, concat, upload_extend)"}),
     Option(("--audio-url",), {"metavar": "URL", "help": "audio to upload (upload, upload_extend)"}),
     Option(("--singer-id",), {"metavar": "ID", "help": "voice from generate-vibe (artist_consistency)"}),
     Option(("--v2",), {"action": "store_true", "help": "use the v2 endpoint (/v2/submit)"}),
     Option(("--model-version",), {"metavar": "MODEL", "help": "v2 model, e.g. v4.5 (default: default_v2_model)"}),
-    Option(("--is-auto",), {"action": "store_const", "const": 1, "help": "v2 description mode (body = prompt)"}),
+    Option(
+        ("--is-auto",),
+        {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": "v2 description mode (alone: 1)"},
+    ),
     Option(("--prompt",), {"help": "v2 prompt (style) in custom mode; the cell body is then the lyrics"}),
     *OUTPUT_OPTIONS,
     Option(("--wait",), {"action": "store_true", "help": "block until the songs are finished; return them"}),
-    Option(("--timeout",), {"type": float, "metavar": "SECONDS", "help": "give up waiting after this long"}),
+    Option(("--timeout",), {"type": seconds, "metavar": "SECONDS", "help": "give up waiting after this long"}),
     Option(("--no-watch",), {"action": "store_true", "help": "no watcher: return the task ids at once"}),
     Option(("text",), {"nargs": "*", "help": "line form: the description (or lyrics, as the cell body would be)"}),
 )
 V1_FIELDS = ("mv", "style", "title", "lyrics", "gender", "instrumental", "continue_at", "continue_song_id")
 V1_FIELDS += ("audio_url", "singer_id")
 V2_EXTRA_FIELDS = ("title", "instrumental", "continue_at", "continue_song_id")
+V2_ONLY = ("is_auto", "model_version", "prompt")
+V1_ONLY = ("action", "gender", "audio_url", "singer_id")
 _LYRICS_ACTIONS = frozenset({"custom", "extend", "upload_extend", "artist_consistency"})
 
 
@@ -164,6 +218,11 @@ def v1_fields(args: Any, body: str, default_model: str) -> dict[str, Any]:
     """The v1 request fields from options and body: action inferred, body as style or lyrics."""
     fields = _given(args, V1_FIELDS)
     action = args.action or infer_action(fields, body)
+    if action not in ACTIONS:
+        raise UsageError(f"unknown action {action!r}: use one of {', '.join(ACTIONS)}")
+    v2_only = [f"--{n.replace('_', '-')}" for n in V2_ONLY if getattr(args, n, None) is not None]
+    if v2_only:
+        raise UsageError(f"{' and '.join(v2_only)} belong to v2 requests: add --v2")
     if action == "auto":
         _place_body(fields, body, ("style",), "auto")
     elif action in _LYRICS_ACTIONS:
@@ -180,6 +239,9 @@ def v2_fields(args: Any, body: str, default_model: str) -> dict[str, Any]:
 
     Custom mode (is_auto=0) when a prompt option, lyrics, title, instrumental or extension is given.
     """
+    v1_only = [f"--{n.replace('_', '-')}" for n in V1_ONLY if getattr(args, n, None) is not None]
+    if v1_only:
+        raise UsageError(f"{' and '.join(v1_only)} belong to v1 requests: remove --v2 or the option")
     fields = _given(args, (*V2_EXTRA_FIELDS, "lyrics"))
     prompt = args.prompt or args.style
     if prompt:
@@ -188,3 +250,103 @@ def v2_fields(args: Any, body: str, default_model: str) -> dict[str, Any]:
     _place_body(fields, body, ("prompt", "lyrics"), "v2")
     model = args.model_version or args.mv or default_model
     return {"is_auto": is_auto, "model_version": model, **fields}
+
+
+# ---------------------------------------------------------------------------------------------------
+# One %musicgen line (+ body) into a request model: shared by the magic and by batches.
+
+
+@dataclass
+class MusicgenCall:
+    """What one `%musicgen` line asks for: the validated request, the parsed options, and notes to show.
+
+    `notes` are the fields left as typed (`{name}` that is not a variable) and what the service will
+    ignore (`IgnoredFieldsWarning`), each once; the caller shows them before sending.
+    """
+
+    request: Any
+    args: Any
+    kept: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def v2(self) -> bool:
+        return isinstance(self.request, V2Request)
+
+
+def musicgen_parser(prog: str = "%musicgen") -> MagicArgumentParser:
+    """An argument parser for `MUSICGEN_OPTIONS` whose errors are one-line `UsageError`s."""
+    parser = MagicArgumentParser(prog=prog, add_help=False)
+    for option in MUSICGEN_OPTIONS:
+        parser.add_argument(*option.names, **option.kwargs)
+    return parser
+
+
+_PARSER: MagicArgumentParser | None = None
+
+
+def one_line(message: object) -> str:
+    """A message on one line (a problem list joined with '; ')."""
+    return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def parse_musicgen(
+    line: str,
+    cell: str | None = None,
+    *,
+    namespace: Mapping[str, Any] | None = None,
+    default_model: str = "",
+    default_v2_model: str = "v4.5",
+    allow_unknown_models: bool = False,
+    parser: argparse.ArgumentParser | None = None,
+) -> MusicgenCall:
+    """Turn what follows `%musicgen` (and the cell body, if any) into a validated request model.
+
+    `{name}` is expanded from `namespace` unless `--no-expand` is given. Every problem (an unknown
+    option or action, a bad number, a field the spec refuses) is a one-line `UsageError` naming it;
+    nothing is sent. `default_model` may be a v1 name (used for v1) or a v2 name (used with --v2).
+    """
+    global _PARSER
+    if parser is None:
+        _PARSER = _PARSER or musicgen_parser()
+        parser = _PARSER
+    namespace = namespace or {}
+    argv, text = split_line(line, MUSICGEN_OPTIONS)
+    stray = stray_options(text, MUSICGEN_OPTIONS)
+    if stray:
+        raise UsageError(f"put options before the text: {' '.join(stray)} came after it")
+    kept: list[str] = []
+    expanding = "--no-expand" not in argv
+    if expanding:
+        kept = [f for token in argv for f in left_verbatim(token, namespace)]
+        argv = [expand(token, namespace) for token in argv]
+        text = expand(text, namespace)
+    args = parser.parse_args(argv)
+    if cell is None:
+        body = text.strip()
+    elif text:
+        raise UsageError(f"unexpected text on the magic line: {text!r} (quote option values with spaces)")
+    else:
+        body = (expand(cell, namespace) if expanding else cell).strip()
+    name = default_model.strip()
+    v1_default, v2_default = ("", name) if name in V2_MODELS else (name, default_v2_model.strip())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", IgnoredFieldsWarning)
+        try:
+            if args.v2:
+                request = build_v2_request(
+                    v2_fields(args, body, v2_default), allow_unknown_models=allow_unknown_models
+                )
+            else:
+                request = build_generate_request(
+                    v1_fields(args, body, v1_default), allow_unknown_models=allow_unknown_models
+                )
+        except RequestValidationError as exc:
+            raise UsageError(one_line(exc)) from None
+    notes: list[str] = []
+    for item in caught:
+        if not issubclass(item.category, IgnoredFieldsWarning):
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+        elif str(item.message) not in notes:
+            notes.append(str(item.message))
+    return MusicgenCall(request, args, kept, notes)

@@ -8,43 +8,69 @@ and service refusals become one-line `UsageError`s, because a traceback wall hel
 from __future__ import annotations
 
 import getpass
+import math
 import re
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import magic_arguments
 from IPython.display import display
-from traitlets import Bool, Float, Unicode, observe
+from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
 from . import session
-from .errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError
+from .display import (  # the result types live in display.py; these names stay importable from here
+    KeyReport,
+    Lyrics,
+    Songs,
+    Table,
+    entry_row,
+    mask_key,
+    record_row,
+)
+from .errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
 from .interpolate import expand, left_verbatim
 from .magic_args import (
     MUSICGEN_OPTIONS,
     OUTPUT_OPTIONS,
+    MusicgenCall,
     Option,
+    one_line,
+    parse_musicgen,
     split_line,
     stray_options,
-    v1_fields,
-    v2_fields,
     with_options,
 )
-from .models import V2_MODELS, KeyInfo, build_generate_request, build_v2_request
-from .safe_html import esc, http_url, link
 from .tasks import TaskState
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from .client import MusicClient, Record
-    from .journal import JournalEntry
+    from .config import Settings
     from .widgets import TaskWatcher
+
+__all__ = [
+    "KeyReport",
+    "Lyrics",
+    "MusicGen",
+    "Songs",
+    "Table",
+    "entry_row",
+    "load_ipython_extension",
+    "mask_key",
+    "parse_since",
+    "record_row",
+    "service_line",
+    "split_ids",
+    "unload_ipython_extension",
+]
 
 CONFIG_NAME = "MusicGen"
 SETTINGS_TRAITS = ("base_url", "v2_base_url", "poll_interval", "timeout", "allow_unknown_models")
@@ -64,149 +90,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _ID_SEPARATORS = re.compile(r"[\s,\[\]()'\"]+")
 UNKNOWN_ADVICE = (
     "These paid requests may or may not have reached the service (no answer came back). Do not resend "
-    "them blindly: a resend can charge twice. Check %musicgen_key (has the music count gone down?) and "
+    "them blindly: a resend can charge twice. Check %musicgen_key (have the credits gone down?) and "
     "%musicgen_tasks for songs you did not expect, then decide."
 )
-
-
-# ---------------------------------------------------------------------------------------------------
-# What the magics return: plain values that also display nicely.
-
-
-class Lyrics(str):
-    """Lyrics text with its title: a `str`, so `{lyrics}` and `lyrics.splitlines()` just work."""
-
-    title: str | None
-
-    def __new__(cls, text: str, title: str | None = None) -> Lyrics:
-        obj = super().__new__(cls, text)
-        obj.title = title
-        return obj
-
-    def __getnewargs__(self) -> tuple[str, str | None]:  # type: ignore[override]
-        return str(self), self.title
-
-    def as_text(self) -> str:
-        return f"{self.title}\n\n{self}" if self.title else str(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(self.as_text())
-
-    def _repr_html_(self) -> str:
-        title = f"<h4>{esc(self.title)}</h4>" if self.title else ""
-        body = esc(str(self))
-        return f'<div class="ipymusicgen-lyrics">{title}<pre style="white-space: pre-wrap">{body}</pre></div>'
-
-
-class Table:
-    """Rows of text with an HTML face and an aligned plain-text face."""
-
-    def __init__(self, rows: list[dict[str, str]], items: Sequence[Any] = (), caption: str = "") -> None:
-        self.rows = rows
-        self.items = list(items)
-        self.caption = caption
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.items)
-
-    def _columns(self) -> list[str]:
-        return list(self.rows[0]) if self.rows else []
-
-    def __repr__(self) -> str:
-        if not self.rows:
-            return self.caption or "(nothing)"
-        columns = self._columns()
-        widths = {c: max(len(c), *(len(r.get(c, "")) for r in self.rows)) for c in columns}
-        lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-        lines += ["  ".join(r.get(c, "").ljust(widths[c]) for c in columns).rstrip() for r in self.rows]
-        return "\n".join(([self.caption] if self.caption else []) + lines)
-
-    def _repr_html_(self) -> str:
-        caption = f"<caption>{esc(self.caption)}</caption>" if self.caption else ""
-        if not self.rows:
-            return f"<p>{esc(self.caption or '(nothing)')}</p>"
-        head = "".join(f"<th>{esc(c)}</th>" for c in self._columns())
-        body = "".join(
-            "<tr>" + "".join(f"<td>{self._cell_html(c, r.get(c, ''))}</td>" for c in self._columns()) + "</tr>"
-            for r in self.rows
-        )
-        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-    def _cell_html(self, column: str, value: str) -> str:
-        """Escaped text; a URL column's absolute http(s) URL becomes a link."""
-        return link(value) if column in URL_COLUMNS else esc(value)
-
-
-URL_COLUMNS = frozenset({"audio"})
-"""Columns whose values come from URL fields; any other column is text, even if it looks like a URL."""
-
-
-class Songs(list):  # type: ignore[type-arg]
-    """Finished songs from `--wait`: a plain list of records that shows as a table with players."""
-
-    def _table(self) -> Table:
-        return _SongTable([record_row(r) for r in self], self, f"{len(self)} song(s)")
-
-    def __repr__(self) -> str:
-        return repr(self._table())
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        printer.text(repr(self))
-
-    def _repr_html_(self) -> str:
-        return self._table()._repr_html_()
-
-
-class _SongTable(Table):
-    def _cell_html(self, column: str, value: str) -> str:
-        """The audio column as a player (no autoplay, no loop), for http(s) URLs only."""
-        url = http_url(value) if column in URL_COLUMNS else None
-        if url is not None:
-            return f'<audio controls preload="none" src="{esc(url)}"></audio>'
-        return super()._cell_html(column, value)
-
-
-class KeyReport(Table):
-    """Key info as a two-column table; `.info` is the `KeyInfo` (its key is a masked `SecretStr`)."""
-
-    def __init__(self, info: KeyInfo, masked_key: str, host: str) -> None:
-        self.info = info
-        fields = {
-            "key name": info.key_name,
-            "music counts left": info.key_music_counts,
-            "key status": info.key_status,
-            "e-mail": info.email,
-            "member id": info.member_id,
-            "created": _when(info.key_created_at),
-            "updated": _when(info.key_updated_at),
-            "last used": _when(info.key_recently_used_at),
-            "key": masked_key,
-            "service": host,
-        }
-        rows = [{"field": k, "value": _text(v)} for k, v in fields.items()]
-        super().__init__(rows, [info], caption="API key")
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-def _when(value: datetime | float | None) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, int | float):
-        value = datetime.fromtimestamp(value)
-    return value.strftime("%Y-%m-%d %H:%M")
-
-
-def mask_key(key: str | None) -> str:
-    """Enough of a key to tell two apart, never enough to use it."""
-    if not key:
-        return "(not set)"
-    return "****" + key[-4:] if len(key) >= 16 else "****"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -219,9 +105,11 @@ def friendly_errors() -> Iterator[None]:
     try:
         yield
     except CreateOutcomeUnknownError as exc:
-        raise UsageError(f"{exc} (%musicgen_resume lists such requests.)") from None
+        raise UsageError(f"{one_line(exc)} (%musicgen_resume lists such requests.)") from None
+    except RequestValidationError as exc:  # names each field: "title: at most 80 characters (got 95)"
+        raise UsageError(one_line(exc)) from None
     except MusicGenError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(one_line(exc)) from None
 
 
 @contextmanager
@@ -240,6 +128,15 @@ def ignored_fields_notes() -> Iterator[None]:
             print(f"Note: {message}")
 
 
+def show_notes(call: MusicgenCall) -> None:
+    """The notes of a parsed line, once each, before anything is sent."""
+    if call.kept:
+        note = "only {name} and {name.attr} of your variables are replaced"
+        print(f"Note: {', '.join(call.kept)} left as typed: {note}.")
+    for message in call.notes:
+        print(f"Note: {message}")
+
+
 def parse_since(text: str) -> float:
     """`30m`, `1h`, `2d`, `1w` ago, or an ISO date/time (local time when naive), as a timestamp."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text.lower())
@@ -254,41 +151,6 @@ def parse_since(text: str) -> float:
 def split_ids(text: str) -> list[str]:
     """Ids from `a b`, `a,b` or a pasted list like `['a', 'b']`."""
     return [part for part in _ID_SEPARATORS.split(text) if part]
-
-
-def _duration(record: Record) -> str:
-    seconds = record.duration_seconds
-    return f"{seconds:.0f}s" if seconds is not None else ""
-
-
-def record_row(record: Record) -> dict[str, str]:
-    return {
-        "id": record.id,
-        "v": str(record.version),
-        "state": record.state.value,
-        "title": _text(record.title),
-        "length": _duration(record),
-        "audio": _text(record.audio_url) if record.state is TaskState.COMPLETE else "",
-        "problem": _text(record.fail_reason),
-    }
-
-
-def entry_row(entry: JournalEntry) -> dict[str, str]:
-    return {
-        "id": entry.id,
-        "v": str(entry.version),
-        "state": entry.state,
-        "started": _when(entry.created_at),
-        "title": _text(entry.title),
-        "style": _text(entry.style)[:60],
-        "audio": _text(entry.audio_url) if entry.state == TaskState.COMPLETE.value else "",
-        "saved to": _text(entry.downloaded_path),
-    }
-
-
-def _summary(payload: Mapping[str, Any]) -> str:
-    parts = [f"{k}={str(payload[k])[:40]!r}" for k in ("action", "title", "style", "prompt") if payload.get(k)]
-    return ", ".join(parts) or "(no fields)"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -311,6 +173,15 @@ class MusicGen(Magics):
     timeout = Float(None, allow_none=True, help="HTTP timeout in seconds (empty: 30)").tag(config=True)
     auto_watch = Bool(True, help="show a live task watcher under each %%musicgen").tag(config=True)
     allow_unknown_models = Bool(False, help="let model names outside the known tables through").tag(config=True)
+
+    @validate("poll_interval", "timeout")
+    def _positive_seconds(self, proposal: Mapping[str, Any]) -> float | None:
+        """A NaN, infinite, zero or negative interval would hang or spin the watcher: refuse it here."""
+        value = proposal["value"]
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            name = proposal["trait"].name
+            raise TraitError(f"MusicGen.{name}: use a positive number of seconds (got {value!r}); nothing changed")
+        return value
 
     @observe(*SETTINGS_TRAITS)
     def _push_setting(self, change: Mapping[str, Any]) -> None:
@@ -351,12 +222,20 @@ class MusicGen(Magics):
             self.user_ns[args.out] = value
         return value
 
-    def _models(self) -> tuple[str, str]:
-        """(v1 default mv, v2 default model_version) from `default_model` / `default_v2_model`."""
-        name = self.default_model.strip()
-        if name in V2_MODELS:
-            return "", name
-        return name, self.default_v2_model.strip()
+    def parse_line(self, line: str, cell: str | None = None, parser: Any = None) -> MusicgenCall:
+        """One `%musicgen` line (+ body) as a validated request, with this kernel's variables and defaults.
+
+        For other magics (batches) that take the same lines; problems are one-line `UsageError`s.
+        """
+        return parse_musicgen(
+            line,
+            cell,
+            namespace=self.user_ns,
+            default_model=self.default_model,
+            default_v2_model=self.default_v2_model,
+            allow_unknown_models=session.settings().allow_unknown_models,
+            parser=parser,
+        )
 
     # -- %%musicgen ----------------------------------------------------------------------------------------
 
@@ -392,25 +271,23 @@ class MusicGen(Magics):
           %%musicgen --title "Rain" --style "indie folk"
           {lyrics}
         """
-        args, text = self._parse(self.musicgen, line, MUSICGEN_OPTIONS)
-        body = self._body(args, text, cell)
+        call = self.parse_line(line, cell, parser=self.musicgen.parser)
+        show_notes(call)
+        args = call.args
         with friendly_errors():
             client = session.get_client()
-            with ignored_fields_notes():
-                ids, v2_ids, immediate = self._submit(client, args, body)
+            ids, v2_ids, immediate = self._submit(client, call)
             value = self._follow(client, args, ids, v2_ids, immediate)
         return self._store(args, value)
 
-    def _submit(self, client: MusicClient, args: Any, body: str) -> tuple[list[str], list[str], Any]:
-        """Build the request (all checks are the model's) and send it: (v1 ids, v2 ids, result)."""
-        allow = client.settings.allow_unknown_models
-        v1_default, v2_default = self._models()
-        if args.v2:
-            request = build_v2_request(v2_fields(args, body, v2_default), allow_unknown_models=allow)
-            song_ids = [song.id for song in client.submit_v2(request)]
-            return [], song_ids, song_ids
-        model = build_generate_request(v1_fields(args, body, v1_default), allow_unknown_models=allow)
-        result = client.generate(model)
+    def _submit(self, client: MusicClient, call: MusicgenCall) -> tuple[list[str], list[str], Any]:
+        """Send the request built (and validated, once) by `parse_line`: (v1 ids, v2 ids, result)."""
+        with warnings.catch_warnings():  # its notes were shown once already
+            warnings.simplefilter("ignore", IgnoredFieldsWarning)
+            if call.v2:
+                song_ids = [song.id for song in client.submit_v2(call.request)]
+                return [], song_ids, song_ids
+            result = client.generate(call.request)
         return list(result.ids), [], result
 
     def _follow(self, client: MusicClient, args: Any, ids: list[str], v2_ids: list[str], immediate: Any) -> Any:
@@ -426,7 +303,7 @@ class MusicGen(Magics):
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {record.id} failed: {record.fail_reason or 'no reason given'}")
-        return Songs(records)
+        return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
     def _watch(self, client: MusicClient, ids: list[str], v2_ids: list[str]) -> TaskWatcher:
         from .widgets import TaskWatcher
@@ -461,7 +338,7 @@ class MusicGen(Magics):
 
     @line_magic
     def musicgen_key(self, line: str = "") -> KeyReport:
-        """What the API key in use may still do (music counts left, name, dates); the key stays masked."""
+        """What the API key in use may still do (credits left, name, dates); the key stays masked."""
         with friendly_errors():
             client = session.get_client()
             info = client.key_info()
@@ -507,14 +384,13 @@ class MusicGen(Magics):
     def musicgen_resume(self, line: str = "") -> TaskWatcher | None:
         """Watch unfinished tasks again (after a restart), and list paid requests with an unknown outcome."""
         with friendly_errors():
-            journal = session.get_journal()
-            unknown = journal.attempts(outcome="unknown")
-            if unknown:
-                print(f"{len(unknown)} request(s) with an unknown outcome:")
-                for attempt in unknown:
-                    print(f"  {_when(attempt.created_at)}  {attempt.endpoint}  {_summary(attempt.payload)}")
+            found = session.get_client().unfinished()  # the journal's, for the hosts in use
+            if found.unknown:
+                print(f"{len(found.unknown)} paid request(s) with an unknown outcome:")
+                for attempt in found.unknown:
+                    print(f"  {attempt.describe()}")
                 print(UNKNOWN_ADVICE)
-            if not session.get_client().unfinished().ids:  # the journal's unfinished tasks for these hosts
+            if not found.ids:
                 print("No unfinished tasks to resume.")
                 return None
             from .widgets import watch_unfinished
@@ -546,11 +422,39 @@ class MusicGen(Magics):
 # Extension entry points.
 
 
+def _public_address(url: str) -> str:
+    """scheme://host[:port]/path of a service address: no user info, query or fragment (they may hold secrets)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}".rstrip("/")
+
+
+def service_line(settings: Settings | None = None) -> str:
+    """One line saying which service the magics will use: the sandbox, or the real host (never the key)."""
+    current = settings or session.settings()
+    if not current.has_key:
+        return (
+            "ipymusicgen: no API key set, so songs come from a local sandbox on this machine (free, nothing is "
+            "sent anywhere); set MUSICGEN_API_KEY or run %musicgen_login for the real service."
+        )
+    where = _public_address(current.base_url)
+    v2 = _public_address(current.v2_base_url)
+    hosts = where if v2 == where else f"{where} (v2: {v2})"
+    return f"ipymusicgen: using the music service at {hosts} with your API key; songs there cost credits."
+
+
 def load_ipython_extension(ipython: InteractiveShell) -> None:
-    """Register the magics once; loading again is a no-op."""
+    """Register the magics once and say which service they will use; loading again is a no-op."""
     if isinstance(ipython.magics_manager.registry.get(CONFIG_NAME), MusicGen):
         return
     ipython.register_magics(MusicGen(shell=ipython))
+    print(service_line())
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
