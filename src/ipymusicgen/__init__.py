@@ -76,13 +76,17 @@ __all__ = [
     "__version__",
     "get_async_client",
     "get_client",
+    "library",
     "load_ipython_extension",
     "studio",
     "unload_ipython_extension",
     "watch_unfinished",
+    "waveform",
 ]
 
 _LAZY = {
+    "library": ("ipymusicgen.library", "library"),
+    "waveform": ("ipymusicgen.waveform", "waveform"),
     "Sandbox": ("ipymusicgen.sandbox", "Sandbox"),
     "studio": ("ipymusicgen.widgets", "studio"),
     "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),

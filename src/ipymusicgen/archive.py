@@ -185,11 +185,6 @@ def _place(staged: Path, directory: Path, name: str, task_id: str) -> Path:
     return target
 
 
-def _size_limit(client: _Core) -> int | None:
-    limit = getattr(client.settings, "max_download_bytes", None)
-    return int(limit) if limit else None
-
-
 def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, task_id: str) -> Path:
     """Download, tag and place one complete song (and its cover); record path, size and peaks. Idempotent."""
     from .waveform import waveform
@@ -204,11 +199,7 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
     directory.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".ipymusicgen-archive-", dir=directory))
     try:
-        staged = downloader.download(song.audio_url, staging)
-        limit = _size_limit(downloader)
-        size = staged.stat().st_size
-        if limit is not None and size > limit:
-            raise ValueError(f"the song is {size} bytes, over the download limit of {limit}")
+        staged = downloader.download(song.audio_url, staging)  # the client's download: its size limit holds
         cover = None
         if song.cover_url:
             with contextlib.suppress(Exception):  # a missing cover never costs the song

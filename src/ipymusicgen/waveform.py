@@ -18,8 +18,11 @@ MAX_POINTS = 10_000
 
 def _path_of(song_or_path: Any) -> Path:
     """A file path from a path, or from a record/task id the library has archived."""
-    if isinstance(song_or_path, (str, Path)) and Path(song_or_path).is_file():
-        return Path(song_or_path)
+    looks_like_path = isinstance(song_or_path, str) and ("/" in song_or_path or "." in song_or_path)
+    if isinstance(song_or_path, Path) or looks_like_path:
+        if Path(song_or_path).is_file():
+            return Path(song_or_path)
+        raise FileNotFoundError(f"No audio file at {str(song_or_path)[:200]!r}")
     task_id = song_or_path if isinstance(song_or_path, str) else getattr(song_or_path, "id", None)
     if task_id:
         from .library import library

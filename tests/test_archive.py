@@ -1,0 +1,152 @@
+"""Archive: finished songs saved to the archive directory with their tags, off the polling thread, retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mutagen.id3 import ID3
+
+from ipymusicgen import Journal, MusicClient
+from ipymusicgen.archive import (
+    SongInfo,
+    archive_dir_for,
+    archive_wav,
+    archiver_of,
+    sandbox_archive_dir,
+    write_tags,
+)
+from ipymusicgen.library import Library
+from ipymusicgen.sandbox import Sandbox
+
+LYRICS = "[Verse]\nthe lighthouse keeper hums\n[Chorus]\nsalt and thunder"
+
+
+@pytest.fixture
+def archived_client(sandbox: Sandbox, tmp_path: Path) -> Iterator[MusicClient]:
+    with sandbox.client(journal=Journal(tmp_path / "journal.sqlite3"), archive=tmp_path / "songs") as client:
+        yield client
+
+
+def _make_song(client: MusicClient, **fields: object) -> list[str]:
+    request = {"action": "custom", "title": "Harbour Lights", "style": "sea shanty, folk", "lyrics": LYRICS}
+    ids = client.generate({**request, **fields}).ids
+    client.wait(ids)
+    archiver = archiver_of(client)
+    assert archiver is not None and archiver.join(30)
+    return ids
+
+
+def test_finished_songs_are_archived_with_their_tags(archived_client: MusicClient, tmp_path: Path) -> None:
+    ids = _make_song(archived_client, mv="MFV2.0")
+    songs = tmp_path / "songs"
+    for task_id in ids:
+        path = songs / f"Harbour Lights [{task_id[:8]}].mp3"
+        assert path.is_file(), sorted(p.name for p in songs.iterdir())
+        tags = ID3(path)
+        assert tags.version[:2] == (2, 4)
+        assert str(tags["TIT2"]) == "Harbour Lights"
+        assert str(tags["TCON"]) == "sea shanty, folk"
+        assert tags.getall("USLT")[0].text == LYRICS
+        assert str(tags["TDRC"]).startswith("20")
+        assert str(tags["TXXX:ipymusicgen:task_id"]) == task_id
+        assert str(tags["TXXX:ipymusicgen:model"]) == "MFV2.0"
+        assert str(tags["TXXX:ipymusicgen:action"]) == "custom"
+        request = json.loads(str(tags["TXXX:ipymusicgen:request"]))
+        assert request["lyrics"] == LYRICS and request["mv"] == "MFV2.0"
+        assert "sandbox-demo-key" not in path.read_bytes().decode("latin-1")
+        assert not tags.getall("APIC")  # the sandbox's covers are SVG: kept beside the song, not embedded
+        assert (songs / f"Harbour Lights [{task_id[:8]}].svg").is_file()
+    assert not [p for p in songs.iterdir() if p.name.startswith(".")]  # no staging left behind
+    with Library(tmp_path / "journal.sqlite3") as library:
+        song = library.song(ids[0])
+        assert song.archive_path == str(songs / f"Harbour Lights [{ids[0][:8]}].mp3")
+        assert song.archive_size == Path(song.archive_path).stat().st_size
+        assert len(song.peaks) == 400 and song.archive_error is None
+
+
+def test_a_failed_archive_is_recorded_and_retried_without_duplicates(
+    archived_client: MusicClient, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    sandbox.set_faults("server_error:count=2:path=/files")  # both takes' downloads fail once
+    ids = _make_song(archived_client)
+    songs = tmp_path / "songs"
+    assert not list(songs.glob("*.mp3"))
+    with Library(tmp_path / "journal.sqlite3") as library:
+        failed = library.failed_archives()
+        assert {s.id for s in failed} == set(ids)
+        assert all("500" in (s.archive_error or "") for s in failed)
+    archiver = archiver_of(archived_client)
+    assert archiver is not None
+    archiver.retry()
+    assert archiver.join(30)
+    archiver.retry()  # a second retry finds nothing to do: idempotent
+    assert archiver.join(30)
+    assert sorted(p.name for p in songs.glob("*.mp3")) == sorted(f"Harbour Lights [{i[:8]}].mp3" for i in ids)
+    with Library(tmp_path / "journal.sqlite3") as library:
+        assert not library.failed_archives()
+        assert all(library.song(i).archive_path for i in ids)
+
+
+def test_a_new_client_retries_what_an_earlier_one_could_not_archive(sandbox: Sandbox, tmp_path: Path) -> None:
+    journal_path = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(journal_path), archive=False) as first:
+        ids = first.generate(action="auto", style="ambient").ids
+        first.wait(ids)
+    with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "later") as second:
+        second.resume(wait=True)  # nothing unfinished: the retry comes from the library open below
+        archiver = archiver_of(second)
+        assert archiver is not None
+        archiver.retry()
+        assert archiver.join(30)
+    assert len(list((tmp_path / "later").glob("*.mp3"))) == len(ids)
+
+
+def test_archive_off_and_sandbox_identity(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "user-archive"))
+    with sandbox.client(archive=False) as off:
+        assert archiver_of(off) is None
+    with sandbox.client() as demo:  # the sandbox's demo key: its own temp directory, never the user's
+        assert archive_dir_for(demo) == sandbox_archive_dir()
+    real = MusicClient("a-real-looking-key", base_url="https://api.example.invalid")
+    assert archive_dir_for(real) == tmp_path / "user-archive"
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", "off")
+    assert archive_dir_for(real) is None
+    real.close()
+
+
+def test_the_wav_is_archived_beside_the_mp3(archived_client: MusicClient, tmp_path: Path) -> None:
+    ids = _make_song(archived_client)
+    wav = archive_wav(ids[0], client=archived_client)
+    assert wav == tmp_path / "songs" / f"Harbour Lights [{ids[0][:8]}].wav"
+    assert wav.read_bytes()[:4] == b"RIFF"
+    with Library(tmp_path / "journal.sqlite3") as library:
+        assert library.song(ids[0]).wav_path == str(wav)
+
+
+def _png() -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\0\0\0\0")
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+def test_a_raster_cover_is_embedded(tmp_path: Path) -> None:
+    from ipymusicgen.sandbox.audio import render_song
+
+    song_path = tmp_path / "song.mp3"
+    song_path.write_bytes(render_song("cover test", seconds=1, vocal=False)[0])
+    cover = tmp_path / "cover.png"
+    cover.write_bytes(_png())
+    info = SongInfo("task-1", "T", "S", None, None, None, 0.0, None, "auto", {}, None)
+    write_tags(song_path, info, cover)
+    frames = ID3(song_path).getall("APIC")
+    assert len(frames) == 1 and frames[0].mime == "image/png" and frames[0].data == cover.read_bytes()
+    assert os.path.getsize(song_path) > len(cover.read_bytes())
