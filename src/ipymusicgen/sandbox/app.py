@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from .actions import check_v2, create_v1, create_v2
 from .faults import FaultRule
-from .files import FileStore, wav_url
+from .files import FileStore, answer, wav_url
 from .lyricsgen import generate_lyrics
 from .middleware import TASK_FAIL_STATE, ASGIApp, SandboxMiddleware
 from .records import INSUFFICIENT_CREDITS, INVALID_KEY, MP4_UNSUPPORTED, envelope, key_info, v1_task, v2_song
@@ -110,11 +110,12 @@ def v1_router(state: SandboxState, files: FileStore) -> APIRouter:
         return envelope(None, 501, MP4_UNSUPPORTED)
 
     @router.api_route("/files/{name}", methods=["GET", "HEAD"])
-    async def file(name: str) -> Response:
+    async def file(name: str, request: Request) -> Response:
         body = await anyio.to_thread.run_sync(files.get, name)
         if body is None:
             return JSONResponse({"detail": "Not Found"}, status_code=404)
-        return Response(body.content, media_type=body.media_type, headers={"cache-control": "no-store"})
+        sent = answer(body, request.headers.get("range"))  # byte ranges (206), so browsers can seek
+        return Response(sent.content, status_code=sent.status, media_type=body.media_type, headers=sent.headers)
 
     return router
 

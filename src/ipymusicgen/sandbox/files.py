@@ -25,6 +25,51 @@ class FileBody(NamedTuple):
     media_type: str
 
 
+class FileAnswer(NamedTuple):
+    """What the file route sends: status, the bytes (all or one range) and the headers."""
+
+    status: int
+    content: bytes
+    headers: dict[str, str]
+
+
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(?P<start>\d*)\s*-\s*(?P<end>\d*)\s*$", re.IGNORECASE)
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
+    """The (first, last) byte of a single `Range: bytes=...` header, inclusive and clipped to the file.
+
+    None: no range to honour (no header, several ranges or bad syntax: the whole file is sent, as
+    RFC 9110 allows). False: a well-formed range that lies outside the file (416).
+    """
+    match = _RANGE.match(header or "")
+    if match is None or (not match["start"] and not match["end"]):
+        return None
+    if not match["start"]:  # "bytes=-N": the last N bytes
+        suffix = int(match["end"])
+        return (max(0, size - suffix), size - 1) if suffix and size else False
+    first = int(match["start"])
+    last = int(match["end"]) if match["end"] else size - 1
+    if first >= size:
+        return False
+    if last < first:
+        return None
+    return first, min(last, size - 1)
+
+
+def answer(body: FileBody, range_header: str | None) -> FileAnswer:
+    """The whole file (200) or the asked byte range (206), as CDNs answer, so browsers can seek the audio."""
+    size = len(body.content)
+    headers = {"accept-ranges": "bytes", "cache-control": "no-store"}
+    wanted = byte_range(range_header, size)
+    if wanted is None:
+        return FileAnswer(200, body.content, headers)
+    if wanted is False:
+        return FileAnswer(416, b"", {**headers, "content-range": f"bytes */{size}"})
+    first, last = wanted  # type: ignore[misc]
+    return FileAnswer(206, body.content[first : last + 1], {**headers, "content-range": f"bytes {first}-{last}/{size}"})
+
+
 def audio_url(base: str, task: Task, *, preview: bool = False) -> str:
     return f"{base}/files/{task.id}{'-preview' if preview else ''}.mp3"
 
