@@ -179,7 +179,7 @@ def test_server_422_lands_on_its_field(sandbox: Sandbox, studios: Callable) -> N
 
 def test_key_tab_reads_lazily_and_says_credits(client: MusicClient, sandbox: Sandbox, studios: Callable) -> None:
     made = studios(client)
-    assert made.key_info is None and made.view.key["status"] == "not checked yet"
+    assert made.key_info.info is None and made.view.key["status"] == "not checked yet"
     intent(made, kind="tab", tab="key")
     key = made.view.key
     assert key["credits"] == str(sandbox.credits()) and key["credits_hint"] == "key_music_counts"
@@ -213,7 +213,7 @@ def test_v2_mode_toggle_shows_only_what_is_sent(client: MusicClient, studios: Ca
     shown = {n for n, f in fields(made, "v2").items() if f["shown"]}
     assert shown == {"is_auto", "model_version", "prompt"}
     intent(made, kind="input", form="v2", name="is_auto", value="0")  # the browser sends text
-    assert made.v2.values["is_auto"] == 0 and fields(made, "v2")["lyrics"]["shown"]
+    assert made.v2.typed["is_auto"] == 0 and fields(made, "v2")["lyrics"]["shown"]
 
 
 def test_closing_the_studio_stops_polling(client: MusicClient, clock: ManualClock) -> None:

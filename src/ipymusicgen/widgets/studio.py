@@ -125,7 +125,7 @@ class Pane:
     def __init__(self, studio: Studio, specs: Iterable[FieldSpec]) -> None:
         self._studio = studio
         self.specs = {spec.name: spec for spec in specs}
-        self.values: dict[str, Any] = {name: self._empty(spec) for name, spec in self.specs.items()}
+        self.typed: dict[str, Any] = {name: self._empty(spec) for name, spec in self.specs.items()}
         self.touched: set[str] = set()
         self.tried = False
         self.problems: dict[str, str] = {}
@@ -185,13 +185,26 @@ class Pane:
     def valid(self) -> bool:
         return self.request is not None
 
+    def values(self) -> dict[str, Any]:
+        """The request as it stands (what `submit()` would validate and send)."""
+        return self.request_values()
+
+    @property
+    def fields(self) -> dict[str, dict[str, Any]]:
+        """Each field as the browser gets it: label, hint, shown, required, count, problem…"""
+        return {item["name"]: item for item in self.state()["fields"]}
+
     @property
     def shown_problems(self) -> dict[str, str]:
         """The problems a person sees: of touched fields, or of all after a submit was tried."""
         return {n: p for n, p in self.problems.items() if self.tried or n in self.touched}
 
-    def submit(self, *, confirmed: bool = False) -> Any:
-        """Validate, ask to confirm a paid call with a real key, send once; the result or None."""
+    def submit(self, *, confirmed: bool = True) -> Any:
+        """Validate and send once; the result or None (problems and errors are shown, never raised).
+
+        Called from code, the call itself is the decision. The button sends `confirmed=False`: with a
+        real key a paid call then waits for the "Confirm and send" button (`confirm` says what it costs).
+        """
         if self.busy:
             return None
         self.tried = True
@@ -257,7 +270,7 @@ class Pane:
         for name in self.visible():
             if name in self.disabled():
                 continue
-            spec, value = self.specs[name], self.values[name]
+            spec, value = self.specs[name], self.typed[name]
             if spec.kind == "checkbox":
                 value = int(bool(value))
             elif spec.kind == "number":
@@ -281,7 +294,7 @@ class Pane:
         fields = []
         for name, spec in self.specs.items():
             item = spec.as_dict()
-            value = self.values[name]
+            value = self.typed[name]
             item.update(
                 value=value if isinstance(value, bool | int | float) else str(value),
                 shown=name in visible,
@@ -309,9 +322,9 @@ class Pane:
     def _set(self, name: str, value: Any) -> None:
         spec = self.specs[name]
         if spec.kind == "checkbox":
-            self.values[name] = bool(value)
+            self.typed[name] = bool(value)
         elif spec.kind == "number":
-            self.values[name] = number_text(value) if not isinstance(value, str) else value
+            self.typed[name] = number_text(value) if not isinstance(value, str) else value
         elif spec.kind in ("select", "toggle"):
             known = [v for _label, v in spec.options]
             if value is None:
@@ -321,9 +334,9 @@ class Pane:
             if value not in known and value != "":
                 options = (*spec.options, (f"{value} (not in the model table)", value))
                 self.specs[name] = spec = FieldSpec(spec.name, spec.label, spec.kind, spec.placeholder, options)
-            self.values[name] = value
+            self.typed[name] = value
         else:
-            self.values[name] = "" if value is None else str(value)
+            self.typed[name] = "" if value is None else str(value)
         self.confirm = ""  # a changed request must be confirmed again
 
     def _build(self) -> Any:
@@ -381,24 +394,24 @@ class SongPane(Pane):
         )
 
     def visible(self) -> list[str]:
-        shape = shape_fields(self.values["action"])
+        shape = shape_fields(self.typed["action"])
         return [name for name in self.specs if name == "action" or name in shape]
 
     def required(self) -> set[str]:
-        return {"action"} | {name for name, needed in shape_fields(self.values["action"]).items() if needed}
+        return {"action"} | {name for name, needed in shape_fields(self.typed["action"]).items() if needed}
 
     def disabled(self) -> set[str]:
-        return {"lyrics"} if self.values["instrumental"] else set()
+        return {"lyrics"} if self.typed["instrumental"] else set()
 
     def counts(self) -> dict[str, str]:
-        model = self.values["mv"]
+        model = self.typed["mv"]
         limits = V1_MODELS.get(model) if model else None
         words_max = limits.max_lyrics_words if limits else max(m.max_lyrics_words for m in V1_MODELS.values())
-        words = word_count(self.values["lyrics"])
+        words = word_count(self.typed["lyrics"])
         return {
             "mv": limits_words(limits) if model else "the service picks the model",
-            "title": f"{len(self.values['title'])} of {TITLE_MAX} characters",
-            "lyrics": "not sent: instrumental" if self.values["instrumental"] else f"{words:,} of {words_max:,} words",
+            "title": f"{len(self.typed['title'])} of {TITLE_MAX} characters",
+            "lyrics": "not sent: instrumental" if self.typed["instrumental"] else f"{words:,} of {words_max:,} words",
         }
 
     def _build(self) -> Any:
@@ -436,24 +449,24 @@ class V2Pane(Pane):
         )
 
     def visible(self) -> list[str]:
-        return [n for n in self.specs if self.values["is_auto"] != 1 or n in self.AUTO_FIELDS]
+        return [n for n in self.specs if self.typed["is_auto"] != 1 or n in self.AUTO_FIELDS]
 
     def required(self) -> set[str]:
         fields = V2Request.model_fields
         return {n for n in self.visible() if n in fields and fields[n].is_required()}
 
     def disabled(self) -> set[str]:
-        return {"lyrics"} if self.values["instrumental"] else set()
+        return {"lyrics"} if self.typed["instrumental"] else set()
 
     def counts(self) -> dict[str, str]:
-        model = self.values["model_version"]
+        model = self.typed["model_version"]
         limits = V2_MODELS.get(model)
         words_max = limits.max_lyrics_words if limits else None
-        words = word_count(self.values["lyrics"])
+        words = word_count(self.typed["lyrics"])
         return {
             "model_version": limits_words(limits),
-            "prompt": f"{len(self.values['prompt'])} of {PROMPT_MAX} characters",
-            "title": f"{len(self.values['title'])} of {TITLE_MAX} characters",
+            "prompt": f"{len(self.typed['prompt'])} of {PROMPT_MAX} characters",
+            "title": f"{len(self.typed['title'])} of {TITLE_MAX} characters",
             "lyrics": f"{words:,} of {words_max:,} words" if words_max else f"{words:,} words",
         }
 
@@ -485,14 +498,18 @@ class LyricsPane(Pane):
         return {"prompt"}
 
     def counts(self) -> dict[str, str]:
-        return {"prompt": f"{len(self.values['prompt'])} of {PROMPT_MAX} characters"}
+        return {"prompt": f"{len(self.typed['prompt'])} of {PROMPT_MAX} characters"}
 
     def _build(self) -> Any:
-        return build_lyrics_request(self.values["prompt"])
+        return build_lyrics_request(self.typed["prompt"])
 
     def _call(self, request: Any) -> LyricsResult:
         self.result = self.client.lyrics(request.prompt)
         return self.result
+
+    def use_in_song(self) -> None:
+        """Put the lyrics into the Song tab as a custom song (and show that tab)."""
+        self._studio.use_lyrics()
 
     def _describe(self, result: LyricsResult) -> str:
         return f"{plural(len([ln for ln in result.text.splitlines() if ln.strip()]), 'line')} of lyrics written"
@@ -502,6 +519,72 @@ class LyricsPane(Pane):
         if self.result is not None:
             data["lyrics"] = {"title": self.result.title or "", "text": self.result.text}
         return data
+
+
+class KeyPane:
+    """The Key tab: the key's status in words, its credits, the one key mask; read on demand, never raised."""
+
+    def __init__(self, studio: Studio) -> None:
+        self._studio = studio
+        self.info: KeyInfo | None = None
+        self.checked: datetime | None = None
+        self.problem = ""
+        self.error = ""
+
+    def refresh(self) -> KeyInfo | None:
+        """Read the key's credits and status again; a failure is said in the tab, never raised."""
+        client = self._studio.client
+        try:
+            info = client.key_info()
+        except Exception as exc:  # shown in the Key tab
+            self.problem, self.error = error_title(exc), client.redact(str(exc))
+            self._studio._key_changed()
+            return None
+        self.info, self.checked = info, datetime.now()
+        self.problem = self.error = ""
+        self._studio._key_changed()
+        return info
+
+    @property
+    def credits(self) -> int | None:
+        return self.info.key_music_counts if self.info is not None else None
+
+    def state(self) -> dict[str, Any]:
+        """What the Key tab shows; the key itself only ever as its mask."""
+        client, info = self._studio.client, self.info
+        key = client.settings.key_value()
+        sandbox = key in DEMO_KEYS
+        if self.problem:
+            status = f"{self.problem}: the service did not accept a key check"
+        elif info is None:
+            status = "not checked yet"
+        else:
+            status = "key works" + (" (the built-in sandbox: songs are made locally, for free)" if sandbox else "")
+        rows = []
+        if info is not None:
+            rows = [
+                ["Key name", client.redact(info.key_name or "") or "unnamed", "key_name"],
+                ["Key status code", "" if info.key_status is None else str(info.key_status), "key_status"],
+                ["Created", _when(info.key_created_at), "key_created_at"],
+                ["Last used", _when(info.key_recently_used_at), "key_recently_used_at"],
+                ["Checked", _when(self.checked), ""],
+            ]
+        return {
+            "status": status,
+            "ok": info is not None and not self.problem,
+            "credits": "" if self.credits is None else f"{self.credits:,}",
+            "credits_hint": CREDITS_API_TERM,
+            "mask": mask_key(key),
+            "service": "built-in sandbox" if sandbox else client.settings.base_url,
+            "rows": rows,
+            "error": self.error,
+            "confirm": self._studio.needs_confirm,
+        }
+
+    def __repr__(self) -> str:
+        if self.info is None:
+            return f"Key: {self.state()['status']}"
+        return f"Key {self.state()['mask']}: {self.credits} credits left ({CREDITS_API_TERM})"
 
 
 class StudioView(anywidget.AnyWidget):
@@ -529,10 +612,7 @@ class Studio(TextRepr, w.VBox):
             client = get_client()
         self._client = client
         self._confirm = confirm
-        self.key_info: KeyInfo | None = None
-        self._key_checked: datetime | None = None
-        self._key_error = ""
-        self._key_problem = ""
+        self.key_info = KeyPane(self)
         self._view = StudioView()
         self._view.add_class("ipymusicgen-studio-view")
         self.song = SongPane(self)
@@ -559,7 +639,7 @@ class Studio(TextRepr, w.VBox):
         for pane in self._panes.values():
             pane.validate()
         self._view.panes = {name: pane.state() for name, pane in self._panes.items()}
-        self._view.key = self._key_state()
+        self._view.key = self.key_info.state()
         self._view.on_msg(self._on_msg)
         self._view.observe(self._tab_changed, names="tab")
         super().__init__([self._view, *self.embedded.values(), self.watcher])
@@ -594,24 +674,17 @@ class Studio(TextRepr, w.VBox):
     def cost_words(self, request: Any) -> str:
         """'uses about 3 credits · 97 left' (the credits left as last read from the key)."""
         text = f"uses about {plural(estimate_credits(request), 'credit')}"
-        left = self.key_info.key_music_counts if self.key_info is not None else None
+        left = self.key_info.credits
         return text + (f" · {left:,} left" if left is not None else "")
 
     def refresh_key(self) -> KeyInfo | None:
-        """Read the key's credits and status again; a failure is said in the Key tab, never raised."""
-        try:
-            info = self._client.key_info()
-        except Exception as exc:  # shown in the Key tab
-            self._key_problem = error_title(exc)
-            self._key_error = self._client.redact(str(exc))
-            self._sync_key()
-            return None
-        self.key_info, self._key_checked = info, datetime.now()
-        self._key_problem = self._key_error = ""
-        self._sync_key()
-        for pane in self._panes.values():
-            self._changed(pane, revalidate=False)  # the cost line says the new credits left
-        return info
+        """Read the key's credits and status again (the Key tab and the cost line show them)."""
+        return self.key_info.refresh()
+
+    @property
+    def generate(self) -> SongPane:
+        """The Song tab's pane (its name before the studio had a v2 tab of the same kind)."""
+        return self.song
 
     def use_lyrics(self) -> None:
         """Put the written lyrics into the Song tab as a custom song and show that tab."""
@@ -619,7 +692,7 @@ class Studio(TextRepr, w.VBox):
         if result is None:
             raise ValueError("No lyrics yet: write some first.")
         fields: dict[str, Any] = {"action": "custom", "lyrics": result.text, "instrumental": False}
-        if result.title and not self.song.values["title"]:
+        if result.title and not self.song.typed["title"]:
             fields["title"] = result.title
         self.song.set_values(**fields)
         self.select("song")
@@ -641,7 +714,7 @@ class Studio(TextRepr, w.VBox):
         self._view.panes = {**self._view.panes, name: pane.state()}
 
     def _after_submit(self, pane: Pane, _result: Any) -> None:
-        if pane.paid and self.key_info is not None:
+        if pane.paid and self.key_info.info is not None:
             self.refresh_key()
 
     def _pane_for_extend(self, v2: bool) -> Pane:
@@ -651,7 +724,7 @@ class Studio(TextRepr, w.VBox):
     def _tab_changed(self, change: dict[str, Any]) -> None:
         for tab, widget in self.embedded.items():
             widget.layout.display = None if change["new"] == tab else "none"
-        if change["new"] == "key" and self.key_info is None:
+        if change["new"] == "key" and self.key_info.info is None:
             self.refresh_key()  # read lazily: only when someone looks
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
@@ -659,7 +732,7 @@ class Studio(TextRepr, w.VBox):
             return
         kind, pane = content.get("kind"), self._panes.get(str(content.get("form")))
         if kind == "ready":
-            if self.key_info is None and not self._key_problem:
+            if self.key_info.info is None and not self.key_info.problem:
                 self.refresh_key()
         elif kind == "tab" and content.get("tab") in TAB_IDS:
             self.select(str(content["tab"]))
@@ -674,46 +747,16 @@ class Studio(TextRepr, w.VBox):
         elif kind == "touch":
             pane.touch(str(content.get("name")))
         elif kind == "submit":
-            pane.submit()
+            pane.submit(confirmed=False)
         elif kind == "confirm":
             pane.submit(confirmed=True)
         elif kind == "cancel":
             pane.cancel()
 
-    def _key_state(self) -> dict[str, Any]:
-        info = self.key_info
-        key = self._client.settings.key_value()
-        sandbox = key in DEMO_KEYS
-        if self._key_problem:
-            status = f"{self._key_problem}: the service did not accept a key check"
-        elif info is None:
-            status = "not checked yet"
-        else:
-            status = "key works" + (" (the built-in sandbox: songs are made locally, for free)" if sandbox else "")
-        rows = []
-        if info is not None:
-            rows = [
-                ["Key name", self._client.redact(info.key_name or "") or "unnamed", "key_name"],
-                ["Key status code", "" if info.key_status is None else str(info.key_status), "key_status"],
-                ["Created", _when(info.key_created_at), "key_created_at"],
-                ["Last used", _when(info.key_recently_used_at), "key_recently_used_at"],
-                ["Checked", _when(self._key_checked), ""],
-            ]
-        credits = info.key_music_counts if info is not None else None
-        return {
-            "status": status,
-            "ok": info is not None and not self._key_problem,
-            "credits": "" if credits is None else f"{credits:,}",
-            "credits_hint": CREDITS_API_TERM,
-            "mask": mask_key(key),
-            "service": "built-in sandbox" if sandbox else self._client.settings.base_url,
-            "rows": rows,
-            "error": self._key_error,
-            "confirm": self.needs_confirm,
-        }
-
-    def _sync_key(self) -> None:
-        self._view.key = self._key_state()
+    def _key_changed(self) -> None:
+        self._view.key = self.key_info.state()
+        for pane in self._panes.values():
+            self._changed(pane, revalidate=False)  # the cost line says the credits left
 
     def __repr__(self) -> str:
         tabs = " | ".join(t["title"] for t in self._view.tabs if t["available"])
