@@ -294,13 +294,16 @@ class Journal:
             self._db = open_db(self.path, busy_timeout=busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
-        self._writable = self._prepare()
+        self._prepare()
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
 
     def _prepare(self) -> bool:
-        """Create the tables and add missing columns; False if the file cannot be written now (read-only)."""
+        """Create the tables and add missing columns; False if the file cannot be written now (read-only).
+
+        A read-only journal still opens: it can be read, `begin()` refuses, answers wait in memory.
+        """
         try:
             self._db.executescript(_SCHEMA)
             for table, columns in _ADDED_COLUMNS.items():
@@ -324,7 +327,7 @@ class Journal:
             return
         self._db.close()
         self._db = fresh
-        self._writable = self._prepare()
+        self._prepare()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -351,15 +354,18 @@ class Journal:
         with self._lock:
             if not self._backlog:
                 return True
-            if not self._writable:
-                self._reopen()
+            reopened = False
             while self._backlog:
                 item = self._backlog[0]
                 try:
                     with self._write() as db:
                         item.apply(db)
-                except sqlite3.Error:
-                    return False
+                except sqlite3.Error as exc:
+                    if reopened or "readonly" not in str(exc):
+                        return False
+                    self._reopen()  # a connection opened on a read-only file stays read-only
+                    reopened = True
+                    continue
                 self._backlog.pop(0)
             self._warned_episode = False
             return True
@@ -380,7 +386,7 @@ class Journal:
             if not item.ids and self._warned_episode:
                 return
             self._warned_episode = True
-        ids = f"task ids {', '.join(item.ids)} are NOT journalled yet" if item.ids else f"{what} is not journalled yet"
+        ids = f"task ids {_id_list(item.ids)} are NOT journalled yet" if item.ids else f"{what} is not journalled yet"
         warnings.warn(
             f"The journal {self.path} could not be written ({reason}): {ids}. They are kept in memory and "
             "written on the next journal use; keep this kernel running or note them down.",
@@ -583,7 +589,7 @@ class Journal:
         with self._lock:
             if not self.flush():
                 ids = self.backlog_ids
-                what = f"task ids {', '.join(ids)}" if ids else f"{len(self._backlog)} state update(s)"
+                what = f"task ids {_id_list(ids, 1000)}" if ids else f"{len(self._backlog)} state update(s)"
                 warnings.warn(
                     f"The journal {self.path} could still not be written at close: {what} were NOT journalled. "
                     "Note them down: resume() cannot find them later.",
@@ -598,6 +604,11 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _id_list(ids: list[str], limit: int = 20) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown if len(ids) <= limit else f"{shown} and {len(ids) - limit} more"
 
 
 def _reason(exc: BaseException) -> str:
