@@ -196,12 +196,14 @@ class BatchStore:
                 db.execute("UPDATE batches SET counts_after = ? WHERE name = ?", (after, name))
 
     def counts(self, name: str) -> tuple[int | None, int | None, int]:
-        """(counts left before the batch's first call, after its last, creates sent) as recorded."""
+        """(counts left before the batch's first call, after its last, rows whose create went out)."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT counts_before, counts_after, calls FROM batches WHERE name = ?", (name,)
-            ).fetchone()
-        return (row[0], row[1], row[2]) if row else (None, None, 0)
+            row = self._db.execute("SELECT counts_before, counts_after FROM batches WHERE name = ?", (name,)).fetchone()
+            marks = ",".join("?" * len(NEVER_SENT))
+            calls = self._db.execute(
+                f"SELECT COUNT(*) FROM batch_rows WHERE batch = ? AND state NOT IN ({marks})", (name, *NEVER_SENT)
+            ).fetchone()[0]
+        return (row[0], row[1], calls) if row else (None, None, 0)
 
     def names(self) -> list[str]:
         with self._lock:
