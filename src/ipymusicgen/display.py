@@ -8,7 +8,7 @@ Server text is escaped by `safe_html`; only http(s) URLs become links or players
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -132,14 +132,12 @@ class _SongTable(Table):
 class Songs(list):  # type: ignore[type-arg]
     """Finished songs (from `--wait`): a plain list of records that shows as a table with players.
 
-    Each song is shown once: a song listed twice gets one row, and when a watcher above already plays
-    these songs (`shown_above`, set by the magic), the magic's own output is the table without
-    players. Showing the list again later (`songs` in another cell) shows the players.
+    Each song is shown once: a song listed twice gets one row, and when a watcher already plays these
+    songs (`shown_above`, set by the magic that displayed it) the table leaves the players out and says
+    where they are. `Songs(songs)` is the same list with its own players.
     """
 
-    shown_above: bool = False
-
-    def __init__(self, records: Sequence[Record] = (), *, shown_above: bool = False) -> None:
+    def __init__(self, records: Iterable[Record] = (), *, shown_above: bool = False) -> None:
         super().__init__(records)
         self.shown_above = shown_above
 
@@ -149,11 +147,11 @@ class Songs(list):  # type: ignore[type-arg]
             latest[record.id] = record  # a later record of the same song is the newer one
         return list(latest.values())
 
-    def _table(self, players: bool = True) -> Table:
+    def _table(self) -> Table:
         unique = self._unique()
         rows = [record_row(r) for r in unique]
         caption = f"{len(unique)} song(s)"
-        if not players:
+        if self.shown_above:
             for row in rows:
                 row.pop("audio", None)
             return Table(rows, unique, caption + ", playing in the watcher above")
@@ -167,13 +165,6 @@ class Songs(list):  # type: ignore[type-arg]
 
     def _repr_html_(self) -> str:
         return self._table()._repr_html_()
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
-        """Text and HTML; right under the watcher that plays them, the table leaves out the players (once)."""
-        players = not self.shown_above
-        self.shown_above = False
-        table = self._table(players)
-        return {"text/plain": repr(table), "text/html": table._repr_html_()}
 
 
 class KeyReport(Table):

@@ -27,6 +27,8 @@ from .models import ACTIONS, V2_MODELS, V2Request, build_generate_request, build
 
 _TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|\S)+""")
 _VALUELESS = frozenset({"store_true", "store_false", "store_const", "count", "help"})
+_NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
+"""What argparse itself reads as a negative number rather than an option."""
 FLAG_VALUES = ("0", "1")
 """What a 0/1 spec field's option (`--instrumental`, `--is-auto`) may take after it; alone it means 1."""
 
@@ -120,7 +122,11 @@ def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
             continue
         maybe_flag_value = False
         if expect_value:
-            argv.append(_unquote(token))
+            value = _unquote(token)
+            if value.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(value):
+                argv[-1] += "=" + value  # argparse would take `-inf` or `-weird` for an option
+            else:
+                argv.append(value)
             expect_value = False
             continue
         if token == "--":
