@@ -13,6 +13,8 @@ import httpx
 import pytest
 
 import ipymusicgen.client as client_mod
+import ipymusicgen.responses as responses_mod
+import ipymusicgen.waiting as waiting_mod
 from ipymusicgen import __version__
 from ipymusicgen.client import IDS_QUERY_BUDGET, AsyncMusicClient, MusicClient, chunk_ids
 from ipymusicgen.config import Settings
@@ -134,14 +136,16 @@ def _clean_env(monkeypatch):
 @pytest.fixture(autouse=True)
 def clock(monkeypatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(client_mod, "time", SimpleNamespace(sleep=fake.sleep, monotonic=fake.monotonic, time=fake.time))
+    fake_time = SimpleNamespace(sleep=fake.sleep, monotonic=fake.monotonic, time=fake.time)
+    for module in (client_mod, responses_mod, waiting_mod):
+        monkeypatch.setattr(module, "time", fake_time)
     monkeypatch.setattr(client_mod, "_async_sleep", fake.async_sleep)
     return fake
 
 
 @pytest.fixture
 def no_jitter(monkeypatch):
-    monkeypatch.setattr(client_mod, "random", SimpleNamespace(random=lambda: 0.0))
+    monkeypatch.setattr(responses_mod, "random", SimpleNamespace(random=lambda: 0.0))
 
 
 @pytest.fixture(params=["sync", "async"])

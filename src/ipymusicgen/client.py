@@ -1,52 +1,42 @@
 """`MusicClient` (sync) and `AsyncMusicClient` over httpx: one transport core, two faces.
 
-Everything that is not I/O lives in `_Core`: each endpoint is a generator ("flow") that yields
-`_Send(request)` or `_Sleep(seconds)` and receives the response (or the transport exception). The sync
-face drives flows with `httpx.Client` and `time.sleep`, the async face with `httpx.AsyncClient` and
-`asyncio.sleep`; retry policy, envelopes, errors and parsing exist once.
+Everything that is not I/O lives in `_Core`: each endpoint is a generator ("flow", see `flows.py`) that
+yields `Send(request)` or `Sleep(seconds)` and receives the response (or the transport exception). The
+sync face drives flows with `httpx.Client` and `time.sleep`, the async face with `httpx.AsyncClient` and
+`asyncio.sleep`. The response side (bounded reading, key scrubbing, classification, parsing) is in
+`responses.py`, the waiting side (poll, wait, resume) in `waiting.py`; retry policy and journaling here.
 """
 
 from __future__ import annotations
 
-import email.utils
-import random
 import time
 import urllib.parse
-from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass, replace
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel
-from pydantic import ValidationError as PydanticValidationError
 
 from ._version import __version__
-from .config import Settings, is_loopback
-from .downloads import AtomicFile, safe_filename, suffix_for
+from .config import Settings, is_loopback, url_scheme
+from .downloads import AtomicFile, SizeLimit, safe_filename, suffix_for
 from .errors import (
     KEY_HINT,
-    APIConnectionError,
     APIError,
     APIResponseValidationError,
     APIStatusError,
-    APITimeoutError,
     AuthenticationError,
-    BadRequestError,
     CreateOutcomeUnknownError,
-    EnvelopeError,
+    DownloadError,
+    FieldProblem,
     InsecureTransportError,
-    InsufficientCreditsError,
-    InternalServerError,
+    MissingKeyError,
     MusicGenError,
-    NotFoundError,
-    PermissionDeniedError,
-    RateLimitError,
-    TaskFailedError,
-    UnprocessableEntityError,
-    WaitTimeoutError,
+    RequestValidationError,
 )
-from .journal import Attempt, JournalEntry
+from .flows import Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
 from .models import (
     GenerateResult,
     KeyInfo,
@@ -54,79 +44,61 @@ from .models import (
     TaskRecord,
     V2Request,
     V2Song,
-    ValidationErrorBody,
     build_generate_request,
     build_lyrics_request,
     build_v2_request,
     first_text,
 )
+from .responses import (
+    DOUBT_HINT,
+    DOUBTFUL_STATUS,
+    GENERATE,
+    KEY_INFO,
+    LYRICS,
+    MAX_BODY_BYTES,
+    MP4,
+    QUERY_V2,
+    RETRYABLE_STATUS,
+    SUBMIT_V2,
+    TASKS,
+    VIBE,
+    WAV,
+    BodyReader,
+    Endpoint,
+    Responses,
+    _retry_after,
+    backoff_delay,
+    task_records,
+    v2_songs,
+)
 from .tasks import TaskSet, TaskState
+from .waiting import Resumed, WaitFlows, check_id, is_transient, v1_ids
+
+__all__ = [
+    "DOUBTFUL_STATUS",
+    "IDS_QUERY_BUDGET",
+    "RETRYABLE_STATUS",
+    "AsyncMusicClient",
+    "Endpoint",
+    "Journal",
+    "MusicClient",
+    "Record",
+    "Resumed",
+    "TaskJournal",
+    "UpdateCallback",
+    "_retry_after",
+    "backoff_delay",
+    "chunk_ids",
+    "is_transient",
+]
 
 T = TypeVar("T")
-Record = TaskRecord | V2Song
-UpdateCallback = Callable[[list[Record]], None]
-
-RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
-DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
-"""Statuses after which a paid request may or may not have been carried out (not 501: never done)."""
-DOUBT_HINT = (
-    "The request may still have been carried out: it was NOT resent, to avoid paying twice. Check key_info() "
-    "(the music count) and your recent tasks before trying again."
-)
-MAX_RETRY_AFTER = 60.0
 IDS_QUERY_BUDGET = 4000
 """Characters of comma-joined ids per task query; more ids are split so URLs stay well under 8 KB."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One row of the endpoint table. `paid` calls are never retried once they may have arrived."""
-
-    name: str
-    method: str
-    path: str
-    v2: bool = False
-    paid: bool = False
-
-
-GENERATE = Endpoint("generate", "POST", "/v1/music/generate", paid=True)
-LYRICS = Endpoint("lyrics", "POST", "/v1/lyrics", paid=True)
-KEY_INFO = Endpoint("key info", "GET", "/v1/get_api_key_info")
-TASKS = Endpoint("tasks", "GET", "/v1/music/tasks")
-VIBE = Endpoint("generate-vibe", "POST", "/v1/music/generate-vibe", paid=True)
-WAV = Endpoint("generate-wav", "POST", "/v1/music/generate-wav", paid=True)
-MP4 = Endpoint("generate-mp4", "POST", "/v1/music/generate-mp4", paid=True)
-SUBMIT_V2 = Endpoint("v2 submit", "POST", "/v2/submit", v2=True, paid=True)
-QUERY_V2 = Endpoint("v2 query", "GET", "/v2/query", v2=True)
-
-
-class _Send(NamedTuple):
-    request: httpx.Request
-
-
-class _Sleep(NamedTuple):
-    seconds: float
-
-
-Flow = Generator["_Send | _Sleep", Any, T]
-
-
-class Journal(Protocol):
-    """What the client tells a journal (see `journal.py`), so no paid task id is ever lost."""
-
-    def begin(self, endpoint: str, host: str, payload: Mapping[str, Any]) -> str: ...
-    def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None: ...
-    def unknown(self, attempt_id: str, note: str) -> None: ...
-    def rejected(self, attempt_id: str, note: str) -> None: ...
-    def observe(self, records: Iterable[Record]) -> None: ...
-    def downloaded(self, task_id: str, path: str) -> None: ...
-
-
-class TaskJournal(Journal, Protocol):
-    """A journal that can also list what it holds, which `resume()` needs (`journal.Journal` is one)."""
-
-    def unfinished(self, host: str | None = None) -> list[JournalEntry]: ...
-    def attempts(self, outcome: str | None = None) -> list[Attempt]: ...
+PAID_STOPPED = (
+    "The {name} request was interrupted while it was being sent: it may have reached the service and been "
+    "charged. It is journalled as outcome-unknown; check key_info() and your recent tasks before resending."
+)
 
 
 def chunk_ids(ids: list[str], budget: int = IDS_QUERY_BUDGET) -> list[list[str]]:
@@ -141,88 +113,48 @@ def chunk_ids(ids: list[str], budget: int = IDS_QUERY_BUDGET) -> list[list[str]]
     return [c for c in chunks if c]
 
 
-def _retry_after(response: httpx.Response | None) -> float | None:
-    """Seconds the server asked us to wait (`retry-after-ms` or `Retry-After`), if sane."""
-    if response is None:
-        return None
-    headers = response.headers
-    try:
-        if "retry-after-ms" in headers:
-            seconds = float(headers["retry-after-ms"]) / 1000
-        elif "retry-after" in headers:
-            value = headers["retry-after"]
-            try:
-                seconds = float(value)
-            except ValueError:
-                parsed = email.utils.parsedate_to_datetime(value)
-                seconds = parsed.timestamp() - time.time()
-        else:
-            return None
-    except (TypeError, ValueError):
-        return None
-    return seconds if 0 <= seconds <= MAX_RETRY_AFTER else None
-
-
-def backoff_delay(attempt: int, response: httpx.Response | None = None) -> float:
-    """0.5 s x 2^attempt capped at 8 s with jitter, unless the server said how long to wait."""
-    asked = _retry_after(response)
-    if asked is not None:
-        return asked
-    return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
-
-
-def _error_text(body: Any) -> str:
-    if isinstance(body, dict):
-        for name in ("message", "msg", "detail", "error", "error_message"):
-            value = body.get(name)
-            if isinstance(value, str) and value:
-                return value
-            if isinstance(value, dict):
-                return _error_text(value)
-    if isinstance(body, str):
-        return body[:300]
-    return ""
-
-
-def _mentions_key_problem(text: str) -> bool:
-    lowered = text.lower()
-    return ("key" in lowered or "auth" in lowered or "token" in lowered) and any(
-        word in lowered
-        for word in (
-            "invalid",
-            "missing",
-            "unauthor",
-            "not found",
-            "required",
-            "expired",
-            "wrong",
-            "forbidden",
-            "denied",
-            "no api",
-        )
+def _positional(request: Any, call: str) -> Any:
+    """A paid call's one positional: a request model or a mapping of fields; anything else is a mistake."""
+    if request is None or isinstance(request, BaseModel | Mapping):
+        return request
+    raise RequestValidationError(
+        [
+            FieldProblem(
+                "request",
+                f"{call}() takes its fields by keyword, e.g. {call}(style={str(request)[:40]!r}) "
+                f"(got a positional {type(request).__name__}); nothing was sent",
+            )
+        ]
     )
 
 
-def _mentions_credits(text: str) -> bool:
-    lowered = text.lower()
-    return any(
-        word in lowered
-        for word in ("credit", "insufficient", "balance", "quota", "not enough", "music count", "points")
-    )
+def _ids_of_generate(data: Any) -> GenerateResult:
+    result = GenerateResult.model_validate(data)
+    if not result.ids:
+        raise ValueError("the answer carried no task ids")
+    return result
 
 
-def _is_envelope(body: Any) -> bool:
-    if not isinstance(body, dict) or "status" not in body:
-        return False
-    status = body["status"]
-    is_code = (isinstance(status, int) and not isinstance(status, bool)) or (
-        isinstance(status, str) and status.isdigit()
-    )
-    return is_code and ("data" in body or "message" in body or "msg" in body)
+def _submitted_songs(data: Any) -> list[V2Song]:
+    songs = v2_songs(data)
+    if not songs:
+        raise ValueError("the answer carried no songs")
+    return songs
 
 
-class _Core:
-    """Request building, retry policy, envelopes, errors and parsing; no I/O."""
+_VIBE_NAMES = ("singer_id", "id")
+_WAV_NAMES = ("wav_url", "url", "audio_url", "file_url")
+_MP4_NAMES = ("mp4_url", "video_url", "url", "file_url")
+
+
+def _is_demo_key(key: str | None) -> bool:
+    from .sandbox import DEMO_KEY  # the package __init__ only: no server, no FastAPI
+
+    return key == DEMO_KEY
+
+
+class _Core(WaitFlows):
+    """Request building, retry policy, paid-call journaling and the endpoint flows; no I/O."""
 
     def __init__(
         self,
@@ -249,10 +181,11 @@ class _Core:
         }
         base = settings or Settings.from_env()
         self.settings = base.with_changes(**{k: v for k, v in overrides.items() if v is not None})
+        self.responses = Responses(lambda: self.settings.key_value())
         self._journal_choice: Journal | bool | None = journal  # True: decided on first use
         self._opened_journal: Any = None  # a journal this client opened itself, closed with it
         self._record_listeners: list[UpdateCallback] = []
-        self._check_transport()
+        self._check_settings()
         from .archive import attach  # finished songs are archived off the polling thread (archive.py)
 
         attach(self, archive)  # archive=False: off; a path: there; True: the settings' directory
@@ -269,16 +202,21 @@ class _Core:
         self._record_listeners[:] = [x for x in self._record_listeners if x is not listener]
 
     @property
+    def is_embedded_sandbox(self) -> bool:
+        """Whether this client talks to the embedded sandbox, known by its demo key (not by its host)."""
+        return _is_demo_key(self.settings.key_value())
+
+    @property
     def journal(self) -> Journal | None:
         """Where paid attempts and task ids are recorded before a call returns.
 
-        By default (`journal=True`) the durable SQLite journal of the settings (`MUSICGEN_JOURNAL`, else
-        the user data directory), opened on first use, for any real service; a loopback host (the
-        sandbox) is journalled only when `journal_path` is set. Pass a `Journal` to share one, or False.
+        By default (`journal=True`) the durable SQLite journal of the settings (`MUSICGEN_JOURNAL`, else the
+        user data directory), opened on first use, whatever the host: a proxy on 127.0.0.1 in front of the
+        paid service is a real service. Only the embedded sandbox (its demo key; `Sandbox.client()` passes
+        `journal=False`) stays out of it. Pass a `Journal` to share one, or False for none.
         """
         if self._journal_choice is True:
-            wanted = self.settings.journal_path is not None or not is_loopback(self.settings.base_url)
-            self._journal_choice = self._open_journal() if wanted else None
+            self._journal_choice = None if self.is_embedded_sandbox else self._open_journal()
         return None if isinstance(self._journal_choice, bool) else self._journal_choice
 
     @journal.setter
@@ -297,6 +235,18 @@ class _Core:
             self._opened_journal = None
             self._journal_choice = None
 
+    def _journal_write(self, what: str, write: Callable[[], None]) -> None:
+        """A journal write after the answer came: if the journal fails (locked, disk full), say so, go on."""
+        try:
+            write()
+        except Exception as exc:  # the ids must still reach the caller; the journal's own error says why
+            warnings.warn(
+                f"The journal could not record {what} ({type(exc).__name__}: {self.redact(str(exc))[:200]}). "
+                "Keep the ids shown above; resume() will not know them.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
     # -- helpers shared by both faces ----------------------------------------------------------------
 
     def __repr__(self) -> str:
@@ -304,11 +254,22 @@ class _Core:
         key = "set" if s.has_key else "not set"
         return f"{type(self).__name__}(base_url={s.base_url!r}, v2_base_url={s.v2_base_url!r}, key={key})"
 
-    def _check_transport(self) -> None:
-        if not self.settings.has_key or self.settings.allow_insecure_http:
+    def _check_settings(self) -> None:
+        """Refuse, before anything is sent, hosts that are not http(s), plain http to another machine, and a
+        key that cannot travel in a header (the message never shows the key)."""
+        s = self.settings
+        for name, url in (("base_url", s.base_url), ("v2_base_url", s.v2_base_url)):
+            if url_scheme(url) not in ("http", "https"):
+                raise RequestValidationError([FieldProblem(name, f"must be an http(s) URL (got {url[:80]!r})")])
+        key = s.key_value()
+        if key and any(not ("!" <= ch <= "~") for ch in key):
+            raise RequestValidationError(
+                [FieldProblem("api_key", "contains spaces, line breaks or non-ASCII characters; paste the key again")]
+            )
+        if not key or s.allow_insecure_http:
             return
-        for url in (self.settings.base_url, self.settings.v2_base_url):
-            if url.startswith("http://") and not is_loopback(url):
+        for url in (s.base_url, s.v2_base_url):
+            if url_scheme(url) == "http" and not is_loopback(url):
                 raise InsecureTransportError(
                     f"Refusing to send the API key over plain http to {url}; use https, or opt in with "
                     "allow_insecure_http=True (MUSICGEN_ALLOW_INSECURE_HTTP=1)."
@@ -317,35 +278,22 @@ class _Core:
     def _timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.settings.timeout, connect=self.settings.connect_timeout)
 
+    def _response_deadline(self) -> float:
+        """When the answer being read must be complete: a drip-feeding server cannot hold a call longer."""
+        return time.monotonic() + self.settings.timeout
+
+    def _body_reader(self, response: httpx.Response) -> BodyReader:
+        return BodyReader(response, deadline=self._response_deadline(), limit=MAX_BODY_BYTES)
+
     def _headers(self) -> dict[str, str]:
         return {"User-Agent": f"ipymusicgen/{__version__} httpx/{httpx.__version__}", "Accept": "application/json"}
 
     def redact(self, text: str) -> str:
         """Server text with the key (if the server echoed it) masked."""
-        key = self.settings.key_value()
-        return text.replace(key, "***") if key and len(key) >= 4 else text
+        return self.responses.redact(text)
 
     def _scrub(self, value: Any) -> Any:
-        """A server body with every string redacted, so errors can keep it without the key."""
-        if isinstance(value, str):
-            return self.redact(value)
-        if isinstance(value, dict):
-            return {k: self._scrub(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._scrub(v) for v in value]
-        return value
-
-    def _download_status_error(self, url: str, response: httpx.Response) -> APIStatusError:
-        """A failed audio download: no key was sent there, so no key hint; previews may 403/404 for a while."""
-        kind = NotFoundError if response.status_code == 404 else APIStatusError
-        where = httpx.URL(url).copy_with(query=None)
-        return kind(
-            f"Downloading {where} failed: HTTP {response.status_code}. A preview URL may answer 403/404 until "
-            "the final file exists; download once the task is complete.",
-            response=response,
-            body=None,
-            status_code=response.status_code,
-        )
+        return self.responses.scrub(value)
 
     def _build_request(
         self, endpoint: Endpoint, *, json: Any = None, params: Mapping[str, str] | None = None
@@ -372,108 +320,27 @@ class _Core:
         attempt = 0
         while True:
             request = self._build_request(endpoint, json=json, params=params)
-            outcome = yield _Send(request)
-            request.headers.pop("x-api-key", None)  # errors keep the request: the key must not ride along
+            try:
+                outcome = yield Send(request)
+            finally:
+                request.headers.pop("x-api-key", None)  # errors keep the request: the key must not ride along
             can_retry = attempt < self.settings.max_retries
             if isinstance(outcome, Exception):
                 not_sent = isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
                 if can_retry and (not_sent or not endpoint.paid):
-                    yield _Sleep(backoff_delay(attempt))
+                    yield Sleep(backoff_delay(attempt))
                     attempt += 1
                     continue
-                raise self._transport_error(endpoint, outcome, request, not_sent, attempt_id)
+                raise self.responses.transport_error(endpoint, outcome, request, not_sent, attempt_id)
             try:
-                return self._process_response(endpoint, outcome)
+                return self.responses.process(endpoint, outcome)
             except APIStatusError as exc:  # HTTP 5xx/429/..., or the same inside a 200 envelope
                 # A refused key stays refused (the service may say so with a 500): no point asking again.
                 retryable = exc.status_code in RETRYABLE_STATUS and not isinstance(exc, AuthenticationError)
                 if endpoint.paid or not can_retry or not retryable:
                     raise
-            yield _Sleep(backoff_delay(attempt, outcome))
+            yield Sleep(backoff_delay(attempt, outcome))
             attempt += 1
-
-    def _transport_error(
-        self, endpoint: Endpoint, exc: Exception, request: httpx.Request, not_sent: bool, attempt_id: str | None
-    ) -> APIConnectionError:
-        detail = self.redact(str(exc)) or type(exc).__name__
-        where = request.url.copy_with(query=None)
-        if endpoint.paid and not not_sent:
-            return CreateOutcomeUnknownError(
-                f"The {endpoint.name} request may have reached {where} but no answer came back ({detail}). "
-                "It was NOT resent, to avoid paying twice. Check key_info() (the music count) and your "
-                "recent tasks before trying again.",
-                request=request,
-                attempt_id=attempt_id,
-            )
-        if isinstance(exc, httpx.TimeoutException):
-            return APITimeoutError(f"The music service at {where} did not answer in time ({detail}).", request=request)
-        return APIConnectionError(f"Could not reach the music service at {where} ({detail}).", request=request)
-
-    def _process_response(self, endpoint: Endpoint, response: httpx.Response) -> Any:
-        try:
-            body: Any = response.json()
-        except ValueError:
-            body = None
-            if response.is_success:
-                raise APIResponseValidationError(
-                    f"The {endpoint.name} answer was not JSON: {self.redact(response.text[:200])!r}",
-                    request=response.request,
-                    body=response.text[:1000],
-                ) from None
-        if not response.is_success:
-            raise self._status_error(endpoint, response, body if body is not None else response.text)
-        if _is_envelope(body):
-            status = int(body["status"])
-            if status != 200:
-                raise self._status_error(endpoint, response, body, status_code=status)
-            if "data" in body:
-                return body["data"]
-            return {k: v for k, v in body.items() if k not in ("status", "message", "msg")}
-        return body
-
-    def _status_error(
-        self, endpoint: Endpoint, response: httpx.Response, body: Any, status_code: int | None = None
-    ) -> APIStatusError:
-        in_envelope = status_code is not None
-        code = status_code if status_code is not None else response.status_code
-        text = self.redact(_error_text(body)) or response.reason_phrase or "no message"
-        kwargs: dict[str, Any] = {"response": response, "body": self._scrub(body), "status_code": code}
-        prefix = f"{endpoint.name}: "
-        if code == 422 and not in_envelope:
-            detail = ValidationErrorBody.model_validate(body if isinstance(body, dict) else {}).detail
-            lines = "; ".join(self.redact(str(d)) for d in detail) or text
-            return UnprocessableEntityError(
-                prefix + f"the service refused the request: {lines}", detail=detail, **kwargs
-            )
-        if (code in (401, 403) and not in_envelope) or _mentions_key_problem(text):
-            return AuthenticationError(prefix + f"the API key was refused ({text}). {KEY_HINT}", **kwargs)
-        if in_envelope and _mentions_credits(text):
-            return InsufficientCreditsError(
-                prefix + f"no credits left on this key ({text}). Check key_info() or %musicgen_key; "
-                "top up the key before generating again.",
-                **kwargs,
-            )
-        if code == 429:
-            wait = _retry_after(response)
-            hint = f" Try again in {wait:.0f} s." if wait is not None else " Slow down and try again."
-            return RateLimitError(prefix + f"rate limited ({text}).{hint}", **kwargs)
-        if in_envelope:
-            return EnvelopeError(prefix + f"the service said {code}: {text}", **kwargs)
-        kind: type[APIStatusError] = {400: BadRequestError, 403: PermissionDeniedError, 404: NotFoundError}.get(
-            code, APIStatusError
-        )
-        if code >= 500:
-            kind = InternalServerError
-        return kind(prefix + f"HTTP {code}: {text}", **kwargs)
-
-    def _parse(self, endpoint: Endpoint, parser: Callable[[Any], T], data: Any) -> T:
-        try:
-            return parser(data)
-        except (PydanticValidationError, TypeError, ValueError, KeyError) as exc:
-            raise APIResponseValidationError(
-                f"The {endpoint.name} answer had an unexpected shape: {self.redact(str(exc))[:300]}",
-                body=data,
-            ) from None
 
     def _paid_flow(
         self,
@@ -482,17 +349,22 @@ class _Core:
         parser: Callable[[Any], T],
         params: Mapping[str, str] | None = None,
     ) -> Flow[tuple[T, str | None]]:
-        """A request that costs money: journalled before it is sent, never blindly resent.
+        """A request that costs money: refused without a key, journalled before it is sent, never blindly resent.
 
-        Whatever leaves the outcome in doubt (no answer, a 5xx, an answer that cannot be read) is
-        journalled as "unknown", not "rejected": the work may have been done and paid for.
+        Whatever leaves the outcome in doubt (no answer, a 5xx, an answer that cannot be read, Ctrl-C or a
+        cancelled task during the send) is journalled as "unknown", not "rejected": the work may have been
+        done and paid for.
         """
+        if not self.settings.has_key:
+            raise MissingKeyError(
+                f"The {endpoint.name} request costs credits and needs an API key; nothing was sent. {KEY_HINT}"
+            )
         journal = self.journal
         host = self.settings.v2_base_url if endpoint.v2 else self.settings.base_url
         attempt_id = journal.begin(endpoint.name, host, {**(payload or {}), **(params or {})}) if journal else None
         try:
             data = yield from self._request_flow(endpoint, json=payload, params=params, attempt_id=attempt_id)
-            parsed = self._parse(endpoint, parser, data)
+            parsed = self.responses.parse(endpoint, parser, data)
         except APIResponseValidationError as exc:
             raise self._note_outcome(attempt_id, exc, unknown=True, hint=True) from None
         except APIStatusError as exc:
@@ -502,6 +374,13 @@ class _Core:
             raise self._note_outcome(attempt_id, exc, unknown=True, hint=False) from None
         except MusicGenError as exc:
             raise self._note_outcome(attempt_id, exc, unknown=False, hint=False) from None
+        except GeneratorExit:
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, CancelledError, anything unforeseen: maybe charged
+            note = PAID_STOPPED.format(name=endpoint.name) + f" ({type(exc).__name__})"
+            if journal is not None and attempt_id:
+                self._journal_write("the interrupted request", lambda: journal.unknown(attempt_id, note))
+            raise
         return parsed, attempt_id
 
     def _note_outcome(self, attempt_id: str | None, exc: MusicGenError, *, unknown: bool, hint: bool) -> MusicGenError:
@@ -509,27 +388,32 @@ class _Core:
         if hint and isinstance(exc, APIError):
             exc.message += " " + DOUBT_HINT
             exc.args = (exc.message,)
-        if self.journal is not None and attempt_id:
-            if unknown:
-                self.journal.unknown(attempt_id, str(exc))
-            else:
-                self.journal.rejected(attempt_id, str(exc))
+        journal = self.journal
+        if journal is not None and attempt_id:
+            note = self.redact(str(exc))
+            write = journal.unknown if unknown else journal.rejected
+            self._journal_write("how the request ended", lambda: write(attempt_id, note))
         return exc
 
     # -- endpoint flows --------------------------------------------------------------------------------
 
     def _generate_flow(self, request: Any, fields: dict[str, Any]) -> Flow[GenerateResult]:
+        request = _positional(request, "generate")
         model = build_generate_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
-        result, attempt_id = yield from self._paid_flow(GENERATE, model.to_payload(), GenerateResult.model_validate)
-        if self.journal and attempt_id:
-            self.journal.submitted(attempt_id, result.ids)
+        result, attempt_id = yield from self._paid_flow(GENERATE, model.to_payload(), _ids_of_generate)
+        journal = self.journal
+        if journal is not None and attempt_id:
+            self._journal_write(f"the new task ids {result.ids}", lambda: journal.submitted(attempt_id, result.ids))
         return result
 
     def _submit_v2_flow(self, request: Any, fields: dict[str, Any]) -> Flow[list[V2Song]]:
+        request = _positional(request, "submit_v2")
         model: V2Request = build_v2_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
-        songs, attempt_id = yield from self._paid_flow(SUBMIT_V2, model.to_payload(), _v2_songs)
-        if self.journal and attempt_id:
-            self.journal.submitted(attempt_id, [s.id for s in songs], v2=True)
+        songs, attempt_id = yield from self._paid_flow(SUBMIT_V2, model.to_payload(), _submitted_songs)
+        journal = self.journal
+        if journal is not None and attempt_id:
+            ids = [s.id for s in songs]
+            self._journal_write(f"the new song ids {ids}", lambda: journal.submitted(attempt_id, ids, v2=True))
         return songs
 
     def _lyrics_flow(self, prompt: str) -> Flow[LyricsResult]:
@@ -539,29 +423,35 @@ class _Core:
 
     def _key_info_flow(self) -> Flow[KeyInfo]:
         data = yield from self._request_flow(KEY_INFO)
-        return self._parse(KEY_INFO, KeyInfo.model_validate, data)
+        return self.responses.parse(KEY_INFO, KeyInfo.model_validate, data)
 
-    def _tasks_flow(self, ids: str | Iterable[str]) -> Flow[list[TaskRecord]]:
-        wanted = _id_list(ids)
+    def _observe(self, records: list[Record]) -> None:
+        journal = self.journal
+        if journal is not None and records:
+            self._journal_write("task progress", lambda: journal.observe(records))
+
+    def _tasks_flow(self, ids: Any) -> Flow[list[TaskRecord]]:
+        wanted = v1_ids(ids)
         records: list[TaskRecord] = []
         for chunk in chunk_ids(wanted):
             data = yield from self._request_flow(TASKS, params={"ids": ",".join(chunk)})
-            records.extend(self._parse(TASKS, _task_records, data))
-        if self.journal:
-            self.journal.observe(records)
+            records.extend(self.responses.parse(TASKS, task_records, data))
+        self._observe(list(records))
         return records
 
     def _query_v2_flow(self, song_id: str) -> Flow[V2Song]:
+        song_id = check_id(song_id, "song_id")
         data = yield from self._request_flow(QUERY_V2, params={"song_id": song_id})
-        songs = self._parse(QUERY_V2, _v2_songs, data)
+        songs = self.responses.parse(QUERY_V2, v2_songs, data)
         song = next((s for s in songs if s.id == song_id), songs[0] if songs else None)
         if song is None:
             raise APIResponseValidationError(f"v2 query: no song {song_id!r} in the answer", body=data)
-        if self.journal:
-            self.journal.observe([song])
+        self._observe([song])
         return song
 
     def _song_url_flow(self, endpoint: Endpoint, song_id: str, names: tuple[str, ...]) -> Flow[str]:
+        song_id = check_id(song_id, "song_id")
+
         def pick(data: Any) -> str:
             value = first_text(data, names)
             if value is None:
@@ -571,94 +461,15 @@ class _Core:
         value, _ = yield from self._paid_flow(endpoint, None, pick, params={"song_id": song_id})
         return value
 
-    def _poll_flow(self, tasks: TaskSet) -> Flow[list[Record]]:
-        """One round: one batched v1 query for every unfinished v1 task, one query per v2 song."""
-        v1_ids, v2_ids = tasks.unfinished()
-        records: list[Record] = []
-        if v1_ids:
-            records.extend((yield from self._tasks_flow(v1_ids)))
-        for song_id in v2_ids:
-            records.append((yield from self._query_v2_flow(song_id)))
-        changed = tasks.update(records)
-        if changed:
-            for listener in list(self._record_listeners):
-                listener(changed)
-        return changed
-
-    def _wait_flow(
-        self,
-        ids: str | Iterable[str],
-        v2_ids: Iterable[str],
-        timeout: float | None,
-        interval: float | None,
-        on_update: UpdateCallback | None,
-        raise_on_failure: bool,
-    ) -> Flow[list[Record]]:
-        tasks = TaskSet(_id_list(ids), v2_ids=v2_ids)
-        timeout = self.settings.wait_timeout if timeout is None else timeout
-        interval = self.settings.poll_interval if interval is None else interval
-        deadline = time.monotonic() + timeout
-        failures = 0
-        while True:
-            try:
-                changed = yield from self._poll_flow(tasks)
-            except MusicGenError as exc:
-                if not is_transient(exc):
-                    raise
-                failures += 1
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise _wait_timeout(tasks, timeout, exc) from exc
-                pause = max(interval, backoff_delay(failures - 1, getattr(exc, "response", None)))
-                yield _Sleep(min(pause, remaining))
-                continue
-            failures = 0
-            if changed and on_update is not None:
-                on_update(changed)
-            if tasks.all_finished:
-                break
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _wait_timeout(tasks, timeout)
-            yield _Sleep(min(interval, remaining))
-        finished = [tasks.get(i) for i in tasks.ids]
-        records = [r for r in finished if r is not None]
-        failed = [r for r in records if r.state is TaskState.FAILED]
-        if failed and raise_on_failure:
-            raise TaskFailedError(failed[0])
-        return records
-
-    def _resume_journal(self) -> TaskJournal:
-        """The journal to resume from: this client's, else the durable one of the settings (kept for polling)."""
-        if self.journal is None:
-            self.journal = self._open_journal()
-        if not hasattr(self.journal, "unfinished") or not hasattr(self.journal, "attempts"):
-            raise MusicGenError("resume() needs a journal that lists tasks, such as ipymusicgen.journal.Journal.")
-        return cast(TaskJournal, self.journal)
-
-    def unfinished(self) -> Resumed:
-        """What the journal holds for this client's hosts: unfinished tasks and doubtful paid requests."""
-        journal = self._resume_journal()
-        base, v2_base = self.settings.base_url, self.settings.v2_base_url
-        v1 = tuple(e.id for e in journal.unfinished(base) if e.version == 1)
-        v2 = tuple(e.id for e in journal.unfinished(v2_base) if e.version == 2)
-        unknown = tuple(a for a in journal.attempts(outcome="unknown") if a.host in (base, v2_base))
-        return Resumed(v1, v2, unknown)
-
-    def _resume_flow(
-        self, wait: bool, timeout: float | None, interval: float | None, on_update: UpdateCallback | None
-    ) -> Flow[Resumed]:
-        found = self.unfinished()
-        if not wait or not found.ids:
-            return found
-        records = yield from self._wait_flow(found.v1_ids, found.v2_ids, timeout, interval, on_update, False)
-        return replace(found, records=tuple(records))
+    # -- downloads -------------------------------------------------------------------------------------
 
     def _download_target(self, task: Record | str, allow_preview: bool) -> tuple[str, str | None, str]:
         if isinstance(task, str):
-            if not task.lower().startswith(("http://", "https://")):
+            if not task.strip().lower().startswith(("http://", "https://")):
                 raise MusicGenError(f"Not an http(s) URL to download: {task[:100]!r}")
-            return task, None, "song"
+            return task.strip(), None, "song"
+        if not isinstance(task, TaskRecord | V2Song):
+            raise MusicGenError(f"download() takes a finished record or an http(s) URL (got {type(task).__name__}).")
         if task.state is not TaskState.COMPLETE and not (allow_preview and task.state is TaskState.PREVIEW):
             raise MusicGenError(f"Task {task.id} is {task.state.value}, not complete: nothing final to download yet.")
         url = task.audio_url or ""
@@ -666,79 +477,19 @@ class _Core:
             raise MusicGenError(f"Task {task.id} has no http(s) audio URL to download.")
         return url, task.title, task.id
 
-    def _download_failed(self, url: str, exc: httpx.TransportError) -> APIConnectionError:
+    def _download_limit(self) -> int:
+        return int(self.settings.max_download_mb * 1024 * 1024)
+
+    def _save_failed(self, url: str, directory: str | Path, exc: OSError) -> DownloadError:
         where = httpx.URL(url).copy_with(query=None)
-        kind = APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
-        return kind(f"Downloading {where} failed ({self.redact(str(exc)) or type(exc).__name__}); nothing was saved.")
+        reason = exc.strerror or type(exc).__name__
+        return DownloadError(f"Could not save {where} in {str(directory)[:200]!r} ({reason}); no file was left behind.")
 
     def _downloaded(self, task: Record | str, path: Path) -> Path:
-        if self.journal is not None and not isinstance(task, str):
-            self.journal.downloaded(task.id, str(path))
+        journal = self.journal
+        if journal is not None and not isinstance(task, str):
+            self._journal_write("the download", lambda: journal.downloaded(task.id, str(path)))
         return path
-
-
-@dataclass(frozen=True)
-class Resumed:
-    """What `resume()` found: unfinished task ids (v1, v2), doubtful paid requests, and the records once waited."""
-
-    v1_ids: tuple[str, ...] = ()
-    v2_ids: tuple[str, ...] = ()
-    unknown: tuple[Attempt, ...] = ()
-    """Paid requests whose outcome is unknown: check key info and the task list before resending."""
-    records: tuple[Record, ...] = ()
-    """The finished records (only with `wait=True`)."""
-
-    @property
-    def ids(self) -> list[str]:
-        return [*self.v1_ids, *self.v2_ids]
-
-    def __repr__(self) -> str:
-        done = f", {len(self.records)} finished" if self.records else ""
-        return f"Resumed({len(self.v1_ids)} v1 + {len(self.v2_ids)} v2 unfinished, {len(self.unknown)} unknown{done})"
-
-
-def is_transient(exc: BaseException) -> bool:
-    """An error worth polling through: the network or the service had a bad moment (not a wrong key or id)."""
-    if isinstance(exc, APIConnectionError | APIResponseValidationError):
-        return True
-    return (
-        isinstance(exc, APIStatusError)
-        and not isinstance(exc, AuthenticationError)
-        and (exc.status_code in RETRYABLE_STATUS)
-    )
-
-
-def _wait_timeout(tasks: TaskSet, timeout: float, last_error: BaseException | None = None) -> WaitTimeoutError:
-    v1, v2 = tasks.unfinished()
-    problem = f" The last poll failed: {last_error}" if last_error is not None else ""
-    return WaitTimeoutError(
-        f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on server-side: wait again "
-        f"or resume later.{problem}",
-        pending=v1 + v2,
-    )
-
-
-def _id_list(ids: str | Iterable[str]) -> list[str]:
-    if isinstance(ids, str):
-        return [i.strip() for i in ids.split(",") if i.strip()]
-    return [str(i) for i in ids]
-
-
-def _task_records(data: Any) -> list[TaskRecord]:
-    if isinstance(data, dict):
-        data = data.get("tasks") or data.get("list") or data.get("items") or [data]
-    return [TaskRecord.model_validate(item) for item in data]
-
-
-def _v2_songs(data: Any) -> list[V2Song]:
-    if isinstance(data, dict):
-        data = data.get("songs") or data.get("list") or data.get("data") or [data]
-    return [V2Song.model_validate(item) for item in data]
-
-
-_VIBE_NAMES = ("singer_id", "id")
-_WAV_NAMES = ("wav_url", "url", "audio_url", "file_url")
-_MP4_NAMES = ("mp4_url", "video_url", "url", "file_url")
 
 
 class MusicClient(_Core):
@@ -753,28 +504,42 @@ class MusicClient(_Core):
         super().__init__(api_key, **kwargs)
         self._http = http_client or httpx.Client(timeout=self._timeout())
 
+    def _exchange(self, request: httpx.Request) -> httpx.Response:
+        """Send without following redirects (even if the http client would) and read the body within bounds."""
+        response = self._http.send(request, stream=True, follow_redirects=False)
+        try:
+            reader = self._body_reader(response)
+            for chunk in response.iter_bytes():
+                reader.feed(chunk)
+            return reader.finish()
+        finally:
+            response.close()
+
     def _run(self, flow: Flow[T]) -> T:
         try:
             step = next(flow)
             while True:
-                if isinstance(step, _Sleep):
-                    time.sleep(step.seconds)
-                    step = flow.send(None)
-                    continue
                 try:
-                    outcome: Any = self._http.send(step.request)
-                except httpx.TransportError as exc:
+                    if isinstance(step, Sleep):
+                        time.sleep(step.seconds)
+                        outcome: Any = None
+                    else:
+                        outcome = self._exchange(step.request)
+                except httpx.RequestError as exc:
                     outcome = exc
+                except BaseException as exc:  # Ctrl-C, an oversized answer: the flow decides (a paid one journals)
+                    step = flow.throw(exc)
+                    continue
                 step = flow.send(outcome)
         except StopIteration as stop:
             return stop.value
 
     def generate(self, request: BaseModel | Mapping[str, Any] | None = None, /, **fields: Any) -> GenerateResult:
-        """Start a v1 generation (any action); returns the new task ids at once. Costs credits."""
+        """Start a v1 generation (any action), fields by keyword; returns the new task ids at once. Costs credits."""
         return self._run(self._generate_flow(request, fields))
 
     def submit_v2(self, request: BaseModel | Mapping[str, Any] | None = None, /, **fields: Any) -> list[V2Song]:
-        """Start a v2 generation; returns the new songs (still running). Costs credits."""
+        """Start a v2 generation, fields by keyword; returns the new songs (still running). Costs credits."""
         return self._run(self._submit_v2_flow(request, fields))
 
     def query_v2(self, song_id: str) -> V2Song:
@@ -786,7 +551,7 @@ class MusicClient(_Core):
     def key_info(self) -> KeyInfo:
         return self._run(self._key_info_flow())
 
-    def tasks(self, ids: str | Iterable[str]) -> list[TaskRecord]:
+    def tasks(self, ids: str | Iterable[str] | GenerateResult) -> list[TaskRecord]:
         """Details of v1 tasks, in one batched query (`?ids=a,b`)."""
         return self._run(self._tasks_flow(ids))
 
@@ -808,7 +573,7 @@ class MusicClient(_Core):
 
     def wait(
         self,
-        ids: str | Iterable[str] = (),
+        ids: Any = (),
         *,
         v2_ids: Iterable[str] = (),
         timeout: float | None = None,
@@ -816,7 +581,10 @@ class MusicClient(_Core):
         on_update: UpdateCallback | None = None,
         raise_on_failure: bool = False,
     ) -> list[Record]:
-        """Poll until every task is complete or failed (one batched query per interval)."""
+        """Poll until every task is complete or failed (one batched query per interval).
+
+        `ids` may be what `generate()` or `submit_v2()` returned, records, or task ids; v1 and v2 are routed.
+        """
         return self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
 
     def resume(
@@ -833,17 +601,21 @@ class MusicClient(_Core):
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
         url, title, fallback = self._download_target(task, allow_preview)
+        limit = SizeLimit(self._download_limit(), url)
         try:
             with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
                 if not response.is_success:
-                    raise self._download_status_error(url, response)
+                    raise self.responses.download_status_error(url, response)
+                limit.check_declared(response.headers)
                 with AtomicFile(Path(directory)) as target:
                     for chunk in response.iter_bytes():
-                        target.write(chunk)
+                        target.write(limit.take(chunk))
                     name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
                     return self._downloaded(task, target.commit(name))
-        except httpx.TransportError as exc:
-            raise self._download_failed(url, exc) from exc
+        except httpx.RequestError as exc:
+            raise self.responses.download_failed(url, exc) from exc
+        except OSError as exc:
+            raise self._save_failed(url, directory, exc) from exc
 
     def close(self) -> None:
         self._http.close()
@@ -862,6 +634,16 @@ async def _async_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+async def _within(awaitable: Any, seconds: float, request: httpx.Request) -> Any:
+    """The whole exchange (headers and body) bounded in time: asyncio can cancel what a socket timeout cannot."""
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        raise httpx.ReadTimeout("the answer did not finish in time", request=request) from None
+
+
 class AsyncMusicClient(_Core):
     """Asynchronous client for `await` (works with IPython's top-level await)."""
 
@@ -871,18 +653,35 @@ class AsyncMusicClient(_Core):
         super().__init__(api_key, **kwargs)
         self._http = http_client or httpx.AsyncClient(timeout=self._timeout())
 
+    async def _read(self, request: httpx.Request) -> httpx.Response:
+        response = await self._http.send(request, stream=True, follow_redirects=False)
+        try:
+            reader = self._body_reader(response)
+            async for chunk in response.aiter_bytes():
+                reader.feed(chunk)
+            return reader.finish()
+        finally:
+            await response.aclose()
+
+    async def _exchange(self, request: httpx.Request) -> httpx.Response:
+        bound = self.settings.timeout + self.settings.connect_timeout
+        return cast(httpx.Response, await _within(self._read(request), bound, request))
+
     async def _run(self, flow: Flow[T]) -> T:
         try:
             step = next(flow)
             while True:
-                if isinstance(step, _Sleep):
-                    await _async_sleep(step.seconds)
-                    step = flow.send(None)
-                    continue
                 try:
-                    outcome: Any = await self._http.send(step.request)
-                except httpx.TransportError as exc:
+                    if isinstance(step, Sleep):
+                        await _async_sleep(step.seconds)
+                        outcome: Any = None
+                    else:
+                        outcome = await self._exchange(step.request)
+                except httpx.RequestError as exc:
                     outcome = exc
+                except BaseException as exc:  # CancelledError, an oversized answer: the flow decides
+                    step = flow.throw(exc)
+                    continue
                 step = flow.send(outcome)
         except StopIteration as stop:
             return stop.value
@@ -902,7 +701,7 @@ class AsyncMusicClient(_Core):
     async def key_info(self) -> KeyInfo:
         return await self._run(self._key_info_flow())
 
-    async def tasks(self, ids: str | Iterable[str]) -> list[TaskRecord]:
+    async def tasks(self, ids: str | Iterable[str] | GenerateResult) -> list[TaskRecord]:
         return await self._run(self._tasks_flow(ids))
 
     async def generate_vibe(self, song_id: str) -> str:
@@ -919,7 +718,7 @@ class AsyncMusicClient(_Core):
 
     async def wait(
         self,
-        ids: str | Iterable[str] = (),
+        ids: Any = (),
         *,
         v2_ids: Iterable[str] = (),
         timeout: float | None = None,
@@ -941,17 +740,21 @@ class AsyncMusicClient(_Core):
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         url, title, fallback = self._download_target(task, allow_preview)
+        limit = SizeLimit(self._download_limit(), url)
         try:
             async with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
                 if not response.is_success:
-                    raise self._download_status_error(url, response)
+                    raise self.responses.download_status_error(url, response)
+                limit.check_declared(response.headers)
                 with AtomicFile(Path(directory)) as target:
                     async for chunk in response.aiter_bytes():
-                        target.write(chunk)
+                        target.write(limit.take(chunk))
                     name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
                     return self._downloaded(task, target.commit(name))
-        except httpx.TransportError as exc:
-            raise self._download_failed(url, exc) from exc
+        except httpx.RequestError as exc:
+            raise self.responses.download_failed(url, exc) from exc
+        except OSError as exc:
+            raise self._save_failed(url, directory, exc) from exc
 
     async def aclose(self) -> None:
         await self._http.aclose()

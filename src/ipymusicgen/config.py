@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -15,7 +17,8 @@ ENV_KEY = "MUSICGEN_API_KEY"
 ENV_BASE_URL = "MUSICGEN_BASE_URL"
 ENV_V2_BASE_URL = "MUSICGEN_V2_BASE_URL"
 ENV_JOURNAL = "MUSICGEN_JOURNAL"
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+ENV_MAX_DOWNLOAD_MB = "MUSICGEN_MAX_DOWNLOAD_MB"
+LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
 def _env_bool(name: str) -> bool | None:
@@ -27,11 +30,41 @@ def _env_bool(name: str) -> bool | None:
 
 def _env_float(name: str) -> float | None:
     value = os.environ.get(name)
-    return float(value) if value else None
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number (got {value!r})") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be a finite number above 0 (got {value!r})")
+    return number
+
+
+def url_host(url: str) -> str:
+    """The host of a URL, normalised: lower case, no brackets, no trailing dot ("LOCALHOST." -> "localhost")."""
+    try:
+        host = urlsplit(url.strip()).hostname or ""
+    except ValueError:
+        return ""
+    return host.lower().rstrip(".")
+
+
+def url_scheme(url: str) -> str:
+    return urlsplit(url.strip()).scheme.lower()
 
 
 def is_loopback(url: str) -> bool:
-    return (urlsplit(url).hostname or "") in LOOPBACK_HOSTS
+    """Whether a URL points at this machine (127.0.0.0/8, ::1, localhost), however it is spelled."""
+    host = url_host(url)
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 @dataclass(frozen=True)
@@ -49,10 +82,14 @@ class Settings:
     allow_unknown_models: bool = False
     allow_insecure_http: bool = False
     journal_path: str | None = None
+    max_download_mb: float = 200.0
+    """Largest download accepted (Content-Length and bytes streamed), in MB."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.api_key, str):
-            object.__setattr__(self, "api_key", SecretStr(self.api_key) if self.api_key else None)
+        key = self.api_key.get_secret_value() if isinstance(self.api_key, SecretStr) else self.api_key
+        if isinstance(key, str):  # a pasted key often brings a newline or spaces along: they are not part of it
+            key = key.strip()
+            object.__setattr__(self, "api_key", SecretStr(key) if key else None)
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         object.__setattr__(self, "v2_base_url", self.v2_base_url.rstrip("/"))
 
@@ -79,6 +116,7 @@ class Settings:
             "allow_unknown_models": _env_bool("MUSICGEN_ALLOW_UNKNOWN_MODELS"),
             "allow_insecure_http": _env_bool("MUSICGEN_ALLOW_INSECURE_HTTP"),
             "journal_path": os.environ.get(ENV_JOURNAL) or None,
+            "max_download_mb": _env_float(ENV_MAX_DOWNLOAD_MB),
         }
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**{k: v for k, v in env.items() if v is not None})

@@ -6,9 +6,13 @@ import os
 import re
 import tempfile
 import unicodedata
+from collections.abc import Mapping
+from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
+
+from .errors import DownloadError
 
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f<>:"/\\|?*]+')
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
@@ -25,16 +29,34 @@ _MEDIA_EXTENSIONS = {
 }
 _KNOWN_SUFFIXES = {".mp3", ".wav", ".mp4", ".m4a", ".ogg", ".flac", ".svg", ".png", ".jpg", ".jpeg", ".webp"}
 MAX_STEM = 120
-MAX_STEM_BYTES = 200  # file systems allow 255 bytes per name; leave room for " (2)" and the suffix
+MAX_NAME_BYTES = 255
+"""File systems allow 255 bytes per name: the stem, the suffix and any " (2)" counter together."""
+COUNTER_ROOM = len(" (99999)")
+
+
+def _fit(stem: str, room: int) -> str:
+    """The stem cut to `room` UTF-8 bytes on a character boundary, without a trailing space or dot."""
+    return stem.encode()[: max(room, 0)].decode("utf-8", "ignore").rstrip(" .")
+
+
+def _clean(text: str) -> str:
+    """No control, format (bidi overrides U+202E, isolates U+2066...) or unassigned characters; one line."""
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") else ch for ch in text)
+    return re.sub(r"\s+", " ", _UNSAFE.sub(" ", text)).strip(" .")  # "../x" must not become hidden ".. x"
 
 
 def safe_filename(title: str | None, suffix: str, fallback: str = "song") -> str:
-    """A file name from an untrusted title: one path component, no control characters, not hidden."""
-    stem = unicodedata.normalize("NFKC", title or "")
-    stem = re.sub(r"\s+", " ", _UNSAFE.sub(" ", stem)).strip(" .")  # "../x" must not become hidden ".. x"
-    stem = stem[:MAX_STEM].encode()[:MAX_STEM_BYTES].decode("utf-8", "ignore").rstrip(" .")
+    """A file name from an untrusted title: one path component, no control or bidi characters, not hidden,
+    and short enough (255 bytes) with its suffix and a " (2)" counter."""
+    suffix = _clean(suffix)[:16]
+    suffix = "." + suffix.lstrip(".") if suffix else ""
+    room = MAX_NAME_BYTES - len(suffix.encode()) - COUNTER_ROOM
+    stem = _fit(_clean(title or "")[:MAX_STEM], room)
     if not stem or stem.split(".")[0].strip().upper() in _RESERVED:  # Windows reserves "CON.txt" too
-        stem = _UNSAFE.sub("_", fallback).strip(".") or "song"
+        stem = _fit(_clean(fallback).replace(" ", "_"), room) or "song"
+        if stem.split(".")[0].strip().upper() in _RESERVED:
+            stem = "song"
     return stem + suffix
 
 
@@ -48,14 +70,52 @@ def suffix_for(url: str, content_type: str | None) -> str:
 
 
 def unique_path(directory: Path, name: str) -> Path:
-    """`directory/name`, or `name (2)` etc. if that exists, so a download never overwrites."""
+    """`directory/name`, or `name (2)` etc. if that exists, so a download never overwrites (within 255 bytes)."""
     path = directory / name
     stem, suffix = Path(name).stem, Path(name).suffix
     number = 2
     while path.exists():
-        path = directory / f"{stem} ({number}){suffix}"
+        tail = f" ({number}){suffix}"
+        path = directory / (_fit(stem, MAX_NAME_BYTES - len(tail.encode())) + tail)
         number += 1
     return path
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (changing it races with other threads)."""
+    with suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class SizeLimit:
+    """A download's size bound: refused from Content-Length when declared, and while streaming either way."""
+
+    def __init__(self, limit: int, url: str) -> None:
+        self.limit = limit
+        self.where = urlsplit(url)._replace(query="", fragment="").geturl()[:200]
+        self.size = 0
+
+    def _refuse(self, size: int) -> DownloadError:
+        return DownloadError(
+            f"Download of {self.where} refused: {size} bytes or more, above the limit of {self.limit // 2**20} MB "
+            "(max_download_mb, MUSICGEN_MAX_DOWNLOAD_MB); nothing was saved."
+        )
+
+    def check_declared(self, headers: Mapping[str, str]) -> None:
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            raise self._refuse(int(declared))
+
+    def take(self, chunk: bytes) -> bytes:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise self._refuse(self.size)
+        return chunk
 
 
 class AtomicFile:
@@ -65,6 +125,13 @@ class AtomicFile:
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         fd, name = tempfile.mkstemp(dir=directory, prefix=".ipymusicgen-", suffix=".part")
+        try:
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a saved song is an ordinary file
+        except OSError:
+            os.close(fd)
+            Path(name).unlink(missing_ok=True)
+            raise
         self._file = os.fdopen(fd, "wb")
         self.temp_path = Path(name)
 
@@ -80,9 +147,11 @@ class AtomicFile:
         return target
 
     def discard(self) -> None:
-        if not self._file.closed:
-            self._file.close()
-        self.temp_path.unlink(missing_ok=True)
+        with suppress(OSError):  # a full disk may refuse even the close; the temp file must still go
+            if not self._file.closed:
+                self._file.close()
+        with suppress(OSError):
+            self.temp_path.unlink(missing_ok=True)
 
     def __enter__(self) -> AtomicFile:
         return self

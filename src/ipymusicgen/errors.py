@@ -48,6 +48,14 @@ class InsecureTransportError(MusicGenError):
     """Refused to send the key over plain http to a host that is not this machine."""
 
 
+class MissingKeyError(MusicGenError):
+    """A paid call with no API key: refused before anything is sent (a real service may answer it with a 500)."""
+
+
+class DownloadError(MusicGenError):
+    """A download was refused (too large) or could not be written (disk full, no permission); no file is left."""
+
+
 class WaitTimeoutError(MusicGenError, TimeoutError):
     """`wait()` gave up before every task finished; the tasks go on server-side."""
 
@@ -108,15 +116,15 @@ class APIStatusError(APIError):
 
 
 class BadRequestError(APIStatusError):
-    """HTTP 400 or an envelope status 400-family: the service refused a parameter."""
+    """HTTP 400: the service refused the request (an error status inside a 200 envelope is an `EnvelopeError`)."""
 
 
 class AuthenticationError(APIStatusError):
-    """Missing or invalid API key."""
+    """Missing or invalid API key: HTTP 401/403, or a 5xx or envelope status whose message says so."""
 
 
-class PermissionDeniedError(APIStatusError):
-    """HTTP 403: the key may not do this."""
+class PermissionDeniedError(AuthenticationError):
+    """HTTP 403: the key was refused here (the real service answers a bad key with 401 or 403)."""
 
 
 class NotFoundError(APIStatusError):
@@ -136,15 +144,27 @@ class RateLimitError(APIStatusError):
 
 
 class InternalServerError(APIStatusError):
-    """HTTP 5xx or an envelope status 500-family."""
+    """HTTP 5xx (an error status inside a 200 envelope, even 500, is an `EnvelopeError`)."""
+
+
+class ServerAuthenticationError(AuthenticationError, InternalServerError):
+    """HTTP 5xx whose message says the key was refused (the real service answers a missing key so)."""
+
+
+class RedirectRefusedError(APIStatusError):
+    """HTTP 3xx to an API call: redirects are never followed, so the key never goes to another address."""
 
 
 class EnvelopeError(APIStatusError):
-    """HTTP 200 whose JSON envelope carries an error status."""
+    """HTTP 200 whose JSON envelope carries an error status (`status_code` is that status)."""
+
+
+class EnvelopeAuthenticationError(EnvelopeError, AuthenticationError):
+    """An envelope error status whose message says the key is missing or invalid."""
 
 
 class InsufficientCreditsError(EnvelopeError):
-    """The key has no music credits left."""
+    """The key has no music credits left (an envelope status, often 400, speaking of the counts left)."""
 
 
 class TaskFailedError(MusicGenError):

@@ -7,6 +7,7 @@ fields may be missing, and both the bare and the enveloped shapes parse (observe
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from datetime import datetime
@@ -116,6 +117,13 @@ class _V1Request(_Request):
     @classmethod
     def _known_mv(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _check_model_name(value, V1_MODELS, info)
+
+    @field_validator("continue_at", mode="after", check_fields=False)
+    @classmethod
+    def _finite_continue_at(cls, value: float | int | None) -> float | int | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PydanticCustomError("finite_number", "must be a finite number of seconds (got {at})", {"at": value})
+        return value
 
     @model_validator(mode="after")
     def _lyrics_rules(self) -> _V1Request:
@@ -365,6 +373,8 @@ def build_generate_request(
 
     `action` defaults to `auto`. Raises `RequestValidationError` naming each bad field.
     """
+    if isinstance(data, _V1Request) and not fields:
+        return data  # built (and validated) already: validating again would repeat its warnings
     if isinstance(data, _V1Request):  # keep its action: a default, so not in the "set" fields
         data = {**data.model_dump(exclude_unset=True), "action": data.action}
     body = {**(dict(data) if isinstance(data, Mapping) else {}), **fields}
@@ -376,6 +386,8 @@ def build_v2_request(
     data: Mapping[str, Any] | V2Request | None = None, /, *, allow_unknown_models: bool = False, **fields: Any
 ) -> V2Request:
     """Validate a v2 body, or raise `RequestValidationError` naming each bad field."""
+    if isinstance(data, V2Request) and not fields:
+        return data  # built (and validated) already: validating again would repeat its warnings
     if isinstance(data, V2Request):
         data = data.model_dump(exclude_unset=True)
     body = {**(dict(data) if isinstance(data, Mapping) else {}), **fields}

@@ -202,6 +202,7 @@ class Sandbox:
         if not self.running:
             raise RuntimeError("Start the sandbox first (sandbox.start() or `with Sandbox() as sandbox:`).")
         kwargs.setdefault("api_key", self.api_key)
+        kwargs.setdefault("journal", False)  # the embedded sandbox stays out of the user's journal (by identity)
         kwargs.setdefault("base_url", self.base_url)
         kwargs.setdefault("v2_base_url", self.v2_base_url)
         if "settings" not in kwargs:

@@ -1,0 +1,51 @@
+"""The sans-IO vocabulary shared by the client core, its response side and its waiting side.
+
+A flow is a generator that yields `Send(request)` or `Sleep(seconds)` and receives the response (or the
+transport exception); the sync and async faces drive the same flows. `Journal` is what a flow tells
+the journal, so no paid task id is ever lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+
+import httpx
+
+from .models import TaskRecord, V2Song
+
+if TYPE_CHECKING:
+    from .journal import Attempt, JournalEntry
+
+T = TypeVar("T")
+Record = TaskRecord | V2Song
+UpdateCallback = Callable[[list[Record]], None]
+
+
+class Send(NamedTuple):
+    request: httpx.Request
+
+
+class Sleep(NamedTuple):
+    seconds: float
+
+
+Flow = Generator["Send | Sleep", Any, T]
+
+
+class Journal(Protocol):
+    """What the client tells a journal (see `journal.py`), so no paid task id is ever lost."""
+
+    def begin(self, endpoint: str, host: str, payload: Mapping[str, Any]) -> str: ...
+    def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None: ...
+    def unknown(self, attempt_id: str, note: str) -> None: ...
+    def rejected(self, attempt_id: str, note: str) -> None: ...
+    def observe(self, records: Iterable[Record]) -> None: ...
+    def downloaded(self, task_id: str, path: str) -> None: ...
+
+
+class TaskJournal(Journal, Protocol):
+    """A journal that can also list what it holds, which `resume()` needs (`journal.Journal` is one)."""
+
+    def unfinished(self, host: str | None = None) -> list[JournalEntry]: ...
+    def attempts(self, outcome: str | None = None) -> list[Attempt]: ...

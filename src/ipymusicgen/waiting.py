@@ -1,0 +1,267 @@
+"""The waiting side of the client: one polling round, wait to the end, resume from the journal.
+
+Sans-IO like the rest of the core: every flow here yields `Send`/`Sleep` through the endpoint flows of
+`_Core` (`_tasks_flow`, `_query_v2_flow`), so the sync and async faces share them. What `wait()` is
+given is routed here too: a `GenerateResult`, the songs `submit_v2()` returned, records, or ids.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+from .errors import (
+    APIConnectionError,
+    APIResponseValidationError,
+    APIStatusError,
+    AuthenticationError,
+    FieldProblem,
+    MusicGenError,
+    RequestValidationError,
+    TaskFailedError,
+    WaitTimeoutError,
+)
+from .flows import Flow, Record, Sleep, TaskJournal, UpdateCallback
+from .models import GenerateResult, TaskRecord, V2Song
+from .responses import RETRYABLE_STATUS, backoff_delay
+from .tasks import TaskSet, TaskState
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .flows import Journal
+    from .journal import Attempt
+
+Waitable = str | GenerateResult | Record | Iterable[Any]
+"""What `wait()` takes: ids (a list, or one comma-joined string), a GenerateResult, records, or songs."""
+
+
+def _describe_attempt(attempt: Attempt) -> str:
+    describe = getattr(attempt, "describe", None)
+    if callable(describe):
+        return str(describe())
+    payload = attempt.payload or {}
+    what = payload.get("title") or payload.get("style") or payload.get("prompt") or payload.get("song_id") or ""
+    when = datetime.fromtimestamp(attempt.created_at).strftime("%Y-%m-%d %H:%M")
+    return f"{attempt.endpoint} {str(what)[:40]!r} at {when}" if what else f"{attempt.endpoint} at {when}"
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What `resume()` found: unfinished task ids (v1, v2), doubtful paid requests, and the records once waited."""
+
+    v1_ids: tuple[str, ...] = ()
+    v2_ids: tuple[str, ...] = ()
+    unknown: tuple[Attempt, ...] = ()
+    """Paid requests whose outcome is unknown: check key info and the task list before resending."""
+    records: tuple[Record, ...] = ()
+    """The finished records (only with `wait=True`)."""
+
+    @property
+    def ids(self) -> list[str]:
+        return [*self.v1_ids, *self.v2_ids]
+
+    def __repr__(self) -> str:
+        done = f", {len(self.records)} finished" if self.records else ""
+        head = f"{len(self.v1_ids)} v1 + {len(self.v2_ids)} v2 unfinished, {len(self.unknown)} unknown{done}"
+        if not self.unknown:
+            return f"Resumed({head})"
+        shown = "; ".join(_describe_attempt(a) for a in self.unknown[:5])
+        more = f"; and {len(self.unknown) - 5} more" if len(self.unknown) > 5 else ""
+        return f"Resumed({head}: outcome unknown, check before resending: {shown}{more})"
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error worth polling through: the network or the service had a bad moment (not a wrong key or id)."""
+    if isinstance(exc, APIConnectionError | APIResponseValidationError):
+        return True
+    return (
+        isinstance(exc, APIStatusError)
+        and not isinstance(exc, AuthenticationError)
+        and (exc.status_code in RETRYABLE_STATUS)
+    )
+
+
+def wait_timeout_error(tasks: TaskSet, timeout: float, last_error: BaseException | None = None) -> WaitTimeoutError:
+    v1, v2 = tasks.unfinished()
+    problem = f" The last poll failed: {last_error}" if last_error is not None else ""
+    return WaitTimeoutError(
+        f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on server-side: wait again "
+        f"or resume later.{problem}",
+        pending=v1 + v2,
+    )
+
+
+def _refuse(field: str, message: str) -> RequestValidationError:
+    return RequestValidationError([FieldProblem(field, message)])
+
+
+def check_id(value: Any, field: str = "ids") -> str:
+    """One task id, checked: text, not blank, no comma (ids travel comma-joined in `?ids=a,b`)."""
+    if not isinstance(value, str):
+        raise _refuse(field, f"a task id must be text (got {type(value).__name__})")
+    task_id = value.strip()
+    if not task_id:
+        raise _refuse(field, "a task id is empty")
+    if "," in task_id:
+        raise _refuse(field, f"a task id cannot contain a comma (got {task_id[:60]!r})")
+    if any(not ch.isprintable() for ch in task_id):
+        raise _refuse(field, f"a task id cannot contain control characters (got {task_id[:60]!r})")
+    return task_id
+
+
+def split_ids(ids: Any, field: str = "ids") -> tuple[list[str], list[str]]:
+    """(v1 ids, v2 ids) from ids, a comma-joined string, a GenerateResult, records or songs; refuse the rest."""
+    if ids is None:
+        raise _refuse(field, "give task ids (a list, or a GenerateResult / the songs a submit returned)")
+    if isinstance(ids, str):
+        parts = [p for p in ids.split(",") if p.strip()]
+        if not parts:
+            raise _refuse(field, "no task id given")
+        return [check_id(p, field) for p in parts], []
+    if isinstance(ids, GenerateResult):
+        return [check_id(i, field) for i in ids.ids], []
+    if isinstance(ids, V2Song):
+        return [], [check_id(ids.id, field)]
+    if isinstance(ids, TaskRecord):
+        return [check_id(ids.id, field)], []
+    if isinstance(ids, bytes | dict) or not isinstance(ids, Iterable):
+        raise _refuse(field, f"expected task ids, got {type(ids).__name__}")
+    v1: list[str] = []
+    v2: list[str] = []
+    for item in ids:
+        if isinstance(item, V2Song):
+            v2.append(check_id(item.id, field))
+        elif isinstance(item, TaskRecord):
+            v1.append(check_id(item.id, field))
+        elif isinstance(item, GenerateResult):
+            v1.extend(check_id(i, field) for i in item.ids)
+        else:
+            v1.append(check_id(item, field))
+    return v1, v2
+
+
+def v1_ids(ids: Any) -> list[str]:
+    """Ids for the v1 task endpoint; v2 songs are refused (they are read with `query_v2`)."""
+    v1, v2 = split_ids(ids)
+    if v2:
+        raise _refuse("ids", "v2 songs are read with query_v2() or wait(), not tasks()")
+    return v1
+
+
+def check_seconds(value: Any, field: str, *, allow_zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _refuse(field, f"must be a number of seconds (got {value!r})")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise _refuse(field, f"must be a finite number of seconds, {bound} (got {value!r})")
+    return seconds
+
+
+class WaitFlows:
+    """Polling, waiting and resuming, mixed into `_Core` (which supplies settings, journal and endpoint flows)."""
+
+    settings: Settings
+    journal: Journal | None
+    _record_listeners: list[UpdateCallback]
+
+    def _tasks_flow(self, ids: Any) -> Flow[list[TaskRecord]]: ...  # provided by _Core
+    def _query_v2_flow(self, song_id: str) -> Flow[V2Song]: ...  # provided by _Core
+    def _open_journal(self) -> Journal: ...  # provided by _Core
+
+    def _poll_flow(self, tasks: TaskSet) -> Flow[list[Record]]:
+        """One round: one batched v1 query for every unfinished v1 task, one query per v2 song."""
+        v1, v2 = tasks.unfinished()
+        records: list[Record] = []
+        if v1:
+            records.extend((yield from self._tasks_flow(v1)))
+        for song_id in v2:
+            records.append((yield from self._query_v2_flow(song_id)))
+        changed = tasks.update(records)
+        if changed:
+            for listener in list(self._record_listeners):
+                listener(changed)
+        return changed
+
+    def _wait_flow(
+        self,
+        ids: Any,
+        v2_ids: Any,
+        timeout: float | None,
+        interval: float | None,
+        on_update: UpdateCallback | None,
+        raise_on_failure: bool,
+    ) -> Flow[list[Record]]:
+        v1, v2 = split_ids(ids) if not (isinstance(ids, tuple | list) and not ids) else ([], [])
+        if v2_ids is not None and not (isinstance(v2_ids, tuple | list) and not v2_ids):
+            more_v1, more_v2 = split_ids(v2_ids, "v2_ids")
+            v2 += more_v1 + more_v2  # anything given as v2_ids is a v2 id
+        if not v1 and not v2:
+            raise _refuse("ids", "no task id given")
+        timeout = self.settings.wait_timeout if timeout is None else check_seconds(timeout, "timeout", allow_zero=True)
+        interval = (
+            self.settings.poll_interval if interval is None else check_seconds(interval, "interval", allow_zero=False)
+        )
+        tasks = TaskSet(v1, v2_ids=v2)
+        deadline = time.monotonic() + timeout
+        failures = 0
+        while True:
+            try:
+                changed = yield from self._poll_flow(tasks)
+            except MusicGenError as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise wait_timeout_error(tasks, timeout, exc) from exc
+                pause = max(interval, backoff_delay(failures - 1, getattr(exc, "response", None)))
+                yield Sleep(min(pause, remaining))
+                continue
+            failures = 0
+            if changed and on_update is not None:
+                on_update(changed)
+            if tasks.all_finished:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise wait_timeout_error(tasks, timeout)
+            yield Sleep(min(interval, remaining))
+        finished = [tasks.get(i) for i in tasks.ids]
+        records = [r for r in finished if r is not None]
+        failed = [r for r in records if r.state is TaskState.FAILED]
+        if failed and raise_on_failure:
+            raise TaskFailedError(failed[0])
+        return records
+
+    def _resume_journal(self) -> TaskJournal:
+        """The journal to resume from: this client's, else the durable one of the settings (kept for polling)."""
+        if self.journal is None:
+            self.journal = self._open_journal()
+        if not hasattr(self.journal, "unfinished") or not hasattr(self.journal, "attempts"):
+            raise MusicGenError("resume() needs a journal that lists tasks, such as ipymusicgen.journal.Journal.")
+        return cast(TaskJournal, self.journal)
+
+    def unfinished(self) -> Resumed:
+        """What the journal holds for this client's hosts: unfinished tasks and doubtful paid requests."""
+        journal = self._resume_journal()
+        base, v2_base = self.settings.base_url, self.settings.v2_base_url
+        v1 = tuple(e.id for e in journal.unfinished(base) if e.version == 1)
+        v2 = tuple(e.id for e in journal.unfinished(v2_base) if e.version == 2)
+        unknown = tuple(a for a in journal.attempts(outcome="unknown") if a.host in (base, v2_base))
+        return Resumed(v1, v2, unknown)
+
+    def _resume_flow(
+        self, wait: bool, timeout: float | None, interval: float | None, on_update: UpdateCallback | None
+    ) -> Flow[Resumed]:
+        found = self.unfinished()
+        if not wait or not found.ids:
+            return found
+        records = yield from self._wait_flow(
+            list(found.v1_ids), list(found.v2_ids), timeout, interval, on_update, False
+        )
+        return replace(found, records=tuple(records))
