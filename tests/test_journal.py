@@ -13,6 +13,7 @@ import pytest
 from ipymusicgen import CreateOutcomeUnknownError, InsufficientCreditsError, MusicClient
 from ipymusicgen.journal import Journal, default_journal_path
 from ipymusicgen.models import TaskRecord
+from ipymusicgen.sandbox import DEMO_KEY
 
 BASE = "http://127.0.0.1:9"
 
@@ -95,7 +96,7 @@ def test_polling_updates_state_and_urls(journal: Journal) -> None:
         )
 
     client = make_client(handler, journal)
-    client.wait(client.generate(style="x").ids, interval=0)
+    client.wait(client.generate(style="x").ids, interval=0.001)
     assert journal.unfinished() == []
     states = {e.id: (e.state, e.audio_url, e.fail_reason) for e in journal.history()}
     assert states == {"a": ("complete", "http://127.0.0.1:9/a.mp3", None), "b": ("failed", None, "boom")}
@@ -157,14 +158,14 @@ def test_a_plain_client_of_a_real_service_journals_by_default(monkeypatch: pytes
         assert {"d1", "d2"} <= {e.id for e in durable.unfinished("https://api.example")}
 
 
-def test_loopback_clients_journal_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("MUSICGEN_JOURNAL", raising=False)
+def test_loopback_clients_journal_but_the_demo_key_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy or tunnel on 127.0.0.1 in front of the paid service is a real service: journalled, by identity."""
+    monkeypatch.setenv("MUSICGEN_JOURNAL", str(tmp_path / "local.sqlite3"))
     transport = httpx.MockTransport(_answer_generate)
-    assert MusicClient("k", base_url=BASE, http_client=httpx.Client(transport=transport)).journal is None
-    assert MusicClient("k", base_url="https://api.example", journal=False).journal is None
-    monkeypatch.setenv("MUSICGEN_JOURNAL", str(tmp_path / "asked.sqlite3"))
     with MusicClient("k", base_url=BASE, http_client=httpx.Client(transport=transport)) as client:
-        client.generate(action="auto", style="asked for")
-        assert client.journal is not None and client.journal.path == tmp_path / "asked.sqlite3"
-    with Journal(tmp_path / "asked.sqlite3") as asked:
-        assert {e.id for e in asked.unfinished()} == {"d1", "d2"}
+        client.generate(action="auto", style="through a local proxy")
+        assert client.journal is not None and client.journal.path == tmp_path / "local.sqlite3"
+    with Journal(tmp_path / "local.sqlite3") as local:
+        assert {e.id for e in local.unfinished()} == {"d1", "d2"}
+    assert MusicClient("k", base_url="https://api.example", journal=False).journal is None
+    assert MusicClient(DEMO_KEY, base_url=BASE, http_client=httpx.Client(transport=transport)).journal is None

@@ -13,6 +13,7 @@ TXXX "ipymusicgen:task_id" / "ipymusicgen:model" / "ipymusicgen:action" / "ipymu
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -75,6 +76,7 @@ def sandbox_archive_dir() -> Path:
     """One temp directory per process for sandbox songs: never the user's archive."""
     if not _sandbox_dir:
         _sandbox_dir.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-")))
+        atexit.register(shutil.rmtree, _sandbox_dir[0], ignore_errors=True)  # sandbox songs do not outlive the process
     return _sandbox_dir[0]
 
 
