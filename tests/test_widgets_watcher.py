@@ -1,19 +1,24 @@
-"""The task watcher and its cards without a browser: real ipywidgets against the real sandbox.
+"""The task watcher without a browser: the real anywidget model against the real sandbox.
 
-The sandbox derives every task's state from its clock, so these tests freeze that clock and move it
-by hand: each `poll_once()` then sees exactly the stage the test asked for, on any machine speed.
+What the browser would receive is recorded at the comm (every message the widget publishes), so the
+tests see exactly the snapshots and diffs a front end gets. The sandbox derives every task's state
+from its clock, frozen here and moved by hand: each `poll_once()` sees exactly the stage asked for.
 """
 
 from __future__ import annotations
 
-import re
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import comm
 import httpx
 import ipywidgets as w
 import pytest
-from helpers import HOSTILE, WAIT, ManualClock, html_values, wait_until
+from helpers import HOSTILE, WAIT, ManualClock, wait_until
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.lib.pretty import pretty
 from IPython.utils.capture import capture_output
@@ -24,8 +29,44 @@ from ipymusicgen.errors import WaitTimeoutError
 from ipymusicgen.models import TaskRecord, V2Song
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.tasks import TaskState
-from ipymusicgen.widgets import GenerateForm, TaskCard, TaskWatcher
-from ipymusicgen.widgets.watcher import MAX_BACKOFF, PAGE_SIZE, backoff
+from ipymusicgen.widgets import GenerateForm, TaskCard, TaskWatcher, song_card
+from ipymusicgen.widgets._static import STATIC, css, esm
+from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
+
+
+class Wire:
+    """Every message the kernel publishes on widget comms (what front ends would receive)."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, dict[str, Any]]] = []
+
+    def custom(self, widget: w.Widget) -> list[dict[str, Any]]:
+        """The custom messages (snapshots and diffs) sent by one widget."""
+        return [
+            data["content"]
+            for comm_id, data in self.messages
+            if comm_id == widget.model_id and data.get("method") == "custom"
+        ]
+
+    def updates(self, widget: w.Widget) -> list[dict[str, Any]]:
+        """Trait updates of one widget (the watcher should send none while polling)."""
+        mine = [data for comm_id, data in self.messages if comm_id == widget.model_id]
+        return [data for data in mine if data.get("method") == "update"]
+
+    def clear(self) -> None:
+        self.messages.clear()
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> Wire:
+    recorded = Wire()
+
+    def publish_msg(self: comm.DummyComm, msg_type: str, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        if msg_type == "comm_msg" and isinstance(data, dict):
+            recorded.messages.append((self.comm_id, data))
+
+    monkeypatch.setattr(comm.DummyComm, "publish_msg", publish_msg)
+    return recorded
 
 
 @pytest.fixture
@@ -50,12 +91,6 @@ def plain_client(sandbox: Sandbox) -> Iterator[MusicClient]:
         yield music_client
 
 
-def assert_escaped(widget: w.Widget) -> None:
-    values = "\n".join(html_values(widget))
-    assert "&lt;img src=x onerror=alert(1)&gt;" in values
-    assert "<img" not in values
-
-
 def custom_song(client: MusicClient, **fields: object) -> list[str]:
     body = {"action": "custom", "style": "lo-fi piano", "title": "Rain", "lyrics": "[Verse]\nla la", **fields}
     return list(client.generate(**body).ids)
@@ -65,111 +100,247 @@ def v2_song(client: MusicClient) -> list[str]:
     return [song.id for song in client.submit_v2(is_auto=1, prompt="calm piano", model_version="v4.5")]
 
 
-# -- cards and states ----------------------------------------------------------------------------------
+def hello(watcher: TaskWatcher, wire: Wire) -> dict[str, Any]:
+    """What a new view does first: ask for a snapshot; returns it."""
+    wire.clear()
+    watcher._handle_custom_msg({"kind": "hello"}, [])
+    (snapshot,) = wire.custom(watcher)
+    assert snapshot["kind"] == "snapshot"
+    return snapshot
 
 
-def test_one_card_per_task_v1_and_v2(
-    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+def cards_of(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    return [card for group in snapshot["groups"] for card in group]
+
+
+# -- one model, snapshots and diffs -----------------------------------------------------------------------
+
+
+def test_one_widget_model_whatever_the_number_of_tasks(client: MusicClient) -> None:
+    before = set(w.widget._instances)
+    watcher = TaskWatcher([f"task-{i}" for i in range(1000)], client=client, autostart=False)
+    try:
+        new = set(w.widget._instances) - before
+        assert len(new) <= 3  # the watcher and its layout: no model per card
+        assert len(watcher.cards) == 1000 and watcher.pages == 50  # 500 calls of two, 10 calls a page
+        assert len(watcher.visible_ids) == 20
+    finally:
+        watcher.close()
+
+
+def test_snapshot_shows_the_takes_of_a_call_side_by_side_newest_first(
+    client: MusicClient, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher]
 ) -> None:
-    v1, v2 = custom_song(client), v2_song(client)
-    watcher = watchers(v1, v2_ids=v2, client=client, autostart=False)
-    assert watcher.ids == v1 + v2
-    assert [card.task_id for card in watcher.children[1].children] == v1 + v2
-    assert [watcher.card(i).v2 for i in v1 + v2] == [False, False, True, True]
-    assert watcher.add(v1) == []  # already watched: no second card
-    assert len(watcher.cards) == 4
-    assert all(card.state is None and card.audio_url is None for card in watcher.cards.values())
+    first, second = custom_song(client), custom_song(client, title="Snow")
+    watcher = watchers(first, client=client, autostart=False)
+    watcher.add(second)
+    v2 = v2_song(client)
+    watcher.add(v2, v2=True)
+    snapshot = hello(watcher, wire)
+    groups = [[card["id"] for card in group] for group in snapshot["groups"]]
+    assert groups == [v2, second, first]  # newest call first; the takes of one call together
+    for group in snapshot["groups"]:
+        assert [card["take"] for card in group] == [1, 2][: len(group)]
+        assert len({card["call"] for card in group}) == 1
+    assert all(card["state"] == "queued" and card["actions"] == ["copy_id"] for card in cards_of(snapshot))
+    assert snapshot["header"]["title"] == "6 songs" and snapshot["header"]["counts"] == "0 ready · 6 running"
+    assert watcher.card(v2[0]).v2 and not watcher.card(first[0]).v2
+    assert watcher.add(first) == []  # already watched: nothing new
 
 
-def test_v1_card_goes_processing_preview_complete(
-    client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+def test_each_round_sends_one_diff_with_only_what_changed(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher]
 ) -> None:
     ids = custom_song(client, lyrics="[Verse]\nrain on the window")
     watcher = watchers(ids, client=client, autostart=False)
-    card = watcher.card(ids[0])
-    player = card.audio
+    hello(watcher, wire)
+    wire.clear()
 
     assert len(watcher.poll_once()) == 2
-    assert card.state is TaskState.PROCESSING
-    assert card.progress.value == 1 and card.audio_url is None
-    assert "processing" in card.html and "Rain" in card.html and "lo-fi piano" in card.html
-    assert card.lyrics_box.layout.display == "none"
-    assert not any(b.layout.display is None for name, b in card.buttons.items() if name != "copy")
+    (diff,) = wire.custom(watcher)  # one message for the round
+    assert diff["kind"] == "diff" and set(diff["cards"]) == set(ids)
+    for fields in diff["cards"].values():
+        assert fields["state"] == "writing" and fields["title"] == "Rain"
+        assert fields["style_chips"] == ["lo-fi piano"]
+        assert "lyrics" not in fields and "audio_url" not in fields and "id" not in fields  # unchanged: not sent
 
+    wire.clear()
     clock.stages(1)
     watcher.poll_once()
-    preview = card.record.audio_url
-    assert card.state is TaskState.PREVIEW and card.progress.value == 2
-    assert preview.startswith(sandbox.base_url) and preview.endswith("-preview.mp3")
-    assert card.audio_url == preview
-    assert player.autoplay is False and player.loop is False and player.format == "url"
-    assert "preview" in card.html
+    (diff,) = wire.custom(watcher)
+    fields = diff["cards"][ids[0]]
+    assert set(fields) <= {"state", "state_label", "audio_url", "lyrics", "elapsed_s", "duration_s"}
+    assert fields["state"] == "preview" and fields["audio_url"].endswith("-preview.mp3")
+    assert fields["audio_url"].startswith(sandbox.base_url)
 
+    wire.clear()
     clock.stages(1)
     watcher.poll_once()
-    record = card.record
-    assert card.state is TaskState.COMPLETE
-    assert card.progress.value == 3 and card.progress.bar_style == "success"
-    assert card.audio is player  # the final file replaces the preview in the same player
-    assert card.audio_url == record.audio_url != preview
-    assert player.autoplay is False and player.loop is False
-    assert bytes(card.cover.value).decode() == record.cover_url and card.cover.layout.display is None
-    assert "duration 4.0 s" in card.html and "final audio" in card.html
-    assert card.lyrics_box.layout.display is None
-    assert isinstance(card.lyrics_box, w.Accordion) and "rain on the window" in card.lyrics_box.children[0].value
-    assert "complete ·" in card.html  # state with elapsed time
-    shown = {name for name, button in card.buttons.items() if button.layout.display is None}
-    assert shown == {"extend", "concat", "download", "copy"}
-    assert watcher.done and watcher.poll_once() == []
+    (diff,) = wire.custom(watcher)
+    fields = diff["cards"][ids[0]]
+    assert fields["state"] == "ready" and fields["duration_s"] == 4.0
+    assert fields["audio_url"] == watcher.card(ids[0]).record.audio_url and fields["cover_url"]
+    assert fields["actions"] == ["extend", "concat", "download", "favourite", "copy_id"]
+    assert diff["header"]["counts"] == "2 ready"
+    assert watcher.done
+
+    wire.clear()
+    assert watcher.poll_once() == []
+    assert wire.custom(watcher) == [] and wire.updates(watcher) == []  # nothing changed: nothing sent
+    revs = [m["rev"] for m in wire.custom(watcher)]
+    assert revs == sorted(revs)
 
 
-def test_v2_card_completes_and_offers_no_concat(
-    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+def test_diffs_carry_only_cards_on_the_visible_page(
+    client: MusicClient, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher]
 ) -> None:
-    ids = v2_song(client)
-    watcher = watchers(v2_ids=ids, client=client, autostart=False)
-    clock.stages(1)
-    watcher.poll_once()
-    card = watcher.card(ids[0])
-    assert card.state is TaskState.PREVIEW and card.audio_url and card.audio_url.endswith("-preview.mp3")
-    clock.stages(1)
-    watcher.poll_once()
-    assert card.state is TaskState.COMPLETE and card.audio_url == card.record.audio_url
-    assert card.audio.autoplay is False and card.audio.loop is False
-    assert card.cover.layout.display is None and "duration 4.0 s" in card.html
-    assert card.buttons["concat"].layout.display == "none"
-    assert card.buttons["extend"].layout.display is None
+    newer = []  # page 1: the 10 calls added last (finished, so the sandbox's running limit is not hit)
+    for _ in range(10):
+        newer.append(custom_song(client))
+        clock.stages(2)
+    old = custom_song(client)  # added first, so it ends up on page 2; still running
+    watcher = watchers(old, client=client, autostart=False)
+    for ids in newer:
+        watcher.add(ids)
+    assert watcher.pages == 2 and set(old).isdisjoint(watcher.visible_ids)
+    hello(watcher, wire)
+    wire.clear()
+    watcher.poll_once()  # the old call moves to writing, the newer ones to ready
+    (diff,) = wire.custom(watcher)
+    assert set(diff["cards"]) == {i for ids in newer for i in ids}  # the hidden page's changes stay home
+    assert diff["header"]["counts"] == "20 ready · 2 running" and diff["header"]["page_label"] == "Page 1 of 2"
+
+    wire.clear()
+    watcher._handle_custom_msg({"kind": "page", "page": 1}, [])
+    (snapshot,) = wire.custom(watcher)
+    assert [card["id"] for card in cards_of(snapshot)] == old
+    assert [card["state"] for card in cards_of(snapshot)] == ["writing", "writing"]
+    assert watcher.page == 1 and snapshot["header"]["page"] == 1
+
+    for bad in (99, -5, "1", True, None):
+        watcher._handle_custom_msg({"kind": "page", "page": bad}, [])
+    assert watcher.page in (0, 1)  # clamped or ignored, never out of range
+    watcher._handle_custom_msg("not a dict", [])
+    watcher._handle_custom_msg({"kind": "no such thing"}, [])
 
 
-def test_failed_task_shows_its_reason_escaped(
-    client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+def test_new_calls_on_the_page_send_a_fresh_snapshot(
+    client: MusicClient, wire: Wire, watchers: Callable[..., TaskWatcher]
 ) -> None:
-    sandbox.set_faults([{"kind": "task_fail", "fail_code": 501, "fail_reason": HOSTILE}])
-    ids = custom_song(client)
-    watcher = watchers(ids, client=client, autostart=False)
-    clock.stages(1)
-    watcher.poll_once()
-    card = watcher.card(ids[0])
-    assert card.state is TaskState.FAILED and watcher.done
-    assert card.progress.bar_style == "danger"
-    assert "failed: &lt;img src=x onerror=alert(1)&gt;" in card.html
-    assert_escaped(card)
-    assert card.audio_url is None and card.audio.layout.display == "none"
-    assert card.buttons["download"].layout.display == "none"
-    assert "[failed]" in repr(watcher)
+    watcher = watchers(custom_song(client), client=client, autostart=False)
+    hello(watcher, wire)
+    wire.clear()
+    more = custom_song(client)
+    watcher.add(more)
+    (message,) = wire.custom(watcher)
+    assert message["kind"] == "snapshot" and [c["id"] for c in message["groups"][0]] == more
 
 
-def test_hostile_title_and_lyrics_render_as_text(
-    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
-) -> None:
-    ids = custom_song(client, title=HOSTILE, style=HOSTILE, lyrics=f"[Verse]\n{HOSTILE}")
-    watcher = watchers(ids, client=client, autostart=False)
+# -- intents from the cards ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def finished(client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]) -> TaskWatcher:
+    """A watcher (not polling by itself) whose two songs are complete."""
+    watcher = watchers(custom_song(client, title="Rain / Night: 1"), client=client, autostart=False)
     clock.stages(2)
     watcher.poll_once()
-    card = watcher.card(ids[0])
-    assert card.record.title == HOSTILE and card.record.lyrics and HOSTILE in card.record.lyrics
-    assert_escaped(card)
-    assert_escaped(watcher)
+    assert watcher.done
+    return watcher
+
+
+def press(watcher: TaskWatcher, wire: Wire, kind: str, task_id: str) -> dict[str, Any]:
+    """A card button as the browser sends it; returns the note the card now shows (from the diff)."""
+    wire.clear()
+    watcher._handle_custom_msg({"kind": kind, "id": task_id}, [])
+    (diff,) = wire.custom(watcher)
+    return diff["cards"][task_id]
+
+
+def test_download_intent_saves_a_file_named_from_the_title(
+    finished: TaskWatcher, wire: Wire, tmp_path: Path
+) -> None:
+    hello(finished, wire)
+    finished.download_dir = tmp_path
+    fields = press(finished, wire, "download", finished.ids[0])
+    assert [f.name for f in tmp_path.iterdir()] == ["Rain Night 1.mp3"]
+    assert fields["note"].startswith("Saved to ") and "Rain Night 1.mp3" in fields["note"]
+
+
+def test_concat_intent_adds_its_tasks(finished: TaskWatcher, wire: Wire, sandbox: Sandbox) -> None:
+    hello(finished, wire)
+    wire.clear()
+    finished._handle_custom_msg({"kind": "concat", "id": finished.ids[1]}, [])
+    assert len(finished.ids) == 4 and sandbox.request_counts()["/v1/music/generate"] == 2
+    (snapshot,) = [m for m in wire.custom(finished) if m["kind"] == "snapshot"]  # the new call joins the page
+    assert [c["id"] for c in snapshot["groups"][0]] == finished.ids[2:]
+    assert "Joining started: 2 new song(s)" in finished.card(finished.ids[1]).note
+
+
+def test_copy_id_and_favourite_intents(finished: TaskWatcher, wire: Wire) -> None:
+    hello(finished, wire)
+    task_id = finished.ids[0]
+    record = finished.card(task_id).record
+    assert press(finished, wire, "copy_id", task_id)["note"] == f"Id: {task_id}, {record.song_id}"
+    told: list[tuple[str, bool]] = []
+    finished.on_favourite = lambda i, on: told.append((i, on))
+    fields = press(finished, wire, "favourite", task_id)
+    assert fields["favourite"] is True and told == [(task_id, True)]
+    assert press(finished, wire, "favourite", task_id)["favourite"] is False
+
+
+def test_extend_intent_prefills_a_form_that_submits_into_the_watcher(
+    finished: TaskWatcher, wire: Wire, sandbox: Sandbox
+) -> None:
+    hello(finished, wire)
+    task_id = finished.ids[0]
+    fields = press(finished, wire, "extend", task_id)
+    assert "Extend form ready" in fields["note"]
+    form = finished.extend_form
+    assert isinstance(form, GenerateForm)
+    values = form.values()
+    assert values["action"] == "extend" and values["continue_song_id"] == finished.card(task_id).record.song_id
+    assert values["continue_at"] == 4 and values["style"] == "lo-fi piano" and values["title"] == "Rain / Night: 1"
+    form.set_values(continue_at=2.5)
+    form.submit()
+    assert len(finished.ids) == 4 and sandbox.request_counts()["/v1/music/generate"] == 2
+    form.close()
+
+
+def test_actions_on_an_unfinished_or_unknown_song_are_refused_in_the_card(
+    client: MusicClient, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher]
+) -> None:
+    watcher = watchers(custom_song(client, title=HOSTILE), client=client, autostart=False)
+    watcher.poll_once()
+    hello(watcher, wire)
+    fields = press(watcher, wire, "download", watcher.ids[0])  # not raised
+    assert fields["note"].startswith("Download failed") and "processing, not complete" in fields["note"]
+    wire.clear()
+    watcher._handle_custom_msg({"kind": "download", "id": "not-watched"}, [])
+    watcher._handle_custom_msg({"kind": "download", "id": ["x"]}, [])
+    assert wire.custom(watcher) == []
+
+
+# -- everything is plain text; no key anywhere ------------------------------------------------------------
+
+
+def test_hostile_text_stays_plain_text_in_the_data(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher]
+) -> None:
+    sandbox.set_faults([{"kind": "task_fail", "fail_code": 501, "fail_reason": HOSTILE}])
+    failing = custom_song(client)
+    hostile = custom_song(client, title=HOSTILE, style=f"{HOSTILE}, rock", lyrics=f"[Verse]\n{HOSTILE}")
+    watcher = watchers(failing + hostile, client=client, autostart=False)
+    clock.stages(2)
+    watcher.poll_once()
+    cards = {card["id"]: card for card in cards_of(hello(watcher, wire))}
+    bad = cards[hostile[0]]
+    assert bad["title"] == HOSTILE and bad["style_chips"] == [HOSTILE, "rock"] and HOSTILE in bad["lyrics"]
+    failed = cards[failing[0]]
+    assert failed["state"] == "failed" and failed["fail_reason"] == HOSTILE
+    assert failed["audio_url"] is None and failed["actions"] == ["copy_id"]
+    assert "&lt;" not in json.dumps(cards)  # not escaped twice: the browser sets it as text
+    assert "[Failed: <img" in repr(watcher)
 
 
 BAD_URLS = ["javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "file:///etc/passwd", " JAVASCRIPT:x"]
@@ -177,27 +348,30 @@ BAD_URLS = ["javascript:alert(1)", "data:text/html,<script>alert(1)</script>", "
 
 @pytest.mark.parametrize("url", BAD_URLS)
 @pytest.mark.parametrize("status", [2, 0])
-def test_non_http_urls_never_become_players_or_images(url: str, status: int) -> None:
+def test_non_http_urls_never_reach_the_browser(url: str, status: int) -> None:
     card = TaskCard("t1")
     good = "https://cdn.example/t1.mp3"
     card.update(TaskRecord.model_validate({"id": "t1", "status": status, "audio_url": good, "cover_url": good}))
-    assert card.audio_url == good  # a good URL is shown, so the next update has something to take away
-    record = {"id": "t1", "status": status, "duration": 1000, "audio_url": url, "cover_url": url, "title": "T"}
-    card.update(TaskRecord.model_validate(record))
-    assert card.audio_url is None and bytes(card.audio.value) == b"" and card.audio.layout.display == "none"
-    assert bytes(card.cover.value) == b"" and card.cover.layout.display == "none"
-    markup = "\n".join(html_values(card))
-    assert "href" not in markup and url.strip() not in markup and "not an http(s) URL" in markup
-    assert url not in card.summary()
+    assert card.audio_url == good and card.data()["cover_url"] == good
+    card.update(TaskRecord.model_validate({"id": "t1", "status": status, "audio_url": url, "cover_url": url}))
+    data = card.data()
+    assert data["audio_url"] is None and data["cover_url"] is None and url.strip() not in json.dumps(data)
+    v2 = TaskCard("s1", v2=True)
+    v2.update(V2Song(song_id="s1", status="FINISHED", audio=url, image=url, title=HOSTILE))
+    assert v2.audio_url is None and v2.data()["cover_url"] is None and "concat" not in v2.data()["actions"]
 
 
-def test_v2_song_with_bad_urls_is_text_only() -> None:
-    card = TaskCard("s1", v2=True)
-    song = {"song_id": "s1", "status": "FINISHED", "audio": "javascript:alert(1)", "image": "data:image/png,x"}
-    card.update(V2Song.model_validate({**song, "title": HOSTILE, "lyric": HOSTILE, "tags": HOSTILE}))
-    assert card.state is TaskState.COMPLETE and card.audio_url is None
-    assert card.cover.layout.display == "none"
-    assert_escaped(card)
+def test_no_key_in_widget_state_messages_or_repr(
+    finished: TaskWatcher, wire: Wire, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    key = finished.client.settings.api_key.get_secret_value()
+    assert key and len(key) > 6
+    hello(finished, wire)
+    finished.download_dir = tmp_path
+    press(finished, wire, "download", finished.ids[0])
+    finished.batch_line = "batch: 3 of 10"
+    text = json.dumps([finished.get_state(), [m for _id, m in wire.messages], repr(finished)], default=str)
+    assert key not in text
 
 
 # -- polling: batching, the thread, errors --------------------------------------------------------------
@@ -214,14 +388,11 @@ def test_one_batched_query_per_round_for_the_unfinished(sandbox: Sandbox, clock:
         try:
             watcher.add(second)
             asked.clear()
-            before = sandbox.request_counts().get("/v1/music/tasks", 0)
             watcher.poll_once()
-            assert sandbox.request_counts()["/v1/music/tasks"] == before + 1
             assert [u.params["ids"].split(",") for u in asked] == [first + second]
             asked.clear()
             watcher.poll_once()
             assert [u.params["ids"].split(",") for u in asked] == [second]  # finished tasks are not asked again
-            assert sandbox.request_counts()["/v1/music/tasks"] == before + 2
         finally:
             watcher.close()
 
@@ -230,7 +401,7 @@ def test_thread_polls_until_all_done_then_stops(
     client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
 ) -> None:
     ids = custom_song(client)
-    watcher = watchers(ids, client=client)
+    watcher = watchers(ids, client=client, interval=0.05)
     assert watcher.running
     clock.stages(2)
     wait_until(lambda: not watcher.running, "the thread to stop once every task is done")
@@ -248,7 +419,7 @@ def test_stop_start_and_close_end_the_thread(
     client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
 ) -> None:
     ids = custom_song(client)
-    watcher = watchers(ids, client=client)
+    watcher = watchers(ids, client=client, interval=0.05)
     wait_until(lambda: sandbox.request_counts().get("/v1/music/tasks", 0) >= 2, "two polling rounds")
     thread = watcher._thread
     assert thread is not None
@@ -276,22 +447,25 @@ def test_the_front_end_closing_the_widget_stops_the_thread(client: MusicClient, 
 
 
 @pytest.mark.parametrize("fault", ["server_error", "rate_limit"])
-def test_poll_error_is_shown_in_cards_and_cleared_on_recovery(
-    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher], fault: str
+def test_poll_error_is_shown_in_the_header_and_cleared_on_recovery(
+    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher],
+    fault: str,
 ) -> None:
     ids = custom_song(plain_client)
     watcher = watchers(ids, client=plain_client, autostart=False)
+    hello(watcher, wire)
     sandbox.set_faults(f"{fault}:count=1:path=/v1/music/tasks")
+    wire.clear()
     assert watcher.poll_once() == []
     code = "500" if fault == "server_error" else "rate limited"
     assert watcher.last_error and code in watcher.last_error
-    for card in watcher.cards.values():
-        assert "polling:" in card.html and code in card.html and card.state is None
-    assert "polling error" in watcher.children[0].value
+    (diff,) = wire.custom(watcher)
+    error = diff["header"]["error"]
+    assert diff["cards"] == {} and error.startswith("Polling failed:") and code in error
     clock.stages(1)
+    wire.clear()
     assert len(watcher.poll_once()) == 2
-    assert watcher.last_error is None
-    assert all("polling:" not in card.html for card in watcher.cards.values())
+    assert watcher.last_error is None and wire.custom(watcher)[0]["header"]["error"] == ""
 
 
 def test_thread_backs_off_and_recovers(
@@ -300,15 +474,14 @@ def test_thread_backs_off_and_recovers(
     ids = custom_song(plain_client)
     sandbox.set_faults("server_error:count=2:path=/v1/music/tasks")
     watcher = watchers(ids, client=plain_client, interval=0.25)
-    card = watcher.card(ids[0])
-    wait_until(lambda: "retrying in 0.5 s" in card.html, "the first failure with a doubled wait")
-    wait_until(lambda: "retrying in 1 s" in card.html, "the second failure with the wait doubled again")
-    assert sandbox.request_counts()["/v1/music/tasks"] == 2 and "500" in card.html
-    wait_until(lambda: watcher.last_error is None and card.state is TaskState.PROCESSING, "recovery")
-    assert "polling:" not in card.html
+    wait_until(lambda: "retrying in 0.5 s" in watcher.header()["error"], "the first failure with a doubled wait")
+    wait_until(lambda: "retrying in 1 s" in watcher.header()["error"], "the second failure, the wait doubled again")
+    assert sandbox.request_counts()["/v1/music/tasks"] == 2
+    wait_until(lambda: watcher.last_error is None and watcher.card(ids[0]).state is not None, "recovery")
+    assert watcher.header()["error"] == ""
     clock.stages(2)
     wait_until(lambda: not watcher.running, "the thread to finish after recovering")
-    assert card.state is TaskState.COMPLETE
+    assert watcher.card(ids[0]).state is TaskState.COMPLETE
 
 
 def test_thread_waits_as_long_as_a_rate_limit_asks(
@@ -317,12 +490,10 @@ def test_thread_waits_as_long_as_a_rate_limit_asks(
     ids = custom_song(plain_client)
     sandbox.set_faults("rate_limit:count=1:path=/v1/music/tasks")
     watcher = watchers(ids, client=plain_client, interval=0.05)
-    card = watcher.card(ids[0])
-    wait_until(lambda: "retrying in" in card.html, "the rate limit to show in the card")
-    assert "rate limited" in card.html and "retrying in 1 s" in card.html  # the Retry-After, not 2 x 0.05 s
-    assert sandbox.request_counts()["/v1/music/tasks"] == 1
-    wait_until(lambda: watcher.last_error is None and card.state is not None, "recovery after the wait")
-    assert "rate limited" not in card.html
+    wait_until(lambda: "retrying in" in watcher.header()["error"], "the rate limit to show in the header")
+    assert "rate limited" in watcher.header()["error"] and "retrying in 1 s" in watcher.header()["error"]
+    assert sandbox.request_counts()["/v1/music/tasks"] == 1  # the Retry-After, not 2 x 0.05 s
+    wait_until(lambda: watcher.last_error is None and watcher.card(ids[0]).state is not None, "recovery")
 
 
 def test_backoff_doubles_and_is_capped() -> None:
@@ -331,23 +502,29 @@ def test_backoff_doubles_and_is_capped() -> None:
     assert backoff(120.0, 1) == 120.0  # never shorter than the normal interval
 
 
-def test_wait_timeout_names_the_pending_tasks(
-    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
+def test_wait_uses_the_clients_wait_and_names_the_pending_tasks(
+    client: MusicClient, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher]
 ) -> None:
     ids = custom_song(client)
-    watcher = watchers(ids, client=client, autostart=False, interval=0.05)
+    watcher = watchers(ids, client=client, interval=0.05)
+    hello(watcher, wire)
     with pytest.raises(WaitTimeoutError) as caught:
         watcher.wait(timeout=0.3)
     assert sorted(caught.value.pending) == sorted(ids)
+    assert watcher.running  # the thread paused for the wait and goes on after it
+    watcher.stop()
     clock.stages(2)
+    wire.clear()
     assert {r.state for r in watcher.wait(timeout=WAIT)} == {TaskState.COMPLETE}
+    assert wire.custom(watcher)[-1]["cards"][ids[0]]["state"] == "ready"  # the wait's records are drawn too
+    assert not watcher.running
 
 
 def test_polling_thread_never_prints_or_displays(
     plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
 ) -> None:
     InteractiveShell.instance()  # so capture_output captures display() calls too
-    ok, failing = custom_song(plain_client), None
+    ok = custom_song(plain_client)
     sandbox.set_faults([{"kind": "task_fail", "fail_reason": "no"}, "server_error:count=1:path=/v1/music/tasks"])
     failing = custom_song(plain_client)
     with capture_output() as captured:
@@ -359,256 +536,38 @@ def test_polling_thread_never_prints_or_displays(
     assert captured.stdout == "" and captured.stderr == "" and captured.outputs == []
 
 
-# -- card actions ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def finished(client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]) -> TaskWatcher:
-    """A watcher (not polling by itself) whose two songs are complete."""
-    watcher = watchers(custom_song(client, title="Rain / Night: 1"), client=client, autostart=False)
-    clock.stages(2)
-    watcher.poll_once()
-    assert watcher.done
-    return watcher
-
-
-def test_extend_opens_a_prefilled_form_that_submits_into_the_watcher(finished: TaskWatcher, sandbox: Sandbox) -> None:
-    task_id = finished.ids[0]
-    card = finished.card(task_id)
-    card.buttons["extend"].click()
-    form = card.form
-    assert isinstance(form, GenerateForm) and "extend form ready" in card.message
-    values = form.values()
-    assert values["action"] == "extend" and values["continue_song_id"] == card.record.song_id
-    assert values["continue_at"] == 4  # the song's duration in seconds
-    assert values["style"] == "lo-fi piano" and values["title"] == "Rain / Night: 1"
-    assert form.valid and not form.submit_button.disabled
-    form.set_values(continue_at=2.5)
-    form.submit_button.click()
-    assert form.error == ""
-    assert len(finished.ids) == 4 and len(finished.cards) == 4  # the new tasks show at once
-    assert sandbox.request_counts()["/v1/music/generate"] == 2
-
-
-def test_concat_adds_its_tasks(finished: TaskWatcher, sandbox: Sandbox) -> None:
-    card = finished.card(finished.ids[1])
-    card.buttons["concat"].click()
-    new = finished.ids[2:]
-    assert len(new) == 2 and all(i in card.message for i in new)
-    assert sandbox.request_counts()["/v1/music/generate"] == 2
-
-
-def test_download_saves_a_file_named_from_the_title(finished: TaskWatcher, tmp_path: Path) -> None:
-    finished.download_dir = tmp_path
-    card = finished.card(finished.ids[0])
-    card.buttons["download"].click()
-    files = list(tmp_path.iterdir())
-    assert [f.name for f in files] == ["Rain Night 1.mp3"]
-    assert files[0].read_bytes()[:3] in (b"ID3", b"\xff\xfb") or files[0].read_bytes()[:2] == b"\xff\xf3"
-    assert "saved to" in card.message and "Rain Night 1.mp3" in card.message
-
-
-def test_copy_ids_shows_the_ids_as_text(finished: TaskWatcher) -> None:
-    card = finished.card(finished.ids[0])
-    assert card.ids_text.layout.display == "none"
-    card.buttons["copy"].click()
-    assert card.ids_text.layout.display is None
-    assert card.ids_text.value == f"{card.record.id}, {card.record.song_id}"
-
-
-def test_actions_on_an_unfinished_song_are_refused_in_the_card(
+def test_elapsed_time_counts_while_running_and_stops_when_done(
     client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
 ) -> None:
-    watcher = watchers(custom_song(client, title=HOSTILE), client=client, autostart=False)
-    watcher.poll_once()
+    watcher = watchers(custom_song(client), client=client, autostart=False)
     card = watcher.card(watcher.ids[0])
-    assert card.run_action("download") is None  # not raised
-    assert "download failed" in card.message and "processing, not complete" in card.message
+    card.started -= 75  # as if submitted 75 s ago
+    watcher.poll_once()
+    assert card.data()["elapsed_s"] >= 75 and card.data()["state"] == "writing"
+    clock.stages(2)
+    watcher.poll_once()
+    frozen = card.data()["elapsed_s"]
+    card.started -= 0  # time passing no longer counts once finished
+    assert card.data()["elapsed_s"] == frozen and card.data()["state_label"] == "Ready"
 
 
-def test_closing_the_watcher_closes_every_part_of_its_cards(finished: TaskWatcher) -> None:
-    card = finished.card(finished.ids[0])
-    card.buttons["extend"].click()
-    parts = [card.audio, card.cover, card.lyrics_box, card.lyrics_box.children[0], card.form, card.buttons["copy"]]
-    parts += list(card.form.children)
-    finished.close()
-    assert all(part.comm is None for part in parts)
-    assert card.comm is None and finished.comm is None
-
-
-# -- text for environments without widgets -------------------------------------------------------------
+# -- text, registration, structure ------------------------------------------------------------------------
 
 
 def test_text_repr_is_readable_and_complete(finished: TaskWatcher) -> None:
     text = repr(finished)
     lines = text.splitlines()
-    assert lines[0] == "TaskWatcher: 2 tasks (2 complete)"
-    assert len(lines) == 3 and all("'Rain / Night: 1' [complete] 4.0 s http://127.0.0.1:" in x for x in lines[1:])
+    assert lines[0] == "TaskWatcher: 2 songs (2 ready)"
+    assert len(lines) == 3
+    assert lines[1].startswith("  'Rain / Night: 1' (take 1) [Ready] 0:04 http://127.0.0.1:")
+    assert lines[2].startswith("  'Rain / Night: 1' (take 2) [Ready]")
     assert pretty(finished) == text
     shell = InteractiveShell.instance()
     bundle, _meta = shell.display_formatter.format(finished)
     assert bundle["text/plain"] == text  # not cut at 110 characters as ipywidgets does by default
     assert "application/vnd.jupyter.widget-view+json" in bundle
     card = finished.card(finished.ids[0])
-    assert (
-        shell.display_formatter.format(card)[0]["text/plain"]
-        == repr(card)
-        == f"TaskCard({card.task_id}: {card.summary()})"
-    )
-
-
-def test_elapsed_time_counts_while_processing_and_stops_when_done(
-    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
-) -> None:
-    watcher = watchers(custom_song(client), client=client, autostart=False)
-    card = watcher.card(watcher.ids[0])
-    card._started -= 75  # as if submitted 75 s ago
-    watcher.poll_once()
-    assert re.search(r"processing · 1 min \d+ s", card.html)
-    clock.stages(2)
-    watcher.poll_once()
-    assert re.search(r"complete · 1 min \d+ s", card.html)
-    frozen = card.html
-    card._finished -= 1  # a finished song's time comes from when it finished, not from now
-    card.tick()
-    assert card.html != frozen and re.search(r"complete · 1 min \d+ s", card.html)
-
-
-# -- cheap cards: parts built when first needed ----------------------------------------------------------
-
-
-def tree(widget: w.Widget) -> list[w.Widget]:
-    """A widget and everything it contains (what the front end gets a model for)."""
-    found = [widget]
-    for child in getattr(widget, "children", ()):
-        found += tree(child)
-    return found
-
-
-def kinds(card: TaskCard) -> set[type]:
-    return {type(part) for part in tree(card)}
-
-
-def button_names(card: TaskCard) -> list[str]:
-    return [str(part.description) for part in tree(card) if isinstance(part, w.Button)]
-
-
-def test_a_card_builds_player_cover_lyrics_and_buttons_only_when_needed(
-    client: MusicClient, clock: ManualClock, watchers: Callable[..., TaskWatcher]
-) -> None:
-    ids = custom_song(client, lyrics="[Verse]\nrain on the window")
-    watcher = watchers(ids, client=client, autostart=False)
-    card = watcher.card(ids[0])
-    lazy = {w.Audio, w.Image, w.Accordion, w.Text}
-    assert not kinds(card) & lazy and button_names(card) == ["Copy ids"]
-    watcher.poll_once()  # processing: still nothing to play, show or act on
-    assert card.state is TaskState.PROCESSING
-    assert not kinds(card) & lazy and button_names(card) == ["Copy ids"]
-
-    clock.stages(1)
-    watcher.poll_once()  # preview: a player, no buttons yet
-    assert card.state is TaskState.PREVIEW
-    players = [part for part in tree(card) if isinstance(part, w.Audio)]
-    assert len(players) == 1 and players[0] is card.audio and card.audio_url == card.record.audio_url
-    assert "ipymusicgen-player" in players[0]._dom_classes
-    assert players[0].autoplay is False and players[0].loop is False
-    assert button_names(card) == ["Copy ids"]
-
-    clock.stages(1)
-    watcher.poll_once()  # complete: cover, lyrics and the song's buttons, in their places
-    assert card.state is TaskState.COMPLETE and {w.Audio, w.Image, w.Accordion} <= kinds(card)
-    assert [part for part in tree(card) if isinstance(part, w.Audio)] == [players[0]]  # the same player
-    assert button_names(card) == ["Extend", "Concat", "Download", "Copy ids"]
-    assert card.children[0].children[0] is card.cover and card.children[1] is card.lyrics_box
-    assert w.Text not in kinds(card)  # the ids box waits for "Copy ids"
-    card.buttons["copy"].click()
-    assert card.ids_text in tree(card) and card.ids_text.value == f"{card.record.id}, {card.record.song_id}"
-    below = card.children[list(card.children).index(card.ids_text) - 1]
-    assert card.buttons["copy"] in below.children  # the ids show right under the buttons
-
-
-def test_a_failed_card_builds_its_failure_line_but_no_player(
-    client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
-) -> None:
-    sandbox.set_faults([{"kind": "task_fail", "fail_reason": "no credits left"}])
-    ids = custom_song(client)
-    watcher = watchers(ids, client=client, autostart=False)
-    card = watcher.card(ids[0])
-    assert "failed" not in card.html
-    clock.stages(1)
-    watcher.poll_once()
-    assert card.state is TaskState.FAILED and "failed: no credits left" in card.html
-    assert not kinds(card) & {w.Audio, w.Image, w.Accordion, w.Text}
-    assert button_names(card) == ["Copy ids"]
-
-
-# -- paging: cards for the first tasks, every task polled ----------------------------------------------
-
-
-class PagedWatcher(TaskWatcher):
-    """A watcher with a small page, so paging shows with a few real tasks."""
-
-    page_size = 2
-
-
-def test_a_big_watcher_builds_cards_for_its_first_page_only() -> None:
-    ids = [f"t{i}" for i in range(PAGE_SIZE + 3)]
-    watcher = TaskWatcher(ids, client=MusicClient(api_key="k", base_url="http://127.0.0.1:9"), autostart=False)
-    try:
-        assert watcher.ids == ids and list(watcher.cards) == ids[:PAGE_SIZE] and watcher.hidden == 3
-        assert [card.task_id for card in watcher.children[1].children] == ids[:PAGE_SIZE]
-        more = watcher.children[2]
-        assert more.layout.display is None and more.description == "Show 3 more (3 without a card)"
-        assert f"cards for the first {PAGE_SIZE}" in watcher.children[0].value
-        assert len(repr(watcher).splitlines()) == 1 + len(ids)  # the text lists every task, card or not
-    finally:
-        watcher.close()
-
-
-def test_show_more_builds_the_next_page_with_the_latest_records(
-    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
-) -> None:
-    ids = custom_song(plain_client) + custom_song(plain_client) + custom_song(plain_client)
-    watcher = watchers(ids, client=plain_client, autostart=False)
-    assert isinstance(watcher, TaskWatcher)
-    paged = PagedWatcher(ids, client=plain_client, autostart=False)
-    try:
-        more = paged.children[2]
-        assert list(paged.cards) == ids[:2] and more.description == "Show 2 more (4 without a card)"
-        clock.stages(2)
-        assert len(paged.poll_once()) == 6 and paged.done  # every task is polled, card or not
-        assert [r.id for r in paged.records] == ids and "'Rain' [complete]" in repr(paged).splitlines()[-1]
-        more.click()
-        assert list(paged.cards) == ids[:4] and more.description == "Show 2 more (2 without a card)"
-        assert [card.task_id for card in paged.children[1].children] == ids[:4]
-        new = paged.card(ids[3])
-        assert new.state is TaskState.COMPLETE and new.audio_url == new.record.audio_url  # filled in at once
-        last = paged.card(ids[5])  # asking for a card shows the pages up to it
-        assert last.state is TaskState.COMPLETE and list(paged.cards) == ids
-        assert more.layout.display == "none" and paged.hidden == 0
-        assert "cards for the first" not in paged.children[0].value
-        with pytest.raises(KeyError):
-            paged.card("not-watched")
-    finally:
-        paged.close()
-
-
-def test_a_page_shown_during_polling_errors_shows_the_error(
-    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock
-) -> None:
-    ids = custom_song(plain_client) + custom_song(plain_client)
-    paged = PagedWatcher(ids, client=plain_client, autostart=False)
-    try:
-        sandbox.set_faults("server_error:count=1:path=/v1/music/tasks")
-        assert paged.poll_once() == [] and paged.last_error
-        new_cards = paged.show_more()
-        assert [card.task_id for card in new_cards] == ids[2:]
-        assert all("polling:" in card.html and "500" in card.html for card in new_cards)
-        clock.stages(1)
-        paged.poll_once()
-        assert all("polling:" not in card.html and card.state is TaskState.PREVIEW for card in new_cards)
-    finally:
-        paged.close()
+    assert repr(card) == f"TaskCard({card.task_id}: {card.summary()})"
 
 
 def test_a_closed_watcher_is_forgotten_by_the_session(client: MusicClient) -> None:
@@ -618,7 +577,6 @@ def test_a_closed_watcher_is_forgotten_by_the_session(client: MusicClient) -> No
     first.close()
     assert first not in session._session.watchers and second in session._session.watchers
     first.close()  # closing again (as ipywidgets does when the object is collected) changes nothing
-    assert second in session._session.watchers
     second.close()
     assert second not in session._session.watchers
 
@@ -629,3 +587,32 @@ def test_shutdown_closes_every_registered_watcher(client: MusicClient, clock: Ma
     session.shutdown()  # each close() unregisters while shutdown walks the list: none may be skipped
     assert all(watcher.comm is None and not watcher.running for watcher in made)
     assert not any(watcher in session._session.watchers for watcher in made)
+
+
+def test_the_session_does_not_import_the_ui() -> None:
+    code = "import sys, ipymusicgen.session; print(any(m.startswith('ipymusicgen.widgets') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    import ipymusicgen
+
+    assert ipymusicgen.watch_unfinished.__module__ == "ipymusicgen.widgets.watcher"
+
+
+def test_front_end_files_join_common_and_view_and_never_use_inner_html() -> None:
+    module = esm("watcher")
+    assert module.index("function renderSongCard") < module.index("export default")
+    assert module.count("export default") == 1 and "export " not in (STATIC / "common.js").read_text()
+    assert ".ipymusicgen-song" in css("watcher") and ".ims-watcher-head" in css("watcher")
+    for name in ("common.js", "watcher.js"):
+        source = (STATIC / name).read_text()
+        assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "eval(" not in source
+
+
+def test_song_card_data_is_bounded_and_typed() -> None:
+    record = TaskRecord(id="a", status=0, title="x" * 5000, style="pop, Pop, , rock", duration=125_000, lyric="la")
+    data = song_card(record, call="c", take=2, peaks=[[-2.0, 0.5]] * 2000 + [["bad"]], elapsed_s=float("nan"))
+    assert len(data["title"]) == 200 and data["title"].endswith("…")
+    assert data["style_chips"] == ["pop", "rock"] and data["take"] == 2 and data["duration_s"] == 125.0
+    assert len(data["peaks"]) == 512 and data["peaks"][0] == [-1.0, 0.5] and data["elapsed_s"] is None
+    queued = song_card(None, id="q\x00", take=7)
+    assert queued["state"] == "queued" and queued["id"] == "q" and queued["take"] == 1

@@ -13,10 +13,12 @@ class TextRepr:
     its first line. This keeps the whole text in both places.
     """
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
-        bundle: dict[str, Any] | None = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
-        if bundle is not None:
-            bundle["text/plain"] = repr(self)
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """The parent's bundle (a dict, or anywidget's (data, metadata) pair) with the whole text."""
+        bundle = super()._repr_mimebundle_(**kwargs)  # type: ignore[misc]
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if isinstance(data, dict):
+            data["text/plain"] = repr(self)
         return bundle
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
