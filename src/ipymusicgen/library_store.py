@@ -124,8 +124,8 @@ class LibraryStore:
             for task_id, lyrics, duration, title, style in rows:
                 self._ensure_row(db, task_id)
                 db.execute(
-                    "UPDATE library_songs SET lyrics = COALESCE(?, lyrics), duration_s = COALESCE(?, duration_s)"
-                    " WHERE id = ?",
+                    "UPDATE library_songs SET lyrics = COALESCE(NULLIF(?, ''), lyrics),"  # '' never erases
+                    " duration_s = COALESCE(?, duration_s) WHERE id = ?",
                     (lyrics, duration, task_id),
                 )
                 self._reindex(db, task_id, title, style)
