@@ -173,6 +173,16 @@ class MusicGen(Magics):
     timeout = Float(None, allow_none=True, help="HTTP timeout in seconds (empty: 30)").tag(config=True)
     auto_watch = Bool(True, help="show a live task watcher under each %%musicgen").tag(config=True)
     allow_unknown_models = Bool(False, help="let model names outside the known tables through").tag(config=True)
+    archive_dir = Unicode(
+        "", help="where finished songs are archived (empty: MUSICGEN_ARCHIVE or the user data dir; off: none)"
+    ).tag(config=True)
+
+    @observe("archive_dir")
+    def _push_archive_dir(self, change: Mapping[str, Any]) -> None:
+        from .archive import set_archive_dir  # the archive decides what the value means (archive.py)
+
+        value = str(change["new"] or "").strip()
+        set_archive_dir(False if value.lower() in {"off", "false", "0", "no"} else (value or None))
 
     @validate("poll_interval", "timeout")
     def _positive_seconds(self, proposal: Mapping[str, Any]) -> float | None:
@@ -454,12 +464,21 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
     if isinstance(ipython.magics_manager.registry.get(CONFIG_NAME), MusicGen):
         return
     ipython.register_magics(MusicGen(shell=ipython))
+    from .library_magics import register as register_library  # %musicgen_library (library_magics.py)
+
+    register_library(ipython)
     print(service_line())
+    state = getattr(session, "_session", None)
+    if state is not None and hasattr(state, "notice_shown"):
+        state.notice_shown = True  # this line said it: the sandbox need not say it again when it starts
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
     """Stop watchers, client and sandbox, and remove the magics and their config section."""
     session.shutdown()
+    from .library_magics import unregister as unregister_library
+
+    unregister_library(ipython)
     magics = ipython.magics_manager.registry.pop(CONFIG_NAME, None)
     if not isinstance(magics, MusicGen):
         return

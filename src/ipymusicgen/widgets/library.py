@@ -1,0 +1,262 @@
+"""`LibraryView`: the library as one anywidget: search, filters, paged song cards, takes, lineage, spend.
+
+Python runs every query (`Library`) and builds every card (`song_data.song_card`); the browser only draws
+the page it is sent and sends intents (search, filter, page, favourite, keep, lineage, refresh). A page is
+one indexed LIMIT/OFFSET query with stored peaks, so 10,000 songs open as fast as 100.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from ..library import Library, LibrarySong
+from ._static import css, esm
+from .song_data import card_summary, song_card
+from .text import TextRepr
+
+PAGE_SIZE = 24
+SPEND_DAYS = 14
+ENV_SERVER_ROOT = "MUSICGEN_SERVER_ROOT"
+_STATE_OF = {"complete": "ready", "failed": "failed", "preview": "preview", "processing": "writing"}
+FILTER_KEYS = ("state", "favourite", "model", "batch")
+
+
+def server_roots() -> list[Path]:
+    """Directories a Jupyter server of this machine serves files from (`/files/...`), most specific first."""
+    roots = [Path(os.environ[ENV_SERVER_ROOT])] if os.environ.get(ENV_SERVER_ROOT) else []
+    try:
+        from jupyter_server.serverapp import list_running_servers
+
+        roots += [Path(info["root_dir"]) for info in list_running_servers() if info.get("root_dir")]
+    except Exception:  # no jupyter_server here, or an unreadable runtime file: no files API then
+        pass
+    return sorted({r.expanduser().resolve() for r in roots}, key=lambda r: -len(r.parts))
+
+
+def files_path(path: str | Path | None, roots: list[Path]) -> str | None:
+    """The path of an archived file relative to a server root (for `<base>/files/<path>`), or None."""
+    if not path:
+        return None
+    target = Path(path).expanduser().resolve()
+    if not target.is_file():
+        return None
+    for root in roots:
+        if target.is_relative_to(root):
+            return target.relative_to(root).as_posix()
+    return None
+
+
+def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
+    """A song card (the shared card dict) for a library song, with where its audio can be played from."""
+    local = files_path(song.archive_path, roots)
+    on_disk = song.archive_path if song.archive_path and Path(song.archive_path).is_file() else None
+    if local:
+        label = f"archived: {Path(song.archive_path or '').name}"
+    elif on_disk and not song.audio_url:
+        label = f"audio only on disk: {on_disk}"
+    elif on_disk:
+        label = f"archived: {on_disk}"
+    elif song.archive_error:
+        label = f"not archived yet ({song.archive_error[:160]}); retried on the next library open"
+    else:
+        label = ""
+    state = _STATE_OF.get(song.state, "writing")
+    card = song_card(
+        None,
+        id=song.id,
+        call=song.call or "",
+        take=song.take,
+        title=song.title or "",
+        style_chips=song.style or "",
+        state=state,
+        duration_s=song.duration_s,
+        audio_url=None if state == "failed" else song.audio_url,
+        cover_url=song.cover_url,
+        lyrics=song.lyrics or "",
+        fail_reason=(song.fail_reason or "no reason given") if state == "failed" else "",
+        model=song.model or "",
+        peaks=song.peaks,
+        favourite=song.favourite,
+        archived_path_label=label,
+        actions=["favourite", "copy_id"] if state == "ready" else ["copy_id"],
+    )
+    card.update(
+        local_file=local or "",
+        prefer_local=bool(local),
+        kept=song.kept,
+        has_lineage=bool(song.parent_id) or song.action in {"extend", "concat", "upload_extend"},
+        note=(song.note or "")[:500],
+        archive_failed=bool(song.archive_error and not on_disk),
+    )
+    return card
+
+
+def flatten_lineage(tree: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
+    rows = [{k: tree[k] for k in ("id", "title", "action", "state", "current")} | {"depth": depth}]
+    for child in tree["children"]:
+        rows += flatten_lineage(child, depth + 1)
+    return rows
+
+
+class LibraryView(TextRepr, anywidget.AnyWidget):
+    """Your songs: search, filter, play, favourite, choose between takes, follow extends; spend per day.
+
+    >>> LibraryView()                 # the library of the journal in use
+    >>> LibraryView(text="rain")      # opened on a search
+    """
+
+    _esm = traitlets.Unicode(esm("library")).tag(sync=True)
+    _css = traitlets.Unicode(css("library")).tag(sync=True)
+    cards = traitlets.List(traitlets.Dict()).tag(sync=True)
+    text = traitlets.Unicode("").tag(sync=True)
+    filters = traitlets.Dict({"state": "", "favourite": False, "model": "", "batch": ""}).tag(sync=True)
+    page = traitlets.Int(0).tag(sync=True)
+    page_size = traitlets.Int(PAGE_SIZE).tag(sync=True)
+    total = traitlets.Int(0).tag(sync=True)
+    models = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    batches = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    lineage = traitlets.List(traitlets.Dict()).tag(sync=True)
+    spend_days = traitlets.List(traitlets.Dict()).tag(sync=True)
+    spend_total = traitlets.Dict().tag(sync=True)
+    status = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, library: Library | None = None, *, text: str = "", page_size: int = PAGE_SIZE) -> None:
+        super().__init__()
+        if library is None:
+            from ..library import library as open_library
+
+            library = open_library()
+        self.library = library
+        self._roots = server_roots()
+        self._focus: str | None = None
+        self.add_class("ipymusicgen-library-view")
+        self.on_msg(self._on_msg)
+        with self.hold_sync():
+            self.page_size = max(1, min(int(page_size), 200))
+            self.text = text
+            self.refresh()
+
+    # -- queries -------------------------------------------------------------------------------------
+
+    def _filter_args(self) -> dict[str, Any]:
+        f = self.filters
+        return {
+            "text": self.text.strip() or None,
+            "state": f.get("state") or None,
+            "favourite": True if f.get("favourite") else None,
+            "model": f.get("model") or None,
+            "batch": f.get("batch") or None,
+        }
+
+    def refresh(self) -> None:
+        """Query the current page, the filter choices and the spend summary again."""
+        with self.hold_sync():
+            if self._focus is not None:
+                tree = flatten_lineage(self.library.lineage(self._focus))
+                songs = [self.library.song(row["id"]) for row in tree if row["state"] != "unknown"]
+                self.lineage = tree
+                self.total = len(songs)
+                self.page = 0
+            else:
+                args = self._filter_args()
+                self.total = self.library.count(**args)
+                pages = max(1, -(-self.total // self.page_size))
+                self.page = max(0, min(self.page, pages - 1))
+                songs = list(self.library.songs(**args, limit=self.page_size, offset=self.page * self.page_size))
+                self.lineage = []
+            self.cards = [library_card(s, self._roots) for s in songs]
+            self.models = self.library.models()
+            self.batches = self.library.batches()
+            self._refresh_spend()
+            self.status = self._status_line()
+
+    def _refresh_spend(self) -> None:
+        spend = self.library.spend(by="day")
+        cutoff = (dt.date.today() - dt.timedelta(days=SPEND_DAYS - 1)).isoformat()
+        self.spend_days = [r for r in spend.rows if r["day"] >= cutoff]
+        self.spend_total = spend.total
+
+    def _status_line(self) -> str:
+        if self._focus is not None:
+            return f"{self.total} song(s) in this lineage"
+        if not self.total:
+            return "No songs match." if self.text or any(self.filters.values()) else "No songs yet."
+        first = self.page * self.page_size + 1
+        return f"{first}–{min(self.total, first + self.page_size - 1)} of {self.total} song(s)"
+
+    # -- intents from the browser --------------------------------------------------------------------
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if not isinstance(content, dict):
+            return
+        kind, task_id = content.get("kind"), str(content.get("id") or "")[:200]
+        try:
+            if kind == "search":
+                self.search(str(content.get("text") or "")[:500])
+            elif kind == "filter":
+                values = content.get("filters") if isinstance(content.get("filters"), dict) else {}
+                self.set_filters(**{k: values[k] for k in FILTER_KEYS if k in values})
+            elif kind == "page":
+                self.go_to_page(int(content.get("page") or 0))
+            elif kind == "favourite" and task_id:
+                self.library.favourite(task_id, on=not self.library.song(task_id).favourite)
+                self.refresh()
+            elif kind == "keep" and task_id:
+                self.library.keep(task_id)
+                self.refresh()
+            elif kind == "lineage":
+                self.show_lineage(task_id or None)
+            elif kind == "refresh":
+                self.refresh()
+        except (KeyError, ValueError) as exc:
+            self.status = f"Could not do that: {str(exc)[:200]}"
+
+    def search(self, text: str) -> None:
+        with self.hold_sync():
+            self._focus = None
+            self.text = text
+            self.page = 0
+            self.refresh()
+
+    def set_filters(self, **changes: Any) -> None:
+        """Filter by state ("ready", "failed", ...), favourite (bool), model or batch ("" for any)."""
+        picked = {k: v for k, v in changes.items() if k in FILTER_KEYS}
+        clean = {k: (bool(v) if k == "favourite" else str(v or "")[:200]) for k, v in picked.items()}
+        with self.hold_sync():
+            self._focus = None
+            self.filters = {**self.filters, **clean}
+            self.page = 0
+            self.refresh()
+
+    def go_to_page(self, page: int) -> None:
+        with self.hold_sync():
+            self.page = max(0, page)
+            self.refresh()
+
+    def show_lineage(self, task_id: str | None) -> None:
+        """Show the extend/concat tree of a song (None: back to the search)."""
+        self._focus = task_id
+        self.refresh()
+
+    def __repr__(self) -> str:
+        lines = [f"Library: {self.status}"]
+        lines += [f"  {card_summary(c)}" for c in self.cards[:20]]
+        if len(self.cards) > 20:
+            lines.append(f"  … {len(self.cards) - 20} more on this page")
+        total = self.spend_total
+        if total:
+            lines.append(
+                f"Spend: {total.get('calls', 0)} call(s), {total.get('songs', 0)} song(s),"
+                f" ~{total.get('credits_estimated', 0)} credits"
+            )
+        return "\n".join(lines)
+
+
+def library_view(text: str = "", **kwargs: Any) -> LibraryView:
+    return LibraryView(text=text, **kwargs)

@@ -1,0 +1,199 @@
+// ipymusicgen library view (joined after common.js by widgets/_static.py).
+// Python sends the page of song cards, the filter choices, a lineage (when one is shown) and the spend
+// per day; this file draws them with the shared song card and sends intents back. No HTML from data.
+
+/** The Jupyter server's base URL (for `files/` links to archived songs under its root). */
+function imsLibraryBaseUrl() {
+  const config = document.getElementById("jupyter-config-data");
+  if (config) {
+    try {
+      const base = JSON.parse(config.textContent || "{}").baseUrl;
+      if (base) return base;
+    } catch (e) {
+      /* fall through */
+    }
+  }
+  return (document.body && document.body.dataset.baseUrl) || "/";
+}
+
+/** The card as drawn: an archived file under the server root plays through the files API. */
+function imsLibraryCardData(data) {
+  if (!data.prefer_local || !data.local_file) return data;
+  let base = imsLibraryBaseUrl();
+  if (!base.endsWith("/")) base += "/";
+  const path = data.local_file.split("/").map(encodeURIComponent).join("/");
+  return { ...data, audio_url: new URL(base + "files/" + path, window.location.origin).href };
+}
+
+function imsLibraryButton(text, label, onClick, cls) {
+  const button = imsEl("button", cls || "ims-page-button", text);
+  button.type = "button";
+  button.title = label;
+  button.setAttribute("aria-label", label);
+  button.addEventListener("click", onClick);
+  return button;
+}
+
+function imsLibrarySelect(label, onChange) {
+  const select = imsEl("select", "ims-library-select");
+  select.title = label;
+  select.setAttribute("aria-label", label);
+  select.addEventListener("change", () => onChange(select.value));
+  return select;
+}
+
+function imsLibraryOptions(select, values, anyLabel, current) {
+  const options = [["", anyLabel], ...values.map((v) => [v, v])];
+  const key = JSON.stringify(options);
+  if (select._key !== key) {
+    select._key = key;
+    select.replaceChildren(...options.map(([value, text]) => {
+      const option = imsEl("option", null, text);
+      option.value = value;
+      return option;
+    }));
+  }
+  select.value = current || "";
+}
+
+export default {
+  render({ model, el }) {
+    const send = (message) => model.send(message);
+    const root = imsEl("div", "ipymusicgen-library");
+    const bar = imsEl("div", "ims-library-bar");
+    const search = imsEl("input", "ims-library-search");
+    search.type = "search";
+    search.placeholder = "Search title, style, lyrics, prompt";
+    search.setAttribute("aria-label", "Search songs");
+    let timer = null;
+    search.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => send({ kind: "search", text: search.value }), 250);
+    });
+    const filter = (key, value) => send({ kind: "filter", filters: { [key]: value } });
+    const state = imsLibrarySelect("State", (v) => filter("state", v));
+    imsLibraryOptions(state, ["ready", "failed", "preview", "writing"], "Any state", "");
+    const modelSelect = imsLibrarySelect("Model", (v) => filter("model", v));
+    const batchSelect = imsLibrarySelect("Batch", (v) => filter("batch", v));
+    const favLabel = imsEl("label", "ims-library-fav");
+    const fav = imsEl("input");
+    fav.type = "checkbox";
+    fav.addEventListener("change", () => filter("favourite", fav.checked));
+    favLabel.append(fav, imsEl("span", null, "Favourites"));
+    const refresh = imsLibraryButton("↻", "Refresh", () => send({ kind: "refresh" }));
+    bar.append(search, state, modelSelect, batchSelect, favLabel, refresh);
+
+    const status = imsEl("div", "ims-library-status");
+    status.setAttribute("role", "status");
+    status.setAttribute("aria-live", "polite");
+    const lineage = imsEl("div", "ims-library-lineage");
+    const grid = imsEl("div", "ims-library-grid");
+    const pager = imsEl("div", "ims-pager");
+    const prev = imsLibraryButton("‹", "Newer songs", () => send({ kind: "page", page: model.get("page") - 1 }));
+    const next = imsLibraryButton("›", "Older songs", () => send({ kind: "page", page: model.get("page") + 1 }));
+    const pageLabel = imsEl("span", "ims-page-label");
+    pager.append(prev, pageLabel, next);
+    const spend = imsEl("div", "ims-library-spend");
+    root.append(bar, status, lineage, grid, pager, spend);
+    el.appendChild(root);
+
+    const drawFilters = () => {
+      const f = model.get("filters") || {};
+      if (document.activeElement !== search) search.value = model.get("text") || "";
+      state.value = f.state || "";
+      fav.checked = Boolean(f.favourite);
+      imsLibraryOptions(modelSelect, model.get("models") || [], "Any model", f.model);
+      imsLibraryOptions(batchSelect, model.get("batches") || [], "Any batch", f.batch);
+      batchSelect.hidden = !(model.get("batches") || []).length;
+    };
+
+    const drawCards = () => {
+      disposeCards(grid);
+      grid.replaceChildren();
+      const groups = new Map();
+      for (const raw of model.get("cards") || []) {
+        const data = imsLibraryCardData(raw);
+        const key = data.call || data.id;
+        if (!groups.has(key)) groups.set(key, []);
+        groups.get(key).push(data);
+      }
+      for (const cards of groups.values()) {
+        const group = renderCallGroup(grid, cards, send);
+        for (const card of group.querySelectorAll(".ipymusicgen-song")) {
+          const data = cards.find((c) => c.id === card.dataset.id);
+          if (!data) continue;
+          const extra = imsEl("div", "ims-library-extra");
+          if (cards.length > 1 && data.state === "ready") {
+            const keep = imsLibraryButton(data.kept ? "Kept" : "Keep", data.kept ? "This take is kept" : "Keep this take", () => send({ kind: "keep", id: data.id }), "ims-library-keep");
+            keep.setAttribute("aria-pressed", String(Boolean(data.kept)));
+            extra.appendChild(keep);
+          }
+          if (data.has_lineage) extra.appendChild(imsLibraryButton("Lineage", "Show the songs this one was extended or joined from", () => send({ kind: "lineage", id: data.id }), "ims-library-link"));
+          if (data.note) extra.appendChild(imsEl("span", "ims-library-note", data.note));
+          card.classList.toggle("ims-kept", Boolean(data.kept));
+          card.classList.toggle("ims-archive-failed", Boolean(data.archive_failed));
+          card.querySelector(".ims-main").appendChild(extra);
+        }
+      }
+    };
+
+    const drawLineage = () => {
+      const rows = model.get("lineage") || [];
+      lineage.hidden = !rows.length;
+      if (!rows.length) return lineage.replaceChildren();
+      const list = imsEl("ol", "ims-lineage-list");
+      for (const row of rows) {
+        const item = imsEl("li", row.current ? "ims-lineage-current" : null, `${row.action || "song"}: ${row.title || "Untitled"}`);
+        item.style.paddingLeft = `${Math.min(row.depth, 8) * 1.2}em`;
+        list.appendChild(item);
+      }
+      lineage.replaceChildren(imsEl("strong", null, "Lineage"), list, imsLibraryButton("All songs", "Back to all songs", () => send({ kind: "lineage", id: "" })));
+    };
+
+    const drawPager = () => {
+      const pages = Math.max(1, Math.ceil(model.get("total") / model.get("page_size")));
+      const page = model.get("page");
+      pager.hidden = pages <= 1 || (model.get("lineage") || []).length > 0;
+      prev.disabled = page <= 0;
+      next.disabled = page >= pages - 1;
+      pageLabel.textContent = `Page ${page + 1} of ${pages}`;
+    };
+
+    const drawSpend = () => {
+      const rows = model.get("spend_days") || [];
+      const total = model.get("spend_total") || {};
+      const most = Math.max(1, ...rows.map((r) => r.credits_estimated || 0));
+      const chart = imsEl("div", "ims-spend-chart");
+      for (const row of rows) {
+        const column = imsEl("div", "ims-spend-day");
+        const fill = imsEl("div", "ims-spend-bar");
+        fill.style.height = `${Math.round((100 * (row.credits_estimated || 0)) / most)}%`;
+        column.title = `${row.day}: ${row.calls} call(s), ${row.songs} song(s), ~${row.credits_estimated} credits`;
+        column.append(fill, imsEl("span", "ims-spend-label", String(row.day).slice(5)));
+        chart.appendChild(column);
+      }
+      const line = `Spent: ${total.calls || 0} call(s), ${total.songs || 0} song(s), ~${total.credits_estimated || 0} credits (estimated)`;
+      spend.replaceChildren(imsEl("div", "ims-spend-total", line), chart);
+      spend.hidden = !rows.length && !total.calls;
+    };
+
+    const drawAll = () => {
+      drawFilters();
+      status.textContent = model.get("status") || "";
+      drawLineage();
+      drawCards();
+      drawPager();
+      drawSpend();
+    };
+    drawAll();
+    const onChange = () => drawAll();
+    model.on("change", onChange);
+    const ticker = setInterval(() => tickSongCards(grid), 1000);
+    return () => {
+      clearInterval(ticker);
+      clearTimeout(timer);
+      model.off("change", onChange);
+      disposeCards(grid);
+    };
+  },
+};
