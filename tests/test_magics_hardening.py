@@ -242,3 +242,25 @@ def test_songs_list_a_song_once() -> None:
     songs = Songs([record, newer])
     html = songs._repr_html_()
     assert html.count("<audio") == 1 and "One (final)" in html and len(songs) == 2
+
+
+def test_load_ext_without_a_key_says_sandbox_once(tmp_path: Path) -> None:
+    """A newcomer's first two cells: one line about the sandbox, not the same news twice."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "ip = InteractiveShell.instance()\n"
+        "ip.run_line_magic('load_ext', 'ipymusicgen')\n"
+        "print('--- key')\n"
+        "ip.run_line_magic('musicgen_key', '')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(MUSICGEN_SANDBOX_STAGE_SECONDS="0.1", TMPDIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded, used = done.stdout.split("--- key\n")
+    assert loaded.count("\n") == 1 and "local sandbox" in loaded
+    assert "sandbox" not in used
