@@ -34,7 +34,7 @@ from .errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
-from .journal import Journal
+from .journal import Journal, JournalUnavailableError, JournalWriteWarning
 from .models import TaskRecord, V2Song
 from .tasks import TaskState
 
@@ -57,6 +57,8 @@ __all__ = [
     "InsufficientCreditsError",
     "InternalServerError",
     "Journal",
+    "JournalUnavailableError",
+    "JournalWriteWarning",
     "MusicClient",
     "MusicGenError",
     "NotFoundError",
