@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from ..models import TaskRecord, V2Song
+from ..safe_html import esc
 from ..tasks import TaskState
 from .song_data import card_summary, song_card
 
@@ -83,6 +84,11 @@ class TaskCard:
             data["note"],
         ]
         return "\n".join(p for p in parts if p)
+
+    @property
+    def html(self) -> str:
+        """The card as static, escaped HTML (for nbconvert-style fallbacks and checks): text only, no links."""
+        return "<br>".join(esc(line) for line in self.text.splitlines())
 
     def summary(self) -> str:
         """One plain-text line: title, take, state, duration, audio URL."""
