@@ -381,14 +381,41 @@ def test_state_updates_and_outcomes_wait_in_order_and_warn_once(tmp_path: Path, 
         assert {a.id: a.outcome for a in journal.attempts()} == {attempt: "submitted", doubtful: "unknown"}
 
 
-def test_a_journal_still_locked_at_close_says_which_ids_were_not_journalled(tmp_path: Path, holder: Holder) -> None:
+def test_a_journal_still_locked_at_close_spills_the_ids_beside_it_for_the_next_open(
+    tmp_path: Path, holder: Holder
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(path, busy_timeout=0.05)
+    attempt = journal.begin("generate", "https://api.example", {"title": "Spilt", "style": "s"})
+    doubtful = journal.begin("generate", "https://api.example", {"style": "doubt"})
+    holder.hold()
+    with pytest.warns(JournalWriteWarning):
+        journal.submitted(attempt, ["c1", "c2"])
+    journal.unknown(doubtful, "no answer")
+    with pytest.warns(JournalWriteWarning, match="at close: task ids c1, c2 were saved to .*unsaved-"):
+        journal.close()
+    (spill,) = tmp_path.glob("journal.sqlite3.unsaved-*.json")
+    holder.release()
+    with Journal(path) as later:  # the next open (any process) takes them in
+        entries = {e.id: e for e in later.unfinished()}
+        assert sorted(entries) == ["c1", "c2"] and entries["c1"].title == "Spilt"
+        outcomes = {a.id: (a.outcome, a.note) for a in later.attempts()}
+        assert outcomes == {attempt: ("submitted", None), doubtful: ("unknown", "no answer")}
+    assert not spill.exists()
+
+
+def test_a_journal_that_can_spill_nothing_says_the_ids_were_not_journalled(tmp_path: Path, holder: Holder) -> None:
     journal = Journal(tmp_path / "journal.sqlite3", busy_timeout=0.05)
     attempt = journal.begin("generate", "https://api.example", {"style": "s"})
     holder.hold()
     with pytest.warns(JournalWriteWarning):
-        journal.submitted(attempt, ["c1", "c2"])
-    with pytest.warns(JournalWriteWarning, match="at close: task ids c1, c2 were NOT journalled"):
-        journal.close()
+        journal.submitted(attempt, ["n1"])
+    undo = _make_read_only(tmp_path)  # the folder too: no spill file can be made
+    try:
+        with pytest.warns(JournalWriteWarning, match="at close: task ids n1 were NOT journalled"):
+            journal.close()
+    finally:
+        undo()
 
 
 def _make_read_only(path: Path) -> Callable[[], None]:

@@ -17,6 +17,7 @@ Two things keep paid work in sight when something goes wrong:
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -273,10 +275,35 @@ class _Unwritten:
     apply: Callable[[sqlite3.Connection], None]
     ids: list[str] = field(default_factory=list)
     tasks: list[JournalEntry] = field(default_factory=list)
+    saved: dict[str, Any] | None = None
+    """What a spill file keeps of it if the process must end before the journal takes it."""
 
 
-def _is_empty(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and not value.strip())
+def _apply_saved(db: sqlite3.Connection, saved: Mapping[str, Any]) -> None:
+    """Apply one saved write: the task ids of a paid answer, or the outcome of a paid request."""
+    if saved["kind"] == "submitted":
+        db.execute("UPDATE attempts SET outcome = 'submitted', note = NULL WHERE id = ?", (saved["attempt_id"],))
+        db.executemany(
+            "INSERT OR IGNORE INTO tasks (id, attempt_id, version, host, title, style, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [tuple(row) for row in saved["rows"]],
+        )
+    elif saved["kind"] == "outcome":
+        db.execute(
+            "UPDATE attempts SET outcome = ?, note = ? WHERE id = ? AND outcome IN ('pending', 'unknown')",
+            (saved["outcome"], saved["note"], saved["attempt_id"]),
+        )
+
+
+_open_journals: weakref.WeakSet[Journal] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A journal still holding unwritten ids at exit writes them, or spills them beside the file."""
+    for journal in list(_open_journals):
+        with suppress(Exception):
+            journal.close()
 
 
 class Journal:
@@ -294,7 +321,9 @@ class Journal:
             self._db = open_db(self.path, busy_timeout=busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
-        self._prepare()
+        if self._prepare():
+            self._take_spills()
+        _open_journals.add(self)
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
@@ -433,20 +462,15 @@ class Journal:
         title = _text(payload.get("title"))
         style = _text(payload.get("style")) or _text(payload.get("prompt"))
         version = 2 if v2 else 1
-        rows = [(i, attempt_id, version, host, title, style, now, now) for i in ids]
-
-        def apply(db: sqlite3.Connection) -> None:
-            db.execute("UPDATE attempts SET outcome = 'submitted' WHERE id = ?", (attempt_id,))
-            db.executemany(
-                "INSERT OR IGNORE INTO tasks (id, attempt_id, version, host, title, style, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-
+        saved = {
+            "kind": "submitted",
+            "attempt_id": attempt_id,
+            "rows": [(i, attempt_id, version, host, title, style, now, now) for i in ids],
+        }
         entries = [
             JournalEntry(i, version, host, "processing", title, style, *(None,) * 5, now, now, attempt_id) for i in ids
         ]
-        self._record(_Unwritten(apply, list(ids), entries), "the answer")
+        self._record(_Unwritten(lambda db: _apply_saved(db, saved), list(ids), entries, saved), "the answer")
 
     def _attempt_origin(self, attempt_id: str) -> tuple[str, dict[str, Any]]:
         try:
@@ -466,7 +490,8 @@ class Journal:
         def apply(db: sqlite3.Connection) -> None:
             db.execute("UPDATE attempts SET outcome = ?, note = ? WHERE id = ?", (outcome, note[:2000], attempt_id))
 
-        self._record(_Unwritten(apply), f"the {outcome} outcome of a paid request")
+        saved = {"kind": "outcome", "attempt_id": attempt_id, "outcome": outcome, "note": note[:2000]}
+        self._record(_Unwritten(apply, saved=saved), f"the {outcome} outcome of a paid request")
 
     def observe(self, records: Iterable[TaskRecord | V2Song]) -> None:
         """Task state as polling learns it; an empty field never erases what an earlier answer said."""
@@ -585,19 +610,57 @@ class Journal:
         )
 
     def close(self) -> None:
-        """Write what waits in memory, then close; warns with the ids if some could still not be written."""
+        """Write what waits in memory, then close.
+
+        If the file still cannot take it, the task ids and outcomes are spilled to a file beside the journal
+        (taken in when the journal next opens); a warning names the ids either way.
+        """
         with self._lock:
+            _open_journals.discard(self)
             if not self.flush():
                 ids = self.backlog_ids
-                what = f"task ids {_id_list(ids, 1000)}" if ids else f"{len(self._backlog)} state update(s)"
-                warnings.warn(
-                    f"The journal {self.path} could still not be written at close: {what} were NOT journalled. "
-                    "Note them down: resume() cannot find them later.",
-                    JournalWriteWarning,
-                    stacklevel=2,
-                )
+                spill = self._spill()
+                what = f"task ids {_id_list(ids, 1000)}" if ids else f"{len(self._backlog)} update(s)"
+                if spill is not None:
+                    message = (
+                        f"The journal {self.path} could still not be written at close: {what} were saved to "
+                        f"{spill} instead, and are written into the journal the next time it is opened."
+                    )
+                else:
+                    message = (
+                        f"The journal {self.path} could still not be written at close: {what} were NOT journalled. "
+                        "Note them down: resume() cannot find them later."
+                    )
+                warnings.warn(message, JournalWriteWarning, stacklevel=2)
                 self._backlog.clear()
             self._db.close()
+
+    def _spill(self) -> Path | None:
+        """Save what must not be lost (ids, outcomes) beside the journal; None if that fails too."""
+        saved = [item.saved for item in self._backlog if item.saved is not None]
+        if not saved:
+            return None
+        target = self.path.with_name(f"{self.path.name}.unsaved-{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+        try:
+            partial = target.with_suffix(".part")
+            partial.write_text(json.dumps(saved))
+            partial.replace(target)
+        except OSError:
+            return None
+        return target
+
+    def _take_spills(self) -> None:
+        """Write what an earlier process could not (its spill files), then remove them."""
+        prefix = f"{self.path.name}.unsaved-"
+        for spill in sorted(p for p in self.path.parent.iterdir() if p.name.startswith(prefix) and p.suffix == ".json"):
+            try:
+                saved = json.loads(spill.read_text())
+                with self._write() as db:
+                    for entry in saved:
+                        _apply_saved(db, entry)
+                spill.unlink()
+            except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+                continue  # kept for a later open
 
     def __enter__(self) -> Journal:
         return self
