@@ -467,6 +467,9 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
     from .library_magics import register as register_library  # %musicgen_library (library_magics.py)
 
     register_library(ipython)
+    from .batch_magics import register as register_batch  # %%musicgen_batch (batch_magics.py)
+
+    register_batch(ipython)
     print(service_line())
     state = getattr(session, "_session", None)
     if state is not None and hasattr(state, "notice_shown"):
@@ -479,6 +482,9 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
     from .library_magics import unregister as unregister_library
 
     unregister_library(ipython)
+    from .batch_magics import unregister as unregister_batch
+
+    unregister_batch(ipython)
     magics = ipython.magics_manager.registry.pop(CONFIG_NAME, None)
     if not isinstance(magics, MusicGen):
         return

@@ -1,0 +1,167 @@
+"""`%%musicgen_batch`: many songs from a cell of `%musicgen` lines, or from a list or DataFrame variable.
+
+Each body line is what you would type after `%musicgen` (options and text, `{var}` included), parsed by
+the `%musicgen` magic's own parser, so a batch line means exactly what the single line means. Problems are
+one-line `UsageError`s naming the line; nothing is sent until every row is valid (the batch engine checks
+again, with the budget). The batch runs in the background; its progress view shows above the songs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from . import session
+from .errors import MusicGenError
+from .magic_args import one_line, parse_musicgen
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from .batch import Batch
+
+REGISTRY_NAME = "BatchMagics"
+MUSICGEN_MAGICS = "MusicGen"
+"""Registry name of the `%musicgen` magics, whose line parser (and model defaults) batch lines reuse."""
+
+
+def parse_lines(text: str, shell: InteractiveShell | None) -> list[Any]:
+    """Request models from `%musicgen` lines (blank lines and `# comments` skipped); UsageError names the line."""
+    namespace = shell.user_ns if shell is not None else {}
+    magics = shell.magics_manager.registry.get(MUSICGEN_MAGICS) if shell is not None else None
+    requests = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("%"):
+            line = line.lstrip("%")
+            line = line[len("musicgen") :].strip() if line.startswith("musicgen") else line
+        try:
+            if magics is not None and hasattr(magics, "parse_line"):
+                call = magics.parse_line(line)
+            else:
+                call = parse_musicgen(line, namespace=namespace)
+        except UsageError as exc:
+            raise UsageError(f"line {number}: {one_line(exc)}") from None
+        except MusicGenError as exc:
+            raise UsageError(f"line {number}: {one_line(exc)}") from None
+        requests.append(call.request)
+    if not requests:
+        raise UsageError("no rows: put one %musicgen line per song in the cell, or use --from VARIABLE")
+    return requests
+
+
+def rows_from_variable(name: str, namespace: Mapping[str, Any]) -> Any:
+    """A DataFrame or a list of dicts/request models named `name`; UsageError when it is not one."""
+    if name not in namespace:
+        raise UsageError(f"--from {name}: no variable named {name!r} in this notebook")
+    value = namespace[name]
+    if type(value).__name__ == "DataFrame" and hasattr(value, "to_dict"):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, Mapping) or hasattr(v, "to_payload") for v in value):
+        return list(value)
+    raise UsageError(f"--from {name}: expected a DataFrame or a list of dicts, not {type(value).__name__}")
+
+
+@magics_class
+class BatchMagics(Magics):
+    """The `%%musicgen_batch` magic (registered by `%load_ext ipymusicgen` next to `%musicgen`)."""
+
+    @no_var_expand
+    @line_cell_magic
+    @magic_arguments()
+    @argument("--name", help="the batch's name: re-running with it sends only rows never sent")
+    @argument("--concurrency", type=int, default=3, help="rows in flight at once (default 3)")
+    @argument("--budget", type=int, default=None, help="most credits the batch may spend")
+    @argument("--from", dest="source", metavar="VAR", help="a DataFrame or list of dicts, one row a request")
+    @argument("--no-watch", action="store_true", help="no song cards (the progress view still shows)")
+    @argument("--wait", action="store_true", help="block until every row is done")
+    @argument("-o", "--out", metavar="VAR", help="keep the Batch in this variable")
+    def musicgen_batch(self, line: str, cell: str | None = None) -> Batch | None:
+        """Make many songs: one `%musicgen` line per row, or `--from VAR` (a DataFrame or list of dicts).
+
+        %%musicgen_batch --name album --concurrency 3 --budget 30
+        --style "lo-fi" rain on the window
+        --title "Dawn" --style "folk" {verse}
+
+        Every row is validated first (a bad one refuses the batch, naming its line); the estimate is
+        checked against --budget and the credits left; then at most --concurrency rows run at once.
+        Re-running the same cell (same --name, or none: derived from the rows) sends only rows never
+        sent, follows the submitted ones and lists doubtful ones without resending them.
+        """
+        args = parse_argstring(self.musicgen_batch, line)
+        if args.source and cell and cell.strip():
+            raise UsageError("use either --from VARIABLE or lines in the cell, not both")
+        if args.source:
+            requests = rows_from_variable(args.source, self.shell.user_ns)
+        else:
+            requests = parse_lines(cell or "", self.shell)
+        from .batch import run_batch
+
+        view = None
+        try:
+            client = session.get_client()
+            watcher = None if args.no_watch else _watcher(client)
+            view = _view(watcher)
+            batch = run_batch(
+                client,
+                requests,
+                name=args.name,
+                concurrency=args.concurrency,
+                budget=args.budget,
+                wait=False,
+                on_update=view.update if view is not None else None,
+            )
+        except MusicGenError as exc:
+            raise UsageError(one_line(exc)) from None
+        if view is not None:
+            view.update(batch)
+            display(view)
+        if watcher is not None:
+            display(watcher)
+        if args.out:
+            self.shell.user_ns[args.out] = batch
+        if args.wait:
+            batch.wait()
+            print(batch.progress_line())
+        return batch if cell is None else None
+
+
+def _watcher(client: Any) -> Any:
+    try:
+        from .widgets import TaskWatcher
+    except ImportError:
+        return None
+    return TaskWatcher([], client=client)
+
+
+def _view(watcher: Any) -> Any:
+    try:
+        from .widgets.batch import BatchView
+    except ImportError:
+        return None
+    return BatchView(watcher=watcher)
+
+
+def register(ipython: InteractiveShell) -> None:
+    """Register `%%musicgen_batch` once (called by `ipymusicgen.magics.load_ipython_extension`)."""
+    if not isinstance(ipython.magics_manager.registry.get(REGISTRY_NAME), BatchMagics):
+        ipython.register_magics(BatchMagics(shell=ipython))
+
+
+def unregister(ipython: InteractiveShell) -> None:
+    """Remove `%%musicgen_batch` (on `%unload_ext ipymusicgen`)."""
+    magics = ipython.magics_manager.registry.pop(REGISTRY_NAME, None)
+    if not isinstance(magics, BatchMagics):
+        return
+    for kind, table in magics.magics.items():
+        registered = ipython.magics_manager.magics.get(kind, {})
+        for name in table:
+            if getattr(registered.get(name), "__self__", None) is magics:
+                del registered[name]

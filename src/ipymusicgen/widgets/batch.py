@@ -1,0 +1,224 @@
+"""The batch's progress view (above its songs) and the studio's Batch tab form.
+
+`BatchView` is one anywidget model: counts, a progress bar, credits and ETA, and the rows; its text repr is
+the progress line, so a text-only front end still reads progress. It also hands new task ids to a
+`TaskWatcher` (the songs as cards) and sets the watcher's batch line. `BatchForm` takes pasted `%musicgen`
+lines or a DataFrame variable, shows the estimate before Start, and runs the batch in the background.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import anywidget
+import ipywidgets as w
+import traitlets
+
+from .. import costs
+from ..safe_html import esc
+from ._static import css, esm
+from .text import TextRepr
+
+if TYPE_CHECKING:
+    from ..batch import Batch
+    from ..client import MusicClient
+
+ROWS_SHOWN = 200
+
+
+def view_data(batch: Batch) -> dict[str, Any]:
+    """What the front end draws: plain text and numbers only."""
+    rows = [
+        {"index": r.index, "state": r.state, "request": r.describe(), "error": (r.error or "")[:300]}
+        for r in batch.rows[:ROWS_SHOWN]
+    ]
+    more = len(batch.rows) - ROWS_SHOWN
+    return {
+        "name": batch.name,
+        "line": batch.progress_line(),
+        "counts": batch.counts(),
+        "rows_total": len(batch.rows),
+        "rows": rows,
+        "more": f"... {more} more rows (Batch.to_pandas() has them all)" if more > 0 else "",
+    }
+
+
+class BatchView(TextRepr, anywidget.AnyWidget):
+    """Live progress of one batch; pass it as `on_update` (or call `follow(batch)`)."""
+
+    _esm = traitlets.Unicode(esm("batch")).tag(sync=True)
+    _css = traitlets.Unicode(css("batch")).tag(sync=True)
+    data = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, batch: Batch | None = None, *, watcher: Any = None) -> None:
+        super().__init__()
+        self.add_class("ipymusicgen-batch-view")
+        self.watcher = watcher
+        self.batch: Batch | None = None
+        self._lock = threading.Lock()
+        self._watched: set[int] = set()
+        if batch is not None:
+            self.follow(batch)
+
+    def follow(self, batch: Batch) -> None:
+        batch.add_listener(self.update)
+        self.update(batch)
+
+    def update(self, batch: Batch) -> None:
+        """Redraw from the batch's rows; new submitted rows' songs go to the watcher."""
+        with self._lock:
+            self.batch = batch
+            if self.watcher is not None:
+                for row in batch.rows:
+                    if row.ids and row.index not in self._watched:
+                        self._watched.add(row.index)
+                        self.watcher.add(row.ids, v2=row.v2, call=f"row {row.index}")
+                if hasattr(self.watcher, "batch_line"):
+                    self.watcher.batch_line = batch.progress_line()
+            self.data = view_data(batch)
+
+    def __repr__(self) -> str:
+        return self.batch.progress_line() if self.batch is not None else "batch: not started"
+
+
+class BatchForm(w.VBox):
+    """The studio's Batch tab: lines or a DataFrame variable, concurrency, budget, the estimate, Start."""
+
+    def __init__(self, client: MusicClient | None = None, watcher: Any = None, shell: Any = None) -> None:
+        self._client = client
+        self.watcher = watcher
+        self._shell = shell
+        self.lines = w.Textarea(
+            placeholder='one %musicgen line per song, e.g.\n--style "lo-fi" rain on the window\n--v2 synthwave drive',
+            description="Lines",
+            layout=w.Layout(width="100%", height="8em"),
+        )
+        self.source = w.Dropdown(description="or from", options=[("(the lines above)", "")], value="")
+        self.refresh_sources = w.Button(description="Refresh", tooltip="List DataFrame and list variables")
+        self.concurrency = w.BoundedIntText(value=3, min=1, max=100, description="Concurrency")
+        self.budget = w.Text(value="", placeholder="no limit", description="Budget")
+        self.name = w.Text(value="", placeholder="derived from the rows", description="Name")
+        self.estimate = w.HTML()
+        self.start = w.Button(description="Start", button_style="primary", tooltip="Send the batch")
+        self.error = ""
+        self.batch: Batch | None = None
+        self.view = BatchView(watcher=watcher)
+        for control in (self.lines, self.source, self.concurrency, self.budget):
+            control.observe(lambda _change: self.update_estimate(), names="value")
+        self.refresh_sources.on_click(lambda _b: self.list_sources())
+        self.start.on_click(lambda _b: self.submit())
+        super().__init__(
+            [
+                self.lines,
+                w.HBox([self.source, self.refresh_sources]),
+                w.HBox([self.concurrency, self.budget, self.name]),
+                self.estimate,
+                self.start,
+                self.view,
+            ]
+        )
+        self.add_class("ipymusicgen-batch-form")
+        self.list_sources()
+
+    # -- inputs --------------------------------------------------------------------------------------
+
+    @property
+    def shell(self) -> Any:
+        if self._shell is None:
+            try:
+                from IPython import get_ipython
+
+                self._shell = get_ipython()
+            except ImportError:
+                return None
+        return self._shell
+
+    @property
+    def client(self) -> MusicClient:
+        if self._client is None:
+            from ..session import get_client
+
+            self._client = get_client()
+        return self._client
+
+    def list_sources(self) -> None:
+        """The notebook's DataFrame and list-of-dict variables, for the "or from" choice."""
+        namespace = getattr(self.shell, "user_ns", {}) or {}
+        names = sorted(
+            n for n, v in namespace.items()
+            if not n.startswith("_") and (type(v).__name__ == "DataFrame" or (isinstance(v, list) and v
+                                         and all(isinstance(x, dict) for x in v)))
+        )
+        current = self.source.value
+        self.source.options = [("(the lines above)", ""), *[(n, n) for n in names]]
+        self.source.value = current if current in names else ""
+
+    def requests(self) -> Any:
+        from ..batch_magics import parse_lines, rows_from_variable
+
+        if self.source.value:
+            return rows_from_variable(self.source.value, getattr(self.shell, "user_ns", {}) or {})
+        return parse_lines(self.lines.value, self.shell)
+
+    def _budget(self) -> int | None:
+        text = self.budget.value.strip()
+        if not text:
+            return None
+        value = int(text)
+        if value < 0:
+            raise ValueError
+        return value
+
+    def update_estimate(self) -> int | None:
+        """Validate every row and show the estimate (no network); the problem, escaped, when there is one."""
+        from ..batch import validate_rows
+
+        try:
+            rows = validate_rows(self.requests(), allow_unknown_models=self.client.settings.allow_unknown_models)
+            budget = self._budget()
+        except ValueError:
+            self._show_error("Budget: use a whole number of credits, or leave it empty")
+            return None
+        except Exception as exc:  # UsageError / BatchError: say it, send nothing
+            self._show_error(str(exc))
+            return None
+        total = costs.estimate_total(r.request for r in rows)
+        self.error = ""
+        over = f" — more than the budget of {budget}" if budget is not None and total > budget else ""
+        count = f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
+        self.estimate.value = f"<span>{count}, about <b>{total}</b> credits{esc(over)}</span>"
+        return total
+
+    def _show_error(self, message: str) -> None:
+        self.error = message
+        self.estimate.value = f"<span style='color: var(--jp-error-color1, #d32f2f)'>{esc(message)}</span>"
+
+    # -- start ---------------------------------------------------------------------------------------
+
+    def submit(self) -> Batch | None:
+        """Start the batch in the background (the view follows it); None, with the problem shown, if refused."""
+        from ..batch import run_batch
+
+        if self.update_estimate() is None:
+            return None
+        try:
+            batch = run_batch(
+                self.client,
+                self.requests(),
+                name=self.name.value.strip() or None,
+                concurrency=self.concurrency.value,
+                budget=self._budget(),
+                wait=False,
+                on_update=self.view.update,
+            )
+        except Exception as exc:  # a refusal (budget, counts, changed row): shown, nothing sent
+            self._show_error(str(exc))
+            return None
+        self.batch = batch
+        self.view.update(batch)
+        return batch
+
+    def __repr__(self) -> str:
+        head = f"Batch form: {self.error or 'ready'}"
+        return head + ("\n" + repr(self.view) if self.batch is not None else "")

@@ -1,0 +1,139 @@
+"""`%%musicgen_batch` in a real InteractiveShell, the batch view and the studio's Batch form, on the sandbox."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import wait_until
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+from ipymusicgen import session
+from ipymusicgen.batch import Batch
+from ipymusicgen.models import V2Request
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.widgets.batch import BatchForm, BatchView
+
+RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models"))
+CREATING = ("/v1/music/generate", "/v2/submit")
+
+
+def creates(sandbox: Sandbox) -> int:
+    return sum(sandbox.request_counts().get(path, 0) for path in CREATING)
+
+
+def unique() -> str:
+    return "t" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def ip(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
+    session.shutdown()
+    session.configure(
+        api_key=sandbox.api_key,
+        base_url=sandbox.base_url,
+        v2_base_url=sandbox.v2_base_url,
+        journal_path=str(tmp_path / "journal.sqlite3"),
+        poll_interval=0.05,
+    )
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "ipymusicgen")
+    yield shell
+    shell.run_line_magic("unload_ext", "ipymusicgen")
+    shell.config.pop("MusicGen", None)
+    for name in ("made", "mood", "frame", "songs_list"):
+        shell.user_ns.pop(name, None)
+    session.configure(**RESET)
+
+
+def test_each_line_is_a_musicgen_line_with_variables(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    ip.user_ns["mood"] = "rainy"
+    name = unique()
+    body = '--style "{mood} lo-fi" --title "First" la la la\n\n# a comment line\n--v2 synthwave drive at night\n'
+    with capture_output() as out:
+        result = ip.run_cell_magic("musicgen_batch", f"--name {name} --no-watch --wait -o made", body)
+    assert result is None  # the cell shows the view; the batch is in `made`
+    batch = ip.user_ns["made"]
+    assert isinstance(batch, Batch) and batch.name == name
+    assert [r.state for r in batch.rows] == ["complete", "complete"]
+    first, second = (r.request for r in batch.rows)
+    assert first.style == "rainy lo-fi" and first.title == "First" and first.lyrics == "la la la"
+    assert isinstance(second, V2Request) and second.prompt == "synthwave drive at night"
+    assert f"batch {name}: 2/2 done" in out.stdout  # the text-only progress line
+    assert creates(sandbox) == 2
+
+
+def test_a_bad_line_is_one_usage_error_naming_it_and_nothing_is_sent(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    body = "calm piano\n--title " + "x" * 81 + " --style pop words\nmore\n"
+    with pytest.raises(UsageError, match=r"^line 2: .*title.*80"):
+        ip.run_cell_magic("musicgen_batch", f"--name {unique()} --no-watch", body)
+    with pytest.raises(UsageError, match=r"line 1: .*--bogus"):
+        ip.run_cell_magic("musicgen_batch", "--no-watch", "--bogus x\n")
+    with pytest.raises(UsageError, match="no rows"):
+        ip.run_cell_magic("musicgen_batch", "--no-watch", "\n# only a comment\n")
+    assert creates(sandbox) == 0
+
+
+def test_from_a_dataframe_and_rerun_sends_nothing_twice(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    ip.user_ns["frame"] = pd.DataFrame(
+        {"style": ["ambient pads", "sea shanty", "drum and bass"], "mv": ["MFV2.0", None, "MFV1.5"]}
+    )
+    name = unique()
+    batch = ip.run_line_magic("musicgen_batch", f"--from frame --name {name} --concurrency 2 --no-watch --wait")
+    assert [r.state for r in batch.rows] == ["complete"] * 3 and creates(sandbox) == 3
+    assert batch.rows[1].request.mv is None  # a missing cell is a field not given
+    again = ip.run_line_magic("musicgen_batch", f"--from frame --name {name} --no-watch --wait")
+    assert [r.state for r in again.rows] == ["complete"] * 3 and creates(sandbox) == 3
+    with pytest.raises(UsageError, match="--from nothing_here: no variable"):
+        ip.run_line_magic("musicgen_batch", "--from nothing_here")
+    with pytest.raises(UsageError, match="budget of 1"):
+        ip.run_line_magic("musicgen_batch", f"--from frame --name {unique()} --budget 1 --no-watch")
+    assert creates(sandbox) == 3
+
+
+def test_the_view_feeds_the_watcher_and_reads_as_text(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    ip.user_ns["songs_list"] = [{"style": "<b>bold</b> polka"}, {"style": "waltz"}]
+    with capture_output() as out:
+        batch = ip.run_line_magic("musicgen_batch", f"--from songs_list --name {unique()} --wait")
+    (view,) = views_of(batch)
+    assert isinstance(view, BatchView)
+    assert view.data["counts"]["complete"] == 2 and view.data["rows"][0]["request"] == "<b>bold</b> polka"
+    assert repr(view) == batch.progress_line() and "2/2 done" in out.stdout
+    watcher = view.watcher
+    assert watcher is not None and sorted(watcher.ids) == sorted(batch.ids)
+    assert "2/2 done" in watcher.batch_line
+    watcher.close()
+
+
+def views_of(batch: Batch) -> list[BatchView]:
+    return [cb.__self__ for cb in batch._listeners if isinstance(getattr(cb, "__self__", None), BatchView)]
+
+
+def test_batch_form_shows_the_estimate_and_refusals_then_starts(
+    ip: InteractiveShell, sandbox: Sandbox
+) -> None:
+    form = BatchForm(client=session.get_client(), shell=ip)
+    form.lines.value = '--mv MFV3.0 --style "space rock" stars\nlo-fi rain\n'
+    assert "2 rows, about <b>6</b> credits" in form.estimate.value  # 3 (newest model) + 3 (no model: dearest)
+    form.budget.value = "5"
+    assert "more than the budget of 5" in form.estimate.value
+    assert form.submit() is None and "budget of 5" in form.error and creates(sandbox) == 0
+    form.lines.value = '--title "<script>x</script>' + "y" * 90 + '" words\n'
+    assert "<script>" not in form.estimate.value and "line 1" in form.error
+    form.lines.value = "lo-fi rain\n"
+    form.budget.value = ""
+    form.name.value = unique()
+    batch = form.submit()
+    assert batch is not None
+    batch.wait(timeout=20)
+    wait_until(lambda: form.view.data.get("counts", {}).get("complete") == 1, "the view caught up")
+    assert creates(sandbox) == 1 and "1/1 done" in repr(form)
+    ip.user_ns["frame"] = pd.DataFrame({"style": ["a", "b"]})
+    form.list_sources()
+    assert ("frame", "frame") in form.source.options
