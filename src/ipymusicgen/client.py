@@ -129,6 +129,8 @@ def _positional(request: Any, call: str) -> Any:
 
 
 def _ids_of_generate(data: Any) -> GenerateResult:
+    if data is None or (isinstance(data, dict) and not {"ids", "task_ids", "id", "task_id"} & data.keys()):
+        raise ValueError("the answer carried no task ids")
     result = GenerateResult.model_validate(data)
     if not result.ids:
         raise ValueError("the answer carried no task ids")
