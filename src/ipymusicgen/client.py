@@ -600,6 +600,13 @@ class MusicClient(_Core):
         """The journal's unfinished tasks for these hosts (after a restart); `wait=True` also polls them to the end."""
         return self._run(self._resume_flow(wait, timeout, interval, on_update))
 
+    def batch(self, requests: Any, /, **options: Any) -> Any:
+        """Many songs from a list or DataFrame: `name`, `concurrency`, `budget`, `wait`, `stall_timeout`,
+        `retry_unknown`, `on_update`. Returns a `Batch`; see `ipymusicgen.batch.run_batch`."""
+        from .batch import run_batch
+
+        return run_batch(self, requests, **options)
+
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
         url, title, fallback = self._download_target(task, allow_preview)
@@ -739,6 +746,12 @@ class AsyncMusicClient(_Core):
         on_update: UpdateCallback | None = None,
     ) -> Resumed:
         return await self._run(self._resume_flow(wait, timeout, interval, on_update))
+
+    async def batch(self, requests: Any, /, **options: Any) -> Any:
+        """`MusicClient.batch` on this client; with `wait=False`, `await batch` later."""
+        from .batch import run_batch_async
+
+        return await run_batch_async(self, requests, **options)
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         url, title, fallback = self._download_target(task, allow_preview)
