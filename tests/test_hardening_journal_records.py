@@ -113,3 +113,10 @@ def test_the_sandbox_sends_v1_durations_in_milliseconds(client: MusicClient, clo
     assert {r.duration for r in client.tasks(ids)} == {-1}
     clock.stages(2)
     assert {(r.duration, r.duration_seconds) for r in client.tasks(ids)} == {(4000, 4.0)}
+
+
+def test_waiting_on_the_submitted_songs_keeps_their_title_and_lyrics(client: MusicClient, clock: ManualClock) -> None:
+    songs = client.submit_v2(is_auto=0, model_version="v4.5", prompt="dusk", title="Dusk Song", lyrics=LYRICS)
+    clock.stages(2)
+    done = client.wait(songs, interval=0.05, timeout=30)
+    assert [(s.title, s.lyric, s.state) for s in done] == [("Dusk Song", LYRICS, TaskState.COMPLETE)] * 2

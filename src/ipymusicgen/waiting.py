@@ -207,6 +207,8 @@ class WaitFlows:
             self.settings.poll_interval if interval is None else check_seconds(interval, "interval", allow_zero=False)
         )
         tasks = TaskSet(v1, v2_ids=v2)
+        given = ids if isinstance(ids, list | tuple) else ()
+        tasks.update(r for r in given if hasattr(r, "state"))  # submit answers seed: their titles outlive blanks
         deadline = time.monotonic() + timeout
         failures = 0
         while True:
