@@ -29,6 +29,7 @@ TITLES = {
     5: "watcher scaling",
     6: "journal vs in-memory dict",
     7: "memory (RSS)",
+    10: "batches: wall vs ideal, duplicates, lost ids, CPU per row",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -49,6 +50,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_watcher import run
     elif number == 6:
         from .bench_journal import run
+    elif number == 10:
+        from .bench_batch import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)
