@@ -26,7 +26,7 @@ from ..session import register_watcher, unregister_watcher
 from ..tasks import TaskSet, TaskState
 from ._static import css, esm
 from .card import TaskCard
-from .song_data import plain
+from .song_data import card_state, plain
 from .text import TextRepr
 
 if TYPE_CHECKING:
@@ -103,6 +103,8 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self._tasks = TaskSet()
         self._cards: dict[str, TaskCard] = {}
         self._calls: list[list[str]] = []
+        self._tally: Counter[str] = Counter()
+        """How many tasks are in each card state (kept up to date, so a round never recounts 1,000 tasks)."""
         """Task ids grouped by paid call, oldest first (pages show them newest first)."""
         self._lock = threading.RLock()  # guards the thread handle, the calls and the start/exit decision
         self._poll_lock = threading.Lock()  # one polling round at a time
@@ -229,6 +231,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
                 name = call or group[0]
                 for take, task_id in enumerate(group, 1):
                     self._cards[task_id] = TaskCard(task_id, v2=v2, call=name, take=min(take, 2))
+                    self._tally["queued"] += 1
                 self._calls.append(group)
             if self._autostart and not self._closed:
                 self._start_locked()
@@ -491,6 +494,9 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         for record in changed:
             card = self._cards.get(record.id)
             if card is not None:
+                with self._lock:
+                    self._tally[card_state(card.record)] -= 1
+                    self._tally[card_state(record)] += 1
                 card.update(record)
         self._publish(record.id for record in changed)
 
@@ -539,11 +545,8 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self._publish([])
 
     def _counts(self) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for task_id in self._tasks.ids:
-            record = self._tasks.get(task_id)
-            counts[_STATE_WORD[record.state] if record is not None else "queued"] += 1
-        return counts
+        with self._lock:
+            return Counter(self._tally)
 
     def _headline(self) -> str:
         header = self.header()
@@ -565,14 +568,6 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
             for task_id in group:
                 lines.append(f"  {self._cards[task_id].summary()}")
         return "\n".join(lines)
-
-
-_STATE_WORD = {
-    TaskState.PROCESSING: "writing",
-    TaskState.PREVIEW: "preview",
-    TaskState.COMPLETE: "ready",
-    TaskState.FAILED: "failed",
-}
 
 
 def watch_unfinished(client: MusicClient | None = None) -> TaskWatcher:
