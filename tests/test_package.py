@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_utils import sandbox_env
 
 import ipymusicgen
 
@@ -29,3 +37,82 @@ def test_the_shared_session_closes_its_connections_at_exit() -> None:
         [sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, check=True, env=env, timeout=60
     )
     assert "sandbox mode" in done.stdout and "ResourceWarning" not in done.stderr, done.stderr
+
+
+# -- what a `pip install .` gets, and the demo it runs ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel `pip install .` would build, built offline from this checkout."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", str(ROOT), "-w", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = out.glob("ipymusicgen-*.whl")
+    return built
+
+
+def test_the_wheel_ships_types_front_end_files_and_the_demo_notebooks(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "ipymusicgen/py.typed" in names
+    static = sorted(n for n in names if n.startswith("ipymusicgen/widgets/static/"))
+    folder = ROOT / "src" / "ipymusicgen" / "widgets" / "static"
+    in_tree = sorted(f"ipymusicgen/widgets/static/{p.name}" for p in folder.glob("*") if p.is_file())
+    assert static == in_tree and any(n.endswith(".js") for n in static) and any(n.endswith(".css") for n in static)
+    assert "ipymusicgen/notebooks/quickstart.ipynb" in names
+    assert not any("/downloads/" in n or "checkpoint" in n for n in names), "no stray files from the tree"
+
+
+def test_demo_from_an_installed_wheel_says_where_everything_went(wheel: Path, tmp_path: Path) -> None:
+    """The demo as a newcomer runs it after `pip install .`: from another folder, not the checkout, on the sandbox.
+
+    The package comes from the unpacked wheel (first on PYTHONPATH, for this process and its kernel), so
+    the notebook it runs is the one the wheel ships; downloads land under the output folder only.
+    """
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    env = sandbox_env(PYTHONPATH=str(site), TMPDIR=str(tmp_path))
+    where = subprocess.run(
+        [sys.executable, "-c", "import ipymusicgen.__main__ as m; print(m.notebook_source('quickstart'))"],
+        capture_output=True, text=True, env=env, cwd=work, check=True,
+    ).stdout.strip()
+    assert where == str(site / "ipymusicgen" / "notebooks" / "quickstart.ipynb")
+    downloads_in_tree = (ROOT / "notebooks" / "downloads").exists()
+    done = subprocess.run(
+        [sys.executable, "-m", "ipymusicgen", "demo", "--timeout", "300"],
+        capture_output=True, text=True, env=env, cwd=work, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = dict(re.findall(r"^(Service|Notebook|MP3|Open it): +(.*)$", done.stdout, flags=re.MULTILINE))
+    out = work / "artifacts" / "demo"
+    assert "local sandbox" in lines["Service"]
+    assert lines["Notebook"].startswith(f"{out / 'quickstart.ipynb'} (")
+    executed = nbformat.read(out / "quickstart.ipynb", as_version=4)
+    assert "quickstart OK" in json.dumps([cell.get("outputs", []) for cell in executed.cells])
+    mp3 = Path(lines["MP3"].rsplit(" (", 1)[0])
+    assert mp3.parent == out / "downloads" and mp3.suffix == ".mp3" and mp3.stat().st_size > 1000
+    assert lines["Open it"].endswith(f"lab {out / 'quickstart.ipynb'}")
+    assert (ROOT / "notebooks" / "downloads").exists() == downloads_in_tree, "nothing written into the source tree"
+    assert "WARNING" not in done.stderr, done.stderr
+
+
+def test_demo_names_the_real_service_by_its_host_and_never_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipymusicgen.__main__ import _service_in_use
+
+    monkeypatch.setenv("MUSICGEN_API_KEY", "sk-canary-0123456789abcdef")
+    monkeypatch.setenv("MUSICGEN_BASE_URL", "https://music.example.com")
+    said = _service_in_use()
+    assert "real service at https://music.example.com" in said and "canary" not in said

@@ -6,18 +6,28 @@ Runs against the service configured by MUSICGEN_* variables, or the embedded san
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import shlex
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from . import session
 from .errors import MusicGenError
 from .tasks import TaskState
 
 
-def _notebooks_dir() -> Path:
-    """`notebooks/` of the working directory, else of the source checkout this runs from."""
-    here = Path.cwd() / "notebooks"
-    return here if here.is_dir() else Path(__file__).resolve().parents[2] / "notebooks"
+def notebook_source(name: str) -> Path:
+    """A demo notebook: shipped in the package (wheel), else in the source checkout, else in ./notebooks."""
+    file_name = name if name.endswith(".ipynb") else f"{name}.ipynb"
+    here = Path(__file__).resolve().parent
+    for folder in (here / "notebooks", here.parents[1] / "notebooks", Path.cwd() / "notebooks"):
+        if (folder / file_name).is_file():
+            return folder / file_name
+    known = "quickstart, magics-tour, widgets-studio, python-api"
+    raise SystemExit(f"error: no demo notebook {file_name!r} (try: {known})")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -44,21 +54,96 @@ def _print_updates(records: list) -> None:
         print(f"  {record.id}: {record.state.value}{duration} {record.title or ''}".rstrip())
 
 
+def _kernel_manager(folder: Path) -> Any:
+    """A kernel of *this* interpreter, whatever kernelspecs are (or are not) installed.
+
+    A plain `pip install .` in a venv that is not activated may find no `python3` kernelspec, or one
+    that starts whichever `python` is first on PATH; a spec written here runs `sys.executable`.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+
+    spec_dir = folder / "kernels" / "python3"
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
+    specs = KernelSpecManager(kernel_dirs=[str(folder / "kernels")], ensure_native_kernel=False)
+    # Local sockets in the private folder: nothing listens on TCP, and ipykernel has nothing to warn about.
+    return KernelManager(
+        kernel_name="python3", kernel_spec_manager=specs, transport="ipc", ip=str(folder / "kernel")
+    )
+
+
+def _where_to_open(notebook: Path) -> str:
+    """The command that opens the executed notebook in JupyterLab (installing it first if needed)."""
+    jupyter = Path(sys.executable).with_name("jupyter")
+    if importlib.util.find_spec("jupyterlab") is not None and jupyter.exists():
+        return f"{shlex.quote(str(jupyter))} lab {shlex.quote(str(notebook))}"
+    pip = f"{shlex.quote(sys.executable)} -m pip install jupyterlab"
+    return f"{pip} && {shlex.quote(str(jupyter))} lab {shlex.quote(str(notebook))}"
+
+
+def _service_in_use() -> str:
+    current = session.settings()
+    if not current.has_key:
+        return "the local sandbox (no MUSICGEN_API_KEY set: free, nothing was sent anywhere)"
+    return f"the real service at {current.base_url} (your MUSICGEN_API_KEY; songs cost credits)"
+
+
 def _demo(args: argparse.Namespace) -> int:
-    """Execute the quickstart notebook (sandbox when no key) and save the executed copy."""
+    """Execute a demo notebook (on the sandbox when no key is set) and say where everything went.
+
+    It runs in the output folder, so the songs it downloads land in `<output>/downloads/`, never in
+    the source tree; the executed copy is saved there too, even when a cell fails.
+    """
     import nbformat
     from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
 
-    folder = _notebooks_dir()
-    source = folder / f"{args.notebook}.ipynb"
-    notebook = nbformat.read(source, as_version=4)
-    runner = NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}})
-    runner.execute()
-    out = Path(args.output)
+    source = notebook_source(args.notebook)
+    out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / source.name
-    nbformat.write(notebook, target)
-    print(f"executed {source.name}: {len(notebook.cells)} cells, saved to {target}")
+    downloads = out / "downloads"
+    before = {p: p.stat().st_mtime for p in downloads.glob("*.mp3")} if downloads.is_dir() else {}
+    notebook = nbformat.read(source, as_version=4)
+    print(f"Running {source.name} (every cell, as in a fresh kernel) ...", flush=True)
+    failed: BaseException | None = None
+    with tempfile.TemporaryDirectory(prefix="ipymusicgen-kernel-") as kernels:
+        kernel = _kernel_manager(Path(kernels))
+        runner = NotebookClient(
+            notebook,
+            timeout=args.timeout,
+            km=kernel,
+            store_widget_state=True,
+            resources={"metadata": {"path": str(out)}},
+        )
+        try:
+            runner.execute(cwd=str(out))
+        except CellExecutionError as exc:
+            failed = exc
+        finally:
+            nbformat.write(notebook, target)
+            if kernel.has_kernel:  # a kernel manager passed in is ours to shut down, not nbclient's
+                kernel.shutdown_kernel()
+    found = downloads.glob("*.mp3") if downloads.is_dir() else []
+    songs = sorted(p for p in found if before.get(p) != p.stat().st_mtime)  # this run's files
+    print()
+    print(f"Service:   {_service_in_use()}")
+    print(f"Notebook:  {target} ({len(notebook.cells)} cells, executed{', with an error' if failed else ''})")
+    for song in songs:
+        print(f"MP3:       {song} ({song.stat().st_size:,} bytes)")
+    if not songs:
+        print(f"MP3:       none saved in {downloads}")
+    print(f"Open it:   {_where_to_open(target)}")
+    if failed is not None:
+        first_line = str(failed).strip().splitlines()[-1] if str(failed).strip() else type(failed).__name__
+        print(f"error: a cell failed ({first_line}); the executed notebook shows where.", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -73,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--download", metavar="DIR", default="songs", help="where to save finished songs")
     generate.set_defaults(run=_generate)
     demo = commands.add_parser("demo", help="execute a demo notebook end to end")
-    demo.add_argument("notebook", nargs="?", default="quickstart")
-    demo.add_argument("--output", default="artifacts/notebooks")
+    demo.add_argument("notebook", nargs="?", default="quickstart", help="quickstart (default), magics-tour, ...")
+    demo.add_argument("--output", default="artifacts/demo", help="where the executed notebook and its MP3s go")
+    demo.add_argument("--timeout", type=float, default=600, help="seconds a cell may take (default 600)")
     demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)
     try:
