@@ -120,3 +120,16 @@ def test_waiting_on_the_submitted_songs_keeps_their_title_and_lyrics(client: Mus
     clock.stages(2)
     done = client.wait(songs, interval=0.05, timeout=30)
     assert [(s.title, s.lyric, s.state) for s in done] == [("Dusk Song", LYRICS, TaskState.COMPLETE)] * 2
+
+
+def test_resume_after_a_restart_keeps_the_journalled_v2_title(
+    sandbox: Sandbox, clock: ManualClock, tmp_path: Path
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal(path) as journal, sandbox.client(journal=journal) as first:
+        songs = first.submit_v2(is_auto=0, model_version="v4.5", prompt="after", title="After Restart", lyrics=LYRICS)
+    clock.stages(2)
+    with Journal(path) as journal, sandbox.client(journal=journal) as later:
+        found = later.resume(wait=True, timeout=30, interval=0.05)
+    assert sorted(r.id for r in found.records) == sorted(s.id for s in songs)
+    assert {(r.title, r.style, r.state) for r in found.records} == {("After Restart", "after", TaskState.COMPLETE)}

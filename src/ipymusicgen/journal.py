@@ -194,6 +194,24 @@ class JournalEntry:
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
+    def as_record(self) -> TaskRecord | V2Song:
+        """A record with what the journal knows (no status): seeds a wait after a restart, so the title and
+        style of the request outlive answers that leave them empty (the v2 query)."""
+        from .models import TaskRecord, V2Song
+
+        if self.version == 2:
+            return V2Song(
+                song_id=self.id, title=self.title, tags=self.style, audio=self.audio_url, image=self.cover_url
+            )
+        return TaskRecord(
+            id=self.id,
+            title=self.title,
+            style=self.style,
+            audio_url=self.audio_url,
+            cover_url=self.cover_url,
+            song_id=self.song_id,
+        )
+
 
 @dataclass(frozen=True)
 class Attempt:

@@ -263,7 +263,7 @@ class WaitFlows:
         found = self.unfinished()
         if not wait or not found.ids:
             return found
-        records = yield from self._wait_flow(
-            list(found.v1_ids), list(found.v2_ids), timeout, interval, on_update, False
-        )
+        wanted = set(found.ids)  # seeded with what the journal knows, so v2 titles outlive the query's blanks
+        seeds = [e.as_record() for e in self._resume_journal().unfinished() if e.id in wanted]
+        records = yield from self._wait_flow(seeds, (), timeout, interval, on_update, False)
         return replace(found, records=tuple(records))
