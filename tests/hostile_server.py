@@ -47,6 +47,8 @@ class HostileServer:
     handler: Handler
     requests: list[RawRequest] = field(default_factory=list)
     received: threading.Event = field(default_factory=threading.Event)
+    dripped: list[int] = field(default_factory=list)
+    """Per drip-fed connection, how many body bytes went out before the client hung up (or all)."""
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -103,10 +105,16 @@ class HostileServer:
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(content)}\r\nConnection: close\r\n\r\n".encode()
         )
+        self.dripped.append(0)
+        slot = len(self.dripped) - 1
         for byte in content:
             if self.stop.wait(every):
                 return
-            sock.sendall(bytes([byte]))
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                return
+            self.dripped[slot] += 1
 
     def hold(self, sock: socket.socket) -> None:
         """Never answer (until the test ends or the client hangs up)."""

@@ -243,6 +243,28 @@ def test_a_drip_fed_paid_answer_is_unknown_and_not_resent(journal: Journal) -> N
     assert [a.outcome for a in journal.attempts()] == ["unknown"]
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_wait_timeout_bounds_the_exchange_not_only_the_rounds(face: str) -> None:
+    """A 100-byte answer drip-fed over 25 s, within the 30 s HTTP timeout: a wait(timeout=1) must hang
+    up long before the body ends (the server counts what it got out), not read it to the end."""
+    body = b'{"status": 200, "message": "Success", "data": []}' + b" " * 50
+    with hostile(lambda req, sock: server.drip(sock, body, every=0.25)) as server:
+        kwargs: dict[str, Any] = {"timeout": 30.0, "max_retries": 2}
+        if face == "sync":
+            with client_for(server, **kwargs) as client, pytest.raises(WaitTimeoutError):
+                client.wait(["t1"], timeout=1, interval=0.2)
+        else:
+
+            async def scenario() -> None:
+                async with async_client_for(server, **kwargs) as client:
+                    await client.wait(["t1"], timeout=1, interval=0.2)
+
+            with pytest.raises(WaitTimeoutError):
+                asyncio.run(scenario())
+        server.stop.set()
+    assert server.dripped and max(server.dripped) < len(body)
+
+
 def test_wait_with_a_timeout_ends_against_a_server_that_never_finishes() -> None:
     with (
         hostile(lambda req, sock: server.hold(sock)) as server,

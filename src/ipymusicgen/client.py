@@ -95,6 +95,8 @@ __all__ = [
 T = TypeVar("T")
 IDS_QUERY_BUDGET = 4000
 """Characters of comma-joined ids per task query; more ids are split so URLs stay well under 8 KB."""
+MIN_EXCHANGE_SECONDS = 1.0
+"""The least time one exchange gets even when a wait's deadline is (nearly) over."""
 PAID_STOPPED = (
     "The {name} request was interrupted while it was being sent: it may have reached the service and been "
     "charged. It is journalled as outcome-unknown; check key_info() and your recent tasks before resending."
@@ -280,12 +282,25 @@ class _Core(WaitFlows):
     def _timeout(self) -> httpx.Timeout:
         return httpx.Timeout(self.settings.timeout, connect=self.settings.connect_timeout)
 
-    def _response_deadline(self) -> float:
-        """When the answer being read must be complete: a drip-feeding server cannot hold a call longer."""
-        return time.monotonic() + self.settings.timeout
+    def _deadline(self, step: Send) -> float:
+        """When this exchange must be over: the HTTP timeout per response, or sooner if a wait says so.
 
-    def _body_reader(self, response: httpx.Response) -> BodyReader:
-        return BodyReader(response, deadline=self._response_deadline(), limit=MAX_BODY_BYTES)
+        The read timeout of the request is cut to match, so even a server that holds its answer back
+        cannot keep a bounded wait past its end.
+        """
+        now = time.monotonic()
+        deadline = now + self.settings.timeout
+        floor = now + min(self.settings.timeout, MIN_EXCHANGE_SECONDS)  # `wait(timeout=0)` still polls once
+        if step.deadline is not None and max(step.deadline, floor) < deadline:
+            deadline = max(step.deadline, floor)
+            left = deadline - now
+            step.request.extensions["timeout"] = httpx.Timeout(
+                left, connect=min(left, self.settings.connect_timeout)
+            ).as_dict()
+        return deadline
+
+    def _body_reader(self, response: httpx.Response, deadline: float) -> BodyReader:
+        return BodyReader(response, deadline=deadline, limit=MAX_BODY_BYTES)
 
     def _headers(self) -> dict[str, str]:
         return {"User-Agent": f"ipymusicgen/{__version__} httpx/{httpx.__version__}", "Accept": "application/json"}
@@ -317,16 +332,20 @@ class _Core(WaitFlows):
         json: Any = None,
         params: Mapping[str, str] | None = None,
         attempt_id: str | None = None,
+        deadline: float | None = None,
     ) -> Flow[Any]:
-        """Send with the retry policy; return the unwrapped `data`, or raise the right error."""
+        """Send with the retry policy; return the unwrapped `data`, or raise the right error.
+
+        With a `deadline` (from `wait(timeout=...)`), no exchange or retry goes past it.
+        """
         attempt = 0
         while True:
             request = self._build_request(endpoint, json=json, params=params)
             try:
-                outcome = yield Send(request)
+                outcome = yield Send(request, deadline)
             finally:
                 request.headers.pop("x-api-key", None)  # errors keep the request: the key must not ride along
-            can_retry = attempt < self.settings.max_retries
+            can_retry = attempt < self.settings.max_retries and (deadline is None or time.monotonic() < deadline)
             if isinstance(outcome, Exception):
                 not_sent = isinstance(outcome, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout)
                 if can_retry and (not_sent or not endpoint.paid):
@@ -432,18 +451,18 @@ class _Core(WaitFlows):
         if journal is not None and records:
             self._journal_write("task progress", lambda: journal.observe(records))
 
-    def _tasks_flow(self, ids: Any) -> Flow[list[TaskRecord]]:
+    def _tasks_flow(self, ids: Any, deadline: float | None = None) -> Flow[list[TaskRecord]]:
         wanted = v1_ids(ids)
         records: list[TaskRecord] = []
         for chunk in chunk_ids(wanted):
-            data = yield from self._request_flow(TASKS, params={"ids": ",".join(chunk)})
+            data = yield from self._request_flow(TASKS, params={"ids": ",".join(chunk)}, deadline=deadline)
             records.extend(self.responses.parse(TASKS, task_records, data))
         self._observe(list(records))
         return records
 
-    def _query_v2_flow(self, song_id: str) -> Flow[V2Song]:
+    def _query_v2_flow(self, song_id: str, deadline: float | None = None) -> Flow[V2Song]:
         song_id = check_id(song_id, "song_id")
-        data = yield from self._request_flow(QUERY_V2, params={"song_id": song_id})
+        data = yield from self._request_flow(QUERY_V2, params={"song_id": song_id}, deadline=deadline)
         songs = self.responses.parse(QUERY_V2, v2_songs, data)
         song = next((s for s in songs if s.id == song_id), songs[0] if songs else None)
         if song is None:
@@ -506,11 +525,12 @@ class MusicClient(_Core):
         super().__init__(api_key, **kwargs)
         self._http = http_client or httpx.Client(timeout=self._timeout())
 
-    def _exchange(self, request: httpx.Request) -> httpx.Response:
+    def _exchange(self, step: Send) -> httpx.Response:
         """Send without following redirects (even if the http client would) and read the body within bounds."""
-        response = self._http.send(request, stream=True, follow_redirects=False)
+        deadline = self._deadline(step)
+        response = self._http.send(step.request, stream=True, follow_redirects=False)
         try:
-            reader = self._body_reader(response)
+            reader = self._body_reader(response, deadline)
             for chunk in response.iter_bytes():
                 reader.feed(chunk)
             return reader.finish()
@@ -526,7 +546,7 @@ class MusicClient(_Core):
                         time.sleep(step.seconds)
                         outcome: Any = None
                     else:
-                        outcome = self._exchange(step.request)
+                        outcome = self._exchange(step)
                 except httpx.RequestError as exc:
                     outcome = exc
                 except BaseException as exc:  # Ctrl-C, an oversized answer: the flow decides (a paid one journals)
@@ -662,19 +682,20 @@ class AsyncMusicClient(_Core):
         super().__init__(api_key, **kwargs)
         self._http = http_client or httpx.AsyncClient(timeout=self._timeout())
 
-    async def _read(self, request: httpx.Request) -> httpx.Response:
+    async def _read(self, request: httpx.Request, deadline: float) -> httpx.Response:
         response = await self._http.send(request, stream=True, follow_redirects=False)
         try:
-            reader = self._body_reader(response)
+            reader = self._body_reader(response, deadline)
             async for chunk in response.aiter_bytes():
                 reader.feed(chunk)
             return reader.finish()
         finally:
             await response.aclose()
 
-    async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        bound = self.settings.timeout + self.settings.connect_timeout
-        return cast(httpx.Response, await _within(self._read(request), bound, request))
+    async def _exchange(self, step: Send) -> httpx.Response:
+        deadline = self._deadline(step)
+        bound = max(deadline - time.monotonic(), 0.0) + (self.settings.connect_timeout if step.deadline is None else 0)
+        return cast(httpx.Response, await _within(self._read(step.request, deadline), bound, step.request))
 
     async def _run(self, flow: Flow[T]) -> T:
         try:
@@ -685,7 +706,7 @@ class AsyncMusicClient(_Core):
                         await _async_sleep(step.seconds)
                         outcome: Any = None
                     else:
-                        outcome = await self._exchange(step.request)
+                        outcome = await self._exchange(step)
                 except httpx.RequestError as exc:
                     outcome = exc
                 except BaseException as exc:  # CancelledError, an oversized answer: the flow decides

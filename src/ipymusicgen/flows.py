@@ -24,6 +24,8 @@ UpdateCallback = Callable[[list[Record]], None]
 
 class Send(NamedTuple):
     request: httpx.Request
+    deadline: float | None = None
+    """`time.monotonic()` by which the whole exchange must be over (a `wait(timeout=...)` passes its own)."""
 
 
 class Sleep(NamedTuple):

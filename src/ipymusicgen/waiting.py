@@ -169,18 +169,20 @@ class WaitFlows:
     journal: Journal | None
     _record_listeners: list[UpdateCallback]
 
-    def _tasks_flow(self, ids: Any) -> Flow[list[TaskRecord]]: ...  # provided by _Core
-    def _query_v2_flow(self, song_id: str) -> Flow[V2Song]: ...  # provided by _Core
-    def _open_journal(self) -> Journal: ...  # provided by _Core
+    if TYPE_CHECKING:  # provided by _Core
 
-    def _poll_flow(self, tasks: TaskSet) -> Flow[list[Record]]:
+        def _tasks_flow(self, ids: Any, deadline: float | None = None) -> Flow[list[TaskRecord]]: ...
+        def _query_v2_flow(self, song_id: str, deadline: float | None = None) -> Flow[V2Song]: ...
+        def _open_journal(self) -> Journal: ...
+
+    def _poll_flow(self, tasks: TaskSet, deadline: float | None = None) -> Flow[list[Record]]:
         """One round: one batched v1 query for every unfinished v1 task, one query per v2 song."""
         v1, v2 = tasks.unfinished()
         records: list[Record] = []
         if v1:
-            records.extend((yield from self._tasks_flow(v1)))
+            records.extend((yield from self._tasks_flow(v1, deadline)))
         for song_id in v2:
-            records.append((yield from self._query_v2_flow(song_id)))
+            records.append((yield from self._query_v2_flow(song_id, deadline)))
         changed = tasks.update(records)
         if changed:
             for listener in list(self._record_listeners):
@@ -213,7 +215,7 @@ class WaitFlows:
         failures = 0
         while True:
             try:
-                changed = yield from self._poll_flow(tasks)
+                changed = yield from self._poll_flow(tasks, deadline)
             except MusicGenError as exc:
                 if not is_transient(exc):
                     raise
