@@ -30,6 +30,7 @@ TITLES = {
     6: "journal vs in-memory dict",
     7: "memory (RSS)",
     10: "batches: wall vs ideal, duplicates, lost ids, CPU per row",
+    11: "library: waveform speed, search 10,000 vs 100, archive vs download",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -50,6 +51,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_watcher import run
     elif number == 6:
         from .bench_journal import run
+    elif number == 11:
+        from .bench_library import run
     elif number == 10:
         from .bench_batch import run
     else:

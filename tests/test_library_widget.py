@@ -40,10 +40,11 @@ def test_cards_carry_waveform_player_and_takes(filled: tuple[Library, list[str],
     library, first, extended = filled
     view = LibraryView(library, page_size=3)
     assert view.total == 4 and len(view.cards) == 3 and "1–3 of 4" in view.status
-    card = next(c for c in view.cards if c["id"] == first[0])
+    assert [c["id"] for c in view.cards] == [*reversed(extended), first[1]]  # newest first
+    card = view.cards[2]
     assert card["title"] == HOSTILE  # text; the browser draws it with textContent
     assert len(card["peaks"]) == 400 and card["audio_url"].startswith("http://127.0.0.1")
-    assert card["state"] == "ready" and card["call"] and card["take"] == 1 and "favourite" in card["actions"]
+    assert card["state"] == "ready" and card["call"] and card["take"] == 2 and "favourite" in card["actions"]
     assert card["archived_path_label"].startswith("archived:")
     assert not card["prefer_local"]  # the archive is not under a Jupyter server root here
     view._on_msg(view, {"kind": "page", "page": 1}, [])

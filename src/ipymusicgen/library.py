@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import datetime as dt
 import html
-import json
 import re
 import time
 import weakref
@@ -145,9 +144,13 @@ class Spend:
 
 
 def fts_query(text: str) -> str | None:
-    """User text as a safe FTS5 query: every word must appear (as a word prefix); operators are not honoured."""
-    words = _WORD.findall(text or "")
-    return " ".join(f'"{w}"*' for w in words[:32]) or None
+    """User text as a safe FTS5 query: every word must appear, the last one as a prefix (search as you type).
+
+    Words are quoted, so FTS5 operators and column filters in the text are plain words. Whole words keep
+    the index streaming newest first; only the last word pays for a prefix merge.
+    """
+    words = _WORD.findall(text or "")[:32]
+    return " ".join([*(f'"{w}"' for w in words[:-1]), *(f'"{w}"*' for w in words[-1:])]) or None
 
 
 def _since(value: Any) -> float | None:
@@ -177,6 +180,9 @@ SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url,
        (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
 FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
 """
+_SELECT_TEXT = _SELECT.replace(
+    "FROM tasks t LEFT JOIN", "FROM library_fts JOIN tasks t ON t.rowid = library_fts.rowid LEFT JOIN"
+)
 
 
 def _song(row: Any) -> LibrarySong:
@@ -233,7 +239,7 @@ class Library:
         if text and query is None:
             clauses.append("0")
         if query:
-            clauses.append("t.id IN (SELECT id FROM library_fts WHERE library_fts MATCH ?)")
+            clauses.append("library_fts MATCH ?")
             params.append(query)
         if state:
             clauses.append("t.state = ?")
@@ -264,20 +270,29 @@ class Library:
         limit: int = 50,
         offset: int = 0,
     ) -> SongList:
-        """Songs newest first. `text` is searched in title, style, lyrics and prompt (every word, as a prefix);
+        """Songs newest first (in the order the journal learnt of them).
+
+        `text` is searched in title, style, lyrics and prompt (every word, as a prefix);
         `since` is a timestamp, datetime, date, timedelta, ISO text or "7d"/"12h"."""
         where, params = self._where(text, state, favourite, since, model, batch)
-        rows = self.store.query(
-            f"{_SELECT} WHERE {where} ORDER BY t.created_at DESC, t.id LIMIT ? OFFSET ?",
-            [*params, max(0, int(limit)), max(0, int(offset))],
-        )
-        return SongList(_song(r) for r in rows)
+        page = [max(0, int(limit)), max(0, int(offset))]
+        if text:  # newest first straight from the full-text index (its rowids are the journal's)
+            sql = f"{_SELECT_TEXT} WHERE {where} ORDER BY library_fts.rowid DESC LIMIT ? OFFSET ?"
+        else:
+            sql = f"{_SELECT} WHERE {where} ORDER BY t.rowid DESC LIMIT ? OFFSET ?"
+        return SongList(_song(r) for r in self.store.query(sql, [*params, *page]))
 
     def count(self, text: str | None = None, state: str | None = None, favourite: bool | None = None,
               since: Any = None, model: str | None = None, batch: str | None = None) -> int:  # fmt: skip
         """How many songs `songs()` would page through with these filters."""
         where, params = self._where(text, state, favourite, since, model, batch)
-        sql = f"SELECT COUNT(*) AS n FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE {where}"
+        if text and where == "1=1 AND library_fts MATCH ?":  # text alone: the full-text index counts by itself
+            sql = "SELECT COUNT(*) AS n FROM library_fts WHERE library_fts MATCH ?"
+            return int(self.store.query(sql, params)[0]["n"])
+        joins = "library_fts JOIN tasks t ON t.rowid = library_fts.rowid" if text else "tasks t"
+        if favourite is not None or model or batch:
+            joins += " LEFT JOIN library_songs l ON l.id = t.id"
+        sql = f"SELECT COUNT(*) AS n FROM {joins} WHERE {where}"
         return int(self.store.query(sql, params)[0]["n"])
 
     def song(self, task_id: str) -> LibrarySong:
@@ -370,30 +385,30 @@ class Library:
 
         if by not in SPEND_BY:
             raise ValueError(f"by must be one of {', '.join(SPEND_BY)} (got {by!r})")
-        rows = self.store.query(
-            "SELECT a.id, a.payload, a.created_at, (SELECT COUNT(*) FROM tasks t WHERE t.attempt_id = a.id"
-            " AND t.state = 'complete') AS songs, (SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
-            f" WHERE t.attempt_id = a.id LIMIT 1) AS batch FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES}"
-            " AND a.endpoint NOT LIKE '%lyric%' ORDER BY a.created_at"
+        model = (
+            "COALESCE(json_extract(a.payload, '$.mv'), json_extract(a.payload, '$.model_version'),"
+            " json_extract(a.payload, '$.model'))"
+        )
+        key = {
+            "day": "date(a.created_at, 'unixepoch', 'localtime')",
+            "model": f"COALESCE({model}, '(default)')",
+            "batch": "COALESCE((SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
+            " WHERE t.attempt_id = a.id LIMIT 1), '(none)')",
+        }[by]
+        rows = self.store.query(  # grouped in SQLite (one pass, no JSON parsed in Python), then priced per model
+            f"SELECT {key} AS k, {model} AS m, COUNT(*) AS calls, SUM((SELECT COUNT(*) FROM tasks t"
+            " WHERE t.attempt_id = a.id AND t.state = 'complete')) AS songs, MIN(a.created_at) AS first"
+            f" FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES} AND a.endpoint NOT LIKE '%lyric%'"
+            " GROUP BY k, m ORDER BY first"
         )
         groups: dict[str, dict[str, Any]] = {}
         for r in rows:
-            try:
-                payload = json.loads(r["payload"])
-            except ValueError:
-                payload = {}
-            if by == "day":
-                key = dt.datetime.fromtimestamp(r["created_at"]).date().isoformat()
-            elif by == "model":
-                key = str(payload.get("mv") or payload.get("model_version") or payload.get("model") or "(default)")
-            else:
-                key = r["batch"] or "(none)"
             group = groups.setdefault(
-                key, {by: key, "calls": 0, "songs": 0, "credits_estimated": 0, "credits_measured": None}
+                r["k"], {by: r["k"], "calls": 0, "songs": 0, "credits_estimated": 0, "credits_measured": None}
             )
-            group["calls"] += 1
-            group["songs"] += int(r["songs"])
-            group["credits_estimated"] += estimate_credits(payload)
+            group["calls"] += int(r["calls"])
+            group["songs"] += int(r["songs"] or 0)
+            group["credits_estimated"] += int(r["calls"]) * estimate_credits({"mv": r["m"]} if r["m"] else {})
         if by == "batch":
             for measured in self._measured_batches():
                 if measured["batch"] in groups:

@@ -177,10 +177,15 @@ class LibraryStore:
             " WHERE l.id = ?",
             (task_id,),
         ).fetchone()
-        db.execute("DELETE FROM library_fts WHERE id = ?", (task_id,))
+        order = db.execute("SELECT rowid FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        if order is None:
+            return
+        # the search row shares the task's rowid (journal order = newest last), so a search pages newest
+        # first straight from the full-text index and stops at the page: no sort over every match
+        db.execute("DELETE FROM library_fts WHERE rowid = ?", (order[0],))
         db.execute(
-            "INSERT INTO library_fts (id, title, style, lyrics, prompt) VALUES (?, ?, ?, ?, ?)",
-            (task_id, title or row["title"], style or row["style"], row["lyrics"], row["prompt"]),
+            "INSERT INTO library_fts (rowid, id, title, style, lyrics, prompt) VALUES (?, ?, ?, ?, ?, ?)",
+            (order[0], task_id, title or row["title"], style or row["style"], row["lyrics"], row["prompt"]),
         )
 
     # -- user choices --------------------------------------------------------------------------------

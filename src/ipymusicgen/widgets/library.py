@@ -140,7 +140,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         with self.hold_sync():
             self.page_size = max(1, min(int(page_size), 200))
             self.text = text
-            self.refresh()
+            self.refresh(everything=True)
 
     # -- queries -------------------------------------------------------------------------------------
 
@@ -154,8 +154,8 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             "batch": f.get("batch") or None,
         }
 
-    def refresh(self) -> None:
-        """Query the current page, the filter choices and the spend summary again."""
+    def refresh(self, everything: bool = False) -> None:
+        """Query the current page again; `everything` also the filter choices and the spend summary."""
         with self.hold_sync():
             if self._focus is not None:
                 tree = flatten_lineage(self.library.lineage(self._focus))
@@ -171,9 +171,10 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 songs = list(self.library.songs(**args, limit=self.page_size, offset=self.page * self.page_size))
                 self.lineage = []
             self.cards = [library_card(s, self._roots) for s in songs]
-            self.models = self.library.models()
-            self.batches = self.library.batches()
-            self._refresh_spend()
+            if everything:
+                self.models = self.library.models()
+                self.batches = self.library.batches()
+                self._refresh_spend()
             self.status = self._status_line()
 
     def _refresh_spend(self) -> None:
@@ -213,7 +214,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             elif kind == "lineage":
                 self.show_lineage(task_id or None)
             elif kind == "refresh":
-                self.refresh()
+                self.refresh(everything=True)
         except (KeyError, ValueError) as exc:
             self.status = f"Could not do that: {str(exc)[:200]}"
 
