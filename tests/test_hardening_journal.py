@@ -490,3 +490,21 @@ def test_a_locked_journal_sends_nothing(sandbox: Sandbox, tmp_path: Path, holder
     assert sandbox.credits() == 100
     holder.release()
     journal.close()
+
+
+def test_a_dead_senders_attempt_is_reported_unknown_even_while_the_journal_is_locked(
+    tmp_path: Path, holder: Holder
+) -> None:
+    with Journal(tmp_path / "journal.sqlite3") as journal:
+        attempt = journal.begin("generate", "https://api.example", {"title": "Orphan"})
+        with open_db(journal.path) as db:
+            db.execute("UPDATE attempts SET owner_started = 'another-boot:1' WHERE id = ?", (attempt,))
+        holder.hold()
+        (found,) = journal.attempts(outcome="unknown")  # reported at once, though it cannot be marked yet
+        assert (found.id, found.title) == (attempt, "Orphan")
+        holder.release()
+        with open_db(journal.path) as db:
+            assert db.execute("SELECT outcome FROM attempts").fetchone()[0] == "pending"
+        assert [a.outcome for a in journal.attempts()] == ["unknown"]  # marked on the next read
+        with open_db(journal.path) as db:
+            assert db.execute("SELECT outcome FROM attempts").fetchone()[0] == "unknown"

@@ -18,6 +18,7 @@ Two things keep paid work in sight when something goes wrong:
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import socket
@@ -594,38 +595,41 @@ class Journal:
 
     def attempts(self, outcome: str | None = None) -> list[Attempt]:
         """Paid requests, oldest first. A `pending` one whose process died is reported (and marked) `unknown`."""
-        rows = self._read("SELECT * FROM attempts ORDER BY created_at")
-        found = [self._settle(_attempt(row)) for row in rows]
+        sql, params = "SELECT * FROM attempts", ()
+        if outcome in ("pending", "unknown"):
+            sql += " WHERE outcome IN ('pending', 'unknown')"  # a pending one may turn out unknown
+        elif outcome is not None:
+            sql, params = sql + " WHERE outcome = ?", (outcome,)
+        rows = self._read(sql + " ORDER BY created_at", params)
+        found = self._settle([_attempt(row) for row in rows])
         return [a for a in found if outcome is None or a.outcome == outcome]
 
-    def _settle(self, attempt: Attempt) -> Attempt:
-        """A pending attempt whose sender is gone can never be answered: its outcome is unknown."""
-        if attempt.outcome != "pending":
-            return attempt
-        if attempt.owner is None:
-            note = LEGACY_NOTE
-        elif attempt.owner.is_alive():
-            return attempt
-        else:
-            note = DIED_NOTE.format(owner=attempt.owner)
-        try:
-            with self._write() as db:
-                db.execute(
-                    "UPDATE attempts SET outcome = 'unknown', note = ? WHERE id = ? AND outcome = 'pending'",
-                    (note, attempt.id),
-                )
-        except sqlite3.Error:
-            pass  # reported all the same; marked on a later read
-        return Attempt(
-            attempt.id,
-            attempt.endpoint,
-            attempt.host,
-            attempt.payload,
-            attempt.created_at,
-            "unknown",
-            note,
-            attempt.owner,
-        )
+    def _settle(self, attempts: list[Attempt]) -> list[Attempt]:
+        """A pending attempt whose sender is gone can never be answered: its outcome is unknown.
+
+        Marked in the file too when it is free at once (a read never waits out another kernel's lock).
+        """
+        settled, notes = [], []
+        for attempt in attempts:
+            if attempt.outcome == "pending" and (attempt.owner is None or not attempt.owner.is_alive()):
+                note = LEGACY_NOTE if attempt.owner is None else DIED_NOTE.format(owner=attempt.owner)
+                attempt = dataclasses.replace(attempt, outcome="unknown", note=note)
+                notes.append((note, attempt.id))
+            settled.append(attempt)
+        if notes:
+            with self._lock:
+                self._db.execute("PRAGMA busy_timeout=100")
+                try:
+                    with self._write() as db:
+                        db.executemany(
+                            "UPDATE attempts SET outcome = 'unknown', note = ? WHERE id = ? AND outcome = 'pending'",
+                            notes,
+                        )
+                except sqlite3.Error:
+                    pass  # reported all the same; marked on a later read
+                finally:
+                    self._db.execute(f"PRAGMA busy_timeout={max(0, int(self.busy_timeout * 1000))}")
+        return settled
 
     def close(self) -> None:
         """Write what waits in memory, then close.
