@@ -244,10 +244,12 @@ class _Core(WaitFlows):
         try:
             write()
         except Exception as exc:  # the ids must still reach the caller; the journal's own error says why
+            from .journal import JournalWriteWarning
+
             warnings.warn(
                 f"The journal could not record {what} ({type(exc).__name__}: {self.redact(str(exc))[:200]}). "
                 "Keep the ids shown above; resume() will not know them.",
-                RuntimeWarning,
+                JournalWriteWarning,
                 stacklevel=4,
             )
 
