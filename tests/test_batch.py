@@ -202,6 +202,7 @@ def test_rerun_with_the_same_name_sends_nothing_again_and_a_changed_row_is_refus
     assert first.counts()["complete"] == 3 and creates(sandbox) == 3
     again = run_batch(client, [*rows(3), {"style": "bonus"}], name="album", store=store)
     assert again.counts()["complete"] == 4 and creates(sandbox) == 4  # only the new row
+    assert len(again.records) == 8 and {r.id for r in again.records} == set(again.ids)  # earlier rows read back
     with pytest.raises(BatchError, match="Row 1 of batch 'album' is not the request first recorded"):
         run_batch(client, [rows(3)[0], {"style": "changed"}], name="album", store=store)
     same = run_batch(client, rows(3), store=store)  # no name: derived from the requests
@@ -242,3 +243,22 @@ def test_async_client_runs_the_same_batch(sandbox: Sandbox, store: BatchStore) -
 
     batch = asyncio.run(scenario())
     assert batch.counts()["complete"] == 4 and creates(sandbox) == 4
+
+
+def test_running_the_same_batch_twice_at_once_in_one_kernel_sends_each_row_once(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, running_limit: list[int], store: BatchStore
+) -> None:
+    first = run_batch(client, rows(5), name="twice", concurrency=2, wait=False, store=store)
+    wait_until(lambda: first.counts()["submitted"] == 2, "two rows in flight")
+    second = run_batch(client, rows(5), name="twice", concurrency=2, wait=False, store=store)
+    while not (first.done and second.done):
+        before = sandbox.request_counts().get(TASKS, 0)
+        clock.stages(2)
+        wait_until(
+            lambda b=before: (first.done and second.done) or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a round"
+        )
+    first.wait()
+    second.wait()
+    assert creates(sandbox) == 5  # the two runs shared the rows: none sent twice
+    finished = [a if a.state == "complete" else b for a, b in zip(first.rows, second.rows, strict=True)]
+    assert all(r.state == "complete" for r in finished)

@@ -47,6 +47,10 @@ DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
 RATE_LIMIT_WINDOW = 30.0
 """Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
 DEFAULT_RETRY_AFTER = 2.0
+BACKFILL_ROUNDS = 3
+"""Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
+_ACTIVE: set[tuple[int, str, int]] = set()
+"""(store, batch name, row) whose create a batch in this process is sending right now."""
 
 
 class BatchError(MusicGenError, ValueError):
@@ -395,6 +399,8 @@ class _Engine:
         self.paused_until = 0.0
         self.lowered_until = 0.0
         self.stop_reason: str | None = None
+        self.backfill: list[BatchRow] = []
+        self.backfill_rounds = 0
         self.committed = 0  # estimated credits of rows sent or being sent in this run
 
     # -- start ---------------------------------------------------------------------------------------
@@ -411,6 +417,9 @@ class _Engine:
                 if saved.owner_alive and not saved.mine:
                     row.state, row.error = "unknown", f"being sent by process {saved.owner_pid}"
                     continue
+                if saved.mine and self._key(row) in _ACTIVE:
+                    row.state, row.error = "unknown", "being sent by another run of this batch in this kernel"
+                    continue
                 state = "unknown"
                 row.error = "its create may have been sent (the process sending it ended before the answer)"
                 self.store.set_state(self.name, row.index, "unknown", error=row.error)
@@ -422,6 +431,12 @@ class _Engine:
                 self.watch(row, row.ids)
             else:
                 row.state = state
+                if row.ids and state in ("complete", "failed"):  # read their records once, for .records
+                    self.backfill.append(row)
+                    self.tasks.add(row.ids, v2=row.v2)
+
+    def _key(self, row: BatchRow) -> tuple[int, str, int]:
+        return (id(self.store), self.name, row.index)
 
     def to_send(self) -> list[BatchRow]:
         return list(self.queue)
@@ -463,6 +478,7 @@ class _Engine:
             row.cost = cost
             row.started_at = now
             self.sending.add(row.index)
+            _ACTIVE.add(self._key(row))
             return row
         return None
 
@@ -472,6 +488,7 @@ class _Engine:
 
     def created(self, row: BatchRow, result: Any) -> None:
         self.sending.discard(row.index)
+        _ACTIVE.discard(self._key(row))
         ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
         self.store.set_state(self.name, row.index, "submitted", ids=ids)
         self.watch(row, ids)
@@ -479,6 +496,7 @@ class _Engine:
 
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
         self.sending.discard(row.index)
+        _ACTIVE.discard(self._key(row))
         self.committed -= row.cost if not _is_doubtful(exc) else 0
         if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
             now = self.clock()
@@ -505,7 +523,7 @@ class _Engine:
 
     @property
     def watching(self) -> bool:
-        return any(r.state == "submitted" for r in self.batch.rows)
+        return bool(self.backfill) or any(r.state == "submitted" for r in self.batch.rows)
 
     def polled(self, changed: Iterable[Any]) -> None:
         now = self.clock()
@@ -515,6 +533,12 @@ class _Engine:
             if row is not None:
                 row.last_change = now
                 touched.add(row.index)
+        self.backfill_rounds += 1
+        for row in list(self.backfill):
+            found = [r for r in (self.tasks.get(i) for i in row.ids) if r is not None]
+            if len(found) == len(row.ids) or self.backfill_rounds >= BACKFILL_ROUNDS:
+                row.records = found
+                self.backfill.remove(row)
         for row in self.batch.rows:
             if row.state != "submitted":
                 continue
