@@ -297,14 +297,17 @@ def test_wait_refuses_bad_numbers(sandbox: Sandbox, kwargs: dict[str, Any]) -> N
     assert sent_paths(sandbox) == {}
 
 
-@pytest.mark.parametrize("ids", [None, ["a,b"], [""], ["  "], [None], 5, {"a": 1}, []])
+@pytest.mark.parametrize("ids", [None, ["a,b"], [""], ["  "], [None], 5, {"a": 1}, ",", ["ok", "x\ny"]])
 def test_odd_ids_are_refused_clearly(sandbox: Sandbox, ids: Any) -> None:
     with sandbox.client() as client:
         with pytest.raises(RequestValidationError, match="ids"):
             client.wait(ids, timeout=1)
-        if ids != []:
-            with pytest.raises(RequestValidationError, match="ids"):
-                client.tasks(ids)
+        with pytest.raises(RequestValidationError, match="ids"):
+            client.tasks(ids)
+        if ids is not None:  # v2_ids=None means none
+            with pytest.raises(RequestValidationError, match="v2_ids"):
+                client.wait([], v2_ids=ids, timeout=1)
+        assert client.wait([], timeout=1) == []  # nothing to wait for
     assert sent_paths(sandbox) == {}
 
 

@@ -203,7 +203,7 @@ class WaitFlows:
             more_v1, more_v2 = split_ids(v2_ids, "v2_ids")
             v2 += more_v1 + more_v2  # anything given as v2_ids is a v2 id
         if not v1 and not v2:
-            raise _refuse("ids", "no task id given")
+            return []  # nothing to wait for (an empty list); None or odd ids were refused above
         timeout = self.settings.wait_timeout if timeout is None else check_seconds(timeout, "timeout", allow_zero=True)
         interval = (
             self.settings.poll_interval if interval is None else check_seconds(interval, "interval", allow_zero=False)
