@@ -616,3 +616,20 @@ def test_song_card_data_is_bounded_and_typed() -> None:
     assert len(data["peaks"]) == 512 and data["peaks"][0] == [-1.0, 0.5] and data["elapsed_s"] is None
     queued = song_card(None, id="q\x00", take=7)
     assert queued["state"] == "queued" and queued["id"] == "q" and queued["take"] == 1
+
+
+def test_annotate_adds_peaks_and_the_archived_file_to_a_card(
+    finished: TaskWatcher, wire: Wire, clock: ManualClock
+) -> None:
+    hello(finished, wire)
+    wire.clear()
+    task_id = finished.ids[1]
+    finished.annotate(task_id, peaks=[[-0.25, 0.5]] * 3, archived_path_label="Music/Rain.mp3", api_key="x", favourite=1)
+    (diff,) = wire.custom(finished)
+    fields = diff["cards"][task_id]
+    assert fields["peaks"] == [[-0.25, 0.5]] * 3 and fields["archived_path_label"] == "Music/Rain.mp3"
+    assert fields["favourite"] is True and "api_key" not in fields
+    wire.clear()
+    finished.annotate("not-watched", peaks=[[0, 1]])
+    finished.annotate(task_id, peaks=[[-0.25, 0.5]] * 3)  # nothing new: nothing sent
+    assert wire.custom(finished) == []

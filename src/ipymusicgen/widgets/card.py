@@ -21,7 +21,7 @@ Record = TaskRecord | V2Song
 class TaskCard:
     """One watched task: its latest record, its place in a call (take 1 or 2) and a note for the user."""
 
-    __slots__ = ("_finished", "_record", "call", "favourite", "note", "started", "take", "task_id", "v2")
+    __slots__ = ("_finished", "_record", "call", "extra", "favourite", "note", "started", "take", "task_id", "v2")
 
     def __init__(self, task_id: str, *, v2: bool = False, call: str = "", take: int = 1) -> None:
         self.task_id = task_id
@@ -30,6 +30,8 @@ class TaskCard:
         self.take = take
         self.note = ""
         self.favourite = False
+        self.extra: dict[str, Any] | None = None
+        """Card fields others know better (peaks and the archived path from the library); None while empty."""
         self.started = time.monotonic()
         self._finished: float | None = None
         self._record: Record | None = None
@@ -68,6 +70,7 @@ class TaskCard:
             "note": self.note,
             "model": "v2" if self.v2 else "",
         }
+        fields.update(self.extra or {})
         fields.update(extra)
         return song_card(self._record, **fields)
 

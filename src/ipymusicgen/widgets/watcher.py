@@ -38,6 +38,8 @@ MAX_BACKOFF = 60.0
 """Longest wait between polls while the service keeps failing."""
 PAGE_SIZE = 10
 """Calls (a call is one paid request: usually two takes) per page; every task is polled and kept either way."""
+ANNOTATIONS = frozenset({"peaks", "archived_path_label", "model"})
+"""Card fields `annotate()` accepts from other parts (the library's waveform and file, the model name)."""
 DIFF_FIELDS_ALWAYS = ("elapsed_s",)
 """Fields that change every second: sent with a card's other changes, never on their own (the browser counts on)."""
 
@@ -205,6 +207,19 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
     def card(self, task_id: str) -> TaskCard:
         """The card of a watched task (KeyError if it is not watched)."""
         return self._cards[task_id]
+
+    def annotate(self, task_id: str, **fields: Any) -> None:
+        """Add what others know of a song to its card (e.g. the archive's `peaks`, `archived_path_label`,
+        `favourite`); the browser gets the change in the next message. Unknown tasks are ignored."""
+        card = self._cards.get(task_id)
+        if card is None:
+            return
+        if "favourite" in fields:
+            card.favourite = bool(fields.pop("favourite"))
+        allowed = {k: v for k, v in fields.items() if k in ANNOTATIONS}
+        if allowed:
+            card.extra = {**(card.extra or {}), **allowed}
+        self._publish([task_id])
 
     def show_page(self, page: int) -> list[str]:
         """Show page `page` (clamped); the browser gets a snapshot of it. Returns its task ids."""

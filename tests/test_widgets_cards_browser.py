@@ -1,0 +1,210 @@
+"""The shared song card and the watcher's front end in a real Chromium, fed by a real kernel-side watcher.
+
+No Jupyter here (tests/test_browser*.py cover JupyterLab and Notebook): the watcher's ES module
+(common.js + watcher.js, as `_static.esm` joins them) is loaded in a blank page with a stand-in for
+anywidget's `model` (on / off / send), and the messages the real `TaskWatcher` publishes against the
+sandbox are handed to it. So this checks the drawing and the intents: takes side by side, text never
+becoming markup, buttons with labels, click-to-seek on the sandbox's real audio (byte ranges), gaps
+in the diff numbering answered with a request for a snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import comm
+import pytest
+from helpers import HOSTILE, ManualClock
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from ipymusicgen.client import MusicClient
+from ipymusicgen.widgets import TaskWatcher
+from ipymusicgen.widgets._static import css, esm
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+STEP_MS = 30_000
+
+HARNESS = """
+async ([source, styles]) => {
+  window.sent = [];
+  const listeners = new Set();
+  const model = {
+    on(event, callback) { if (event === "msg:custom") listeners.add(callback); },
+    off(event, callback) { listeners.delete(callback); },
+    send(message) { window.sent.push(message); },
+    get() { return undefined; },
+  };
+  window.deliver = (message) => { for (const callback of listeners) callback(message); };
+  const style = document.createElement("style");
+  style.textContent = styles;
+  document.head.appendChild(style);
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const module = await import(url);
+  const el = document.createElement("div");
+  el.style.width = "1100px";
+  document.body.appendChild(el);
+  window.cleanup = module.default.render({ model, el });
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_content("<!doctype html><html><body></body></html>")
+    page.evaluate(HARNESS, [esm("watcher"), css("watcher")])
+    yield page
+    context.close()
+    assert errors == []  # no exception in the front end, whatever the test did
+
+
+@pytest.fixture
+def outbox(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Custom messages the kernel-side widgets publish (what the page is then handed)."""
+    sent: list[dict[str, Any]] = []
+
+    def publish_msg(self: comm.DummyComm, msg_type: str, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        if msg_type == "comm_msg" and isinstance(data, dict) and data.get("method") == "custom":
+            sent.append(data["content"])
+
+    monkeypatch.setattr(comm.DummyComm, "publish_msg", publish_msg)
+    return sent
+
+
+def relay(page: Page, outbox: list[dict[str, Any]]) -> None:
+    """Hand the page every message the kernel sent since the last relay."""
+    while outbox:
+        page.evaluate("message => window.deliver(message)", outbox.pop(0))
+
+
+def browser_intents(page: Page) -> list[dict[str, Any]]:
+    return page.evaluate("window.sent")
+
+
+def answer_intents(page: Page, watcher: TaskWatcher, outbox: list[dict[str, Any]]) -> None:
+    """Deliver the page's intents to the kernel widget, and its answers back to the page."""
+    for message in page.evaluate("window.sent.splice(0)"):
+        watcher._handle_custom_msg(message, [])
+    relay(page, outbox)
+
+
+@pytest.fixture
+def live(
+    client: MusicClient, clock: ManualClock, outbox: list[dict[str, Any]], page: Page
+) -> Iterator[Callable[..., TaskWatcher]]:
+    made: list[TaskWatcher] = []
+
+    def make(**fields: object) -> TaskWatcher:
+        body = {"action": "custom", "style": "lo-fi, piano", "title": "Rain", "lyrics": "[Verse]\nla la", **fields}
+        watcher = TaskWatcher(list(client.generate(**body).ids), client=client, autostart=False)
+        made.append(watcher)
+        answer_intents(page, watcher, outbox)  # the page's hello -> a snapshot
+        return watcher
+
+    yield make
+    for watcher in made:
+        watcher.close()
+
+
+def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
+    page: Page, live: Callable[..., TaskWatcher], clock: ManualClock, outbox: list[dict[str, Any]]
+) -> None:
+    watcher = live(title=HOSTILE, style=f"{HOSTILE}, piano")
+    cards = page.locator(".ipymusicgen-watcher .ims-call .ipymusicgen-song")
+    assert cards.count() == 2
+    assert [cards.nth(i).get_attribute("data-take") for i in range(2)] == ["1", "2"]
+    assert page.locator(".ims-take").all_text_contents() == ["Take 1", "Take 2"]
+    assert page.locator(".ims-badge").first.text_content().startswith("Queued")
+    assert page.locator(".ipymusicgen-waveform.ims-shimmer").count() == 2  # no peaks yet: a shimmer
+    clock.stages(2)
+    watcher.poll_once()
+    relay(page, outbox)
+    assert page.locator(".ims-title").all_text_contents() == [HOSTILE, HOSTILE]
+    assert page.locator(".ipymusicgen-song img").count() == 2  # the covers only: the title made no <img>
+    assert page.evaluate("document.querySelectorAll('[onerror]').length") == 0
+    assert page.locator(".ims-chip").first.text_content() == HOSTILE
+    assert page.locator(".ims-badge").first.text_content().startswith("Ready")
+    assert page.locator(".ims-watcher-counts").text_content() == "2 ready"
+    assert page.locator(".ipymusicgen-waveform.ims-shimmer").count() == 0
+    watcher.annotate(watcher.ids[0], peaks=[[-0.8 * (i % 5) / 5, 0.9 * (i % 7) / 7] for i in range(120)])
+    relay(page, outbox)
+    drawn = "c => c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some((v, i) => i % 4 === 3 && v > 0)"
+    assert page.locator(".ipymusicgen-waveform canvas").first.evaluate(drawn)
+    buttons = page.locator(".ipymusicgen-song button")
+    for index in range(buttons.count()):
+        button = buttons.nth(index)
+        assert button.get_attribute("aria-label") and button.get_attribute("title")
+    labels = page.locator(".ipymusicgen-song").first.locator(".ims-actions button").evaluate_all(
+        "buttons => buttons.map(b => b.dataset.action)"
+    )
+    assert labels == ["extend", "concat", "download", "favourite", "copy_id"]
+    page.locator(".ipymusicgen-song").first.locator("button[data-action='copy_id']").click()
+    assert browser_intents(page) == [{"kind": "copy_id", "id": watcher.ids[0]}]
+    answer_intents(page, watcher, outbox)
+    assert page.locator(".ims-note").first.text_content().startswith(f"Id: {watcher.ids[0]}")
+    page.screenshot(path=str(artifact("cards-watcher-light.png")))
+
+
+def test_clicking_the_waveform_seeks_the_real_audio(
+    page: Page, live: Callable[..., TaskWatcher], clock: ManualClock, outbox: list[dict[str, Any]]
+) -> None:
+    watcher = live()
+    clock.stages(2)
+    watcher.poll_once()
+    relay(page, outbox)
+    audio = page.locator(".ipymusicgen-song audio").first
+    assert audio.evaluate("a => a.autoplay === false && a.loop === false && a.getAttribute('src').endsWith('.mp3')")
+    page.wait_for_function(
+        "() => document.querySelector('.ipymusicgen-song audio').readyState >= 1", timeout=STEP_MS
+    )
+    assert audio.evaluate("a => a.seekable.length > 0 && a.seekable.end(0) > 3")  # byte ranges: seekable
+    wave = page.locator(".ipymusicgen-waveform").first
+    box = wave.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] * 0.75, box["y"] + box["height"] / 2)
+    page.wait_for_function(
+        "() => Math.abs(document.querySelector('.ipymusicgen-song audio').currentTime - 3) < 0.3", timeout=STEP_MS
+    )
+    assert audio.evaluate("a => a.paused")  # seeking does not start playback
+
+
+def test_a_gap_in_the_diffs_asks_for_a_snapshot_and_paging_sends_intents(
+    page: Page, client: MusicClient, live: Callable[..., TaskWatcher], outbox: list[dict[str, Any]]
+) -> None:
+    watcher = live()
+    for _ in range(6):  # 7 calls at 10 per page... make it two pages with a small page size
+        watcher.add([f"extra-{len(watcher.ids)}", f"extra-{len(watcher.ids) + 1}"])
+    watcher.page_size = 3
+    watcher.show_page(0)
+    relay(page, outbox)
+    assert page.locator(".ims-page-label").text_content() == "Page 1 of 3"
+    assert page.locator(".ims-call").count() == 3
+    page.get_by_label("Older songs").click()
+    assert browser_intents(page) == [{"kind": "page", "page": 1}]
+    answer_intents(page, watcher, outbox)
+    assert page.locator(".ims-page-label").text_content() == "Page 2 of 3"
+    page.evaluate("window.deliver({kind: 'diff', rev: 10 ** 6, cards: {}})")  # a message went missing
+    assert browser_intents(page) == [{"kind": "hello"}]
+
+
+def artifact(name: str) -> Any:
+    from jupyter_utils import ARTIFACTS
+
+    folder = ARTIFACTS / "browser"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / name
