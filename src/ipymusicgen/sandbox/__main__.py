@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--envelope-tasks", action="store_true", default=None, help="answer task queries in the JSON envelope"
     )
     parser.add_argument("--credits", type=int, default=100, help=f"music counts of the demo key {DEMO_KEY!r}")
+    parser.add_argument(
+        "--max-running", type=int, default=5, help="generation calls a key may run at once (then 429, Retry-After)"
+    )
     return parser
 
 
@@ -57,6 +60,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         port=args.port,
         v2_port=args.v2_port,
         envelope_tasks=args.envelope_tasks,
+        max_running=args.max_running,
     )
     try:
         sandbox.start()
