@@ -144,6 +144,7 @@ class SandboxState:
     ) -> None:
         self._lock = threading.RLock()
         self.max_running = max_running
+        self._initial_max_running = max_running
         """Generation calls a key may have running at once; one more is answered 429 with Retry-After."""
         self.call_costs = dict(CALL_COSTS if call_costs is None else call_costs)
         """Music counts one generate/submit call takes, per model (`""` = a call that names none)."""
@@ -164,6 +165,7 @@ class SandboxState:
         """Forget every task, singer and count; restore credits, faults and settings as at the start."""
         with self._lock:
             self.envelope_tasks = self._initial_envelope_tasks
+            self.max_running = self._initial_max_running
             self._accounts = {
                 key: KeyAccount(key, counts, name=f"sandbox key {i + 1}")
                 for i, (key, counts) in enumerate(self._initial_keys.items())
