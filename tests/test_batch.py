@@ -193,6 +193,22 @@ def test_a_stall_fails_a_row_but_slow_progress_does_not(
     engine_clock.advance(11)  # and the songs do not move: a stall
     stalled.wait(timeout=20)
     assert stalled.rows[0].state == "failed" and "no song changed state for 10 s" in (stalled.rows[0].error or "")
+    again = run_batch(client, rows(1, "stuck"), stall_timeout=10, wait=False, store=store, clock=engine_clock)
+    wait_until(lambda: again.rows[0].state == "submitted", "the stalled row followed again, not resent")
+    clock.stages(2)
+    again.wait(timeout=20)
+    assert again.rows[0].state == "complete" and creates(sandbox) == 2
+
+
+def test_stop_starts_no_more_rows_and_follows_the_sent_ones(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore
+) -> None:
+    batch = run_batch(client, rows(5), concurrency=2, wait=False, store=store)
+    wait_until(lambda: batch.counts()["submitted"] == 2, "two rows in flight")
+    batch.stop()
+    advance_until_done(batch, clock, sandbox)
+    assert [r.state for r in batch.rows] == ["complete"] * 2 + ["skipped"] * 3 and creates(sandbox) == 2
+    assert "stopped" in (batch.rows[4].error or "")
 
 
 def test_rerun_with_the_same_name_sends_nothing_again_and_a_changed_row_is_refused(

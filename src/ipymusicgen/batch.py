@@ -48,6 +48,7 @@ RATE_LIMIT_WINDOW = 30.0
 """Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
 DEFAULT_RETRY_AFTER = 2.0
 BACKFILL_ROUNDS = 3
+STALLED = "timed out"
 """Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
 _ACTIVE: set[tuple[int, str, int]] = set()
 """(store, batch name, row) whose create a batch in this process is sending right now."""
@@ -202,6 +203,7 @@ class Batch:
         self._thread: threading.Thread | None = None
         self._task: Any = None
         self._listeners: list[Callable[[Batch], None]] = []
+        self.stop_requested = False
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -222,6 +224,10 @@ class Batch:
         if self._task is not None:
             yield from self._task.__await__()
         return self
+
+    def stop(self) -> None:
+        """Start no more rows (they become `skipped`); rows already sent are still followed to the end."""
+        self.stop_requested = True
 
     def add_listener(self, callback: Callable[[Batch], None]) -> None:
         self._listeners.append(callback)
@@ -427,8 +433,9 @@ class _Engine:
                 row.state = "pending"
                 row.error = None if state != "unknown" else row.error
                 self.queue.append(row)
-            elif state == "submitted":
-                self.watch(row, row.ids)
+            elif state == "submitted" or (state == "failed" and row.ids and (row.error or "").startswith(STALLED)):
+                self.watch(row, row.ids)  # a stalled row is followed again: its songs may have moved since
+                row.error = None
             else:
                 row.state = state
                 if row.ids and state in ("complete", "failed"):  # read their records once, for .records
@@ -464,6 +471,8 @@ class _Engine:
             self.lowered_until = now + RATE_LIMIT_WINDOW / max(1, self.batch.concurrency)
         while self.queue and now >= self.paused_until and self.in_flight < self.limit:
             row = self.queue.popleft()
+            if self.batch.stop_requested and not self.stop_reason:
+                self.stop_reason = "not started: the batch was stopped"
             if self.stop_reason:
                 self._skip(row, self.stop_reason)
                 continue
@@ -553,7 +562,7 @@ class _Engine:
                 touched.add(row.index)
             elif row.last_change is not None and now - row.last_change > self.stall_timeout:
                 row.state = "failed"
-                row.error = f"timed out: no song changed state for {self.stall_timeout:g} s"
+                row.error = f"{STALLED}: no song changed state for {self.stall_timeout:g} s"
                 row.finished_at = now
                 self.store.set_state(self.name, row.index, "failed", error=row.error)
                 touched.add(row.index)
