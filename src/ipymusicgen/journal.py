@@ -75,6 +75,8 @@ _ADDED_COLUMNS = {"attempts": (("owner_host", "TEXT"), ("owner_pid", "INTEGER"),
 FINISHED_STATES = ("complete", "failed")
 DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another kernel's transaction before the journal counts as locked."""
+QUICK_BUSY_MS = 100
+"""How long a read waits to write on the side (the backlog, dead senders' attempts) before leaving it for later."""
 DIED_NOTE = "the process that sent it ({owner}) ended before the answer was journalled; it may have been charged"
 LEGACY_NOTE = "left pending by an earlier version that did not record its process; it may have been charged"
 
@@ -554,8 +556,21 @@ class Journal:
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            self.flush()
+            if self._backlog:
+                with self._quick():
+                    self.flush()
             return self._db.execute(sql, params).fetchall()
+
+    @contextmanager
+    def _quick(self) -> Iterator[None]:
+        """Writes a read makes on the side (the backlog, settling) try once and never wait out a lock."""
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout={QUICK_BUSY_MS}")
+            try:
+                yield
+            finally:
+                with suppress(sqlite3.Error):
+                    self._db.execute(f"PRAGMA busy_timeout={max(0, int(self.busy_timeout * 1000))}")
 
     def _entries(self, where: str, params: tuple[Any, ...], limit: int | None = None) -> list[JournalEntry]:
         sql = f"SELECT * FROM tasks WHERE {where} ORDER BY created_at DESC, id"
@@ -617,18 +632,10 @@ class Journal:
                 notes.append((note, attempt.id))
             settled.append(attempt)
         if notes:
-            with self._lock:
-                self._db.execute("PRAGMA busy_timeout=100")
-                try:
-                    with self._write() as db:
-                        db.executemany(
-                            "UPDATE attempts SET outcome = 'unknown', note = ? WHERE id = ? AND outcome = 'pending'",
-                            notes,
-                        )
-                except sqlite3.Error:
-                    pass  # reported all the same; marked on a later read
-                finally:
-                    self._db.execute(f"PRAGMA busy_timeout={max(0, int(self.busy_timeout * 1000))}")
+            with self._quick(), suppress(sqlite3.Error), self._write() as db:  # else marked on a later read
+                db.executemany(
+                    "UPDATE attempts SET outcome = 'unknown', note = ? WHERE id = ? AND outcome = 'pending'", notes
+                )
         return settled
 
     def close(self) -> None:
