@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -278,3 +280,23 @@ def test_running_the_same_batch_twice_at_once_in_one_kernel_sends_each_row_once(
     assert creates(sandbox) == 5  # the two runs shared the rows: none sent twice
     finished = [a if a.state == "complete" else b for a, b in zip(first.rows, second.rows, strict=True)]
     assert all(r.state == "complete" for r in finished)
+
+
+def test_a_locked_journal_refuses_the_batch_before_anything_is_sent(
+    client: MusicClient, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    store = BatchStore(path)
+    store._db.execute("PRAGMA busy_timeout=100")  # the default waits 10 s for the other program
+    locker = sqlite3.connect(path, timeout=0.1)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(BatchError, match=r"cannot be recorded.*locked.*nothing was sent"):
+            run_batch(client, rows(2), store=store)
+    finally:
+        locker.rollback()
+        locker.close()
+    assert sandbox.request_counts() == {}
+    with pytest.raises(BatchError, match="concurrency must be from 1 to 1000"):
+        run_batch(client, rows(2), concurrency=0, store=store)
+    assert run_batch(client, rows(2), store=store).counts()["complete"] == 2  # unlocked: it runs

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import math
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -48,6 +49,9 @@ RATE_LIMIT_WINDOW = 30.0
 """Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
 DEFAULT_RETRY_AFTER = 2.0
 BACKFILL_ROUNDS = 3
+MAX_CONCURRENCY = 1000
+MAX_SENDING_THREADS = 32
+"""Creates sent at once by the sync face; more rows in flight just wait their turn to be sent."""
 STALLED = "timed out"
 """Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
 _ACTIVE: set[tuple[int, str, int]] = set()
@@ -601,8 +605,8 @@ def _journal_path(client: Any) -> Any:
 
 def _prepare(client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None,
              store: BatchStore | None) -> tuple[Batch, dict[int, StoredRow]]:
-    if concurrency < 1:
-        raise BatchError(f"concurrency must be at least 1 (got {concurrency})")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY} (got {concurrency})")
     if budget is not None and budget < 0:
         raise BatchError(f"budget must be 0 or more credits (got {budget})")
     rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
@@ -610,6 +614,8 @@ def _prepare(client: Any, requests: Any, name: str | None, concurrency: int, bud
     store = store or store_for(_journal_path(client))
     try:
         stored = store.open_batch(name, [(r.request_hash, json.dumps(r.request.to_payload()), r.v2) for r in rows])
+    except sqlite3.Error as exc:
+        raise BatchError(f"The batch's rows cannot be recorded in {store!r} ({exc}); nothing was sent.") from None
     except ValueError as exc:
         index = exc.args[0]
         raise BatchError(
@@ -681,7 +687,8 @@ def run_batch(
 
         pending: dict[Any, BatchRow] = {}
         try:
-            with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=f"batch-{batch.name}") as pool:
+            workers = min(concurrency, MAX_SENDING_THREADS)
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"batch-{batch.name[:20]}") as pool:
                 while not engine.finished:
                     while (row := engine.next_row()) is not None:
                         if row.v2:
