@@ -269,3 +269,50 @@ def test_a_killed_kernels_songs_are_finished_by_the_next_kernel(slow_sandbox: Sa
         )
     finally:
         journal.close()
+
+
+# ---------------------------------------------------------------------------------------------------
+# A kernel killed in the middle of a paid call: the next kernel's %musicgen_resume lists it as unknown.
+
+MID_CALL = '%load_ext ipymusicgen\n%musicgen --action custom --title "Killed Mid Call" --style "sigkill soul" la la'
+RESUME_AFTER = "%load_ext ipymusicgen\n%musicgen_resume"
+
+
+def test_a_kernel_killed_mid_paid_call_is_listed_unknown_by_the_next_kernel(tmp_path: Path) -> None:
+    from hostile_servers import SilentServer
+
+    silent = SilentServer()
+    journal_path = tmp_path / "mid-call.sqlite3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(
+        {
+            "MUSICGEN_API_KEY": "mid-call-test-key",
+            "MUSICGEN_BASE_URL": silent.url,
+            "MUSICGEN_V2_BASE_URL": silent.url,
+            "MUSICGEN_JOURNAL": str(journal_path),
+            "MUSICGEN_TIMEOUT": "300",
+        }
+    )
+    try:
+        first = Kernel(env)
+        try:
+            first.client.execute(MID_CALL)  # never answered: the kernel sits in the paid call
+            wait_for(lambda: len(silent.requests) == 1)
+            with Journal(journal_path) as journal:
+                (pending,) = journal.attempts(outcome="pending")  # in flight while the kernel lives
+                assert pending.title == "Killed Mid Call"
+        finally:
+            first.kill()
+
+        second = Kernel(env)
+        try:
+            out = second.run(RESUME_AFTER)
+        finally:
+            second.kill()
+        assert "1 paid request(s) with an unknown outcome" in out
+        line = next(x for x in out.splitlines() if "Killed Mid Call" in x)
+        assert "(sigkill soul)" in line and "unknown" in line and "ended" in line
+        assert "No unfinished tasks to resume." in out
+        assert len(silent.requests) == 1  # nothing resent
+    finally:
+        silent.close()
