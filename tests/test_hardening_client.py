@@ -404,6 +404,17 @@ def test_loopback_is_recognised_however_it_is_spelled(url: str) -> None:
 def test_base_urls_must_be_http(tmp_path: Path) -> None:
     with pytest.raises(RequestValidationError, match="base_url"):
         MusicClient(KEY, base_url="file:///etc/passwd", journal=False)
+    with MusicClient(KEY, base_url="  https://api.example.com/ \n", journal=False) as client:
+        assert client.settings.base_url == "https://api.example.com"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"timeout": math.nan}, {"timeout": -1}, {"timeout": math.inf}, {"max_retries": -1}, {"poll_interval": 0}],
+)
+def test_odd_settings_are_refused(change: dict[str, Any]) -> None:
+    with pytest.raises(RequestValidationError, match=next(iter(change))):
+        MusicClient(KEY, settings=Settings(**change), journal=False)
 
 
 def test_a_pasted_key_is_stripped_and_a_broken_one_refused_without_showing_it(sandbox: Sandbox) -> None:

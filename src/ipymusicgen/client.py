@@ -9,6 +9,7 @@ sync face drives flows with `httpx.Client` and `time.sleep`, the async face with
 
 from __future__ import annotations
 
+import math
 import time
 import urllib.parse
 import warnings
@@ -264,6 +265,12 @@ class _Core(WaitFlows):
         """Refuse, before anything is sent, hosts that are not http(s), plain http to another machine, and a
         key that cannot travel in a header (the message never shows the key)."""
         s = self.settings
+        for name in ("timeout", "connect_timeout", "poll_interval", "wait_timeout", "max_download_mb"):
+            value = getattr(s, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+                raise RequestValidationError([FieldProblem(name, f"must be a finite number above 0 (got {value!r})")])
+        if isinstance(s.max_retries, bool) or not isinstance(s.max_retries, int) or not 0 <= s.max_retries <= 20:
+            raise RequestValidationError([FieldProblem("max_retries", f"must be 0 to 20 (got {s.max_retries!r})")])
         for name, url in (("base_url", s.base_url), ("v2_base_url", s.v2_base_url)):
             if url_scheme(url) not in ("http", "https"):
                 raise RequestValidationError([FieldProblem(name, f"must be an http(s) URL (got {url[:80]!r})")])

@@ -90,8 +90,8 @@ class Settings:
         if isinstance(key, str):  # a pasted key often brings a newline or spaces along: they are not part of it
             key = key.strip()
             object.__setattr__(self, "api_key", SecretStr(key) if key else None)
-        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
-        object.__setattr__(self, "v2_base_url", self.v2_base_url.rstrip("/"))
+        object.__setattr__(self, "base_url", self.base_url.strip().rstrip("/"))
+        object.__setattr__(self, "v2_base_url", self.v2_base_url.strip().rstrip("/"))
 
     @property
     def has_key(self) -> bool:
