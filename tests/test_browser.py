@@ -1,11 +1,13 @@
-"""The quickstart in a real JupyterLab, driven through Debian's Chromium: what a newcomer sees and clicks.
+"""The front end in real Jupyter front ends (JupyterLab 4 and Notebook 7), driven through Debian's Chromium.
 
-JupyterLab runs in a subprocess on 127.0.0.1 (no token, a free port, its own config/settings dirs so
+Each server runs in a subprocess on 127.0.0.1 (no token, a free port, its own config/settings dirs so
 nothing of the user's leaks in or out), its kernel without a key so the embedded sandbox with a fast
-clock serves the songs. The test runs all cells from the Run menu, waits for the watcher's player to
-hold the final sandbox MP3 and for the lyrics, opens a card's lyrics, then uses the studio form like a
-person would. Screenshots go to artifacts/browser/ (with IPYMUSICGEN_UPDATE_SCREENSHOT=1 the song one
-also replaces docs/quickstart.png, the README's picture).
+clock serves the songs. The quickstart runs from the Run menu; the test checks what a newcomer sees:
+two takes side by side with waveforms and players, a click on the waveform that seeks, and the studio
+(quiet before typing, a problem after a bad title, songs started in words). A second notebook points a
+studio at a recording sandbox that has its own (non-demo) key: the confirm step shows before anything
+is sent and the server counts no create until "Confirm and send". Screenshots go to artifacts/browser/
+(with IPYMUSICGEN_UPDATE_SCREENSHOT=1 the best ones also replace docs/*.png, the README's pictures).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import nbformat
 import pytest
 from jupyter_utils import ARTIFACTS, ROOT, notebook_path, sandbox_env
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+
+from ipymusicgen.sandbox import Sandbox
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -35,25 +40,29 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
     "--disable-quic",
+    "--autoplay-policy=no-user-gesture-required",
 ]
 SERVER_START = 90.0
 KERNEL_READY_MS = 120_000
 FIRST_AUDIO_MS = 120_000
 STEP_MS = 60_000
 SCREENSHOTS = ARTIFACTS / "browser"
-README_SHOT = ROOT / "docs" / "quickstart.png"
+DOCS = ROOT / "docs"
 UPDATE_DOCS = "IPYMUSICGEN_UPDATE_SCREENSHOT"
-"""Set to 1 to copy the song screenshot over docs/quickstart.png (the README's picture)."""
+"""Set to 1 to copy the best screenshots over docs/*.png (the README's pictures)."""
 LAB_SETTINGS = {
     # no requests to the internet for news or updates, and no toast over the page
     "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
     # every cell stays attached and rendered, so outputs far from the viewport can be found and read
     "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
 }
-SANDBOX_AUDIO = "audio[src^='http://127.0.0.1']"
+FINAL_AUDIO = "audio[src^='http://127.0.0.1'][src$='.mp3']:not([src$='-preview.mp3'])"
 AUDIO_LOADED = "audio => audio.readyState >= 1 && Math.abs(audio.duration - 4) < 0.5"
 """The player has read the file's header and found the sandbox's song length (MUSICGEN_SANDBOX_SONG_SECONDS)."""
-FINAL_AUDIO = f"{SANDBOX_AUDIO}[src$='.mp3']:not([src$='-preview.mp3'])"
+PAID_KEY = "mg-live-2b7e151628aed2a6"
+"""A key that is not the sandbox's demo key: the studio treats it as a real one (confirm before paying)."""
+PAID_CREDITS = 50
+FRONT_ENDS = ("lab", "notebook")
 
 
 def free_port() -> int:
@@ -69,10 +78,10 @@ def write_lab_settings(folder: Path) -> None:
         path.write_text(json.dumps(values))
 
 
-def lab_command(port: int, root: Path) -> list[str]:
-    return [
+def server_command(front_end: str, port: int, root: Path) -> list[str]:
+    command = [
         str(Path(sys.executable).with_name("jupyter")),
-        "lab",
+        front_end,
         "--no-browser",
         "--allow-root",
         "--ServerApp.token=",
@@ -81,17 +90,21 @@ def lab_command(port: int, root: Path) -> list[str]:
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
         f"--ServerApp.root_dir={root}",
-        "--LabApp.extension_manager=readonly",
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
+    if front_end == "lab":
+        command += [
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
+    return command
 
 
 def wait_for_server(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + SERVER_START
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"Jupyter exited ({process.returncode}):\n{log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"{url}/api/status", timeout=5) as response:
                 if response.status == 200:
@@ -99,7 +112,7 @@ def wait_for_server(url: str, process: subprocess.Popen[bytes], log: Path) -> No
         except OSError:
             pass
         time.sleep(0.25)
-    raise RuntimeError(f"JupyterLab did not answer within {SERVER_START:.0f} s:\n{log.read_text()[-3000:]}")
+    raise RuntimeError(f"Jupyter did not answer within {SERVER_START:.0f} s:\n{log.read_text()[-3000:]}")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -113,14 +126,38 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=10)
 
 
+def paid_notebook() -> nbformat.NotebookNode:
+    """A studio on a client of the recording sandbox, its key from the environment (never in the file)."""
+    source = (
+        "import os\n"
+        "from ipymusicgen import MusicClient\n"
+        "from ipymusicgen.widgets import studio\n"
+        "client = MusicClient(os.environ['IPYMUSICGEN_TEST_KEY'], base_url=os.environ['IPYMUSICGEN_TEST_URL'],\n"
+        "                     v2_base_url=os.environ['IPYMUSICGEN_TEST_V2_URL'], journal=False)\n"
+        "board = studio(client)\n"
+        "board"
+    )
+    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)], metadata={"kernelspec": kernel})
+
+
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A JupyterLab serving a folder with a copy of the quickstart; its URL."""
-    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # only this run's pictures in the artifacts
-    home = tmp_path_factory.mktemp("lab")
+def paid() -> Iterator[Sandbox]:
+    """The recording server: a sandbox whose only key is not the demo key."""
+    with Sandbox(stage_seconds=0.3, song_seconds=4, faults="", keys={PAID_KEY: PAID_CREDITS}) as server:
+        yield server
+
+
+@pytest.fixture(scope="module", params=FRONT_ENDS)
+def jupyter(request: pytest.FixtureRequest, paid: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A JupyterLab or Notebook 7 serving a folder with the quickstart and the paid studio; its URL."""
+    front_end: str = request.param
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    home = tmp_path_factory.mktemp(front_end)
     root = home / "root"
     root.mkdir()
     shutil.copy(notebook_path("quickstart"), root / "quickstart.ipynb")
+    nbformat.write(paid_notebook(), root / "paid.ipynb")
     write_lab_settings(home / "settings")
     env = sandbox_env(
         JUPYTER_CONFIG_DIR=str(home / "config"),
@@ -128,12 +165,20 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
         IPYTHONDIR=str(home / "ipython"),
+        IPYMUSICGEN_TEST_KEY=PAID_KEY,
+        IPYMUSICGEN_TEST_URL=paid.base_url,
+        IPYMUSICGEN_TEST_V2_URL=paid.v2_base_url,
     )
     port = free_port()
-    log = home / "lab.log"
+    log = home / "server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            lab_command(port, root), env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            server_command(front_end, port, root),
+            env=env,
+            cwd=root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -141,8 +186,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         stop(process)
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, SCREENSHOTS / "lab.log")
+        shutil.copy(log, SCREENSHOTS / f"{front_end}-server.log")
 
 
 @pytest.fixture(scope="module")
@@ -156,32 +200,62 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(STEP_MS)  # clicks and scrolls on a busy shared machine
     try:
         current = context.new_page()
         yield current
-        shot(current, "99-last")  # where the page was at the end (the picture to look at when a wait failed)
+        name = request.node.name.replace("[", "-").replace("]", "")
+        shot(current, f"99-last-{name}")  # where the page was at the end (to look at when a wait failed)
     finally:
         context.close()
 
 
-def shot(page: Page, name: str) -> Path:
+def shot(page: Page, name: str, element: Locator | None = None) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path))
+    if element is not None:
+        element.screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path))
     return path
 
 
-def menu(page: Page, title: str, command: str) -> None:
-    """Click a menu-bar entry, then one of its items (by the command it runs)."""
-    page.locator(".lm-MenuBar-item", has_text=title).first.click()
-    page.locator(f".lm-Menu-item[data-command='{command}']").click()
+def publish(picture: Path, name: str) -> None:
+    """Copy a screenshot into docs/ for the README, only on request (a test run leaves tracked files alone)."""
+    if os.environ.get(UPDATE_DOCS):
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(picture, DOCS / name)
 
 
-def kernel_idle(page: Page) -> Locator:
-    return page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle")
+def front_end_of(url: str, request: pytest.FixtureRequest) -> str:
+    return request.node.callspec.params["jupyter"]
+
+
+def open_notebook(page: Page, url: str, front_end: str, name: str) -> None:
+    path = f"/lab/tree/{name}" if front_end == "lab" else f"/notebooks/{name}"
+    page.goto(f"{url}{path}", timeout=KERNEL_READY_MS)
+    expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
+    kernel_ready(page, front_end)
+    side = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
+    if front_end == "lab" and side.count():
+        side.click()  # fold the file browser away (the workspace remembers it for the next page)
+
+
+def kernel_ready(page: Page, front_end: str) -> None:
+    if front_end == "lab":
+        status = page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle")
+    else:
+        status = page.locator(".jp-NotebookKernelStatus-fade, .jp-Toolbar-kernelStatus, [data-status='idle']").first
+        status = page.get_by_title("Kernel Idle").or_(status).first
+    expect(status).to_be_attached(timeout=KERNEL_READY_MS)
+
+
+def run_all(page: Page) -> None:
+    """Run menu → Run All Cells (both front ends share JupyterLab's menus)."""
+    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
 
 
 def to_top(locator: Locator) -> None:
@@ -189,58 +263,123 @@ def to_top(locator: Locator) -> None:
     locator.evaluate("element => element.scrollIntoView({block: 'start'})")
 
 
-def first_lyric_line(lyrics: str) -> str:
-    """The first sung line (not a [Verse] tag) of some lyrics."""
-    return next(line.strip() for line in lyrics.splitlines() if line.strip() and not line.strip().startswith("["))
+def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, request: pytest.FixtureRequest) -> None:
+    front_end = front_end_of(jupyter, request)
+    open_notebook(page, jupyter, front_end, "quickstart.ipynb")
+    run_all(page)
 
-
-def test_quickstart_plays_a_song_and_the_studio_submits(lab: str, page: Page) -> None:
-    page.goto(f"{lab}/lab/tree/quickstart.ipynb", timeout=KERNEL_READY_MS)
-    expect(kernel_idle(page)).to_be_visible(timeout=KERNEL_READY_MS)
-    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # fold the file browser away
-    menu(page, "Run", "runmenu:run-all")
-
-    # the watcher's player ends on the final file the sandbox serves (first a preview, then the final)
-    final_audio = page.locator(FINAL_AUDIO)
-    expect(final_audio).to_have_count(2, timeout=FIRST_AUDIO_MS)
-    expect(page.locator(".jp-OutputArea-output", has_text="quickstart OK:")).to_have_count(1, timeout=STEP_MS)
-    expect(kernel_idle(page)).to_be_visible(timeout=STEP_MS)
-
-    # Chromium can load what the player points at: the sandbox's 4-second song
-    page.wait_for_function(AUDIO_LOADED, arg=final_audio.first.element_handle(), timeout=STEP_MS)
+    # %%musicgen's two takes: one call group, Take 1 and Take 2 side by side, each with a waveform and a player
     song_cell = page.locator(".jp-CodeCell", has_text="%%musicgen").first
+    takes = song_cell.locator(".ims-call .ipymusicgen-song")
+    expect(takes).to_have_count(2, timeout=FIRST_AUDIO_MS)
+    expect(song_cell.locator(FINAL_AUDIO)).to_have_count(2, timeout=FIRST_AUDIO_MS)
+    expect(page.locator(".jp-OutputArea-output", has_text="quickstart OK:")).to_have_count(1, timeout=STEP_MS)
+    first, second = takes.nth(0), takes.nth(1)
+    expect(first).to_have_attribute("data-take", "1")
+    expect(second).to_have_attribute("data-take", "2")
     to_top(song_cell)
-    song_shot = shot(page, "01-song")
+    one, two = first.bounding_box(), second.bounding_box()
+    assert one and two and abs(one["y"] - two["y"]) < 4 and one["x"] + one["width"] <= two["x"] + 1, (one, two)
+    for take in (first, second):
+        expect(take.locator(".ipymusicgen-waveform canvas")).to_be_visible()
+        expect(take.get_by_role("button", name="Play")).to_be_visible()
 
-    # the lyrics %lyrics wrote are on the page, and the song's card carries them too
-    lyrics_output = page.locator(".ipymusicgen-lyrics pre")
-    lyrics_output.scroll_into_view_if_needed()
-    expect(lyrics_output).to_be_visible()
-    line = first_lyric_line(lyrics_output.inner_text())
-    card_lyrics = song_cell.locator(".jupyter-widget-Accordion", has_text="Lyrics").first
-    card_lyrics.scroll_into_view_if_needed()
-    card_lyrics.locator(".jupyter-widget-Collapse-header").click()
-    expect(card_lyrics.get_by_text(line).first).to_be_visible(timeout=STEP_MS)
-    to_top(song_cell.locator("audio").first)
-    shot(page, "02-song-lyrics")
+    # a click at 3/4 of the waveform seeks the take's <audio> there (the sandbox answers byte ranges)
+    audio = first.locator("audio")
+    page.wait_for_function(AUDIO_LOADED, arg=audio.element_handle(), timeout=STEP_MS)
+    assert audio.evaluate("a => a.currentTime") == 0
+    wave = first.locator(".ipymusicgen-waveform")
+    box = wave.bounding_box()
+    assert box is not None
+    wave.click(position={"x": box["width"] * 0.75, "y": box["height"] / 2})
+    page.wait_for_function("a => a.currentTime > 2.5 && a.currentTime < 3.5", arg=audio.element_handle())
+    takes_shot = shot(page, f"{front_end}-01-two-takes")
+    if front_end == "lab":
+        publish(takes_shot, "quickstart.png")
 
-    # the studio: type a style, press Generate, and the studio's watcher gets new cards that play
-    cards = page.get_by_role("button", name="Copy ids")  # every task card has this button
-    style = page.get_by_placeholder("genre, mood, instruments")  # the studio's Generate form, last cell
-    expect(style).to_have_count(1, timeout=STEP_MS)
-    expect(cards).to_have_count(2)  # the two songs of %%musicgen; the studio's watcher starts empty
-    style.scroll_into_view_if_needed()
-    style.fill("sunny ska with a horn section")
-    generate = page.locator(".widget-button.mod-primary", has_text="Generate")
-    expect(generate).to_be_enabled(timeout=STEP_MS)
-    shot(page, "03-studio-form")
-    generate.click()
-    expect(page.get_by_text("submitted 2 task(s)")).to_be_visible(timeout=STEP_MS)
-    expect(cards).to_have_count(4, timeout=STEP_MS)
-    expect(final_audio).to_have_count(4, timeout=FIRST_AUDIO_MS)
-    cards.last.scroll_into_view_if_needed()
-    shot(page, "04-studio-new-cards")
+    # the studio (%musicgen_ui, last cell): no problem shown before anyone types
+    studio = page.locator(".ims-studio").last
+    studio.scroll_into_view_if_needed()
+    expect(studio.locator(".ims-tab", has_text="Song")).to_have_attribute("aria-selected", "true")
+    expect(studio.locator(".ims-problem:visible")).to_have_count(0)
+    expect(studio.locator(".ims-error:visible")).to_have_count(0)
+    song = studio.locator(".ims-panel[data-tab='song']")
+    song.get_by_label("What to do").select_option("custom")
+    title = song.get_by_label("Title")
+    title.fill("A title that goes on and on " * 3)
+    expect(studio.locator(".ims-problem:visible")).to_have_count(0)  # typing: not yet
+    title.press("Tab")  # leaving the field: now Python's verdict shows
+    problem = song.locator(".ims-field:has(input[placeholder='a name for the song']) .ims-problem")
+    expect(problem).to_contain_text("at most 80 characters")
+    expect(title).to_have_attribute("aria-invalid", "true")
+    to_top(studio)
+    shot(page, f"{front_end}-02-studio-bad-title")
 
-    if os.environ.get(UPDATE_DOCS):  # only on request, so a test run leaves the tracked files alone
-        README_SHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(song_shot, README_SHOT)
+    # fix it, describe the song, press the button: songs started, said in words, and watched below
+    title.fill("Sunny horns")
+    song.get_by_label("Style").fill("sunny ska with a horn section")
+    song.get_by_label("Style").press("Tab")
+    expect(problem).to_be_hidden()
+    song.get_by_role("button", name="Make songs").click()
+    expect(song.locator(".ims-status")).to_have_text("2 songs started", timeout=STEP_MS)
+    board = page.locator(".jp-CodeCell", has_text="%musicgen_ui").last
+    expect(board.locator(FINAL_AUDIO)).to_have_count(2, timeout=FIRST_AUDIO_MS)
+    to_top(studio)
+    studio_shot = shot(page, f"{front_end}-03-studio-songs-started")
+    if front_end == "lab":
+        publish(studio_shot, "studio.png")
+
+
+def test_real_key_confirms_before_a_paid_request(
+    jupyter: str, page: Page, paid: Sandbox, request: pytest.FixtureRequest
+) -> None:
+    front_end = front_end_of(jupyter, request)
+    paid.reset()
+    open_notebook(page, jupyter, front_end, "paid.ipynb")
+    run_all(page)
+    studio = page.locator(".ims-studio")
+    expect(studio).to_be_visible(timeout=KERNEL_READY_MS)
+
+    # the Key tab says in words what the key can do, with the API's term as a hint and the key masked
+    studio.get_by_role("tab", name="Key").click()
+    expect(studio.locator(".ims-key-status")).to_have_text("key works", timeout=STEP_MS)
+    expect(studio.locator(".ims-key-number")).to_have_text(str(PAID_CREDITS))
+    expect(studio.locator(".ims-key")).to_contain_text("key_music_counts")
+    expect(studio.locator(".ims-key")).to_contain_text(PAID_KEY[-4:])
+    assert PAID_KEY not in page.content()
+    shot(page, f"{front_end}-04-key-tab", studio)
+
+    studio.get_by_role("tab", name="Song").click()
+    song = studio.locator(".ims-panel[data-tab='song']")
+    song.get_by_label("Style").fill("lo-fi piano, rainy night")
+    song.get_by_label("Style").press("Tab")
+    expect(song.locator(".ims-cost")).to_have_text(f"uses about 3 credits · {PAID_CREDITS} left")
+    song.get_by_role("button", name="Make songs").click()
+    confirm = song.locator(".ims-confirm")
+    expect(confirm).to_be_visible()
+    expect(confirm).to_contain_text("Send this request? It uses about 3 credits")
+    assert paid.request_counts().get("/v1/music/generate", 0) == 0  # nothing sent before the confirm
+    confirm_shot = shot(page, f"{front_end}-05-confirm-step", studio)
+    if front_end == "lab":
+        publish(confirm_shot, "studio-confirm.png")
+    confirm.get_by_role("button", name="Confirm and send").click()
+    expect(song.locator(".ims-status")).to_have_text("2 songs started", timeout=STEP_MS)
+    assert paid.request_counts()["/v1/music/generate"] == 1
+    expect(page.locator(".ipymusicgen-song")).to_have_count(2, timeout=STEP_MS)
+    expect(page.locator(FINAL_AUDIO)).to_have_count(2, timeout=FIRST_AUDIO_MS)
+
+    if front_end == "lab":  # the same page in JupyterLab's dark theme
+        page.locator(".lm-MenuBar-item", has_text="Settings").first.click()
+        page.locator(".lm-Menu-item", has_text="Theme").first.hover()
+        page.get_by_role("menuitem", name="JupyterLab Dark", exact=True).click()
+        expect(page.locator("body[data-jp-theme-light='false']")).to_be_attached(timeout=STEP_MS)
+        background = studio.evaluate("el => getComputedStyle(el).backgroundColor")
+        assert background not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), background
+        page.locator(".jp-CodeCell").first.evaluate("el => el.scrollIntoView({block: 'start'})")
+        dark = shot(page, "lab-06-dark-theme")
+        publish(dark, "studio-dark.png")
+        # leave the theme as it was for the next test that shares this server's settings
+        page.locator(".lm-MenuBar-item", has_text="Settings").first.click()
+        page.locator(".lm-Menu-item", has_text="Theme").first.hover()
+        page.get_by_role("menuitem", name="JupyterLab Light", exact=True).click()
+        expect(page.locator("body[data-jp-theme-light='true']")).to_be_attached(timeout=STEP_MS)

@@ -379,13 +379,13 @@ class SongPane(Pane):
             [
                 FieldSpec("action", "What to do", "select", options=tuple((ACTION_LABELS[a], a) for a in ACTIONS)),
                 FieldSpec("mv", "Model", "select", options=model_choices(V1_MODELS, "")),
+                FieldSpec("title", "Title", "text", "a name for the song"),
+                FieldSpec("gender", "Voice", "select", options=(("any", ""), ("male", "male"), ("female", "female"))),
                 FieldSpec(
                     "style", "Style", "textarea", "genre, mood, instruments — e.g. lo-fi piano, rainy night", wide=True
                 ),
                 FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
                 FieldSpec("instrumental", "Instrumental", "checkbox"),
-                FieldSpec("title", "Title", "text", "a name for the song"),
-                FieldSpec("gender", "Voice", "select", options=(("any", ""), ("male", "male"), ("female", "female"))),
                 FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
                 FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
                 FieldSpec("audio_url", "Audio file URL", "text", "https://…"),
@@ -439,10 +439,10 @@ class V2Pane(Pane):
             [
                 FieldSpec("is_auto", "Mode", "toggle", options=(("Describe it", 1), ("Write it myself", 0))),
                 FieldSpec("model_version", "Model", "select", options=model_choices(V2_MODELS, None)),
+                FieldSpec("title", "Title", "text", "a name for the song"),
+                FieldSpec("instrumental", "Instrumental", "checkbox"),
                 FieldSpec("prompt", "Description", "textarea", "what the song should sound like", wide=True),
                 FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
-                FieldSpec("instrumental", "Instrumental", "checkbox"),
-                FieldSpec("title", "Title", "text", "a name for the song"),
                 FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
                 FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
             ],

@@ -154,7 +154,7 @@ function studioForm(formName, state, send, extras) {
   const errorText = imsEl("div", "ims-error-text");
   errorBox.append(errorTitle, errorText);
 
-  const actions = imsEl("div", "ims-actions");
+  const actions = imsEl("div", "ims-submit-row");
   const submit = studioButton(state.submit_label, "ims-primary", () => {
     const focused = document.activeElement;
     if (focused && root.contains(focused) && focused.name !== undefined) focused.blur();
@@ -220,7 +220,7 @@ function studioKey(send) {
   const word = imsEl("span", "ims-key-word", "credits left");
   const hint = imsEl("code", "ims-hint");
   credits.append(number, word, hint);
-  const table = imsEl("dl", "ims-key-table");
+  const table = imsEl("table", "ims-key-table");
   const error = imsEl("div", "ims-error");
   error.setAttribute("role", "alert");
   const refresh = studioButton("Check again", "", () => send({ kind: "refresh_key" }));
@@ -237,13 +237,16 @@ function studioKey(send) {
     if (data.confirm) rows.push(["Paid requests", "are confirmed before they are sent", ""]);
     table.replaceChildren();
     for (const [name, value, apiName] of rows) {
-      const term = imsEl("dt", "", name);
+      const row = imsEl("tr");
+      const term = imsEl("th", "", name);
+      term.scope = "row";
       if (apiName) {
         const code = imsEl("code", "ims-hint", apiName);
         code.title = "the API's name";
         term.append(" ", code);
       }
-      table.append(term, imsEl("dd", "", value));
+      row.append(term, imsEl("td", "", value));
+      table.append(row);
     }
     error.hidden = !data.error;
     error.textContent = data.error || "";
