@@ -316,3 +316,38 @@ def test_a_kernel_killed_mid_paid_call_is_listed_unknown_by_the_next_kernel(tmp_
         assert len(silent.requests) == 1  # nothing resent
     finally:
         silent.close()
+
+
+def test_an_interrupted_paid_call_is_listed_unknown_in_the_same_kernel(tmp_path: Path) -> None:
+    """"Interrupt kernel" during the send: the kernel lives on, and its attempt is unknown, not in flight."""
+    from hostile_servers import SilentServer
+
+    silent = SilentServer()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(
+        {
+            "MUSICGEN_API_KEY": "interrupt-test-key",
+            "MUSICGEN_BASE_URL": silent.url,
+            "MUSICGEN_V2_BASE_URL": silent.url,
+            "MUSICGEN_JOURNAL": str(tmp_path / "interrupt.sqlite3"),
+            "MUSICGEN_TIMEOUT": "300",
+        }
+    )
+    kernel = Kernel(env)
+    try:
+        msg_id = kernel.client.execute(MID_CALL)
+        wait_for(lambda: len(silent.requests) == 1)
+        kernel.manager.interrupt_kernel()
+        while True:
+            reply = kernel.client.get_shell_msg(timeout=WAIT)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        assert reply["content"]["status"] == "error"
+        out = kernel.run("%musicgen_resume")
+        assert "1 paid request(s) with an unknown outcome" in out
+        line = next(x for x in out.splitlines() if "Killed Mid Call" in x)
+        assert ": unknown, " in line and "interrupted" in line
+        assert len(silent.requests) == 1
+    finally:
+        kernel.kill()
+        silent.close()
