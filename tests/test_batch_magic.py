@@ -137,3 +137,14 @@ def test_batch_form_shows_the_estimate_and_refusals_then_starts(
     ip.user_ns["frame"] = pd.DataFrame({"style": ["a", "b"]})
     form.list_sources()
     assert ("frame", "frame") in form.source.options
+
+
+def test_lines_get_the_notes_of_musicgen_with_their_line_number(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    from ipymusicgen.batch_magics import parse_lines
+
+    with capture_output() as out:
+        requests = parse_lines('plain line\n--title "{nope}" --style pop --instrumental 1 hello\n', ip)
+    assert "Note (line 2): {nope} left as typed" in out.stdout
+    assert "Note (line 2): The service will ignore" in out.stdout
+    assert "line 1" not in out.stdout and [r.action for r in requests] == ["auto", "custom"]
+    assert creates(sandbox) == 0

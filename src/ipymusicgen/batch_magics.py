@@ -53,10 +53,22 @@ def parse_lines(text: str, shell: InteractiveShell | None) -> list[Any]:
             raise UsageError(f"line {number}: {one_line(exc)}") from None
         except MusicGenError as exc:
             raise UsageError(f"line {number}: {one_line(exc)}") from None
+        for note in _notes(call):
+            print(f"Note (line {number}): {note}")
         requests.append(call.request)
     if not requests:
         raise UsageError("no rows: put one %musicgen line per song in the cell, or use --from VARIABLE")
     return requests
+
+
+def _notes(call: Any) -> list[str]:
+    """What `%musicgen` would note for this line: fields left as typed, fields the service ignores."""
+    notes = list(getattr(call, "notes", []) or [])
+    kept = getattr(call, "kept", None)
+    if kept:
+        why = "only {name} and {name.attr} of your variables are replaced"
+        notes.insert(0, f"{', '.join(kept)} left as typed: {why}")
+    return notes
 
 
 def rows_from_variable(name: str, namespace: Mapping[str, Any]) -> Any:
