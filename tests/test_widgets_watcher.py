@@ -633,3 +633,13 @@ def test_annotate_adds_peaks_and_the_archived_file_to_a_card(
     finished.annotate("not-watched", peaks=[[0, 1]])
     finished.annotate(task_id, peaks=[[-0.25, 0.5]] * 3)  # nothing new: nothing sent
     assert wire.custom(finished) == []
+
+
+def test_a_card_runs_its_actions_through_its_watcher(finished: TaskWatcher, tmp_path: Path) -> None:
+    finished.download_dir = tmp_path
+    card = finished.card(finished.ids[0])
+    saved = card.run_action("download")
+    assert isinstance(saved, Path) and saved.is_file() and "Saved to" in card.message
+    assert card.run_action("no such action") is None and card.message.startswith("No such action failed")
+    loose = TaskCard("loose")
+    assert loose.run_action("download") is None and "not attached" in loose.message

@@ -8,7 +8,7 @@ card dict by `song_data.song_card`. Text-only front ends and tests read `summary
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from ..models import TaskRecord, V2Song
 from ..safe_html import esc
@@ -18,13 +18,23 @@ from .song_data import card_summary, song_card
 Record = TaskRecord | V2Song
 
 
+class CardActions(Protocol):
+    """What a card's buttons ask of its watcher (which owns the client and the rules)."""
+
+    def run_action(self, name: str, task_id: str) -> Any: ...
+
+
 class TaskCard:
     """One watched task: its latest record, its place in a call (take 1 or 2) and a note for the user."""
 
-    __slots__ = ("_finished", "_record", "call", "extra", "favourite", "note", "started", "take", "task_id", "v2")
+    __slots__ = ("_finished", "_record", "_watcher", "call", "extra", "favourite", "note", "started", "take", "task_id",
+                 "v2")
 
-    def __init__(self, task_id: str, *, v2: bool = False, call: str = "", take: int = 1) -> None:
+    def __init__(
+        self, task_id: str, *, v2: bool = False, call: str = "", take: int = 1, watcher: CardActions | None = None
+    ) -> None:
         self.task_id = task_id
+        self._watcher = watcher
         self.v2 = v2
         self.call = call
         self.take = take
@@ -48,6 +58,18 @@ class TaskCard:
     def audio_url(self) -> str | None:
         """The URL the card's player plays (http(s) only, none for a failed song), or None."""
         return self.data()["audio_url"]
+
+    @property
+    def message(self) -> str:
+        """The card's note: what its last action did, or why it failed (plain text)."""
+        return self.note
+
+    def run_action(self, name: str) -> Any:
+        """Do what a card button does ("extend", "concat", "download", "favourite", "copy_id"); the result or None."""
+        if self._watcher is None:
+            self.note = "This card is not attached to a watcher."
+            return None
+        return self._watcher.run_action(name, self.task_id)
 
     def update(self, record: Record) -> None:
         """Keep a new record of this task; the elapsed time stops when it first reports finished."""

@@ -245,7 +245,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
                 group = added[start : start + size]
                 name = call or group[0]
                 for take, task_id in enumerate(group, 1):
-                    self._cards[task_id] = TaskCard(task_id, v2=v2, call=name, take=min(take, 2))
+                    self._cards[task_id] = TaskCard(task_id, v2=v2, call=name, take=min(take, 2), watcher=self)
                     self._tally["queued"] += 1
                 self._calls.append(group)
             if self._autostart and not self._closed:
