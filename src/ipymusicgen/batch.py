@@ -667,7 +667,18 @@ def run_batch(
     store: BatchStore | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Batch:
-    """Run a batch on a `MusicClient` (see `MusicClient.batch`).
+    """Run a batch on a `MusicClient` (what `MusicClient.batch` calls). Partial success is reported, not raised.
+
+    - `requests`: mappings or request models (v1 shapes; a `V2Request`, or a mapping with `"v2": True`, goes
+      to v2), or a DataFrame (NaN/None = field not given). All rows are validated before anything is sent.
+    - `name`: re-running with it sends only rows never sent; without it, derived from the rows' hash.
+    - `concurrency`: rows in flight at once, from their create until their songs finish.
+    - `budget`: credits this run may spend; refused up front (nothing sent) when the estimate, or the
+      estimate against the key's counts left, is too much.
+    - `wait=False`: returns at once (the batch runs in a thread); `batch.wait()` blocks, `batch.stop()` stops.
+    - `stall_timeout`: a row fails only when none of its songs changed state for that many seconds.
+    - `retry_unknown`: resend rows whose create may have reached the service (may charge twice).
+    - `on_update(batch)`: called on the batch's thread whenever a row changes.
 
     Rows are kept in the client's journal file; a client with no journal (the embedded sandbox's) keeps
     them in this process's memory, so re-running in the same kernel is still safe but a restart forgets.
