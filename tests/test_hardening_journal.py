@@ -426,3 +426,13 @@ def test_a_dead_senders_attempt_is_reported_unknown_even_while_the_journal_is_lo
         assert [a.outcome for a in journal.attempts()] == ["unknown"]  # marked on the next read
         with open_db(journal.path) as db:
             assert db.execute("SELECT outcome FROM attempts").fetchone()[0] == "unknown"
+
+
+def test_a_closed_or_broken_journal_is_a_clear_error_on_read(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.sqlite3")
+    journal.close()
+    with pytest.raises(JournalUnavailableError, match="cannot be read"):
+        journal.history()
+    (tmp_path / "garbage.sqlite3").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(JournalUnavailableError):
+        Journal(tmp_path / "garbage.sqlite3").begin("generate", "https://api.example", {})

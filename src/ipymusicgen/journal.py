@@ -559,7 +559,10 @@ class Journal:
             if self._backlog:
                 with self._quick():
                     self.flush()
-            return self._db.execute(sql, params).fetchall()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise JournalUnavailableError(f"The journal {self.path} cannot be read ({_reason(exc)}).") from None
 
     @contextmanager
     def _quick(self) -> Iterator[None]:
