@@ -300,3 +300,18 @@ def test_a_locked_journal_refuses_the_batch_before_anything_is_sent(
     with pytest.raises(BatchError, match="concurrency must be from 1 to 1000"):
         run_batch(client, rows(2), concurrency=0, store=store)
     assert run_batch(client, rows(2), store=store).counts()["complete"] == 2  # unlocked: it runs
+
+
+@pytest.mark.parametrize("kind", ["server_error", "malformed", "slow"])
+def test_every_doubtful_create_answer_leaves_its_row_unknown(
+    kind: str, sandbox: Sandbox, store: BatchStore
+) -> None:
+    fault: dict[str, object] = {"kind": kind, "path": GENERATE, "count": 1}
+    if kind == "slow":
+        fault.update(seconds=5, after=True)  # the work is done and charged; the answer comes after the timeout
+    sandbox.set_faults([fault])
+    with sandbox.client(max_retries=2, timeout=1) as client:
+        batch = run_batch(client, rows(2), concurrency=1, name=f"doubt-{kind}", store=store)
+        assert [r.state for r in batch.rows] == ["unknown", "complete"]
+        again = run_batch(client, rows(2), concurrency=1, name=f"doubt-{kind}", store=store)
+    assert [r.state for r in again.rows] == ["unknown", "complete"] and creates(sandbox) == 2
