@@ -154,19 +154,19 @@ class Owner:
         return f"pid {self.pid} on {self.host}"
 
     def is_alive(self) -> bool:
-        """Whether the process still runs; True when it cannot be told (another machine)."""
+        """Whether the process still runs; True when it cannot be told (another machine, Windows)."""
         if self.host != socket.gethostname():
             return True
         if Path("/proc/self/stat").exists():
             now = process_started(self.pid)
             return now is not None and (self.started is None or now == self.started)
+        if os.name == "nt":  # os.kill(pid, 0) would terminate the process there
+            return True
         try:
-            os.kill(self.pid, 0)
+            os.kill(self.pid, 0)  # POSIX without /proc (macOS): signal 0 only asks whether it exists
         except ProcessLookupError:
             return False
-        except PermissionError:
-            return True
-        except OSError:
+        except OSError:  # PermissionError: it exists, as another user
             return True
         return True
 
