@@ -315,3 +315,16 @@ def test_every_doubtful_create_answer_leaves_its_row_unknown(
         assert [r.state for r in batch.rows] == ["unknown", "complete"]
         again = run_batch(client, rows(2), concurrency=1, name=f"doubt-{kind}", store=store)
     assert [r.state for r in again.rows] == ["unknown", "complete"] and creates(sandbox) == 2
+
+
+def test_async_batch_rides_out_429s_too(sandbox: Sandbox, store: BatchStore) -> None:
+    sandbox.state.max_running = 1
+
+    async def scenario() -> Batch:
+        async with sandbox.async_client() as client:
+            return await run_batch_async(client, rows(3), concurrency=3, store=store)
+
+    batch = asyncio.run(scenario())
+    assert batch.counts()["complete"] == 3
+    assert sandbox.request_counts()[GENERATE] > 3 and creates(sandbox) > 3  # 429s answered...
+    assert len(set(batch.ids)) == 6 and len(sandbox.state.tasks_of(sandbox.api_key)) == 6  # ...none made twice
