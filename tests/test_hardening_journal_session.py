@@ -68,3 +68,41 @@ def test_a_process_using_the_session_leaves_no_temp_folder_and_no_user_journal(t
     assert Path(report["second_journal"]).parent != journal.parent
     assert Path(report["download"]).parent == songs and Path(report["download"]).stat().st_size > 0
     assert sorted(p.name for p in private_tmp.iterdir()) == []  # exit removes the rest (journal, archived songs)
+
+
+def test_a_kernel_that_shuts_down_leaves_no_sandbox_temp_folder(tmp_path: Path) -> None:
+    """As when a notebook is run with nbclient or a kernel is restarted: `%musicgen` in sandbox mode, then shutdown."""
+    from jupyter_client.manager import KernelManager
+
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(
+        {"TMPDIR": str(private_tmp), "MUSICGEN_SANDBOX_STAGE_SECONDS": "0.05", "MUSICGEN_SANDBOX_SONG_SECONDS": "2"}
+    )
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(env=env)
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        code = (
+            "%load_ext ipymusicgen\n"
+            "songs = %musicgen --wait --no-watch a tune for the temp folder test\n"
+            "import tempfile, os\n"
+            "names = sorted(n for n in os.listdir(tempfile.gettempdir()) if n.startswith('ipymusicgen'))\n"
+            "print('DURING=' + ','.join(names))"
+        )
+        out: list[str] = []
+        reply = client.execute_interactive(
+            code,
+            timeout=120,
+            output_hook=lambda m: out.append(m["content"].get("text", "")) if m["msg_type"] == "stream" else None,
+        )
+        assert reply["content"]["status"] == "ok", reply["content"]
+        during = next(x for x in "".join(out).splitlines() if x.startswith("DURING="))
+        assert "ipymusicgen-sandbox-" in during
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)  # a clean shutdown, as Jupyter does
+    assert sorted(p.name for p in private_tmp.iterdir() if p.name.startswith("ipymusicgen")) == []

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,8 +76,35 @@ def sandbox_archive_dir() -> Path:
     """One temp directory per process for sandbox songs: never the user's archive."""
     if not _sandbox_dir:
         _sandbox_dir.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-")))
-        atexit.register(shutil.rmtree, _sandbox_dir[0], ignore_errors=True)  # sandbox songs do not outlive the process
+        atexit.register(_remove_sandbox_dir)  # sandbox songs do not outlive the process
     return _sandbox_dir[0]
+
+
+_sandbox_dir_lock = threading.Lock()
+"""Held while a song is archived into the sandbox directory, and (for good) once it is removed at exit."""
+SANDBOX_EXIT_WAIT = 5.0
+
+
+def _remove_sandbox_dir() -> None:
+    """At exit: wait (bounded) for a song being archived there, then remove the folder; the worker (a daemon
+    thread still running until the interpreter stops) finds the lock taken and archives nothing more there."""
+    _sandbox_dir_lock.acquire(timeout=SANDBOX_EXIT_WAIT)
+    shutil.rmtree(_sandbox_dir[0], ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _archiving_into(directory: Path) -> Iterator[bool]:
+    """Whether a song may be archived into `directory` now (False once the sandbox folder is gone at exit)."""
+    if not _sandbox_dir or directory != _sandbox_dir[0]:
+        yield True
+        return
+    if not _sandbox_dir_lock.acquire(timeout=SANDBOX_EXIT_WAIT):
+        yield False
+        return
+    try:
+        yield directory.is_dir()
+    finally:
+        _sandbox_dir_lock.release()
 
 
 def archive_dir_for(client: _Core, choice: Any = True) -> Path | None:
@@ -363,7 +390,10 @@ class Archiver:
             return
         for task_id in ids:
             try:
-                self.archived[task_id] = archive_song(downloader, store, directory, task_id)
+                with _archiving_into(directory) as allowed:
+                    if not allowed:
+                        return
+                    self.archived[task_id] = archive_song(downloader, store, directory, task_id)
                 self.errors.pop(task_id, None)
             except Exception as exc:  # recorded, shown and retried; never raised into polling
                 message = self.client.redact(f"{type(exc).__name__}: {exc}")
