@@ -50,6 +50,15 @@ async ([source, styles]) => {
 """
 
 
+DARK = """() => {
+  const vars = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#111111", "--jp-layout-color2": "#292929",
+    "--jp-layout-color4": "#757575", "--jp-border-color2": "#3a3a3a", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+    "--jp-ui-font-color2": "rgba(255,255,255,0.54)", "--jp-brand-color1": "#64b5f6"};
+  for (const [name, value] of Object.entries(vars)) document.body.style.setProperty(name, value);
+  document.body.style.background = "#111111";
+}"""
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as playwright:
@@ -158,6 +167,10 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     answer_intents(page, watcher, outbox)
     assert page.locator(".ims-note").first.text_content().startswith(f"Id: {watcher.ids[0]}")
     page.screenshot(path=str(artifact("cards-watcher-light.png")))
+    page.evaluate(DARK)  # JupyterLab's dark theme variables: the card follows them
+    background = page.locator(".ipymusicgen-song").first.evaluate("c => getComputedStyle(c).backgroundColor")
+    assert background == "rgb(17, 17, 17)"
+    page.screenshot(path=str(artifact("cards-watcher-dark.png")))
 
 
 def test_clicking_the_waveform_seeks_the_real_audio(
