@@ -15,6 +15,7 @@ from ipymusicgen import MusicClient, costs
 from ipymusicgen.batch import Batch, BatchBudgetError, BatchError, BatchFailedError, run_batch, run_batch_async
 from ipymusicgen.batch_store import BatchStore
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.widgets.batch import BatchView
 
 GENERATE = "/v1/music/generate"
 SUBMIT = "/v2/submit"
@@ -205,9 +206,12 @@ def test_a_stall_fails_a_row_but_slow_progress_does_not(
 def test_stop_starts_no_more_rows_and_follows_the_sent_ones(
     client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore
 ) -> None:
-    batch = run_batch(client, rows(5), concurrency=2, wait=False, store=store)
+    view = BatchView()
+    batch = run_batch(client, rows(5), concurrency=2, wait=False, store=store, on_update=view.update)
     wait_until(lambda: batch.counts()["submitted"] == 2, "two rows in flight")
-    batch.stop()
+    assert view.data["can_stop"]
+    view._on_msg(view, {"kind": "stop"}, [])  # the Stop button's intent
+    assert batch.stop_requested and not view.data["can_stop"]
     advance_until_done(batch, clock, sandbox)
     assert [r.state for r in batch.rows] == ["complete"] * 2 + ["skipped"] * 3 and creates(sandbox) == 2
     assert "stopped" in (batch.rows[4].error or "")

@@ -29,8 +29,9 @@ async ([source, styles, data]) => {
     get(name) { return name === "data" ? window.current : undefined; },
     on(event, callback) { if (event === "change:data") listeners.add(callback); },
     off(event, callback) { listeners.delete(callback); },
-    send() {},
+    send(message) { window.sent.push(message); },
   };
+  window.sent = [];
   window.change = (next) => { window.current = next; for (const callback of listeners) callback(); };
   const style = document.createElement("style");
   style.textContent = styles;
@@ -85,4 +86,10 @@ def test_rows_and_progress_are_drawn_as_text(page: Page, client: MusicClient) ->
     page.evaluate("(next) => window.change(next)", changed)
     assert root.locator(".ims-batch-row").count() == 1
     assert root.locator(".ims-batch-more").text_content() == "... 2 more rows"
+    assert root.locator("button").count() == 0  # a finished batch has nothing to stop
+    page.evaluate("(next) => window.change(next)", {**view.data, "can_stop": True})
+    stop = root.locator("button.ims-batch-stop")
+    assert stop.get_attribute("aria-label") and stop.get_attribute("title")
+    stop.click()
+    assert page.evaluate("() => window.sent") == [{"kind": "stop"}]
     page.evaluate("() => window.cleanup()")

@@ -41,6 +41,7 @@ def view_data(batch: Batch) -> dict[str, Any]:
         "rows_total": len(batch.rows),
         "rows": rows,
         "more": f"... {more} more rows (Batch.to_pandas() has them all)" if more > 0 else "",
+        "can_stop": not batch.done and not batch.stop_requested and any(r.state == "pending" for r in batch.rows),
     }
 
 
@@ -58,6 +59,7 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         self.batch: Batch | None = None
         self._lock = threading.Lock()
         self._watched: set[int] = set()
+        self.on_msg(self._on_msg)
         if batch is not None:
             self.follow(batch)
 
@@ -77,6 +79,12 @@ class BatchView(TextRepr, anywidget.AnyWidget):
                 if hasattr(self.watcher, "batch_line"):
                     self.watcher.batch_line = batch.progress_line()
             self.data = view_data(batch)
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """Intents from the front end: `stop` (start no more rows)."""
+        if isinstance(content, dict) and content.get("kind") == "stop" and self.batch is not None:
+            self.batch.stop()
+            self.update(self.batch)
 
     def __repr__(self) -> str:
         return self.batch.progress_line() if self.batch is not None else "batch: not started"

@@ -1,11 +1,19 @@
 // Batch progress view: counts, a progress bar, credits, ETA and the rows (FRONTEND.md).
 // Draws only what Python put in `data`; server and user text go through textContent (imsEl).
 
-function imsBatchDraw(root, data) {
+function imsBatchDraw(root, data, send) {
   root.replaceChildren();
   const head = imsEl("div", "ims-batch-head");
   head.appendChild(imsEl("strong", "ims-batch-name", data.name || "batch"));
   head.appendChild(imsEl("span", "ims-batch-line", data.line || ""));
+  if (data.can_stop) {
+    const stop = imsEl("button", "ims-batch-stop", "Stop");
+    stop.type = "button";
+    stop.title = "Start no more rows (the ones sent are still followed)";
+    stop.setAttribute("aria-label", stop.title);
+    stop.addEventListener("click", () => send({ kind: "stop" }));
+    head.appendChild(stop);
+  }
   root.appendChild(head);
   const total = Math.max(1, data.rows_total || 0);
   const bar = imsEl("div", "ims-batch-bar");
@@ -44,7 +52,7 @@ export default {
   render({ model, el }) {
     const root = imsEl("div", "ipymusicgen-batch");
     el.appendChild(root);
-    const draw = () => imsBatchDraw(root, model.get("data") || {});
+    const draw = () => imsBatchDraw(root, model.get("data") || {}, (message) => model.send(message));
     model.on("change:data", draw);
     draw();
     return () => model.off("change:data", draw);
