@@ -44,7 +44,8 @@ def test_cards_carry_waveform_player_and_takes(filled: tuple[Library, list[str],
     card = view.cards[2]
     assert card["title"] == HOSTILE  # text; the browser draws it with textContent
     assert len(card["peaks"]) == 400 and card["audio_url"].startswith("http://127.0.0.1")
-    assert card["state"] == "ready" and card["call"] and card["take"] == 2 and "favourite" in card["actions"]
+    assert card["state"] == "ready" and card["state_label"] == "Ready" and card["call"] and card["take"] == 2
+    assert "favourite" in card["actions"]
     assert card["archived_path_label"].startswith("archived:")
     assert not card["prefer_local"]  # the archive is not under a Jupyter server root here
     view._on_msg(view, {"kind": "page", "page": 1}, [])

@@ -40,8 +40,10 @@ from .errors import (
     WaitTimeoutError,
 )
 from .journal import Journal, JournalUnavailableError, JournalWriteWarning
+from .library import library  # named like its module: bound here, or the submodule would shadow the function
 from .models import TaskRecord, V2Song
 from .tasks import TaskState
+from .waveform import waveform  # light: numpy and miniaudio load on the first call
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -97,8 +99,6 @@ __all__ = [
 ]
 
 _LAZY = {
-    "library": ("ipymusicgen.library", "library"),
-    "waveform": ("ipymusicgen.waveform", "waveform"),
     "Sandbox": ("ipymusicgen.sandbox", "Sandbox"),
     "studio": ("ipymusicgen.widgets", "studio"),
     "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),

@@ -17,7 +17,7 @@ import traitlets
 
 from ..library import Library, LibrarySong
 from ._static import css, esm
-from .song_data import card_summary, song_card
+from .song_data import STATE_LABELS, card_summary, song_card
 from .text import TextRepr
 
 PAGE_SIZE = 24
@@ -75,6 +75,7 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
         title=song.title or "",
         style_chips=song.style or "",
         state=state,
+        state_label=STATE_LABELS[state],
         duration_s=song.duration_s,
         audio_url=None if state == "failed" else song.audio_url,
         cover_url=song.cover_url,
