@@ -52,7 +52,9 @@ class FastClock:
 
 
 def _wall_vs_ideal(rows: int, concurrency: int, stage: float, singles: int) -> Row:
-    with Sandbox(stage_seconds=stage, song_seconds=4, faults="", max_running=concurrency) as sandbox:
+    with Sandbox(
+        stage_seconds=stage, song_seconds=4, faults="", keys={KEY: 10 * rows}, max_running=concurrency
+    ) as sandbox:
         client = sandbox.client(max_retries=2, timeout=30)
         one: list[float] = []
         for n in range(singles):
