@@ -264,3 +264,9 @@ def test_load_ext_without_a_key_says_sandbox_once(tmp_path: Path) -> None:
     loaded, used = done.stdout.split("--- key\n")
     assert loaded.count("\n") == 1 and "local sandbox" in loaded
     assert "sandbox" not in used
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "many"])
+def test_task_list_limit_must_be_a_count(ip: InteractiveShell, value: str) -> None:
+    with pytest.raises(UsageError, match=r"--limit.*whole number of at least 1"):
+        ip.run_line_magic("musicgen_tasks", f"--limit {value}")

@@ -72,6 +72,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """A count of at least 1 (`--limit`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"use a whole number of at least 1 (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"use a whole number of at least 1 (got {text!r})")
+    return value
+
+
 def flag01(text: str) -> int:
     """A spec 0/1 field's value: `1` or `0` (as the API takes it)."""
     if text.strip() not in FLAG_VALUES:
