@@ -80,7 +80,7 @@ def test_a_kernel_that_shuts_down_leaves_no_sandbox_temp_folder(tmp_path: Path) 
     env.update(
         {"TMPDIR": str(private_tmp), "MUSICGEN_SANDBOX_STAGE_SECONDS": "0.05", "MUSICGEN_SANDBOX_SONG_SECONDS": "2"}
     )
-    manager = KernelManager(kernel_name="python3")
+    manager = KernelManager(kernel_name="python3", shutdown_wait_time=60)  # a slow machine still exits cleanly
     manager.start_kernel(env=env)
     client = manager.client()
     client.start_channels()
