@@ -10,12 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from ..models import TaskRecord, V2Song
 from ..safe_html import esc
 from ..tasks import TaskState
-from .song_data import card_summary, song_card
-
-Record = TaskRecord | V2Song
+from .song_data import Record, card_summary, song_card
 
 
 class CardActions(Protocol):

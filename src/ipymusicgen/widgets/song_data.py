@@ -17,6 +17,7 @@ from ..safe_html import http_url
 from ..tasks import TaskState
 
 Record = TaskRecord | V2Song
+"""A v1 task or a v2 song: what a card shows (the widgets' one definition)."""
 
 STATES = ("queued", "writing", "preview", "ready", "failed")
 """The card states, in the order a song goes through them."""

@@ -21,19 +21,18 @@ import traitlets
 
 from ..client import MusicClient, _retry_after
 from ..errors import MusicGenError
-from ..models import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
+from ..models import PROMPT_MAX, TITLE_MAX, V2Song
 from ..session import register_watcher, unregister_watcher
 from ..tasks import TaskSet, TaskState
 from ._static import css, esm
 from .card import TaskCard
-from .song_data import card_state, plain
+from .song_data import Record, card_state, plain
 from .text import TextRepr
 
 if TYPE_CHECKING:
     from .generate import GenerateForm
     from .v2 import V2Form
 
-Record = TaskRecord | V2Song
 MAX_BACKOFF = 60.0
 """Longest wait between polls while the service keeps failing."""
 PAGE_SIZE = 10
