@@ -116,6 +116,23 @@ class HostileServer:
                 return
             self.dripped[slot] += 1
 
+    def drip_head(self, sock: socket.socket, content: bytes, every: float = 0.1) -> None:
+        """The status line and headers themselves one byte at a time (a socket read never times out)."""
+        head = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(content)}\r\nX-Padding: {'p' * 200}\r\n\r\n".encode()
+        )
+        self.dripped.append(0)
+        slot = len(self.dripped) - 1
+        for byte in head + content:
+            if self.stop.wait(every):
+                return
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                return
+            self.dripped[slot] += 1
+
     def hold(self, sock: socket.socket) -> None:
         """Never answer (until the test ends or the client hangs up)."""
         while not self.stop.wait(0.1):

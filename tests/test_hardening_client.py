@@ -231,6 +231,26 @@ def test_a_drip_fed_read_is_bounded_sync_and_async() -> None:
             asyncio.run(read())
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_drip_fed_headers_are_bounded_too(face: str) -> None:
+    """The status line and headers one byte per 0.1 s (~30 s in all): each read is quick, so only a deadline
+    on the whole exchange stops it; the client must hang up long before the server is done."""
+    with hostile(lambda req, sock: server.drip_head(sock, DRIP_BODY[:60], every=0.1)) as server:
+        if face == "sync":
+            with client_for(server, timeout=1.0) as client, pytest.raises(APITimeoutError):
+                client.tasks(["t1"])
+        else:
+
+            async def read() -> None:
+                async with async_client_for(server, timeout=1.0) as client:
+                    await client.tasks(["t1"])
+
+            with pytest.raises(APITimeoutError):
+                asyncio.run(read())
+        server.stop.set()
+    assert server.dripped and max(server.dripped) < 200
+
+
 def test_a_drip_fed_paid_answer_is_unknown_and_not_resent(journal: Journal) -> None:
     body = b'{"status": 200, "data": {"ids": ["a", "b"]}}' + b" " * 200
     with (

@@ -73,6 +73,7 @@ from .responses import (
     v2_songs,
 )
 from .tasks import TaskSet, TaskState
+from .transport import bounded, bounded_transport
 from .waiting import Resumed, WaitFlows, check_id, is_transient, v1_ids
 
 __all__ = [
@@ -532,19 +533,23 @@ class MusicClient(_Core):
 
     def __init__(self, api_key: str | None = None, *, http_client: httpx.Client | None = None, **kwargs: Any) -> None:
         super().__init__(api_key, **kwargs)
-        self._http = http_client or httpx.Client(timeout=self._timeout())
+        self._http = http_client or httpx.Client(timeout=self._timeout(), transport=bounded_transport())
 
     def _exchange(self, step: Send) -> httpx.Response:
-        """Send without following redirects (even if the http client would) and read the body within bounds."""
+        """Send without following redirects (even if the http client would) and read the body within bounds.
+
+        `bounded()` cuts every socket read to the deadline (headers included) on the client's own transport.
+        """
         deadline = self._deadline(step)
-        response = self._http.send(step.request, stream=True, follow_redirects=False)
-        try:
-            reader = self._body_reader(response, deadline)
-            for chunk in response.iter_bytes():
-                reader.feed(chunk)
-            return reader.finish()
-        finally:
-            response.close()
+        with bounded(deadline - time.monotonic()):
+            response = self._http.send(step.request, stream=True, follow_redirects=False)
+            try:
+                reader = self._body_reader(response, deadline)
+                for chunk in response.iter_bytes():
+                    reader.feed(chunk)
+                return reader.finish()
+            finally:
+                response.close()
 
     def _run(self, flow: Flow[T]) -> T:
         try:
