@@ -194,6 +194,13 @@ def test_clicking_the_waveform_seeks_the_real_audio(
         "() => Math.abs(document.querySelector('.ipymusicgen-song audio').currentTime - 3) < 0.3", timeout=STEP_MS
     )
     assert audio.evaluate("a => a.paused")  # seeking does not start playback
+    audio.evaluate("a => { a.muted = true; window.kept = a; return a.play(); }")
+    page.wait_for_function("() => !window.kept.paused")
+    watcher.add(["another-call-1", "another-call-2"])  # a new call on the page: a fresh snapshot
+    relay(page, outbox)
+    assert page.locator(".ims-call").count() == 2
+    assert page.evaluate("document.querySelectorAll('.ipymusicgen-song audio')[2] === window.kept")
+    assert page.evaluate("!window.kept.paused")  # the song playing goes on playing
 
 
 def test_a_gap_in_the_diffs_asks_for_a_snapshot_and_paging_sends_intents(

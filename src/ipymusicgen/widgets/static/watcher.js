@@ -54,13 +54,30 @@ export default {
     let rev = null;
 
     function snapshot(message) {
-      disposeCards(list);
-      list.replaceChildren();
+      // Cards still on the page are kept (moved, not rebuilt): a song that is playing goes on playing.
+      const previous = new Map(cards);
       cards.clear();
-      for (const group of message.groups) {
-        const element = renderCallGroup(list, group, send);
-        for (const [id, card] of element._cards) cards.set(id, card);
-      }
+      const groups = message.groups.map((group) => {
+        const element = imsEl("div", "ims-call");
+        element._cards = new Map();
+        element.dataset.call = (group[0] && group[0].call) || "";
+        element.classList.toggle("ims-call-pair", group.length > 1);
+        for (const data of group) {
+          let card = previous.get(data.id);
+          if (card) {
+            previous.delete(data.id);
+            updateSongCard(card, data, send);
+            element.appendChild(card);
+          } else {
+            card = renderSongCard(element, data, send);
+          }
+          element._cards.set(data.id, card);
+          cards.set(data.id, card);
+        }
+        return element;
+      });
+      for (const card of previous.values()) disposeSongCard(card);
+      list.replaceChildren(...groups);
       header = message.header;
       imsWatcherHeader(parts, header);
     }
