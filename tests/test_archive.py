@@ -150,3 +150,25 @@ def test_a_raster_cover_is_embedded(tmp_path: Path) -> None:
     frames = ID3(song_path).getall("APIC")
     assert len(frames) == 1 and frames[0].mime == "image/png" and frames[0].data == cover.read_bytes()
     assert os.path.getsize(song_path) > len(cover.read_bytes())
+
+
+def test_a_hostile_title_stays_inside_the_archive(archived_client: MusicClient, tmp_path: Path) -> None:
+    ids = _make_song(archived_client, title="../../outside/..\\evil\x07 name")
+    names = sorted(p.name for p in (tmp_path / "songs").glob("*.mp3"))
+    assert len(names) == 2 and all(name.endswith(f"[{i[:8]}].mp3") for name, i in zip(names, sorted(ids), strict=True))
+    assert not (tmp_path / "outside").exists() and all("/" not in n and "\x07" not in n for n in names)
+
+
+def test_the_async_client_archives_too(sandbox: Sandbox, tmp_path: Path) -> None:
+    import asyncio
+
+    async def make() -> list[str]:
+        async with sandbox.async_client(journal=Journal(tmp_path / "journal.sqlite3"), archive=tmp_path / "a") as c:
+            ids = (await c.generate(action="auto", style="async folk")).ids
+            await c.wait(ids)
+            archiver = archiver_of(c)
+            assert archiver is not None and await asyncio.to_thread(archiver.join, 30)
+            return ids
+
+    ids = asyncio.run(make())
+    assert sorted(p.name[-14:-4] for p in (tmp_path / "a").glob("*.mp3")) == sorted(f"[{i[:8]}]" for i in ids)
