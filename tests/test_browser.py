@@ -237,19 +237,30 @@ def open_notebook(page: Page, url: str, front_end: str, name: str) -> None:
     path = f"/lab/tree/{name}" if front_end == "lab" else f"/notebooks/{name}"
     page.goto(f"{url}{path}", timeout=KERNEL_READY_MS)
     expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
-    kernel_ready(page, front_end)
+    kernel_ready(page, url, name)
     side = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
     if front_end == "lab" and side.count():
         side.click()  # fold the file browser away (the workspace remembers it for the next page)
 
 
-def kernel_ready(page: Page, front_end: str) -> None:
-    if front_end == "lab":
-        status = page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle")
-    else:
-        status = page.locator(".jp-NotebookKernelStatus-fade, .jp-Toolbar-kernelStatus, [data-status='idle']").first
-        status = page.get_by_title("Kernel Idle").or_(status).first
-    expect(status).to_be_attached(timeout=KERNEL_READY_MS)
+def kernel_ready(page: Page, url: str, name: str) -> None:
+    """The notebook's kernel is connected and idle (Notebook 7 may start and drop a first one: wait it out)."""
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first).to_be_attached(
+        timeout=KERNEL_READY_MS
+    )
+    deadline = time.monotonic() + KERNEL_READY_MS / 1000
+    seen: list[dict] = []
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{url}/api/sessions", timeout=5) as response:
+            seen = [s for s in json.load(response) if s["path"].endswith(name)]
+        with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as response:
+            kernels = {k["id"]: k for k in json.load(response)}
+        if len(seen) == 1:
+            kernel = kernels.get(seen[0]["kernel"]["id"], {})
+            if kernel.get("connections", 0) >= 1 and kernel.get("execution_state") == "idle":
+                return
+        page.wait_for_timeout(200)
+    raise AssertionError(f"no connected idle kernel for {name}: {seen}")
 
 
 def run_all(page: Page) -> None:
