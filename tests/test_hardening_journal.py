@@ -436,3 +436,20 @@ def test_a_closed_or_broken_journal_is_a_clear_error_on_read(tmp_path: Path) -> 
     (tmp_path / "garbage.sqlite3").write_bytes(b"this is not a database" * 100)
     with pytest.raises(JournalUnavailableError):
         Journal(tmp_path / "garbage.sqlite3").begin("generate", "https://api.example", {})
+
+
+def test_an_old_journal_locked_at_open_is_migrated_on_first_paid_call(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.executescript(OLD_SCHEMA)
+        db.execute("PRAGMA journal_mode=WAL")
+    lock = Holder(path)
+    lock.hold()
+    try:
+        journal = Journal(path, busy_timeout=0.05)  # cannot migrate now: still opens, still reads
+        assert {a.id for a in journal.attempts()} == {"old-pending", "old-done"}
+    finally:
+        lock.close()
+    attempt = journal.begin("generate", "https://api.example", {"style": "after the lock"})
+    assert journal.attempts(outcome="pending")[0].id == attempt
+    journal.close()

@@ -342,7 +342,8 @@ class Journal:
             self._db = open_db(self.path, busy_timeout=busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
-        if self._prepare():
+        self._ready = self._prepare()
+        if self._ready:
             self._take_spills()
         _open_journals.add(self)
 
@@ -377,7 +378,7 @@ class Journal:
             return
         self._db.close()
         self._db = fresh
-        self._prepare()
+        self._ready = self._prepare()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -452,6 +453,8 @@ class Journal:
         owner = self._owner
         with self._lock:
             self.flush()
+            if not self._ready:  # tables or columns could not be made at open (locked, read-only): try again
+                self._ready = self._prepare()
             try:
                 with self._write() as db:
                     db.execute(
