@@ -430,7 +430,8 @@ def test_stop_start_and_close_end_the_thread(
     assert watcher.running
     thread = watcher._thread
     watcher.close()
-    assert thread is not None and not thread.is_alive() and not watcher.running
+    assert thread is not None and not watcher.running
+    wait_until(lambda: not thread.is_alive(), "the thread to end after close()")
     watcher.start()
     watcher.add(custom_song(client))
     assert not watcher.running  # a closed watcher never polls again
@@ -441,7 +442,8 @@ def test_the_front_end_closing_the_widget_stops_the_thread(client: MusicClient, 
     thread = watcher._thread
     assert thread is not None and thread.is_alive() and watcher.comm is not None
     watcher.comm.handle_close({})  # what the kernel does when the front end sends comm_close
-    assert not thread.is_alive() and not watcher.running and watcher.comm is None
+    assert not watcher.running and watcher.comm is None
+    wait_until(lambda: not thread.is_alive(), "the thread to end")
     watcher.start()
     assert not watcher.running
 
@@ -643,3 +645,26 @@ def test_a_card_runs_its_actions_through_its_watcher(finished: TaskWatcher, tmp_
     assert card.run_action("no such action") is None and card.message.startswith("No such action failed")
     loose = TaskCard("loose")
     assert loose.run_action("download") is None and "not attached" in loose.message
+
+
+def test_close_returns_promptly_while_a_request_hangs(clock: ManualClock) -> None:
+    """A service that never answers: close() still returns within its bound, and the thread sends nothing after."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+    port = listener.getsockname()[1]
+    with MusicClient("k-hanging", base_url=f"http://127.0.0.1:{port}", max_retries=0, timeout=900) as client:
+        watcher = TaskWatcher(["t1", "t2"], client=client, interval=0.05)
+        wait_until(lambda: bool(accepted), "the poll request to reach the silent server")
+        thread = watcher._thread
+        watcher.close()  # bounded by CLOSE_JOIN, not by the request timeout (longer than the test timeout)
+        assert not watcher.running and watcher.comm is None and thread is not None
+        for conn in accepted:
+            conn.close()  # the request fails now; the thread ends without touching the closed widget
+        wait_until(lambda: not thread.is_alive(), "the thread to end once its request does")
+    listener.close()

@@ -39,6 +39,8 @@ PAGE_SIZE = 10
 """Calls (a call is one paid request: usually two takes) per page; every task is polled and kept either way."""
 ANNOTATIONS = frozenset({"peaks", "archived_path_label", "model"})
 """Card fields `annotate()` accepts from other parts (the library's waveform and file, the model name)."""
+CLOSE_JOIN = 2.0
+"""Seconds `close()` waits for the polling thread: prompt even if a request hangs (the daemon thread ends after it)."""
 DIFF_FIELDS_ALWAYS = ("elapsed_s",)
 """Fields that change every second: sent with a card's other changes, never on their own (the browser counts on)."""
 
@@ -275,13 +277,16 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         with self._lock:
             self._start_locked()
 
-    def stop(self) -> None:
-        """Stop background polling; the cards stay as they are. `start()` resumes."""
+    def stop(self, *, join: float | None = None) -> None:
+        """Stop background polling; the cards stay as they are. `start()` resumes.
+
+        Waits for the thread to end (at most `join` seconds; by default as long as one request may take).
+        """
         with self._lock:
             thread, self._thread = self._thread, None
             self._stop_event.set()
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=max(5.0, self._client.settings.timeout + 5))
+            thread.join(timeout=max(5.0, self._client.settings.timeout + 5) if join is None else join)
 
     def close(self) -> None:
         """Stop polling, close the widget, and let the session forget this watcher.
@@ -291,7 +296,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         if getattr(self, "_closed", True):  # closed already, or __init__ never got that far
             return
         self._closed = True
-        self.stop()
+        self.stop(join=CLOSE_JOIN)  # a request in flight ends on its own; a closed watcher sends nothing
         super().close()
         unregister_watcher(self)
 
