@@ -505,6 +505,27 @@ def test_text_that_echoes_the_key_is_redacted_everywhere(journal: Journal) -> No
     assert KEY.encode() not in (Path(journal.path)).read_bytes()
 
 
+def test_transport_errors_that_quote_the_key_are_redacted(journal: Journal) -> None:
+    """A transport (a proxy, a TLS layer) may quote the header it choked on; errors and notes stay clean."""
+
+    def choke(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError(f"cannot send header x-api-key: {request.headers['x-api-key']}", request=request)
+
+    transport = httpx.MockTransport(choke)
+    with MusicClient(
+        KEY, base_url="https://api.example.com", journal=journal, http_client=httpx.Client(transport=transport)
+    ) as client:
+        with pytest.raises(CreateOutcomeUnknownError) as paid:
+            client.generate(action="auto", style="x")
+        with pytest.raises(MusicGenError) as read:
+            client.key_info()
+    for exc in (paid.value, read.value):
+        assert KEY not in str(exc) and "***" in str(exc)
+        assert KEY not in repr(exc.request.headers)
+    assert all(KEY not in (a.note or "") for a in journal.attempts())
+    assert KEY.encode() not in Path(journal.path).read_bytes()
+
+
 # ---------------------------------------------------------------------------------------------------
 # 8-9. The real service's answers, classified by status first.
 

@@ -162,6 +162,10 @@ def check_seconds(value: Any, field: str, *, allow_zero: bool) -> float:
     return seconds
 
 
+def _empty(ids: Any) -> bool:
+    return isinstance(ids, tuple | list) and not ids
+
+
 class WaitFlows:
     """Polling, waiting and resuming, mixed into `_Core` (which supplies settings, journal and endpoint flows)."""
 
@@ -198,8 +202,8 @@ class WaitFlows:
         on_update: UpdateCallback | None,
         raise_on_failure: bool,
     ) -> Flow[list[Record]]:
-        v1, v2 = split_ids(ids) if not (isinstance(ids, tuple | list) and not ids) else ([], [])
-        if v2_ids is not None and not (isinstance(v2_ids, tuple | list) and not v2_ids):
+        v1, v2 = ([], []) if _empty(ids) else split_ids(ids)
+        if v2_ids is not None and not _empty(v2_ids):
             more_v1, more_v2 = split_ids(v2_ids, "v2_ids")
             v2 += more_v1 + more_v2  # anything given as v2_ids is a v2 id
         if not v1 and not v2:
