@@ -11,6 +11,7 @@ import asyncio
 import math
 import os
 import signal
+import sqlite3
 import threading
 import warnings
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ from ipymusicgen.errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
-from ipymusicgen.journal import Journal
+from ipymusicgen.journal import Journal, JournalWriteWarning
 from ipymusicgen.models import V2Request, build_v2_request
 from ipymusicgen.sandbox import DEMO_KEY, Sandbox
 
@@ -190,6 +191,21 @@ def test_a_built_request_is_validated_once(sandbox: Sandbox) -> None:
             songs = client.submit_v2(model)
     assert len(songs) >= 1 and isinstance(model, V2Request)
     assert [w.category for w in caught if issubclass(w.category, IgnoredFieldsWarning)] == [IgnoredFieldsWarning]
+
+
+class LockedAfterBegin(Journal):
+    """A journal another program locks right after the attempt was recorded (any journal may fail so)."""
+
+    def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+
+def test_ids_reach_the_caller_when_the_journal_fails_after_the_send(sandbox: Sandbox, tmp_path: Path) -> None:
+    journal = LockedAfterBegin(tmp_path / "locked.sqlite3")
+    with sandbox.client(journal=journal) as client, pytest.warns(JournalWriteWarning, match="could not record"):
+        result = client.generate(action="auto", style="x")
+    assert len(result.ids) == 2 and sandbox.request_counts()["/v1/music/generate"] == 1
+    journal.close()
 
 
 # ---------------------------------------------------------------------------------------------------
