@@ -221,7 +221,7 @@ def test_wait_under_a_watcher_shows_each_song_once(ip: InteractiveShell, sandbox
     """The watcher plays the songs; the magic's own output is their table without a second player."""
     ip.run_line_magic("config", "MusicGen.auto_watch = True")
     with capture_output() as out:
-        ip.run_cell("%musicgen --wait --timeout 30 a tune heard once")
+        ip.run_cell("%musicgen --wait --timeout 120 a tune heard once")
     songs = ip.user_ns["_"]
     assert isinstance(songs, Songs) and [s.state for s in songs] == [TaskState.COMPLETE] * 2
     shown = [str(v) for o in out.outputs for v in o.data.values()] + [out.stdout]
