@@ -117,3 +117,30 @@ def test_magic_opens_the_library_of_the_session(monkeypatch: pytest.MonkeyPatch)
         shell.run_line_magic("unload_ext", "ipymusicgen")
         shell.config.pop("MusicGen", None)
     assert shell.find_line_magic("musicgen_library") is None
+
+
+def test_watcher_cards_show_the_archive_and_favourites_reach_the_library(sandbox: Sandbox, tmp_path: Path) -> None:
+    from helpers import wait_until
+
+    from ipymusicgen.widgets import TaskWatcher
+
+    journal_path = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "songs") as client:
+        library = Library(journal_path)
+        view = LibraryView(library)
+        ids = client.generate(action="auto", style="glass harp").ids
+        watcher = TaskWatcher(ids, client=client)
+        view_with_watcher = LibraryView(library, watcher=watcher)
+        try:
+            wait_until(lambda: all((watcher.card(i).extra or {}).get("peaks") for i in ids), "peaks on watcher cards")
+            labels = [watcher.card(i).extra["archived_path_label"] for i in ids]
+            assert all(label.startswith("archived: ") and label.endswith(".mp3") for label in labels)
+            wait_until(lambda: view.total == 2 and all(c["peaks"] for c in view.cards), "the view shows new songs")
+            watcher.favourite(ids[0])
+            assert library.song(ids[0]).favourite
+            assert [c["favourite"] for c in view_with_watcher.cards if c["id"] == ids[0]] == [True]
+        finally:
+            watcher.close()
+            view.close()
+            view_with_watcher.close()
+            library.close()

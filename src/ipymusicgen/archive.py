@@ -22,7 +22,8 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -399,6 +400,57 @@ class Archiver:
                 message = self.client.redact(f"{type(exc).__name__}: {exc}")
                 self.errors[task_id] = message
                 store.archive_failed(task_id, message)
+                _announce(task_id, None, None, message)
+            else:
+                _announce(task_id, self.archived[task_id], _stored_peaks(store, task_id), None)
+
+
+ArchiveListener = Callable[[str, "Path | None", "list[list[float]] | None", "str | None"], None]
+_listeners: list[weakref.ref[Any]] = []
+_listeners_lock = threading.Lock()
+
+
+def add_archive_listener(listener: ArchiveListener) -> None:
+    """Call `listener(task_id, path, peaks, error)` after each song is archived (or fails to be), on the
+    archiver's thread. Held weakly (a bound method lives as long as its object), so views need not unsubscribe."""
+    ref = weakref.WeakMethod(listener) if hasattr(listener, "__self__") else weakref.ref(listener)
+    with _listeners_lock:
+        _listeners.append(ref)
+
+
+def _stored_peaks(store: LibraryStore, task_id: str) -> list[list[float]] | None:
+    from .library_store import unpack_peaks
+
+    rows = store.query("SELECT peaks FROM library_songs WHERE id = ?", (task_id,))
+    return unpack_peaks(rows[0]["peaks"]) if rows else None
+
+
+def archive_label(path: Path | None, error: str | None) -> str:
+    """What a song card says about the archive: the file's name, or why it is not archived yet."""
+    if path is not None:
+        return f"archived: {path.name}"
+    return f"not archived yet ({(error or 'unknown error')[:160]}); retried on the next resume or library open"
+
+
+def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
+    """Tell the session's watchers (their cards show the waveform and the archive's word) and any listeners."""
+    from . import session
+
+    with session._session.lock:
+        watchers = list(session._session.watchers)
+    fields: dict[str, Any] = {"archived_path_label": archive_label(path, error)}
+    if peaks:
+        fields["peaks"] = peaks
+    for watcher in watchers:
+        with contextlib.suppress(Exception):  # a closed or foreign watcher must not stop the archive
+            watcher.annotate(task_id, **fields)
+    with _listeners_lock:
+        _listeners[:] = [ref for ref in _listeners if ref() is not None]
+        alive = [ref() for ref in _listeners]
+    for listener in alive:
+        with contextlib.suppress(Exception):
+            if listener is not None:
+                listener(task_id, path, peaks, error)
 
 
 def attach(client: _Core, choice: Any = True) -> Archiver | None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
 
+from ..archive import archive_label
 from ..library import Library, LibrarySong
 from ._static import css, esm
 from .song_data import STATE_LABELS, card_summary, song_card
@@ -57,13 +59,13 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
     local = files_path(song.archive_path, roots)
     on_disk = song.archive_path if song.archive_path and Path(song.archive_path).is_file() else None
     if local:
-        label = f"archived: {Path(song.archive_path or '').name}"
+        label = archive_label(Path(on_disk or ""), None)
     elif on_disk and not song.audio_url:
         label = f"audio only on disk: {on_disk}"
     elif on_disk:
         label = f"archived: {on_disk}"
     elif song.archive_error:
-        label = f"not archived yet ({song.archive_error[:160]}); retried on the next library open"
+        label = archive_label(None, song.archive_error)
     else:
         label = ""
     state = _STATE_OF.get(song.state, "writing")
@@ -127,13 +129,30 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
     spend_total = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
 
-    def __init__(self, library: Library | None = None, *, text: str = "", page_size: int = PAGE_SIZE) -> None:
+    def __init__(
+        self,
+        library: Library | None = None,
+        *,
+        text: str = "",
+        page_size: int = PAGE_SIZE,
+        client: Any = None,
+        watcher: Any = None,
+    ) -> None:
+        """`library` defaults to the one of `client`'s journal (the session's when no client is given);
+        a `watcher` (the studio's) has its favourite button mark songs here too."""
         super().__init__()
         if library is None:
             from ..library import library as open_library
 
-            library = open_library()
+            path = getattr(getattr(client, "journal", None), "path", None)
+            library = open_library(path) if path else open_library()
         self.library = library
+        self._refresh_lock = threading.RLock()  # the archiver's thread refreshes too
+        if watcher is not None:
+            watcher.on_favourite = self._watcher_favourite
+        from ..archive import add_archive_listener
+
+        add_archive_listener(self._archived)  # held weakly: a new song shows once it is archived
         self._roots = server_roots()
         self._focus: str | None = None
         self.add_class("ipymusicgen-library-view")
@@ -157,7 +176,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
 
     def refresh(self, everything: bool = False) -> None:
         """Query the current page again; `everything` also the filter choices and the spend summary."""
-        with self.hold_sync():
+        with self._refresh_lock, self.hold_sync():
             if self._focus is not None:
                 tree = flatten_lineage(self.library.lineage(self._focus))
                 songs = [self.library.song(row["id"]) for row in tree if row["state"] != "unknown"]
@@ -191,6 +210,17 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             return "No songs match." if self.text or any(self.filters.values()) else "No songs yet."
         first = self.page * self.page_size + 1
         return f"{first}–{min(self.total, first + self.page_size - 1)} of {self.total} song(s)"
+
+    def _archived(self, _task_id: str, _path: Any, _peaks: Any, _error: Any) -> None:
+        if self.comm is not None:  # a closed view no longer queries
+            self.refresh(everything=True)
+
+    def _watcher_favourite(self, task_id: str, on: bool) -> None:
+        try:
+            self.library.favourite(task_id, on)
+        except KeyError:  # a song of another journal (a client without one): nothing to mark here
+            return
+        self.refresh()
 
     # -- intents from the browser --------------------------------------------------------------------
 
