@@ -270,3 +270,28 @@ def test_load_ext_without_a_key_says_sandbox_once(tmp_path: Path) -> None:
 def test_task_list_limit_must_be_a_count(ip: InteractiveShell, value: str) -> None:
     with pytest.raises(UsageError, match=r"--limit.*whole number of at least 1"):
         ip.run_line_magic("musicgen_tasks", f"--limit {value}")
+
+
+def test_resume_lists_a_paid_request_left_pending_by_a_killed_kernel(
+    ip: InteractiveShell, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Another process began a paid request and was killed (-9) before any answer: it is unknown, not nothing."""
+    import signal
+    import subprocess
+    import sys
+
+    journal = str(tmp_path / "journal.sqlite3")
+    code = (
+        "import os, signal, sys\n"
+        "from ipymusicgen.journal import Journal\n"
+        f"j = Journal({journal!r})\n"
+        f"j.begin('generate', {sandbox.base_url!r}, {{'action': 'custom', 'title': 'Killed Song', 'style': 'drone'}})\n"
+        "print('begun', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL and "begun" in done.stdout, done.stderr
+    with capture_output() as out:
+        ip.run_line_magic("musicgen_resume", "")
+    assert "1 paid request(s) with an unknown outcome:" in out.stdout, out.stdout
+    assert "'Killed Song'" in out.stdout and "drone" in out.stdout and "Do not resend" in out.stdout
