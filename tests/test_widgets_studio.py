@@ -223,3 +223,16 @@ def test_closing_the_studio_stops_polling(client: MusicClient, clock: ManualCloc
     assert made.watcher.running
     made.close()
     assert not made.watcher.running and made.view.comm is None and made.comm is None
+
+
+def test_batch_and_library_tabs_show_their_widgets(client: MusicClient, studios: Callable) -> None:
+    made = studios(client)
+    available = {tab["id"]: tab["available"] for tab in made.view.tabs}
+    for tab, widget in made.embedded.items():
+        assert available[tab] and widget in made.children and widget.layout.display == "none"
+        made.select(tab)
+        assert widget.layout.display is None
+        assert all(other.layout.display == "none" for name, other in made.embedded.items() if name != tab)
+    made.select("song")
+    assert all(widget.layout.display == "none" for widget in made.embedded.values())
+    assert {tab for tab, shown in available.items() if not shown} == {"batch", "library"} - set(made.embedded)

@@ -8,12 +8,11 @@ from typing import Any
 import ipywidgets as w
 
 from ..client import MusicClient
+from ..display import CREDITS_API_TERM, mask_key
 from ..models import KeyInfo
 from ..safe_html import error_html, esc, note_html
 from .form import error_title
 from .text import TextRepr
-
-KEY_MASK = "••••"
 
 
 def _when(value: datetime | None) -> str:
@@ -21,7 +20,7 @@ def _when(value: datetime | None) -> str:
 
 
 class KeyInfoPanel(TextRepr, w.VBox):
-    """Entitlements left, key name and dates of the key in use; "Refresh" asks the service again."""
+    """Credits left, key name and dates of the key in use; "Refresh" asks the service again."""
 
     def __init__(self, client: MusicClient | None = None, *, load: bool = True) -> None:
         if client is None:
@@ -31,7 +30,7 @@ class KeyInfoPanel(TextRepr, w.VBox):
         self._client = client
         self._info: KeyInfo | None = None
         self._checked: datetime | None = None
-        self._table = w.HTML(note_html("Press Refresh to read the key's entitlements."))
+        self._table = w.HTML(note_html("Press Refresh to read the key's credits."))
         self._error = w.HTML()
         self._button = w.Button(description="Refresh", icon="refresh")
         self._button.on_click(lambda _button: self.refresh())
@@ -76,9 +75,9 @@ class KeyInfoPanel(TextRepr, w.VBox):
     def _render(self, info: KeyInfo) -> str:
         counts = info.key_music_counts
         rows = [
-            ("Music entitlements left", f"<b>{esc(counts)}</b>" if counts is not None else "—"),
+            (f"Credits left <code>{CREDITS_API_TERM}</code>", f"<b>{esc(counts)}</b>" if counts is not None else "—"),
             ("Key name", self._text(info.key_name)),
-            ("Key", KEY_MASK),
+            ("Key", esc(mask_key(self._client.settings.key_value()))),
             ("Status", self._text(info.key_status)),
             ("Created", esc(_when(info.key_created_at))),
             ("Updated", esc(_when(info.key_updated_at))),
@@ -95,4 +94,5 @@ class KeyInfoPanel(TextRepr, w.VBox):
             return "KeyInfoPanel: not read yet (call refresh())"
         info = self._info
         name = self._client.redact(info.key_name or "") or "unnamed"
-        return f"KeyInfoPanel: key {name!r} ({KEY_MASK}), {info.key_music_counts} music entitlements left"
+        mask = mask_key(self._client.settings.key_value())
+        return f"KeyInfoPanel: key {name!r} ({mask}), {info.key_music_counts} credits left ({CREDITS_API_TERM})"

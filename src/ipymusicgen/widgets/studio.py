@@ -21,6 +21,7 @@ import traitlets
 
 from ..client import MusicClient
 from ..costs import estimate_credits
+from ..display import CREDITS_API_TERM, mask_key
 from ..errors import RequestValidationError, UnprocessableEntityError
 from ..models import (
     ACTIONS,
@@ -44,8 +45,10 @@ from .text import TextRepr
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
 TAB_TITLES = ("Song", "v2", "Lyrics", "Batch", "Library", "Key")
-CREDITS_API_TERM = "key_music_counts"
-"""What the service calls credits; shown as a hint next to the word we use everywhere."""
+TAB_BLURBS = {
+    "batch": "Many songs at once: one line each, or a DataFrame. The form is right below.",
+    "library": "Every song you have made: search, play, keep the take you like. It is right below.",
+}
 DEMO_KEYS = frozenset({"sandbox-demo-key"})
 """The embedded sandbox's key: requests with it cost nothing real, so they need no confirm step."""
 
@@ -100,15 +103,6 @@ def _quiet(call: Callable[[], Any]) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return call()
-
-
-def mask_key(key: str | None) -> str:
-    """The one key mask of the package (display.py's, or the magics' until that module exists)."""
-    try:
-        from ..display import mask_key as shared  # type: ignore[attr-defined]
-    except ImportError:
-        from ..magics import mask_key as shared
-    return str(shared(key))
 
 
 class Pane:
@@ -633,7 +627,12 @@ class Studio(TextRepr, w.VBox):
                 widget.layout.display = "none"
                 self.embedded[tab] = widget
         self._view.tabs = [
-            {"id": t, "title": title, "available": t not in ("batch", "library") or t in self.embedded}
+            {
+                "id": t,
+                "title": title,
+                "available": t not in ("batch", "library") or t in self.embedded,
+                "blurb": TAB_BLURBS.get(t, ""),
+            }
             for t, title in zip(TAB_IDS, TAB_TITLES, strict=True)
         ]
         for pane in self._panes.values():

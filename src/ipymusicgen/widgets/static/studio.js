@@ -306,7 +306,7 @@ function studioRender({ model, el }) {
     } else if (!tab.available) {
       panel.appendChild(imsEl("p", "ims-muted", `${tab.title} is not installed in this version.`));
     } else {
-      panel.appendChild(imsEl("p", "ims-muted", `${tab.title}: shown below.`));
+      panel.appendChild(imsEl("p", "ims-muted", tab.blurb || tab.title));
       panel.classList.add("ims-panel-embedded");
     }
   }
