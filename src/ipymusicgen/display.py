@@ -176,7 +176,7 @@ class KeyReport(Table):
         fields = {
             "key name": info.key_name,
             "credits left": f"{credits_text(counts)} ({CREDITS_API_TERM})" if counts is not None else "",
-            "key status": info.key_status,
+            "key status code": info.key_status,  # its meaning is not documented: shown as the number
             "e-mail": info.email,
             "member id": info.member_id,
             "created": when(info.key_created_at),
