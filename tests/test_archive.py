@@ -96,15 +96,15 @@ def test_a_failed_archive_is_recorded_and_retried_without_duplicates(
 def test_a_new_client_retries_what_an_earlier_one_could_not_archive(sandbox: Sandbox, tmp_path: Path) -> None:
     journal_path = tmp_path / "journal.sqlite3"
     with sandbox.client(journal=Journal(journal_path), archive=False) as first:
-        ids = first.generate(action="auto", style="ambient").ids
-        first.wait(ids)
+        old = first.generate(action="auto", style="ambient").ids
+        first.wait(old)
     with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "later") as second:
-        second.resume(wait=True)  # nothing unfinished: the retry comes from the library open below
+        new = second.generate(action="auto", style="drone").ids
+        second.wait(new)  # its first polling round also retries what the journal holds unarchived
         archiver = archiver_of(second)
-        assert archiver is not None
-        archiver.retry()
-        assert archiver.join(30)
-    assert len(list((tmp_path / "later").glob("*.mp3"))) == len(ids)
+        assert archiver is not None and archiver.join(30)
+    archived = sorted(p.name[-14:-4] for p in (tmp_path / "later").glob("*.mp3"))
+    assert archived == sorted(f"[{i[:8]}]" for i in old + new)
 
 
 def test_archive_off_and_sandbox_identity(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,3 +172,29 @@ def test_the_async_client_archives_too(sandbox: Sandbox, tmp_path: Path) -> None
 
     ids = asyncio.run(make())
     assert sorted(p.name[-14:-4] for p in (tmp_path / "a").glob("*.mp3")) == sorted(f"[{i[:8]}]" for i in ids)
+
+
+def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keyed session (a sandbox with its own key stands in for the real service): opening the library retries."""
+    from ipymusicgen import library, session
+
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
+    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"mg-live-key-for-test": 20}) as server:
+        session.configure(api_key="mg-live-key-for-test", base_url=server.base_url, v2_base_url=server.v2_base_url,
+                          journal_path=str(tmp_path / "journal.sqlite3"))  # fmt: skip
+        try:
+            client = session.get_client()
+            server.set_faults("server_error:count=2:path=/files")
+            ids = client.generate(action="auto", style="retry me").ids
+            client.wait(ids)
+            archiver = archiver_of(client)
+            assert archiver is not None and archiver.join(30) and set(archiver.errors) == set(ids)
+            assert not list((tmp_path / "archive").glob("*.mp3"))
+            opened = library()  # retries on open
+            assert archiver.join(30)
+            assert len(list((tmp_path / "archive").glob("*.mp3"))) == 2
+            assert all(opened.song(i).archive_path for i in ids) and not opened.failed_archives()
+            opened.close()
+        finally:
+            session.shutdown()
+            session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None)
