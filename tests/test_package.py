@@ -116,3 +116,15 @@ def test_demo_names_the_real_service_by_its_host_and_never_the_key(monkeypatch: 
     monkeypatch.setenv("MUSICGEN_BASE_URL", "https://music.example.com")
     said = _service_in_use()
     assert "real service at https://music.example.com" in said and "canary" not in said
+
+
+def test_ci_runs_the_readme_test_command_after_setting_up() -> None:
+    """`.ci/run` on a fresh machine: the setup (which installs everything), then exactly the README's command 2."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"^# 2\..*\n(\./scripts/setup && .+)$", readme, flags=re.MULTILINE)
+    assert command, "README command 2 not found"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    steps = command.group(1).split(" && ")
+    assert steps[0] == "./scripts/setup" and "./scripts/setup" in ci
+    assert " && ".join(steps[1:]) in ci
+    assert os.access(ROOT / ".ci" / "run", os.X_OK) and os.access(ROOT / "scripts" / "setup", os.X_OK)
