@@ -449,14 +449,16 @@ def test_notebooks_never_show_the_canary(canary: Sandbox, tmp_path: Path) -> Non
     """Every demo notebook, run with the canary as the key; the executed JSON (widget state included) is searched."""
     notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
     assert notebooks, f"no notebooks in {NOTEBOOKS}: nothing was checked"
-    journal = tmp_path / "notebooks.sqlite3"
-    env = notebook_env(canary, journal)
-    assert env["MUSICGEN_API_KEY"] == CANARY
     evidence = Evidence()
+    journals = []
     for path in notebooks:
         notebook = nbformat.read(path, as_version=4)
         workdir = tmp_path / path.stem
         workdir.mkdir()
+        # Each notebook is a fresh user: its own journal and data folder (a library's spend counts its own calls).
+        journals.append(workdir / "journal.sqlite3")
+        env = {**notebook_env(canary, journals[-1]), "XDG_DATA_HOME": str(workdir / "data")}
+        assert env["MUSICGEN_API_KEY"] == CANARY
         client = NotebookClient(
             notebook,
             timeout=CELL_TIMEOUT,
@@ -471,7 +473,11 @@ def test_notebooks_never_show_the_canary(canary: Sandbox, tmp_path: Path) -> Non
         evidence.add(f"notebook {path.name} widgets", json.dumps(notebook.metadata.get("widgets", {})))
     counts = canary.request_counts()  # the notebooks really used the canary key
     assert counts.get("/v1/get_api_key_info", 0) >= 1 and counts.get("/v1/music/generate", 0) >= len(notebooks)
-    assert_clean(evidence, journal, minimum=2 * len(notebooks) + 1)  # each notebook's JSON and widgets; the journal
+    for journal in journals[:-1]:
+        assert journal.exists(), f"no journal at {journal}: nothing of it was checked"
+        for file in journal.parent.glob(journal.name + "*"):
+            evidence.add(f"journal {journal.parent.name}/{file.name}", file.read_bytes())
+    assert_clean(evidence, journals[-1], minimum=3 * len(notebooks))  # each notebook's JSON, widgets and journal
 
 
 # ---------------------------------------------------------------------------------------------------
