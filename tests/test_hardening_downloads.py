@@ -98,6 +98,25 @@ def test_an_undeclared_oversized_stream_is_cut_off_and_nothing_is_left(tmp_path:
     assert leftovers(tmp_path) == []
 
 
+def test_a_drip_fed_download_is_cut_off_and_nothing_is_left(tmp_path: Path) -> None:
+    """5,000 bytes at one per 20 ms (100 s): after its grace (the 0.5 s HTTP timeout) a download must keep
+    a sane pace, so the client hangs up long before the end; headers dripped the same way are bounded too."""
+    body = b"\x00" * 5000
+    with HostileServer(lambda req, sock: s.drip(sock, body, every=0.02)) as s:
+        c = MusicClient(settings=Settings(timeout=0.5), journal=False)
+        with c, pytest.raises(DownloadError, match="too slow"):
+            c.download(song(s.url, "drip"), tmp_path)
+        s.stop.set()
+    assert s.dripped and max(s.dripped) < len(body)
+    with HostileServer(lambda req, sock: s.drip_head(sock, MP3, every=0.1)) as s:
+        c = MusicClient(settings=Settings(timeout=0.5), journal=False)
+        with c, pytest.raises(MusicGenError, match=r"in time|timed out|failed"):
+            c.download(song(s.url, "drip head"), tmp_path)
+        s.stop.set()
+    assert s.dripped and max(s.dripped) < 200
+    assert leftovers(tmp_path) == []
+
+
 def test_a_full_disk_is_a_clear_error_with_no_partial_file(server: HostileServer, tmp_path: Path) -> None:
     """RLIMIT_FSIZE makes writes past 1000 bytes fail with EFBIG, as a full disk fails them (even as root)."""
     previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

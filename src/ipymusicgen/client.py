@@ -644,9 +644,12 @@ class MusicClient(_Core):
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
         url, title, fallback = self._download_target(task, allow_preview)
-        limit = SizeLimit(self._download_limit(), url)
+        limit = SizeLimit(self._download_limit(), url, grace=self.settings.timeout)
         try:
-            with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
+            with bounded(self.settings.timeout):  # the status line and headers: within the HTTP timeout
+                request = self._http.build_request("GET", url, timeout=self._timeout())
+                response = self._http.send(request, stream=True, follow_redirects=True)
+            try:
                 if not response.is_success:
                     raise self.responses.download_status_error(url, response)
                 limit.check_declared(response.headers)
@@ -655,6 +658,8 @@ class MusicClient(_Core):
                         target.write(limit.take(chunk))
                     name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
                     return self._downloaded(task, target.commit(name))
+            finally:
+                response.close()
         except httpx.RequestError as exc:
             raise self.responses.download_failed(url, exc) from exc
         except OSError as exc:
@@ -790,9 +795,12 @@ class AsyncMusicClient(_Core):
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         url, title, fallback = self._download_target(task, allow_preview)
-        limit = SizeLimit(self._download_limit(), url)
+        limit = SizeLimit(self._download_limit(), url, grace=self.settings.timeout)
         try:
-            async with self._http.stream("GET", url, timeout=self._timeout(), follow_redirects=True) as response:
+            request = self._http.build_request("GET", url, timeout=self._timeout())
+            sent = self._http.send(request, stream=True, follow_redirects=True)
+            response = await _within(sent, self.settings.timeout + self.settings.connect_timeout, request)
+            try:
                 if not response.is_success:
                     raise self.responses.download_status_error(url, response)
                 limit.check_declared(response.headers)
@@ -801,6 +809,8 @@ class AsyncMusicClient(_Core):
                         target.write(limit.take(chunk))
                     name = safe_filename(title, suffix_for(url, response.headers.get("content-type")), fallback)
                     return self._downloaded(task, target.commit(name))
+            finally:
+                await response.aclose()
         except httpx.RequestError as exc:
             raise self.responses.download_failed(url, exc) from exc
         except OSError as exc:

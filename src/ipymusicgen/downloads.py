@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 import unicodedata
 from collections.abc import Mapping
 from contextlib import suppress
@@ -92,13 +93,21 @@ def _umask() -> int:
     return mask
 
 
-class SizeLimit:
-    """A download's size bound: refused from Content-Length when declared, and while streaming either way."""
+MIN_DOWNLOAD_RATE = 4096
+"""Bytes per second a download must average once its grace period is over (a drip-feeding host is cut off)."""
 
-    def __init__(self, limit: int, url: str) -> None:
+
+class SizeLimit:
+    """A download's bounds: its size (from Content-Length when declared, and while streaming either way), and
+    its pace: after `grace` seconds it must average `min_rate` bytes/s, so a drip-feeding host cannot hang it."""
+
+    def __init__(self, limit: int, url: str, *, grace: float = 30.0, min_rate: float = MIN_DOWNLOAD_RATE) -> None:
         self.limit = limit
         self.where = urlsplit(url)._replace(query="", fragment="").geturl()[:200]
         self.size = 0
+        self.grace = grace
+        self.min_rate = min_rate
+        self.started = time.monotonic()
 
     def _refuse(self, size: int) -> DownloadError:
         return DownloadError(
@@ -115,6 +124,12 @@ class SizeLimit:
         self.size += len(chunk)
         if self.size > self.limit:
             raise self._refuse(self.size)
+        elapsed = time.monotonic() - self.started
+        if elapsed > self.grace and self.size < self.min_rate * elapsed:
+            raise DownloadError(
+                f"Download of {self.where} stopped: {self.size} bytes in {elapsed:.0f} s is too slow (the host may be "
+                "stalling); nothing was saved. Try again later."
+            )
         return chunk
 
 
