@@ -251,10 +251,14 @@ def kernel_ready(page: Page, url: str, name: str) -> None:
     deadline = time.monotonic() + KERNEL_READY_MS / 1000
     seen: list[dict] = []
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(f"{url}/api/sessions", timeout=5) as response:
-            seen = [s for s in json.load(response) if s["path"].endswith(name)]
-        with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as response:
-            kernels = {k["id"]: k for k in json.load(response)}
+        try:
+            with urllib.request.urlopen(f"{url}/api/sessions", timeout=5) as response:
+                seen = [s for s in json.load(response) if s["path"].endswith(name)]
+            with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as response:
+                kernels = {k["id"]: k for k in json.load(response)}
+        except OSError:  # the server may answer 500 while another kernel is going away: ask again
+            page.wait_for_timeout(200)
+            continue
         if len(seen) == 1:
             kernel = kernels.get(seen[0]["kernel"]["id"], {})
             if kernel.get("connections", 0) >= 1 and kernel.get("execution_state") == "idle":
@@ -340,6 +344,16 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
     if front_end == "lab":
         publish(studio_shot, "studio.png")
 
+    # the Batch and Library tabs show their own widgets under the tab bar, one at a time
+    for tab, hook in (("Batch", ".ipymusicgen-batch-form"), ("Library", ".ipymusicgen-library")):
+        studio.get_by_role("tab", name=tab).click()
+        expect(studio.get_by_role("tab", name=tab)).to_have_attribute("aria-selected", "true")
+        expect(board.locator(hook).first).to_be_visible()
+        to_top(studio)
+        shot(page, f"{front_end}-04-studio-{tab.lower()}-tab")
+    studio.get_by_role("tab", name="Song").click()
+    expect(board.locator(".ipymusicgen-library").first).to_be_hidden()
+
 
 def test_real_key_confirms_before_a_paid_request(
     jupyter: str, page: Page, paid: Sandbox, request: pytest.FixtureRequest
@@ -358,7 +372,7 @@ def test_real_key_confirms_before_a_paid_request(
     expect(studio.locator(".ims-key")).to_contain_text("key_music_counts")
     expect(studio.locator(".ims-key")).to_contain_text(PAID_KEY[-4:])
     assert PAID_KEY not in page.content()
-    shot(page, f"{front_end}-04-key-tab", studio)
+    shot(page, f"{front_end}-05-key-tab", studio)
 
     studio.get_by_role("tab", name="Song").click()
     song = studio.locator(".ims-panel[data-tab='song']")
@@ -370,7 +384,7 @@ def test_real_key_confirms_before_a_paid_request(
     expect(confirm).to_be_visible()
     expect(confirm).to_contain_text("Send this request? It uses about 3 credits")
     assert paid.request_counts().get("/v1/music/generate", 0) == 0  # nothing sent before the confirm
-    confirm_shot = shot(page, f"{front_end}-05-confirm-step", studio)
+    confirm_shot = shot(page, f"{front_end}-06-confirm-step", studio)
     if front_end == "lab":
         publish(confirm_shot, "studio-confirm.png")
     confirm.get_by_role("button", name="Confirm and send").click()
@@ -384,10 +398,11 @@ def test_real_key_confirms_before_a_paid_request(
         page.locator(".lm-Menu-item", has_text="Theme").first.hover()
         page.get_by_role("menuitem", name="JupyterLab Dark", exact=True).click()
         expect(page.locator("body[data-jp-theme-light='false']")).to_be_attached(timeout=STEP_MS)
+        expect(page.locator("#jupyterlab-splash")).to_have_count(0, timeout=STEP_MS)  # the theme has loaded
         background = studio.evaluate("el => getComputedStyle(el).backgroundColor")
         assert background not in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), background
-        page.locator(".jp-CodeCell").first.evaluate("el => el.scrollIntoView({block: 'start'})")
-        dark = shot(page, "lab-06-dark-theme")
+        to_top(studio)
+        dark = shot(page, "lab-07-dark-theme")
         publish(dark, "studio-dark.png")
         # leave the theme as it was for the next test that shares this server's settings
         page.locator(".lm-MenuBar-item", has_text="Settings").first.click()
