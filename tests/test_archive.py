@@ -198,3 +198,24 @@ def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pyte
         finally:
             session.shutdown()
             session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None)
+
+
+def test_a_process_that_archived_and_exits_leaves_only_the_journal_file(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from ipymusicgen import Journal, library\n"
+        "from ipymusicgen.sandbox import Sandbox\n"
+        "with Sandbox(stage_seconds=0.1, song_seconds=2, faults='') as box:\n"
+        "    client = box.client(journal=Journal(sys.argv[1]), archive=sys.argv[2])\n"
+        "    client.wait(client.generate(action='auto', style='exit').ids)\n"
+        "    lib = library(sys.argv[1]); lib.songs(text='exit')\n"  # a library left open, and the archiver busy
+        "print('done')\n"
+    )
+    journal = tmp_path / "journal.sqlite3"
+    out = subprocess.run([sys.executable, "-c", code, str(journal), str(tmp_path / "songs")],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.glob("journal.sqlite3*")) == ["journal.sqlite3"]

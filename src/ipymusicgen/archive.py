@@ -284,9 +284,20 @@ class Archiver:
         self._retried = False
         self.errors: dict[str, str] = {}
         self.archived: dict[str, Path] = {}
+        self._closed = False
+        _live_archivers.add(self)
 
     def __repr__(self) -> str:
         return f"Archiver(directory={str(self.directory) if self.directory else None!r})"
+
+    def close(self) -> None:
+        """Close this archiver's connection to the journal file for good (at exit: no -wal/-shm left behind)."""
+        with self._lock:
+            self._closed = True
+            if self._store is not None:
+                with contextlib.suppress(Exception):
+                    self._store.close()
+                self._store = None
 
     @property
     def directory(self) -> Path | None:
@@ -302,7 +313,7 @@ class Archiver:
     def store(self) -> LibraryStore | None:
         """The library store on this client's journal file (opened when first needed)."""
         with self._lock:
-            if self._store is None and self.journal_path is not None:
+            if self._store is None and not self._closed and self.journal_path is not None:
                 from .library_store import LibraryStore
 
                 self._store = LibraryStore(self.journal_path)
@@ -451,6 +462,15 @@ def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, 
         with contextlib.suppress(Exception):
             if listener is not None:
                 listener(task_id, path, peaks, error)
+
+
+_live_archivers: weakref.WeakSet[Archiver] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_archivers() -> None:
+    for archiver in list(_live_archivers):
+        archiver.close()
 
 
 def attach(client: _Core, choice: Any = True) -> Archiver | None:
