@@ -370,7 +370,9 @@ class Responses:
             return EnvelopeError(prefix + f"the service said {code}: {text}", **kwargs)
         if code == 422:
             detail = ValidationErrorBody.model_validate(body if isinstance(body, dict) else {}).detail
-            lines = "; ".join(str(d) for d in detail) or text
+            lines = "; ".join(str(d)[:300] for d in detail[:10]) or text
+            if len(detail) > 10:
+                lines += f"; and {len(detail) - 10} more"
             return UnprocessableEntityError(
                 prefix + f"the service refused the request: {lines}", detail=detail, **kwargs
             )
