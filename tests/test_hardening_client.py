@@ -405,15 +405,15 @@ def test_a_huge_answer_is_refused_declared_or_streamed() -> None:
 
 
 def test_a_422_with_thousands_of_entries_gives_a_short_message() -> None:
-    detail = [{"loc": ["body", "style"], "msg": "x" * 500, "type": "value_error"}] * 20_000
+    detail = [{"loc": ["body", "style"], "msg": "x" * 500, "type": "value_error"}] * 10_000
     with (
         hostile(lambda req, sock: respond(sock, 422, {"detail": detail})) as server,
         client_for(server) as client,
         pytest.raises(UnprocessableEntityError) as caught,
     ):
         client.key_info()
-    assert len(str(caught.value)) < 5000 and "and 19990 more" in str(caught.value)
-    assert len(caught.value.detail) == 20_000
+    assert len(str(caught.value)) < 5000 and "and 9990 more" in str(caught.value)
+    assert len(caught.value.detail) == 10_000
 
 
 def test_a_huge_paid_answer_is_unknown_not_rejected(journal: Journal) -> None:
