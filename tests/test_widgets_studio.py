@@ -236,3 +236,16 @@ def test_batch_and_library_tabs_show_their_widgets(client: MusicClient, studios:
     made.select("song")
     assert all(widget.layout.display == "none" for widget in made.embedded.values())
     assert {tab for tab, shown in available.items() if not shown} == {"batch", "library"} - set(made.embedded)
+
+
+def test_lyrics_bring_their_title_unless_the_song_has_one(client: MusicClient, studios: Callable) -> None:
+    made = studios(client)
+    made.song.set_values(action="custom", title="x" * 90)  # typed, then left behind for another action
+    made.song.set_values(action="auto", style="x")
+    made.lyrics.set_values(prompt="a lighthouse")
+    made.lyrics.submit()
+    made.lyrics.use_in_song()
+    assert made.lyrics.result is not None and made.song.values()["title"] == made.lyrics.result.title
+    made.song.set_values(title="Mine")
+    made.lyrics.use_in_song()
+    assert made.song.values()["title"] == "Mine" and made.song.valid

@@ -691,7 +691,7 @@ class Studio(TextRepr, w.VBox):
         if result is None:
             raise ValueError("No lyrics yet: write some first.")
         fields: dict[str, Any] = {"action": "custom", "lyrics": result.text, "instrumental": False}
-        if result.title and not self.song.typed["title"]:
+        if result.title and not self.song.request_values().get("title"):  # a title in use is kept
             fields["title"] = result.title
         self.song.set_values(**fields)
         self.select("song")
