@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,8 +204,16 @@ class Kernel:
         return "".join(out)
 
     def kill(self) -> None:
-        """SIGKILL: no atexit, no cleanup, as when a kernel dies."""
+        """SIGKILL: no atexit, no cleanup, as when a kernel dies.
+
+        Sent directly: `shutdown_kernel(now=True)` interrupts the kernel (SIGINT) before it kills it, and a
+        kernel that handles the interrupt in time is not a killed one. It then only cleans up.
+        """
         self.client.stop_channels()
+        process = self.manager.provisioner.process  # type: ignore[union-attr]
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait(WAIT)
         self.manager.shutdown_kernel(now=True)
 
     @property
