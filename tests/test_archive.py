@@ -219,3 +219,14 @@ def test_a_process_that_archived_and_exits_leaves_only_the_journal_file(tmp_path
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.glob("journal.sqlite3*")) == ["journal.sqlite3"]
+
+
+def test_file_names_keep_the_id_whatever_the_title_and_never_leave_the_folder() -> None:
+    def name(title: str | None, task_id: str) -> str:
+        return SongInfo(task_id, title, None, None, None, None, 0.0, None, None, {}, None).file_name(".mp3")
+
+    assert name("Rain", "e3e70682-c209") == "Rain [e3e70682].mp3"
+    long = name("é🎵" * 300, "abcdef0123")
+    assert long.endswith(" [abcdef01].mp3") and len(long.encode()) <= 255
+    assert name("../..", "../../x") == "untitled [______x].mp3"
+    assert name(None, "CON") == "untitled [CON].mp3"

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import shutil
 import tempfile
 import threading
@@ -43,6 +44,8 @@ RASTER_IMAGES = {
     ".webp": "image/webp",
 }
 TAG_PREFIX = "ipymusicgen:"
+TITLE_CHARS, TITLE_BYTES = 100, 200
+"""A title's share of a file name, so " [<id>].mp3" always fits after it (downloads.safe_filename bounds)."""
 IDLE_SECONDS = 2.0
 """The worker exits (closing its connections) after this long with nothing to do; the next record restarts it."""
 
@@ -144,9 +147,13 @@ class SongInfo:
     request: dict[str, Any]
     archive_path: str | None
 
-    @property
-    def stem(self) -> str:
-        return f"{(self.title or 'untitled').strip()} [{self.id[:8]}]"
+    def file_name(self, suffix: str) -> str:
+        """`<title> [<first 8 of id>]<suffix>`: the title made safe and bounded on its own, so the id always
+        survives, and the id reduced to safe characters (it is server text too)."""
+        tag = re.sub(r"[^A-Za-z0-9_-]", "_", self.id[:8]) or "song"
+        title = safe_filename(self.title, "", fallback="untitled")[:TITLE_CHARS]
+        title = title.encode()[:TITLE_BYTES].decode("utf-8", "ignore").rstrip(" .") or "untitled"
+        return safe_filename(f"{title} [{tag}]", suffix)
 
 
 def song_info(store: LibraryStore, task_id: str) -> SongInfo | None:
@@ -238,8 +245,8 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
         if suffix == ".mp3":
             write_tags(staged, song, cover)
         peaks = waveform(staged)
-        placed_cover = _place(cover, directory, safe_filename(song.stem, cover.suffix), task_id) if cover else None
-        placed = _place(staged, directory, safe_filename(song.stem, suffix), task_id)
+        placed_cover = _place(cover, directory, song.file_name(cover.suffix), task_id) if cover else None
+        placed = _place(staged, directory, song.file_name(suffix), task_id)
         store.archived(task_id, placed, placed.stat().st_size, peaks, cover=placed_cover)
         return placed
     finally:
@@ -264,7 +271,7 @@ def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient | N
     staging = Path(tempfile.mkdtemp(prefix=".ipymusicgen-archive-", dir=archiver.directory))
     try:
         staged = client.download(url, staging)
-        placed = _place(staged, archiver.directory, safe_filename(song.stem, staged.suffix or ".wav"), task_id)
+        placed = _place(staged, archiver.directory, song.file_name(staged.suffix or ".wav"), task_id)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     store.wav_archived(task_id, placed)
