@@ -20,11 +20,10 @@ from test_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     FIRST_AUDIO_MS,
-    KERNEL_READY_MS,
     SCREENSHOTS,
     STEP_MS,
     free_port,
-    kernel_ready,
+    open_notebook,
     run_all,
     server_command,
     shot,
@@ -116,9 +115,7 @@ def page(browser: Browser) -> Iterator[Page]:
 
 def test_library_grid_shows_cards_with_waveform_and_archived_player(lab: tuple[str, Path], page: Page) -> None:
     url, root = lab
-    page.goto(f"{url}/lab/tree/{NOTEBOOK}", timeout=KERNEL_READY_MS)
-    expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
-    kernel_ready(page, "lab")
+    open_notebook(page, url, "lab", NOTEBOOK)  # the quickstart test's way in (kernel connected and idle)
     run_all(page)
 
     library = page.locator(".ipymusicgen-library")
