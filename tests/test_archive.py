@@ -230,3 +230,18 @@ def test_file_names_keep_the_id_whatever_the_title_and_never_leave_the_folder() 
     assert long.endswith(" [abcdef01].mp3") and len(long.encode()) <= 255
     assert name("../..", "../../x") == "untitled [______x].mp3"
     assert name(None, "CON") == "untitled [CON].mp3"
+
+
+def test_v2_songs_are_archived_with_their_model(archived_client: MusicClient, tmp_path: Path) -> None:
+    songs = archived_client.submit_v2(is_auto=0, model_version="v4.0", prompt="cello at dawn", lyrics="[Verse]\nmist")
+    ids = [s.id for s in songs]
+    archived_client.wait(v2_ids=ids)
+    archiver = archiver_of(archived_client)
+    assert archiver is not None and archiver.join(30)
+    with Library(tmp_path / "journal.sqlite3") as library:
+        for task_id in ids:
+            song = library.song(task_id)
+            assert song.archive_path and song.model == "v4.0", song
+            tags = ID3(song.archive_path)
+            assert str(tags["TXXX:ipymusicgen:model"]) == "v4.0" and str(tags["TXXX:ipymusicgen:task_id"]) == task_id
+        assert {s.id for s in library.songs(text="cello")} == set(ids)  # the v2 prompt is searchable
