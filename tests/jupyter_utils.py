@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 ARTIFACTS = ROOT / "artifacts"
-NOTEBOOK_NAMES = ("quickstart", "magics-tour", "widgets-studio", "python-api")
+NOTEBOOK_NAMES = ("quickstart", "magics-tour", "widgets-studio", "python-api", "batch", "library")
 FAST_SANDBOX = {
     "MUSICGEN_SANDBOX_STAGE_SECONDS": "0.3",
     "MUSICGEN_SANDBOX_SONG_SECONDS": "4",

@@ -57,6 +57,9 @@ __all__ = [
     "AsyncMusicClient",
     "AuthenticationError",
     "BadRequestError",
+    "Batch",
+    "BatchError",
+    "BatchRow",
     "CreateOutcomeUnknownError",
     "DownloadError",
     "EnvelopeAuthenticationError",
@@ -99,6 +102,9 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Batch": ("ipymusicgen.batch", "Batch"),
+    "BatchError": ("ipymusicgen.batch", "BatchError"),
+    "BatchRow": ("ipymusicgen.batch", "BatchRow"),
     "Sandbox": ("ipymusicgen.sandbox", "Sandbox"),
     "studio": ("ipymusicgen.widgets", "studio"),
     "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),
