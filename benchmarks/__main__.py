@@ -31,6 +31,7 @@ TITLES = {
     7: "memory (RSS)",
     10: "batches: wall vs ideal, duplicates, lost ids, CPU per row",
     11: "library: waveform speed, search 10,000 vs 100, archive vs download",
+    12: "front end in JupyterLab: 1,000-task watcher drawn, studio validation round trip",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -55,6 +56,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_library import run
     elif number == 10:
         from .bench_batch import run
+    elif number == 12:
+        from .bench_frontend import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)
