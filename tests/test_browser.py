@@ -351,8 +351,30 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
         expect(board.locator(hook).first).to_be_visible()
         to_top(studio)
         shot(page, f"{front_end}-04-studio-{tab.lower()}-tab")
-    studio.get_by_role("tab", name="Song").click()
+    expect(board.locator(".ipymusicgen-library").first).to_be_visible()
+
+    # v2: description mode shows only what it sends; Lyrics: written, then used in the Song tab
+    studio.get_by_role("tab", name="v2").click()
     expect(board.locator(".ipymusicgen-library").first).to_be_hidden()
+    v2 = studio.locator(".ims-panel[data-tab='v2']")
+    expect(v2.get_by_role("radio", name="Describe it")).to_have_attribute("aria-checked", "true")
+    expect(v2.get_by_label("Lyrics")).to_be_hidden()
+    v2.get_by_role("radio", name="Write it myself").click()
+    expect(v2.get_by_label("Lyrics")).to_be_visible()
+    to_top(studio)
+    shot(page, f"{front_end}-04-studio-v2-tab")
+    studio.get_by_role("tab", name="Lyrics").click()
+    words = studio.locator(".ims-panel[data-tab='lyrics']")
+    words.get_by_label("What about").fill("a lighthouse keeper who talks to the sea")
+    words.get_by_role("button", name="Write lyrics").click()
+    expect(words.locator(".ims-lyrics-text")).to_be_visible(timeout=STEP_MS)
+    expect(words.locator(".ims-status")).to_contain_text("lines of lyrics written")
+    to_top(studio)
+    shot(page, f"{front_end}-04-studio-lyrics-tab")
+    words.get_by_role("button", name="Use these lyrics in the Song tab").click()
+    expect(studio.get_by_role("tab", name="Song")).to_have_attribute("aria-selected", "true")
+    expect(song.get_by_label("What to do")).to_have_value("custom")
+    expect(song.get_by_label("Lyrics")).not_to_have_value("")
 
 
 def test_real_key_confirms_before_a_paid_request(
