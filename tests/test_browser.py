@@ -388,7 +388,11 @@ def test_real_key_confirms_before_a_paid_request(
     expect(studio).to_be_visible(timeout=KERNEL_READY_MS)
 
     # the Key tab says in words what the key can do, with the API's term as a hint and the key masked
-    studio.get_by_role("tab", name="Key").click()
+    studio.get_by_role("tab", name="Song").focus()  # the tab bar works from the keyboard: arrows move along it
+    expect(studio.get_by_role("tab", name="Song")).to_be_focused()
+    page.keyboard.press("ArrowLeft")
+    expect(studio.get_by_role("tab", name="Key")).to_have_attribute("aria-selected", "true")
+    expect(studio.get_by_role("tab", name="Key")).to_be_focused()
     expect(studio.locator(".ims-key-status")).to_have_text("key works", timeout=STEP_MS)
     expect(studio.locator(".ims-key-number")).to_have_text(str(PAID_CREDITS))
     expect(studio.locator(".ims-key")).to_contain_text("key_music_counts")
@@ -401,7 +405,8 @@ def test_real_key_confirms_before_a_paid_request(
     song.get_by_label("Style").fill("lo-fi piano, rainy night")
     song.get_by_label("Style").press("Tab")
     expect(song.locator(".ims-cost")).to_have_text(f"uses about 3 credits · {PAID_CREDITS} left")
-    song.get_by_role("button", name="Make songs").click()
+    song.get_by_role("button", name="Make songs").focus()  # keyboard only, as a screen-reader user would
+    page.keyboard.press("Enter")
     confirm = song.locator(".ims-confirm")
     expect(confirm).to_be_visible()
     expect(confirm).to_contain_text("Send this request? It uses about 3 credits")
@@ -409,7 +414,8 @@ def test_real_key_confirms_before_a_paid_request(
     confirm_shot = shot(page, f"{front_end}-06-confirm-step", studio)
     if front_end == "lab":
         publish(confirm_shot, "studio-confirm.png")
-    confirm.get_by_role("button", name="Confirm and send").click()
+    confirm.get_by_role("button", name="Confirm and send").focus()
+    page.keyboard.press("Enter")
     expect(song.locator(".ims-status")).to_have_text("2 songs started", timeout=STEP_MS)
     assert paid.request_counts()["/v1/music/generate"] == 1
     expect(page.locator(".ipymusicgen-song")).to_have_count(2, timeout=STEP_MS)

@@ -284,7 +284,7 @@ class Pane:
 
     def state(self) -> dict[str, Any]:
         visible, required, disabled = set(self.visible()), self.required(), self.disabled()
-        shown = self.shown_problems
+        shown, counts = self.shown_problems, self.counts()
         fields = []
         for name, spec in self.specs.items():
             item = spec.as_dict()
@@ -294,7 +294,7 @@ class Pane:
                 shown=name in visible,
                 required=name in required,
                 disabled=name in disabled,
-                count=self.counts().get(name, ""),
+                count=counts.get(name, ""),
                 problem=shown.get(name, ""),
             )
             fields.append(item)

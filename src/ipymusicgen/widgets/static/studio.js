@@ -257,6 +257,8 @@ function studioKey(send) {
 function studioRender({ model, el }) {
   const send = (message) => model.send(message);
   const root = imsEl("div", "ipymusicgen-studio ims-studio");
+  // keys typed in the studio are the studio's (arrows in the tab bar, Enter on a button), not notebook shortcuts
+  root.setAttribute("data-lm-suppress-shortcuts", "true");
   const bar = imsEl("div", "ims-tabs");
   bar.setAttribute("role", "tablist");
   bar.setAttribute("aria-label", "Studio");
@@ -310,17 +312,19 @@ function studioRender({ model, el }) {
       panel.classList.add("ims-panel-embedded");
     }
   }
-  // arrow keys move between tabs, as in any tablist
-  bar.addEventListener("keydown", (event) => {
+  // arrow keys move between tabs, as in any tablist. Listened for on the window (capture) because
+  // Notebook 7 stops arrow keys on their way down to the page; only keys aimed at this tab bar are taken.
+  const onKey = (event) => {
+    if (!bar.contains(event.target) || (event.key !== "ArrowRight" && event.key !== "ArrowLeft")) return;
     const ids = Object.keys(tabButtons);
     const at = ids.indexOf(model.get("tab"));
-    if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
-      const next = ids[(at + (event.key === "ArrowRight" ? 1 : ids.length - 1)) % ids.length];
-      send({ kind: "tab", tab: next });
-      tabButtons[next].focus();
-      event.preventDefault();
-    }
-  });
+    const next = ids[(at + (event.key === "ArrowRight" ? 1 : ids.length - 1)) % ids.length];
+    event.preventDefault();
+    event.stopPropagation();
+    send({ kind: "tab", tab: next });
+    tabButtons[next].focus();
+  };
+  window.addEventListener("keydown", onKey, true);
 
   const showTab = () => {
     const current = model.get("tab");
@@ -345,6 +349,7 @@ function studioRender({ model, el }) {
   model.on("change:key", showKey);
   send({ kind: "ready" });
   return () => {
+    window.removeEventListener("keydown", onKey, true);
     model.off("change:tab", showTab);
     model.off("change:panes", showPanes);
     model.off("change:key", showKey);
