@@ -39,6 +39,7 @@ from ..models import (
     shape_fields,
     word_count,
 )
+from ..sandbox import DEMO_KEY
 from ._static import css, esm
 from .form import error_title, number_text, parse_number, problems_by_field, server_problems
 from .text import TextRepr
@@ -49,7 +50,7 @@ TAB_BLURBS = {
     "batch": "Many songs at once: one line each, or a DataFrame. The form is right below.",
     "library": "Every song you have made: search, play, keep the take you like. It is right below.",
 }
-DEMO_KEYS = frozenset({"sandbox-demo-key"})
+DEMO_KEYS = frozenset({DEMO_KEY})
 """The embedded sandbox's key: requests with it cost nothing real, so they need no confirm step."""
 
 ACTION_LABELS = {
