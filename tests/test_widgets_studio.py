@@ -249,3 +249,20 @@ def test_lyrics_bring_their_title_unless_the_song_has_one(client: MusicClient, s
     made.song.set_values(title="Mine")
     made.lyrics.use_in_song()
     assert made.song.values()["title"] == "Mine" and made.song.valid
+
+
+def test_extend_from_a_card_fills_the_song_tab_and_adds_the_songs(
+    client: MusicClient, clock: ManualClock, studios: Callable
+) -> None:
+    made = studios(client)
+    made.song.set_values(action="custom", style="jazz", title="First", lyrics="la la")
+    first = made.song.submit()
+    clock.stages(2)
+    made.watcher.wait(timeout=WAIT)
+    made.select("key")
+    assert made.watcher.extend(first[0]) is made.song  # the studio's own pane, not a new form
+    assert made.tab == "song"
+    values = made.song.values()
+    assert values["action"] == "extend" and values["continue_at"] == 4 and values["title"] == "First"
+    assert "lyrics" not in values  # the last request's lyrics belong to another song
+    assert made.song.submit() and len(made.watcher.ids) == 4
