@@ -266,3 +266,15 @@ def test_extend_from_a_card_fills_the_song_tab_and_adds_the_songs(
     assert values["action"] == "extend" and values["continue_at"] == 4 and values["title"] == "First"
     assert "lyrics" not in values  # the last request's lyrics belong to another song
     assert made.song.submit() and len(made.watcher.ids) == 4
+
+
+def test_first_view_reads_the_credits_once_in_the_background(
+    client: MusicClient, sandbox: Sandbox, studios: Callable
+) -> None:
+    made = studios(client)
+    before = sandbox.request_counts().get("/v1/get_api_key_info", 0)
+    intent(made, kind="ready")
+    wait_until(lambda: made.key_info.info is not None, "the key check of the first view")
+    assert made.view.panes["song"]["cost"].endswith(f"· {sandbox.credits()} left")
+    intent(made, kind="ready")  # a second view (another output of the same studio)
+    assert sandbox.request_counts().get("/v1/get_api_key_info", 0) == before + 1

@@ -9,6 +9,7 @@ line says. The Batch and Library tabs show their own widgets (when their modules
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -608,6 +609,8 @@ class Studio(TextRepr, w.VBox):
         self._client = client
         self._confirm = confirm
         self.key_info = KeyPane(self)
+        self._sync_lock = threading.RLock()
+        self._key_checking = False
         self._view = StudioView()
         self._view.add_class("ipymusicgen-studio-view")
         self.song = SongPane(self)
@@ -711,7 +714,16 @@ class Studio(TextRepr, w.VBox):
         if revalidate:
             pane.validate()
         name = next(n for n, p in self._panes.items() if p is pane)
-        self._view.panes = {**self._view.panes, name: pane.state()}
+        with self._sync_lock:  # the key check may land from its thread while someone types
+            self._view.panes = {**self._view.panes, name: pane.state()}
+
+    def _check_key_once(self) -> None:
+        """When the studio is first drawn, read the credits for the cost line, off the kernel's thread
+        (a slow service must not hold up the notebook); later views do not ask again."""
+        if self._key_checking or self.key_info.info is not None:
+            return
+        self._key_checking = True
+        threading.Thread(target=self.refresh_key, name="ipymusicgen-studio-key", daemon=True).start()
 
     def _after_submit(self, pane: Pane, _result: Any) -> None:
         if pane.paid and self.key_info.info is not None:
@@ -732,8 +744,7 @@ class Studio(TextRepr, w.VBox):
             return
         kind, pane = content.get("kind"), self._panes.get(str(content.get("form")))
         if kind == "ready":
-            if self.key_info.info is None and not self.key_info.problem:
-                self.refresh_key()
+            self._check_key_once()
         elif kind == "tab" and content.get("tab") in TAB_IDS:
             self.select(str(content["tab"]))
         elif kind == "refresh_key":
