@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .journal import open_db
+from .journal import Owner, open_db, write_transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch_rows (
@@ -50,30 +50,9 @@ NEVER_SENT = ("pending", "rejected", "skipped")
 """Stored states of a row whose create certainly did not happen: safe to send."""
 
 
-def _process_start(pid: int) -> str:
-    """A token that tells this process from a later one that reuses its pid (Linux: start time in ticks)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def process_alive(pid: int | None, start: str | None) -> bool:
-    """Whether the process that claimed a row is still running (the same process, not a pid reuse)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not start or _process_start(pid) in ("", start)
-
-
-OWNER_PID = os.getpid()
-OWNER_START = _process_start(OWNER_PID)
+def _owner(pid: int | None, start: str | None) -> Owner:
+    """The process that claimed a row (rows are claimed on this machine: the journal file is local)."""
+    return Owner(socket.gethostname(), pid or 0, start)
 
 
 @dataclass
@@ -90,11 +69,11 @@ class StoredRow:
 
     @property
     def owner_alive(self) -> bool:
-        return process_alive(self.owner_pid, self.owner_start)
+        return bool(self.owner_pid) and _owner(self.owner_pid, self.owner_start).is_alive()
 
     @property
     def mine(self) -> bool:
-        return self.owner_pid == os.getpid() and self.owner_start in ("", None, _process_start(os.getpid()))
+        return _owner(self.owner_pid, self.owner_start) == Owner.current()
 
 
 class BatchStore:
@@ -113,16 +92,8 @@ class BatchStore:
     def __repr__(self) -> str:
         return f"BatchStore({str(self.path) if self.path else 'in memory'!r})"
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock)
 
     def open_batch(self, name: str, rows: list[tuple[str, str, bool]]) -> dict[int, StoredRow]:
         """Record rows (hash, request JSON, v2) not yet known; return every row's stored state.
@@ -164,7 +135,7 @@ class BatchStore:
             cursor = db.execute(
                 f"UPDATE batch_rows SET state = 'sending', attempts = attempts + 1, owner_pid = ?, owner_start = ?,"
                 f" error = NULL, cost = ?, updated_at = ? WHERE batch = ? AND row_index = ? AND state IN ({marks})",
-                (os.getpid(), _process_start(os.getpid()), cost, time.time(), name, index, *allowed),
+                (os.getpid(), Owner.current().started, cost, time.time(), name, index, *allowed),
             )
             if cursor.rowcount:
                 db.execute("UPDATE batches SET calls = calls + 1 WHERE name = ?", (name,))

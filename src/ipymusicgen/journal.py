@@ -29,7 +29,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -104,6 +104,23 @@ def open_db(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> 
     except sqlite3.OperationalError:  # a read-only or busy file: still readable, writes report themselves
         pass
     return db
+
+
+@contextmanager
+def write_transaction(db: sqlite3.Connection, lock: threading.Lock) -> Iterator[sqlite3.Connection]:
+    """One IMMEDIATE transaction under the connection's lock; all of it is kept, or none of it.
+
+    Shared by the journal and the stores that keep their tables in its file (batches, library).
+    """
+    with lock:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")  # may fail too (disk full): then nothing of it is kept
+        except BaseException:
+            with suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
 
 
 def default_journal_path() -> Path:
@@ -380,17 +397,8 @@ class Journal:
         self._db = fresh
         self._ready = self._prepare()
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-                self._db.execute("COMMIT")  # may fail too (disk full): then nothing of it is kept
-            except BaseException:
-                with suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-                raise
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock)
 
     # -- the backlog -----------------------------------------------------------------------------------
 

@@ -12,12 +12,12 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from .journal import Journal, open_db
+from .journal import Journal, open_db, write_transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS library_songs (
@@ -95,16 +95,8 @@ class LibraryStore:
         with self.lock:
             self.db.close()
 
-    @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        with self.lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
+    def write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self.db, self.lock)
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         with self.lock:
