@@ -51,13 +51,17 @@ def test_load_twice_is_harmless(ip: InteractiveShell) -> None:
 
 
 def test_unload_removes_every_magic(ip: InteractiveShell) -> None:
-    names = ("musicgen", "lyrics", "musicgen_key", "musicgen_tasks", "musicgen_resume", "musicgen_login")
+    names = (
+        "musicgen", "lyrics", "musicgen_key", "musicgen_tasks", "musicgen_resume", "musicgen_login",
+        "musicgen_batch", "musicgen_library",
+    )
     assert all(ip.find_line_magic(n) for n in names)
     ip.run_line_magic("unload_ext", "ipymusicgen")
     try:
         assert not any(ip.find_line_magic(n) for n in names)
-        assert ip.find_cell_magic("musicgen") is None and ip.find_cell_magic("lyrics") is None
-        assert "MusicGen" not in ip.magics_manager.registry and not _instances(ip)
+        assert not any(ip.find_cell_magic(n) for n in ("musicgen", "lyrics", "musicgen_batch"))
+        assert {"MusicGen", "BatchMagics", "LibraryMagics"}.isdisjoint(ip.magics_manager.registry)
+        assert not _instances(ip)
     finally:
         ip.run_line_magic("load_ext", "ipymusicgen")
     assert ip.find_cell_magic("musicgen") is not None

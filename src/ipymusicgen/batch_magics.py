@@ -20,7 +20,7 @@ from IPython.display import display
 
 from . import session
 from .errors import MusicGenError
-from .magic_args import one_line, parse_musicgen
+from .magic_args import one_line, parse_musicgen, unregister_magics
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -192,11 +192,4 @@ def register(ipython: InteractiveShell) -> None:
 
 def unregister(ipython: InteractiveShell) -> None:
     """Remove `%%musicgen_batch` (on `%unload_ext ipymusicgen`)."""
-    magics = ipython.magics_manager.registry.pop(REGISTRY_NAME, None)
-    if not isinstance(magics, BatchMagics):
-        return
-    for kind, table in magics.magics.items():
-        registered = ipython.magics_manager.magics.get(kind, {})
-        for name in table:
-            if getattr(registered.get(name), "__self__", None) is magics:
-                del registered[name]
+    unregister_magics(ipython, BatchMagics)

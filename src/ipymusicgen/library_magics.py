@@ -8,6 +8,8 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from .magic_args import unregister_magics
+
 USAGE = (
     "%musicgen_library [words to search] [--favourites] [--state ready|failed|preview|writing] "
     "[--model NAME] [--batch NAME] [--page-size N]"
@@ -70,9 +72,4 @@ def register(ipython: Any) -> None:
 
 def unregister(ipython: Any) -> None:
     """Remove the library magic (called by magics.unload_ipython_extension)."""
-    registered = ipython.magics_manager.magics.get("line", {})
-    if isinstance(getattr(registered.get("musicgen_library"), "__self__", None), LibraryMagics):
-        del registered["musicgen_library"]
-    for name, magics in list(ipython.magics_manager.registry.items()):
-        if isinstance(magics, LibraryMagics):
-            del ipython.magics_manager.registry[name]
+    unregister_magics(ipython, LibraryMagics)

@@ -302,6 +302,22 @@ def musicgen_parser(prog: str = "%musicgen") -> MagicArgumentParser:
 _PARSER: MagicArgumentParser | None = None
 
 
+def unregister_magics(ipython: Any, kind: type) -> Any:
+    """Remove a Magics class's registered instance and the magics it added (on `%unload_ext`); return it."""
+    manager = ipython.magics_manager
+    for name, magics in list(manager.registry.items()):
+        if not isinstance(magics, kind):
+            continue
+        del manager.registry[name]
+        for magic_kind, table in magics.magics.items():
+            registered = manager.magics.get(magic_kind, {})
+            for magic_name in table:
+                if getattr(registered.get(magic_name), "__self__", None) is magics:
+                    del registered[magic_name]
+        return magics
+    return None
+
+
 def one_line(message: object) -> str:
     """A message on one line (a problem list joined with '; ')."""
     return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())

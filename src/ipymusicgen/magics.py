@@ -46,6 +46,7 @@ from .magic_args import (
     positive_int,
     split_line,
     stray_options,
+    unregister_magics,
     with_options,
 )
 from .tasks import TaskState
@@ -486,13 +487,8 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
     from .batch_magics import unregister as unregister_batch
 
     unregister_batch(ipython)
-    magics = ipython.magics_manager.registry.pop(CONFIG_NAME, None)
-    if not isinstance(magics, MusicGen):
+    magics = unregister_magics(ipython, MusicGen)
+    if magics is None:
         return
-    for kind, table in magics.magics.items():
-        registered = ipython.magics_manager.magics.get(kind, {})
-        for name in table:
-            if getattr(registered.get(name), "__self__", None) is magics:
-                del registered[name]
     if magics in ipython.configurables:
         ipython.configurables.remove(magics)
