@@ -3,7 +3,8 @@
 A client's `Archiver` listens to its polling rounds (`add_record_listener`); records are handed to a worker
 thread that indexes them for the library and archives the ones that became complete. The journal's file
 holds what was archived (`library_store`), so archiving is idempotent and a failure is retried on the next
-polling round of a new client, `resume()` or library open. The embedded sandbox archives to a temp directory.
+polling round of a new client, every `resume()` (the client's resume hook, `add_resume_listener`) or library
+open. The embedded sandbox archives to a temp directory.
 
 Files: `<title> [<first 8 of id>].mp3`, written to a hidden file and renamed when downloaded and tagged.
 Tags (ID3v2.4): TIT2 title, TCON style, USLT lyrics, TDRC date, APIC cover when it is a raster image (the
@@ -486,6 +487,7 @@ def attach(client: _Core, choice: Any = True) -> Archiver | None:
         return None
     archiver = Archiver(client, choice)
     client.add_record_listener(archiver)
+    client.add_resume_listener(archiver.retry)  # every resume(), whatever its face or `wait`, retries failures
     client._archiver = archiver  # type: ignore[attr-defined]
     return archiver
 

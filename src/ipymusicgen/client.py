@@ -191,6 +191,7 @@ class _Core(WaitFlows):
         self._journal_choice: Journal | bool | None = journal  # True: decided on first use
         self._opened_journal: Any = None  # a journal this client opened itself, closed with it
         self._record_listeners: list[UpdateCallback] = []
+        self._resume_listeners: list[Callable[[], None]] = []
         self._check_settings()
         from .archive import attach  # finished songs are archived off the polling thread (archive.py)
 
@@ -206,6 +207,16 @@ class _Core(WaitFlows):
 
     def remove_record_listener(self, listener: UpdateCallback) -> None:
         self._record_listeners[:] = [x for x in self._record_listeners if x is not listener]
+
+    def add_resume_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` each time `resume()` is called (either face, any `wait`), once the journal is open.
+
+        A resume is the user's "pick up where I left off": the archive retries what it could not save then.
+        """
+        self._resume_listeners.append(listener)
+
+    def remove_resume_listener(self, listener: Callable[[], None]) -> None:
+        self._resume_listeners[:] = [x for x in self._resume_listeners if x is not listener]
 
     @property
     def is_embedded_sandbox(self) -> bool:

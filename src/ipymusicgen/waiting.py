@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -172,6 +172,7 @@ class WaitFlows:
     settings: Settings
     journal: Journal | None
     _record_listeners: list[UpdateCallback]
+    _resume_listeners: list[Callable[[], None]]
 
     if TYPE_CHECKING:  # provided by _Core
 
@@ -267,6 +268,8 @@ class WaitFlows:
         self, wait: bool, timeout: float | None, interval: float | None, on_update: UpdateCallback | None
     ) -> Flow[Resumed]:
         found = self.unfinished()
+        for listener in list(self._resume_listeners):
+            listener()  # after unfinished(): the journal is open, so the archive knows where to look
         if not wait or not found.ids:
             return found
         wanted = set(found.ids)  # seeded with what the journal knows, so v2 titles outlive the query's blanks
