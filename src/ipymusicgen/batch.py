@@ -505,6 +505,8 @@ class _Engine:
         ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
         self.store.set_state(self.name, row.index, "submitted", ids=ids)
         self.watch(row, ids)
+        if not hasattr(result, "ids"):  # v2: the submit answer seeds the set, so its title and lyrics outlive
+            self.tasks.add_records(result)  # the v2 query's blanks (the real service answers title "" there)
         self.batch._changed()
 
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
