@@ -2,7 +2,9 @@
 
 Each connection's request is read (head and body) and handed to `handler(request, sock)`, which writes
 whatever raw bytes it likes: a drip-fed body, a redirect, a huge or nested body, an echo of the key.
-Requests are recorded so a test can assert what was sent (and that nothing was).
+Requests are recorded so a test can assert what was sent (and that nothing was). Two ready-made ones
+for the journal tests: `SilentServer` never answers a paid call, `AnsweringServer` runs a hook (say,
+locking the journal) before it answers a generate with ids.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class RawRequest:
     target: str
     headers: dict[str, str]
     body: bytes
+    raw: bytes
+    """The request as it came: head, blank line, body."""
 
     @property
     def path(self) -> str:
@@ -90,7 +94,7 @@ class HostileServer:
                 if not chunk:
                     break
                 body += chunk
-            request = RawRequest(method, target, headers, body)
+            request = RawRequest(method, target, headers, body, head + b"\r\n\r\n" + body)
             self.requests.append(request)
             self.received.set()
             self.handler(request, conn)
@@ -105,16 +109,7 @@ class HostileServer:
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(content)}\r\nConnection: close\r\n\r\n".encode()
         )
-        self.dripped.append(0)
-        slot = len(self.dripped) - 1
-        for byte in content:
-            if self.stop.wait(every):
-                return
-            try:
-                sock.sendall(bytes([byte]))
-            except OSError:
-                return
-            self.dripped[slot] += 1
+        self._one_byte_at_a_time(sock, content, every)
 
     def drip_head(self, sock: socket.socket, content: bytes, every: float = 0.1) -> None:
         """The status line and headers themselves one byte at a time (a socket read never times out)."""
@@ -122,9 +117,13 @@ class HostileServer:
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(content)}\r\nX-Padding: {'p' * 200}\r\n\r\n".encode()
         )
+        self._one_byte_at_a_time(sock, head + content, every)
+
+    def _one_byte_at_a_time(self, sock: socket.socket, data: bytes, every: float) -> None:
+        """Counted in `dripped`, one slot per connection."""
         self.dripped.append(0)
         slot = len(self.dripped) - 1
-        for byte in head + content:
+        for byte in data:
             if self.stop.wait(every):
                 return
             try:
@@ -155,6 +154,42 @@ class HostileServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SilentServer:
+    """Reads each request and never answers: a paid call hangs in flight. `requests` are the raw bytes."""
+
+    def __init__(self) -> None:
+        self._server = HostileServer(lambda _request, sock: self._server.hold(sock))
+        self.url = self._server.url
+
+    @property
+    def requests(self) -> list[bytes]:
+        return [request.raw for request in self._server.requests]
+
+    def close(self) -> None:
+        self._server.close()
+
+
+class AnsweringServer:
+    """Answers a generate with two ids, after running `before_answer` (which may lock the journal)."""
+
+    def __init__(self, before_answer: Callable[[], None] = lambda: None, ids: tuple[str, ...] = ("t1", "t2")) -> None:
+        self.posts = 0
+
+        def answer(request: RawRequest, sock: socket.socket) -> None:
+            if request.method != "POST":
+                respond(sock, 501, {"message": "only POST"})
+                return
+            self.posts += 1
+            before_answer()
+            respond(sock, 200, {"status": 200, "message": "Success", "data": {"ids": list(ids)}})
+
+        self._server = HostileServer(answer)
+        self.url = self._server.url
+
+    def close(self) -> None:
+        self._server.close()
 
 
 def wait_for(event: threading.Event, what: str, timeout: float = 20.0) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_until
-from hostile_servers import AnsweringServer, SilentServer
+from hostile_server import AnsweringServer, SilentServer
 
 from ipymusicgen import MusicClient
 from ipymusicgen.journal import (

@@ -288,7 +288,7 @@ RESUME_AFTER = "%load_ext ipymusicgen\n%musicgen_resume"
 
 
 def test_a_kernel_killed_mid_paid_call_is_listed_unknown_by_the_next_kernel(tmp_path: Path) -> None:
-    from hostile_servers import SilentServer
+    from hostile_server import SilentServer
 
     silent = SilentServer()
     journal_path = tmp_path / "mid-call.sqlite3"
@@ -329,7 +329,7 @@ def test_a_kernel_killed_mid_paid_call_is_listed_unknown_by_the_next_kernel(tmp_
 
 def test_an_interrupted_paid_call_is_listed_unknown_in_the_same_kernel(tmp_path: Path) -> None:
     """"Interrupt kernel" during the send: the kernel lives on, and its attempt is unknown, not in flight."""
-    from hostile_servers import SilentServer
+    from hostile_server import SilentServer
 
     silent = SilentServer()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
