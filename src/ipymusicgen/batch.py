@@ -207,6 +207,7 @@ class Batch:
         self._thread: threading.Thread | None = None
         self._task: Any = None
         self._listeners: list[Callable[[Batch], None]] = []
+        self._record_listeners: list[Callable[[list[Any]], None]] = []
         self.stop_requested = False
 
     # -- state ---------------------------------------------------------------------------------------
@@ -236,10 +237,22 @@ class Batch:
     def add_listener(self, callback: Callable[[Batch], None]) -> None:
         self._listeners.append(callback)
 
+    def add_record_listener(self, callback: Callable[[list[Any]], None]) -> None:
+        """Call `callback(records)` with the song records that changed in each of the batch's polling rounds
+        (and a v2 row's submit answer), on the batch's thread: a watcher shows them without polling again."""
+        self._record_listeners.append(callback)
+
     def _changed(self) -> None:
         for callback in list(self._listeners):
             with contextlib.suppress(Exception):  # a view's bug must not stop paid work
                 callback(self)
+
+    def _records_changed(self, records: list[Any]) -> None:
+        if not records:
+            return
+        for callback in list(self._record_listeners):
+            with contextlib.suppress(Exception):  # a view's bug must not stop paid work
+                callback(records)
 
     @property
     def ids(self) -> list[str]:
@@ -505,9 +518,11 @@ class _Engine:
         ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
         self.store.set_state(self.name, row.index, "submitted", ids=ids)
         self.watch(row, ids)
+        seeded = []
         if not hasattr(result, "ids"):  # v2: the submit answer seeds the set, so its title and lyrics outlive
-            self.tasks.add_records(result)  # the v2 query's blanks (the real service answers title "" there)
-        self.batch._changed()
+            seeded = self.tasks.add_records(result)  # the v2 query's blanks (the real service answers title "")
+        self.batch._changed()  # first the row's ids (a watcher makes their cards), then what is known of them
+        self.batch._records_changed(seeded)
 
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
         self.sending.discard(row.index)
@@ -543,6 +558,8 @@ class _Engine:
     def polled(self, changed: Iterable[Any]) -> None:
         now = self.clock()
         touched: set[int] = set()
+        changed = list(changed)
+        self.batch._records_changed(changed)
         for record in changed:
             row = self.by_id.get(record.id)
             if row is not None:

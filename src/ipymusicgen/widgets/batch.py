@@ -1,9 +1,10 @@
 """The batch's progress view (above its songs) and the studio's Batch tab form.
 
 `BatchView` is one anywidget model: counts, a progress bar, credits and ETA, and the rows; its text repr is
-the progress line, so a text-only front end still reads progress. It also hands new task ids to a
-`TaskWatcher` (the songs as cards) and sets the watcher's batch line. `BatchForm` takes pasted `%musicgen`
-lines or a DataFrame variable, shows the estimate before Start, and runs the batch in the background.
+the progress line, so a text-only front end still reads progress. Its `TaskWatcher` (the songs as cards)
+follows the batch: cards and the header's batch line come from the batch's own polling rounds. `BatchForm`
+takes pasted `%musicgen` lines or a DataFrame variable, shows the estimate before Start, and runs the batch in
+the background.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         self.watcher = watcher
         self.batch: Batch | None = None
         self._lock = threading.Lock()
-        self._watched: set[int] = set()
+        self._followed: list[Batch] = []
         self.on_msg(self._on_msg)
         if batch is not None:
             self.follow(batch)
@@ -68,16 +69,13 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         self.update(batch)
 
     def update(self, batch: Batch) -> None:
-        """Redraw from the batch's rows; new submitted rows' songs go to the watcher."""
+        """Redraw from the batch's rows; the watcher follows the batch (its songs drawn from the batch's own
+        polling rounds: one query per round serves both)."""
         with self._lock:
             self.batch = batch
-            if self.watcher is not None:
-                for row in batch.rows:
-                    if row.ids and row.index not in self._watched:
-                        self._watched.add(row.index)
-                        self.watcher.add(row.ids, v2=row.v2, call=f"row {row.index}")
-                if hasattr(self.watcher, "batch_line"):
-                    self.watcher.batch_line = batch.progress_line()
+            if self.watcher is not None and not any(b is batch for b in self._followed):
+                self._followed.append(batch)
+                self.watcher.follow(batch)
             self.data = view_data(batch)
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:

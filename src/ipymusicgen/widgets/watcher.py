@@ -6,11 +6,15 @@ changed on that page (and the header counts, when they changed). The polling thr
 messages (never prints or displays), so nothing it does can land in the wrong cell. It stops when
 every task is finished, on `stop()`/`close()`, and backs off (exponentially, capped, at least as long
 as a Retry-After asks) while the service errors, showing the error in the header.
+
+Songs someone else already polls (a batch) are fed in instead (`follow(batch)`, `show(records)`): the
+watcher draws them but never queries them itself, so one query per round serves both.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,12 +28,14 @@ from ..errors import MusicGenError
 from ..models import PROMPT_MAX, TITLE_MAX, V2Song
 from ..session import register_watcher, unregister_watcher
 from ..tasks import TaskSet, TaskState
+from ..waiting import wait_timeout_error
 from ._static import css, esm
 from .card import TaskCard
 from .song_data import Record, card_state, plain
 from .text import TextRepr
 
 if TYPE_CHECKING:
+    from ..batch import Batch
     from .generate import GenerateForm
     from .v2 import V2Form
 
@@ -104,6 +110,11 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self.download_dir: str | Path = "."
         self._autostart = autostart
         self._tasks = TaskSet()
+        """Every task shown, with its latest record."""
+        self._own = TaskSet()
+        """The tasks this watcher polls itself: all but those fed in by someone who polls them (a batch)."""
+        self._fed = threading.Condition()  # notified when fed records arrive or a followed batch moves
+        self._feeders: list[Batch] = []
         self._cards: dict[str, TaskCard] = {}
         self._calls: list[list[str]] = []
         self._tally: Counter[str] = Counter()
@@ -229,11 +240,14 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
             self._send_snapshot()
         return self.visible_ids
 
-    def add(self, ids: Iterable[str] | str, *, v2: bool = False, call: str | None = None) -> list[str]:
+    def add(
+        self, ids: Iterable[str] | str, *, v2: bool = False, call: str | None = None, polled: bool = True
+    ) -> list[str]:
         """Watch more tasks; polling (re)starts if autostart. Returns the ids that were new.
 
         The ids of one `add` are one call (shown side by side as takes) when there are at most two, or
         when `call` names it; a longer list is taken as consecutive calls of two (as v1 generate answers).
+        `polled=False`: someone else polls them and feeds their records in (`show`); this watcher never does.
         """
         if isinstance(ids, str):
             ids = [ids]
@@ -241,6 +255,8 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
             added = self._tasks.add([str(i) for i in ids], v2=v2)
             if not added:
                 return []
+            if polled:
+                self._own.add(added, v2=v2)
             size = len(added) if call is not None or len(added) <= 2 else 2
             for start in range(0, len(added), size):
                 group = added[start : start + size]
@@ -254,14 +270,45 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self._publish([])
         return added
 
+    def show(self, records: Iterable[Record]) -> list[Record]:
+        """Draw records someone else polled (a batch's round, say); the ones that changed here.
+
+        Tasks not watched yet get cards (grouped as `add` does) and are never polled by this watcher:
+        whoever handed their records in keeps doing so, so each round is read from the service once.
+        """
+        records = list(records)
+        for v2 in (False, True):
+            new = [r.id for r in records if r.id not in self._cards and isinstance(r, V2Song) is v2]
+            if new:
+                self.add(list(dict.fromkeys(new)), v2=v2, polled=False)
+        with self._poll_lock:
+            changed = self._tasks.update(records)
+            self._apply(changed)
+        with self._fed:
+            self._fed.notify_all()
+        return changed
+
+    def follow(self, batch: Batch) -> None:
+        """Show a batch's songs from the batch's own polling rounds (no query of this watcher's for them):
+        each row's songs become one call's cards as the row is submitted, its progress line the header's."""
+        with self._lock:
+            if any(b is batch for b in self._feeders):
+                return
+            self._feeders.append(batch)
+        batch.add_listener(self._batch_moved)
+        batch.add_record_listener(self.show)
+        self._batch_moved(batch)
+        self.show(batch.records)  # what the batch knew before this watcher followed it
+
     def poll_once(self) -> list[Record]:
-        """One polling round (one batched v1 query + one per v2 song); the records that changed.
+        """One polling round of this watcher's own tasks (one batched v1 query + one per v2 song); the records
+        that changed. Tasks fed in by a batch are not queried.
 
         A service error is shown in the header and returned as [] (see `last_error`).
         """
         with self._poll_lock:
             try:
-                changed = self._client.poll(self._tasks)
+                polled = self._client.poll(self._own)
             except MusicGenError as exc:
                 self._server_wait = _retry_after(getattr(exc, "response", None))
                 self._show_poll_error(str(exc))
@@ -269,6 +316,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
             self._server_wait = None
             self._last_error = None
             self._retry_in = None
+            changed = self._tasks.update(polled)
             self._apply(changed)
             return changed
 
@@ -308,7 +356,9 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         """
         was_running = self.running
         self.stop()
-        v1, v2 = self._tasks.unfinished()
+        timeout = self._client.settings.wait_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        v1, v2 = self._own.unfinished()
         try:
             if v1 or v2:
                 self._client.wait(v1, v2_ids=v2, timeout=timeout, interval=self.interval, on_update=self._updated)
@@ -316,6 +366,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
                     self._last_error = None
                     self._retry_in = None
                     self._publish([])
+            self._wait_fed(deadline, timeout)
         finally:
             if was_running and not self.done:
                 self.start()
@@ -507,7 +558,33 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
     def _updated(self, records: list[Record]) -> None:
         """Records from the client's wait: keep the ones that changed here, and draw them."""
         with self._poll_lock:
+            self._own.update(records)  # so the thread, restarted, does not poll them again
             self._apply(self._tasks.update(records))
+
+    def _batch_moved(self, batch: Batch) -> None:
+        """A followed batch changed: cards for newly submitted rows (fed, not polled), the header's line."""
+        for row in batch.rows:
+            if row.ids and any(task_id not in self._cards for task_id in row.ids):
+                self.add(row.ids, v2=row.v2, call=f"row {row.index}", polled=False)
+        self.batch_line = batch.progress_line()
+        with self._fed:
+            self._fed.notify_all()
+
+    def _wait_fed(self, deadline: float, timeout: float) -> None:
+        """Wait for the fed tasks: until every batch feeding them has ended (its last round drawn), or, fed by
+        `show` alone, until they are finished."""
+
+        def settled() -> bool:
+            with self._lock:
+                feeders = list(self._feeders)
+            return all(b.done for b in feeders) if feeders else self._tasks.all_finished
+
+        with self._fed:
+            while not settled():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise wait_timeout_error(self._tasks, timeout)
+                self._fed.wait(min(remaining, 1.0))  # woken by show() or the batch; the 1 s only bounds a missed one
 
     def _apply(self, changed: list[Record]) -> None:
         for record in changed:
@@ -530,7 +607,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         return record
 
     def _start_locked(self) -> None:
-        if self._closed or self.running or self._tasks.all_finished:
+        if self._closed or self.running or self._own.all_finished:
             return
         self._stop_event = threading.Event()
         self._thread = threading.Thread(
@@ -549,7 +626,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
             failures = 0 if self._last_error is None else failures + 1
             self._failures = failures
             with self._lock:
-                if self._tasks.all_finished or stop.is_set():
+                if self._own.all_finished or stop.is_set():
                     if self._thread is threading.current_thread():
                         self._thread = None
                     return
