@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_utils import sandbox_env
+from jupyter_utils import NOTEBOOK_NAMES, sandbox_env
 
 import ipymusicgen
 
@@ -65,7 +65,7 @@ def test_the_wheel_ships_types_front_end_files_and_the_demo_notebooks(wheel: Pat
     folder = ROOT / "src" / "ipymusicgen" / "widgets" / "static"
     in_tree = sorted(f"ipymusicgen/widgets/static/{p.name}" for p in folder.glob("*") if p.is_file())
     assert static == in_tree and any(n.endswith(".js") for n in static) and any(n.endswith(".css") for n in static)
-    assert "ipymusicgen/notebooks/quickstart.ipynb" in names
+    assert {f"ipymusicgen/notebooks/{name}.ipynb" for name in NOTEBOOK_NAMES} <= names, "every demo notebook ships"
     assert not any("/downloads/" in n or "checkpoint" in n for n in names), "no stray files from the tree"
 
 

@@ -23,10 +23,11 @@ def notebook_source(name: str) -> Path:
     """A demo notebook: shipped in the package (wheel), else in the source checkout, else in ./notebooks."""
     file_name = name if name.endswith(".ipynb") else f"{name}.ipynb"
     here = Path(__file__).resolve().parent
-    for folder in (here / "notebooks", here.parents[1] / "notebooks", Path.cwd() / "notebooks"):
+    folders = (here / "notebooks", here.parents[1] / "notebooks", Path.cwd() / "notebooks")
+    for folder in folders:
         if (folder / file_name).is_file():
             return folder / file_name
-    known = "quickstart, magics-tour, widgets-studio, python-api"
+    known = ", ".join(sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.ipynb")}))
     raise SystemExit(f"error: no demo notebook {file_name!r} (try: {known})")
 
 
@@ -158,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("--download", metavar="DIR", default="songs", help="where to save finished songs")
     generate.set_defaults(run=_generate)
     demo = commands.add_parser("demo", help="execute a demo notebook end to end")
-    demo.add_argument("notebook", nargs="?", default="quickstart", help="quickstart (default), magics-tour, ...")
+    demo.add_argument(
+        "notebook",
+        nargs="?",
+        default="quickstart",
+        help="quickstart (default), magics-tour, widgets-studio, python-api, batch, library",
+    )
     demo.add_argument("--output", default="artifacts/demo", help="where the executed notebook and its MP3s go")
     demo.add_argument("--timeout", type=float, default=600, help="seconds a cell may take (default 600)")
     demo.set_defaults(run=_demo)
