@@ -79,7 +79,7 @@ class TaskCard:
         return end - self.started
 
     def data(self, **extra: Any) -> dict[str, Any]:
-        """The card dict of FRONTEND.md for this task (what the browser draws)."""
+        """The card dict of docs/frontend.md for this task (what the browser draws)."""
         fields: dict[str, Any] = {
             "id": self.task_id,
             "call": self.call,

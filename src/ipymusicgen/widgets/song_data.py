@@ -1,4 +1,4 @@
-"""`song_card(record, **extra)`: the plain dict every view's song card draws (FRONTEND.md).
+"""`song_card(record, **extra)`: the plain dict every view's song card draws (docs/frontend.md).
 
 Python decides everything a card shows: the state and its words, which URLs are safe (only http(s),
 by `safe_html.http_url`), which actions a song offers. The JS only draws the dict with `textContent`,
@@ -104,10 +104,10 @@ def _number(value: Any) -> float | None:
 
 
 def song_card(record: Record | None, **extra: Any) -> dict[str, Any]:
-    """The card dict of one song (FRONTEND.md); `extra` sets or overrides keys (id, call, take, peaks, ...).
+    """The card dict of one song (docs/frontend.md); `extra` sets or overrides keys (id, call, take, peaks, ...).
 
     A record of None is a task with no status yet ("queued"); pass its `id` in `extra`. Besides the keys of
-    FRONTEND.md a card may carry `note`: one line of plain text under the buttons (e.g. "saved to ...").
+    docs/frontend.md a card may carry `note`: one line of plain text under the buttons (e.g. "saved to ...").
     Extra keys are cleaned like the record's: URLs kept only if http(s), text bounded, peaks compacted.
     """
     state = card_state(record)

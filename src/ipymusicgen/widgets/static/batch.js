@@ -1,4 +1,4 @@
-// Batch progress view: counts, a progress bar, credits, ETA and the rows (FRONTEND.md).
+// Batch progress view: counts, a progress bar, credits, ETA and the rows (docs/frontend.md).
 // Draws only what Python put in `data`; server and user text go through textContent (imsEl).
 
 function imsBatchDraw(root, data, send) {

@@ -1,4 +1,4 @@
-// ipymusicgen shared front-end helpers: the song card and the call group (FRONTEND.md).
+// ipymusicgen shared front-end helpers: the song card and the call group (docs/frontend.md).
 // Plain functions, no `export`: Python joins this file with each view's module (widgets/_static.py).
 // Rules: server text only through textContent; URLs only when Python put them in the data (it keeps
 // http(s) only); every decision (state, label, actions) was taken in Python; the JS draws and sends intents.

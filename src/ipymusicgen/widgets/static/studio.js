@@ -1,4 +1,4 @@
-// ipymusicgen studio: tabs, the request forms and the key panel (FRONTEND.md).
+// ipymusicgen studio: tabs, the request forms and the key panel (docs/frontend.md).
 // Python decides everything (fields shown, required, problems, cost, confirm step, status words); this
 // module draws the state it gets and sends intents back: input / touch / submit / confirm / cancel /
 // tab / refresh_key / use_lyrics. Text goes in through textContent only. Joined after common.js.
