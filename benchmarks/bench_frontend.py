@@ -17,25 +17,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ._browser import CHROMIUM, chromium, free_port, jupyter_home, run_all, server_command, serving
 from ._common import ROOT, Row, spread
 
-CHROMIUM = "/usr/bin/chromium"
 FIGURE = 12
 WATCHER_TARGET_MS = 1000.0
-START_S = 90.0
 STEP_MS = int(os.environ.get("IMS_BENCH_STEP_MS", "120000"))
 
 SETUP = """\
@@ -88,12 +82,6 @@ WATCH_PROBLEM = """([text]) => {
 }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _notebook(count: int) -> dict[str, Any]:
     cells = [SETUP.format(root=str(ROOT), count=count), SHOW, STUDIO]
     return {
@@ -114,59 +102,14 @@ def _lab(count: int) -> Iterator[str]:
     root = home / "root"
     root.mkdir()
     (root / "bench.ipynb").write_text(json.dumps(_notebook(count)))
-    settings = home / "settings" / "@jupyterlab" / "notebook-extension"
-    settings.mkdir(parents=True)
-    (settings / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
-    notices = home / "settings" / "@jupyterlab" / "apputils-extension"
-    notices.mkdir(parents=True)
-    (notices / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
-    env.update(
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        IPYTHONDIR=str(home / "ipython"),
-    )
-    port = _free_port()
-    command = [
-        str(Path(sys.executable).with_name("jupyter")),
-        "lab",
-        "--no-browser",
-        "--allow-root",
-        "--ServerApp.token=",
-        "--ServerApp.password=",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]
-    log = (home / "lab.log").open("wb")
-    process = subprocess.Popen(command, env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env.update(jupyter_home(home))
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited ({process.returncode})")
-            try:
-                with urllib.request.urlopen(f"{url}/api/status", timeout=5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start") from None
-                time.sleep(0.25)
-        yield url
+        with serving(server_command("lab", port, root), env, root, home / "lab.log", f"{url}/api/status", "JupyterLab"):
+            yield url
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        log.close()
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -177,45 +120,38 @@ def _elapsed(page: Any) -> float:
 
 
 def measure(count: int, rounds: int) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
+    with _lab(count) as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(STEP_MS)
+        page.goto(f"{url}/lab/tree/bench.ipynb", timeout=STEP_MS)
+        page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=STEP_MS)
+        run_all(page)
+        cells = page.locator(".jp-CodeCell")
+        watcher_cards = cells.nth(1).locator(".ipymusicgen-song")
+        watcher_cards.first.wait_for(timeout=STEP_MS)
+        page.locator(".ims-studio").wait_for(timeout=STEP_MS)
+        page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=STEP_MS)
+        on_page = watcher_cards.count()
 
-    with _lab(count) as url, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(STEP_MS)
-            page.goto(f"{url}/lab/tree/bench.ipynb", timeout=STEP_MS)
-            page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=STEP_MS)
-            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-            page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
-            cells = page.locator(".jp-CodeCell")
-            watcher_cards = cells.nth(1).locator(".ipymusicgen-song")
-            watcher_cards.first.wait_for(timeout=STEP_MS)
-            page.locator(".ims-studio").wait_for(timeout=STEP_MS)
-            page.locator("#jp-main-statusbar").get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=STEP_MS)
-            on_page = watcher_cards.count()
+        watcher_ms = []
+        for _ in range(rounds):
+            page.evaluate(WATCH_CARDS, [1, on_page])
+            cells.nth(1).locator(".jp-InputArea-editor").click()
+            page.keyboard.press("Escape")  # command mode: Shift+Enter runs the cell
+            page.keyboard.press("Shift+Enter")
+            watcher_ms.append(_elapsed(page))
 
-            watcher_ms = []
-            for _ in range(rounds):
-                page.evaluate(WATCH_CARDS, [1, on_page])
-                cells.nth(1).locator(".jp-InputArea-editor").click()
-                page.keyboard.press("Escape")  # command mode: Shift+Enter runs the cell
-                page.keyboard.press("Shift+Enter")
-                watcher_ms.append(_elapsed(page))
-
-            song = page.locator(".ims-panel[data-tab='song']")
-            song.get_by_label("What to do").select_option("custom")
-            title = song.get_by_label("Title")
-            studio_ms = []
-            for index in range(rounds):
-                length = 81 + index % 2  # the value changes every round
-                title.fill("x" * length)
-                page.evaluate(WATCH_PROBLEM, [f"(got {length})"])
-                title.press("Tab")
-                studio_ms.append(_elapsed(page))
-                title.focus()
-        finally:
-            browser.close()
+        song = page.locator(".ims-panel[data-tab='song']")
+        song.get_by_label("What to do").select_option("custom")
+        title = song.get_by_label("Title")
+        studio_ms = []
+        for index in range(rounds):
+            length = 81 + index % 2  # the value changes every round
+            title.fill("x" * length)
+            page.evaluate(WATCH_PROBLEM, [f"(got {length})"])
+            title.press("Tab")
+            studio_ms.append(_elapsed(page))
+            title.focus()
     return {"watcher_ms": watcher_ms, "cards_on_page": on_page, "studio_ms": studio_ms}
 
 

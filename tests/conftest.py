@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers import ManualClock
 
 from ipymusicgen import MusicClient
 from ipymusicgen.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +51,12 @@ def _private_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
         yield
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium for a module's browser tests (Playwright is imported only when one asks)."""
+    from benchmarks._browser import chromium  # the launch figure 12 uses too
+
+    with chromium() as launched:
+        yield launched

@@ -9,62 +9,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from browser_utils import blank_page, mount
 from helpers import HOSTILE
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from ipymusicgen.batch import run_batch
 from ipymusicgen.batch_store import BatchStore
 from ipymusicgen.client import MusicClient
-from ipymusicgen.widgets._static import css, esm
 from ipymusicgen.widgets.batch import BatchView
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-
-HARNESS = """
-async ([source, styles, data]) => {
-  const listeners = new Set();
-  window.current = data;
-  const model = {
-    get(name) { return name === "data" ? window.current : undefined; },
-    on(event, callback) { if (event === "change:data") listeners.add(callback); },
-    off(event, callback) { listeners.delete(callback); },
-    send(message) { window.sent.push(message); },
-  };
-  window.sent = [];
-  window.change = (next) => { window.current = next; for (const callback of listeners) callback(); };
-  const style = document.createElement("style");
-  style.textContent = styles;
-  document.head.appendChild(style);
-  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-  const module = await import(url);
-  const el = document.createElement("div");
-  document.body.appendChild(el);
-  window.cleanup = module.default.render({ model, el });
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context()
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.set_content("<!doctype html><html><body></body></html>")
-    yield page
-    context.close()
-    assert errors == []
+    with blank_page(browser) as blank:
+        yield blank
 
 
 def test_rows_and_progress_are_drawn_as_text(page: Page, client: MusicClient) -> None:
@@ -72,7 +30,7 @@ def test_rows_and_progress_are_drawn_as_text(page: Page, client: MusicClient) ->
     foreign = {"action": "upload", "audio_url": "https://example.com/a.mp3"}  # its songs fail
     batch = run_batch(client, [{"style": HOSTILE}, {"style": "waltz"}, foreign], store=BatchStore(None))
     view.follow(batch)
-    page.evaluate(HARNESS, [esm("batch"), css("batch"), view.data])
+    mount(page, "batch", view.data)
     root = page.locator(".ipymusicgen-batch")
     assert root.locator(".ims-batch-row").count() == 3
     assert root.locator(".ims-batch-row td").nth(2).text_content() == HOSTILE  # shown as text...

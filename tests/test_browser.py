@@ -12,118 +12,38 @@ is sent and the server counts no create until "Confirm and send". Screenshots go
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_utils import ARTIFACTS, ROOT, notebook_path, sandbox_env
-from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+from browser_utils import (
+    AUDIO_LOADED,
+    FINAL_AUDIO,
+    FIRST_AUDIO_MS,
+    KERNEL_READY_MS,
+    STEP_MS,
+    jupyter_server,
+    notebook_page,
+    one_cell_notebook,
+    open_notebook,
+    shot,
+)
+from jupyter_utils import ROOT, notebook_path
+from playwright.sync_api import Browser, Locator, Page, expect
 
+from benchmarks._browser import run_all
 from ipymusicgen.sandbox import Sandbox
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-    "--autoplay-policy=no-user-gesture-required",
-]
-SERVER_START = 90.0
-KERNEL_READY_MS = 120_000
-FIRST_AUDIO_MS = 120_000
-STEP_MS = 60_000
-SCREENSHOTS = ARTIFACTS / "browser"
 DOCS = ROOT / "docs"
 UPDATE_DOCS = "IPYMUSICGEN_UPDATE_SCREENSHOT"
 """Set to 1 to copy the best screenshots over docs/*.png (the README's pictures)."""
-LAB_SETTINGS = {
-    # no requests to the internet for news or updates, and no toast over the page
-    "@jupyterlab/apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
-    # every cell stays attached and rendered, so outputs far from the viewport can be found and read
-    "@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"},
-}
-FINAL_AUDIO = "audio[src^='http://127.0.0.1'][src$='.mp3']:not([src$='-preview.mp3'])"
-AUDIO_LOADED = "audio => audio.readyState >= 1 && Math.abs(audio.duration - 4) < 0.5"
-"""The player has read the file's header and found the sandbox's song length (MUSICGEN_SANDBOX_SONG_SECONDS)."""
 PAID_KEY = "mg-live-2b7e151628aed2a6"
 """A key that is not the sandbox's demo key: the studio treats it as a real one (confirm before paying)."""
 PAID_CREDITS = 50
 FRONT_ENDS = ("lab", "notebook")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def write_lab_settings(folder: Path) -> None:
-    for plugin, values in LAB_SETTINGS.items():
-        path = folder / f"{plugin}.jupyterlab-settings"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values))
-
-
-def server_command(front_end: str, port: int, root: Path) -> list[str]:
-    command = [
-        str(Path(sys.executable).with_name("jupyter")),
-        front_end,
-        "--no-browser",
-        "--allow-root",
-        "--ServerApp.token=",
-        "--ServerApp.password=",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",
-        f"--ServerApp.root_dir={root}",
-    ]
-    if front_end == "lab":
-        command += [
-            "--LabApp.extension_manager=readonly",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ]
-    return command
-
-
-def wait_for_server(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"Jupyter exited ({process.returncode}):\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/api/status", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"Jupyter did not answer within {SERVER_START:.0f} s:\n{log.read_text()[-3000:]}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM lets the server shut its kernels down; its process group is killed only if it hangs."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
 
 
 def paid_notebook() -> nbformat.NotebookNode:
@@ -137,8 +57,7 @@ def paid_notebook() -> nbformat.NotebookNode:
         "board = studio(client)\n"
         "board"
     )
-    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)], metadata={"kernelspec": kernel})
+    return one_cell_notebook(source)
 
 
 @pytest.fixture(scope="module")
@@ -152,74 +71,28 @@ def paid() -> Iterator[Sandbox]:
 def jupyter(request: pytest.FixtureRequest, paid: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A JupyterLab or Notebook 7 serving a folder with the quickstart and the paid studio; its URL."""
     front_end: str = request.param
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     home = tmp_path_factory.mktemp(front_end)
     root = home / "root"
     root.mkdir()
     shutil.copy(notebook_path("quickstart"), root / "quickstart.ipynb")
     nbformat.write(paid_notebook(), root / "paid.ipynb")
-    write_lab_settings(home / "settings")
-    env = sandbox_env(
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        IPYTHONDIR=str(home / "ipython"),
+    with jupyter_server(
+        front_end,
+        home,
+        root,
+        f"{front_end}-server.log",
         IPYMUSICGEN_TEST_KEY=PAID_KEY,
         IPYMUSICGEN_TEST_URL=paid.base_url,
         IPYMUSICGEN_TEST_V2_URL=paid.v2_base_url,
-    )
-    port = free_port()
-    log = home / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            server_command(front_end, port, root),
-            env=env,
-            cwd=root,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_server(url, process, log)
+    ) as url:
         yield url
-    finally:
-        stop(process)
-        shutil.copy(log, SCREENSHOTS / f"{front_end}-server.log")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture
 def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(STEP_MS)  # clicks and scrolls on a busy shared machine
-    try:
-        current = context.new_page()
+    name = request.node.name.replace("[", "-").replace("]", "")
+    with notebook_page(browser, f"99-last-{name}") as current:
         yield current
-        name = request.node.name.replace("[", "-").replace("]", "")
-        shot(current, f"99-last-{name}")  # where the page was at the end (to look at when a wait failed)
-    finally:
-        context.close()
-
-
-def shot(page: Page, name: str, element: Locator | None = None) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    if element is not None:
-        element.screenshot(path=str(path))
-    else:
-        page.screenshot(path=str(path))
-    return path
 
 
 def publish(picture: Path, name: str) -> None:
@@ -231,46 +104,6 @@ def publish(picture: Path, name: str) -> None:
 
 def front_end_of(url: str, request: pytest.FixtureRequest) -> str:
     return request.node.callspec.params["jupyter"]
-
-
-def open_notebook(page: Page, url: str, front_end: str, name: str) -> None:
-    path = f"/lab/tree/{name}" if front_end == "lab" else f"/notebooks/{name}"
-    page.goto(f"{url}{path}", timeout=KERNEL_READY_MS)
-    expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
-    kernel_ready(page, url, name)
-    side = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
-    if front_end == "lab" and side.count():
-        side.click()  # fold the file browser away (the workspace remembers it for the next page)
-
-
-def kernel_ready(page: Page, url: str, name: str) -> None:
-    """The notebook's kernel is connected and idle (Notebook 7 may start and drop a first one: wait it out)."""
-    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first).to_be_attached(
-        timeout=KERNEL_READY_MS
-    )
-    deadline = time.monotonic() + KERNEL_READY_MS / 1000
-    seen: list[dict] = []
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/api/sessions", timeout=5) as response:
-                seen = [s for s in json.load(response) if s["path"].endswith(name)]
-            with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as response:
-                kernels = {k["id"]: k for k in json.load(response)}
-        except OSError:  # the server may answer 500 while another kernel is going away: ask again
-            page.wait_for_timeout(200)
-            continue
-        if len(seen) == 1:
-            kernel = kernels.get(seen[0]["kernel"]["id"], {})
-            if kernel.get("connections", 0) >= 1 and kernel.get("execution_state") == "idle":
-                return
-        page.wait_for_timeout(200)
-    raise AssertionError(f"no connected idle kernel for {name}: {seen}")
-
-
-def run_all(page: Page) -> None:
-    """Run menu → Run All Cells (both front ends share JupyterLab's menus)."""
-    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
 
 
 def to_top(locator: Locator) -> None:

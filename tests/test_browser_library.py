@@ -7,30 +7,24 @@ player plays the archived file through the server's files API, and search narrow
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_utils import sandbox_env
-from playwright.sync_api import Browser, Page, expect, sync_playwright
-from test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
+from browser_utils import (
+    AUDIO_LOADED,
     FIRST_AUDIO_MS,
-    SCREENSHOTS,
     STEP_MS,
-    free_port,
+    jupyter_server,
+    notebook_page,
+    one_cell_notebook,
     open_notebook,
-    run_all,
-    server_command,
     shot,
-    stop,
-    wait_for_server,
-    write_lab_settings,
 )
+from playwright.sync_api import Browser, Page, expect
+
+from benchmarks._browser import run_all
 
 NOTEBOOK = "library-browser.ipynb"
 SOURCE = """\
@@ -55,7 +49,6 @@ PEAKS_DRAWN = """canvas => {
   for (let i = 3; i < data.length; i += 4) if (data[i] > 0) painted++;
   return painted > canvas.width * 2;  // bars, not the flat line drawn while there are no peaks
 }"""
-ARCHIVED_AUDIO = "audio => audio.readyState >= 1 && Math.abs(audio.duration - 4) < 0.5"
 
 
 @pytest.fixture(scope="module")
@@ -63,54 +56,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     home = tmp_path_factory.mktemp("library-lab")
     root = home / "root"
     root.mkdir()
-    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SOURCE)], metadata={"kernelspec": kernel})
-    nbformat.write(notebook, root / NOTEBOOK)
-    write_lab_settings(home / "settings")
-    env = sandbox_env(
-        JUPYTER_CONFIG_DIR=str(home / "config"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        IPYTHONDIR=str(home / "ipython"),
-    )
-    port = free_port()
-    log = home / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            server_command("lab", port, root), env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_server(url, process, log)
+    nbformat.write(one_cell_notebook(SOURCE), root / NOTEBOOK)
+    with jupyter_server("lab", home, root, "library-server.log") as url:
         yield url, root
-    finally:
-        stop(process)
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, SCREENSHOTS / "library-server.log")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(STEP_MS)
-    try:
-        current = context.new_page()
+    with notebook_page(browser, "99-last-library") as current:
         yield current
-        shot(current, "99-last-library")
-    finally:
-        context.close()
 
 
 def test_library_grid_shows_cards_with_waveform_and_archived_player(lab: tuple[str, Path], page: Page) -> None:
@@ -134,7 +88,7 @@ def test_library_grid_shows_cards_with_waveform_and_archived_player(lab: tuple[s
     src = audio.get_attribute("src") or ""
     assert "/files/songs/" in src and src.endswith(".mp3"), src
     assert audio.evaluate("a => !a.autoplay && !a.loop")
-    page.wait_for_function(ARCHIVED_AUDIO, arg=audio.element_handle(), timeout=STEP_MS)
+    page.wait_for_function(AUDIO_LOADED, arg=audio.element_handle(), timeout=STEP_MS)
     assert len(list((root / "songs").glob("*.mp3"))) == 2
     expect(first.get_by_role("button", name="Play")).to_be_enabled()
     expect(first.locator(".ims-library-keep")).to_have_text("Keep")

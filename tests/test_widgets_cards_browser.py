@@ -15,40 +15,14 @@ from typing import Any
 
 import comm
 import pytest
+from browser_utils import blank_page, mount, shot
 from helpers import HOSTILE, ManualClock
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from ipymusicgen.client import MusicClient
 from ipymusicgen.widgets import TaskWatcher
-from ipymusicgen.widgets._static import css, esm
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 STEP_MS = 30_000
-
-HARNESS = """
-async ([source, styles]) => {
-  window.sent = [];
-  const listeners = new Set();
-  const model = {
-    on(event, callback) { if (event === "msg:custom") listeners.add(callback); },
-    off(event, callback) { listeners.delete(callback); },
-    send(message) { window.sent.push(message); },
-    get() { return undefined; },
-  };
-  window.deliver = (message) => { for (const callback of listeners) callback(message); };
-  const style = document.createElement("style");
-  style.textContent = styles;
-  document.head.appendChild(style);
-  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
-  const module = await import(url);
-  const el = document.createElement("div");
-  el.style.width = "1100px";
-  document.body.appendChild(el);
-  window.cleanup = module.default.render({ model, el });
-}
-"""
-
 
 DARK = """() => {
   const vars = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#111111", "--jp-layout-color2": "#292929",
@@ -59,27 +33,11 @@ DARK = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.set_content("<!doctype html><html><body></body></html>")
-    page.evaluate(HARNESS, [esm("watcher"), css("watcher")])
-    yield page
-    context.close()
-    assert errors == []  # no exception in the front end, whatever the test did
+    with blank_page(browser, viewport={"width": 1280, "height": 900}) as blank:
+        mount(blank, "watcher", width="1100px")
+        yield blank  # no exception in the front end, whatever the test did
 
 
 @pytest.fixture
@@ -166,11 +124,11 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     assert browser_intents(page) == [{"kind": "copy_id", "id": watcher.ids[0]}]
     answer_intents(page, watcher, outbox)
     assert page.locator(".ims-note").first.text_content().startswith(f"Id: {watcher.ids[0]}")
-    page.screenshot(path=str(artifact("cards-watcher-light.png")))
+    shot(page, "cards-watcher-light")
     page.evaluate(DARK)  # JupyterLab's dark theme variables: the card follows them
     background = page.locator(".ipymusicgen-song").first.evaluate("c => getComputedStyle(c).backgroundColor")
     assert background == "rgb(17, 17, 17)"
-    page.screenshot(path=str(artifact("cards-watcher-dark.png")))
+    shot(page, "cards-watcher-dark")
 
 
 def test_clicking_the_waveform_seeks_the_real_audio(
@@ -220,11 +178,3 @@ def test_a_gap_in_the_diffs_asks_for_a_snapshot_and_paging_sends_intents(
     assert page.locator(".ims-page-label").text_content() == "Page 2 of 3"
     page.evaluate("window.deliver({kind: 'diff', rev: 10 ** 6, cards: {}})")  # a message went missing
     assert browser_intents(page) == [{"kind": "hello"}]
-
-
-def artifact(name: str) -> Any:
-    from jupyter_utils import ARTIFACTS
-
-    folder = ARTIFACTS / "browser"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder / name

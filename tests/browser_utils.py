@@ -1,0 +1,156 @@
+"""What the browser tests share: pages in Debian's Chromium, a Jupyter server of the sandbox, a notebook opened in it.
+
+Chromium and the servers themselves come from benchmarks/_browser.py (figure 12 drives the same browser
+and the same JupyterLab). Screenshots and server logs go to artifacts/browser/.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from jupyter_utils import ARTIFACTS, sandbox_env
+from playwright.sync_api import Browser, Locator, Page, expect
+
+from benchmarks._browser import free_port, jupyter_home, server_command, serving
+from ipymusicgen.widgets._static import css, esm
+
+KERNEL_READY_MS = 120_000
+FIRST_AUDIO_MS = 120_000
+STEP_MS = 60_000
+SCREENSHOTS = ARTIFACTS / "browser"
+FINAL_AUDIO = "audio[src^='http://127.0.0.1'][src$='.mp3']:not([src$='-preview.mp3'])"
+AUDIO_LOADED = "audio => audio.readyState >= 1 && Math.abs(audio.duration - 4) < 0.5"
+"""The player has read the file's header and found the sandbox's song length (MUSICGEN_SANDBOX_SONG_SECONDS)."""
+BLANK = "<!doctype html><html><body></body></html>"
+HARNESS = """
+async ([source, styles, data, width]) => {
+  window.sent = [];
+  window.current = data ?? undefined;
+  const listeners = {"change:data": new Set(), "msg:custom": new Set()};
+  const model = {
+    get(name) { return name === "data" ? window.current : undefined; },
+    on(event, callback) { listeners[event]?.add(callback); },
+    off(event, callback) { for (const set of Object.values(listeners)) set.delete(callback); },
+    send(message) { window.sent.push(message); },
+  };
+  window.change = (next) => { window.current = next; for (const callback of listeners["change:data"]) callback(); };
+  window.deliver = (message) => { for (const callback of listeners["msg:custom"]) callback(message); };
+  const style = document.createElement("style");
+  style.textContent = styles;
+  document.head.appendChild(style);
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const module = await import(url);
+  const el = document.createElement("div");
+  if (width) el.style.width = width;
+  document.body.appendChild(el);
+  window.cleanup = module.default.render({ model, el });
+}
+"""
+"""A stand-in for anywidget's `model`: `window.change(data)` sets the `data` trait, `window.deliver(message)`
+hands the view a custom message, and what the view sends collects in `window.sent`."""
+KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def one_cell_notebook(source: str) -> nbformat.NotebookNode:
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)], metadata={"kernelspec": KERNEL})
+
+
+@contextmanager
+def jupyter_server(front_end: str, home: Path, root: Path, log_name: str, **extra_env: str) -> Iterator[str]:
+    """JupyterLab or Notebook 7 serving `root` with a sandbox kernel (no key, fast clock); its URL.
+
+    Its log is copied to artifacts/browser/`log_name` when it stops, whatever happened.
+    """
+    env = sandbox_env(**jupyter_home(home), **extra_env)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = home / "server.log"
+    try:
+        with serving(server_command(front_end, port, root), env, root, log, f"{url}/api/status", "Jupyter"):
+            yield url
+    finally:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log, SCREENSHOTS / log_name)
+
+
+@contextmanager
+def notebook_page(browser: Browser, last_shot: str) -> Iterator[Page]:
+    """A fresh page for a Jupyter front end; where it was at the end is kept as `last_shot` (for a failed wait)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(STEP_MS)  # clicks and scrolls on a busy shared machine
+    try:
+        current = context.new_page()
+        yield current
+        shot(current, last_shot)
+    finally:
+        context.close()
+
+
+@contextmanager
+def blank_page(browser: Browser, **context_options: Any) -> Iterator[Page]:
+    """An empty page for a front-end module on its own; no exception may escape in it, whatever the test did."""
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.set_content(BLANK)
+    yield page
+    context.close()
+    assert errors == []
+
+
+def mount(page: Page, module: str, data: Any = None, width: str | None = None) -> None:
+    """Render the package's front-end `module` (its ESM and CSS) into a blank page, on the stand-in model."""
+    page.evaluate(HARNESS, [esm(module), css(module), data, width])
+
+
+def shot(page: Page, name: str, element: Locator | None = None) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    if element is not None:
+        element.screenshot(path=str(path))
+    else:
+        page.screenshot(path=str(path))
+    return path
+
+
+def open_notebook(page: Page, url: str, front_end: str, name: str) -> None:
+    path = f"/lab/tree/{name}" if front_end == "lab" else f"/notebooks/{name}"
+    page.goto(f"{url}{path}", timeout=KERNEL_READY_MS)
+    expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
+    kernel_ready(page, url, name)
+    side = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
+    if front_end == "lab" and side.count():
+        side.click()  # fold the file browser away (the workspace remembers it for the next page)
+
+
+def kernel_ready(page: Page, url: str, name: str) -> None:
+    """The notebook's kernel is connected and idle (Notebook 7 may start and drop a first one: wait it out)."""
+    expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first).to_be_attached(
+        timeout=KERNEL_READY_MS
+    )
+    deadline = time.monotonic() + KERNEL_READY_MS / 1000
+    seen: list[dict] = []
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/api/sessions", timeout=5) as response:
+                seen = [s for s in json.load(response) if s["path"].endswith(name)]
+            with urllib.request.urlopen(f"{url}/api/kernels", timeout=5) as response:
+                kernels = {k["id"]: k for k in json.load(response)}
+        except OSError:  # the server may answer 500 while another kernel is going away: ask again
+            page.wait_for_timeout(200)
+            continue
+        if len(seen) == 1:
+            kernel = kernels.get(seen[0]["kernel"]["id"], {})
+            if kernel.get("connections", 0) >= 1 and kernel.get("execution_state") == "idle":
+                return
+        page.wait_for_timeout(200)
+    raise AssertionError(f"no connected idle kernel for {name}: {seen}")
