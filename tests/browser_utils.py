@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -154,3 +155,22 @@ def kernel_ready(page: Page, url: str, name: str) -> None:
                 return
         page.wait_for_timeout(200)
     raise AssertionError(f"no connected idle kernel for {name}: {seen}")
+
+
+@contextmanager
+def marimo_server(app: str, home: Path, log_name: str) -> Iterator[str]:
+    """`marimo run app.py --headless` of the app's source on a free port; its URL. Log kept in artifacts/browser."""
+    (home / "app.py").write_text(app)
+    port = free_port()
+    log = home / "marimo.log"
+    marimo = str(Path(sys.executable).with_name("marimo"))
+    command = [marimo, "run", "app.py", "--headless", "--no-token", "--host", "127.0.0.1", "--port", str(port)]
+    env = sandbox_env(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), MARIMO_SKIP_UPDATE_CHECK="1")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with serving(command, env, home, log, url, "marimo"):
+            yield url
+    finally:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        if log.exists():
+            (SCREENSHOTS / log_name).write_bytes(log.read_bytes())

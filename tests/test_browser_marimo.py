@@ -7,17 +7,14 @@ player holding the final MP3, the same front-end module as in Jupyter. Screensho
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from browser_utils import FINAL_AUDIO, SCREENSHOTS, STEP_MS, shot
-from jupyter_utils import sandbox_env
+from browser_utils import FINAL_AUDIO, STEP_MS, marimo_server, shot
 from playwright.sync_api import expect
 
-from benchmarks._browser import chromium, free_port, serving
+from benchmarks._browser import chromium
 
 APP = textwrap.dedent(
     """
@@ -50,21 +47,8 @@ APP = textwrap.dedent(
 @pytest.fixture(scope="module")
 def marimo_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`marimo run app.py --headless` on a free port; its URL."""
-    home = tmp_path_factory.mktemp("marimo")
-    app = home / "app.py"
-    app.write_text(APP)
-    port = free_port()
-    log = home / "marimo.log"
-    marimo = str(Path(sys.executable).with_name("marimo"))
-    command = [marimo, "run", str(app), "--headless", "--no-token", "--host", "127.0.0.1", "--port", str(port)]
-    env = sandbox_env(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), MARIMO_SKIP_UPDATE_CHECK="1")
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with serving(command, env, home, log, url, "marimo"):
-            yield url
-    finally:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        (SCREENSHOTS / "marimo.log").write_bytes(log.read_bytes())
+    with marimo_server(APP, tmp_path_factory.mktemp("marimo"), "marimo.log") as url:
+        yield url
 
 
 def test_watcher_renders_in_marimo(marimo_app: str) -> None:
