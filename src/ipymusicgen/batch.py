@@ -512,6 +512,14 @@ class _Engine:
         row.state, row.error = "skipped", why
         self.store.set_state(self.name, row.index, "skipped", error=why)
 
+    def settle(self, row: BatchRow, future: Any) -> None:
+        """Record how a finished create (a thread's or an asyncio future) ended."""
+        error = future.exception()
+        if error is None:
+            self.created(row, future.result())
+        else:
+            self.create_failed(row, error)
+
     def created(self, row: BatchRow, result: Any) -> None:
         self.sending.discard(row.index)
         _ACTIVE.discard(self._key(row))
@@ -668,6 +676,19 @@ def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
     return max(0.01, min(client.settings.poll_interval, stall_timeout / 4))
 
 
+def _start(client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None,
+           store: BatchStore | None, on_update: Callable[[Batch], None] | None, stall_timeout: float,
+           retry_unknown: bool, clock: Callable[[], float]) -> _Engine:
+    """What both faces do before the first call: validate and store the rows, and load what a re-run knows."""
+    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
+    if on_update is not None:
+        batch.add_listener(on_update)
+    engine = _Engine(batch, stall_timeout=stall_timeout, retry_unknown=retry_unknown,
+                     poll_interval=_stall_poll_interval(client, stall_timeout), clock=clock)
+    engine.load(stored)
+    return engine
+
+
 # ---------------------------------------------------------------------------------------------------
 # The sync face: creates in worker threads, one polling loop
 
@@ -702,12 +723,8 @@ def run_batch(
     Rows are kept in the client's journal file; a client with no journal (the embedded sandbox's) keeps
     them in this process's memory, so re-running in the same kernel is still safe but a restart forgets.
     """
-    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
-    if on_update is not None:
-        batch.add_listener(on_update)
-    engine = _Engine(batch, stall_timeout=stall_timeout, retry_unknown=retry_unknown,
-                     poll_interval=_stall_poll_interval(client, stall_timeout), clock=clock)
-    engine.load(stored)
+    engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
+    batch = engine.batch
     counts_left = client.key_info().key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 
@@ -736,12 +753,7 @@ def run_batch(
                     if pending:
                         done, _ = wait_futures(list(pending), timeout=pause, return_when=FIRST_COMPLETED)
                         for future in done:
-                            row = pending.pop(future)
-                            error = future.exception()
-                            if error is None:
-                                engine.created(row, future.result())
-                            else:
-                                engine.create_failed(row, error)
+                            engine.settle(pending.pop(future), future)
                     else:
                         time.sleep(pause)
             after = _counts_left(client) if any(r.cost for r in batch.rows) else None
@@ -749,11 +761,8 @@ def run_batch(
             batch.error = exc
             after = None
             for future, row in pending.items():  # the pool has let them end: record what they learnt
-                error = future.exception() if future.done() else None
-                if future.done() and error is None:
-                    engine.created(row, future.result())
-                elif error is not None:
-                    engine.create_failed(row, error)
+                if future.done():
+                    engine.settle(row, future)
         engine.finish(after)
 
     if wait:
@@ -794,12 +803,8 @@ async def run_batch_async(
     """Run a batch on an `AsyncMusicClient`; same meaning as `run_batch`. `wait=False`: `await batch` later."""
     import asyncio
 
-    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
-    if on_update is not None:
-        batch.add_listener(on_update)
-    engine = _Engine(batch, stall_timeout=stall_timeout, retry_unknown=retry_unknown,
-                     poll_interval=_stall_poll_interval(client, stall_timeout), clock=clock)
-    engine.load(stored)
+    engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
+    batch = engine.batch
     counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 
@@ -822,12 +827,7 @@ async def run_batch_async(
                 if pending:
                     done, _ = await asyncio.wait(list(pending), timeout=pause, return_when=asyncio.FIRST_COMPLETED)
                     for future in done:
-                        row = pending.pop(future)
-                        error = future.exception()
-                        if error is None:
-                            engine.created(row, future.result())
-                        else:
-                            engine.create_failed(row, error)
+                        engine.settle(pending.pop(future), future)
                 else:
                     await asyncio.sleep(pause)
             if any(r.cost for r in batch.rows):
