@@ -759,7 +759,7 @@ class Studio(TextRepr, w.VBox):
             pane.touch(str(content.get("name")))
         elif kind == "submit":
             pane.submit(confirmed=False)
-        elif kind == "confirm":
+        elif kind == "confirm" and pane.confirm:  # only a confirm step Python showed, for the request it priced
             pane.submit(confirmed=True)
         elif kind == "cancel":
             pane.cancel()

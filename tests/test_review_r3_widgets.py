@@ -1,0 +1,37 @@
+"""Review R3: the browser cannot decide what Python decides (a forged intent), against real widgets and the sandbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.widgets.studio import Studio, studio
+
+REAL_LOOKING_KEY = "mg-live-7c1f0b9a42d35e86"
+
+
+def intent(made: Studio, **content: Any) -> None:
+    """What the browser sends: a custom message to the view."""
+    made.view._handle_custom_msg(content, [])
+
+
+def test_a_forged_confirm_never_skips_the_confirm_step() -> None:
+    paid = Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={REAL_LOOKING_KEY: 40})
+    with paid, paid.client(max_retries=0) as client:
+        made = studio(client)
+        try:
+            assert made.needs_confirm
+            intent(made, kind="input", form="song", name="style", value="lo-fi piano")
+            intent(made, kind="confirm", form="song")  # no confirm step was ever shown
+            assert paid.request_counts().get("/v1/music/generate", 0) == 0 and made.watcher.ids == []
+            intent(made, kind="submit", form="song")
+            assert made.view.panes["song"]["confirm"]
+            intent(made, kind="input", form="song", name="style", value="metal, 8 minutes")
+            intent(made, kind="confirm", form="song")  # the request changed after the cost was shown
+            assert paid.request_counts().get("/v1/music/generate", 0) == 0 and made.watcher.ids == []
+            intent(made, kind="submit", form="song")
+            intent(made, kind="confirm", form="song")
+            intent(made, kind="confirm", form="song")  # a second click sends nothing more
+            assert paid.request_counts()["/v1/music/generate"] == 1 and len(made.watcher.ids) == 2
+        finally:
+            made.close()
