@@ -35,3 +35,18 @@ def test_a_forged_confirm_never_skips_the_confirm_step() -> None:
             assert paid.request_counts()["/v1/music/generate"] == 1 and len(made.watcher.ids) == 2
         finally:
             made.close()
+
+
+def test_the_key_tab_never_shows_secrets_of_the_service_address() -> None:
+    from ipymusicgen.client import MusicClient
+
+    key = "sk-0123456789abcdefSECRET"
+    address = f"https://user:{key}@api.example.com/x?token={key}#pw"
+    with MusicClient(key, base_url=address, journal=False, archive=False) as client:
+        made = studio(client)
+        try:
+            shown = made.view.key["service"]
+            assert shown == "https://api.example.com/x"
+            assert key not in repr(made.view.get_state()) and "user" not in shown and "token" not in shown
+        finally:
+            made.close()

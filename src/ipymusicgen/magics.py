@@ -16,7 +16,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
@@ -49,6 +48,7 @@ from .magic_args import (
     unregister_magics,
     with_options,
 )
+from .safe_html import public_address
 from .tasks import TaskState
 
 if TYPE_CHECKING:
@@ -434,19 +434,6 @@ class MusicGen(Magics):
 # Extension entry points.
 
 
-def _public_address(url: str) -> str:
-    """scheme://host[:port]/path of a service address: no user info, query or fragment (they may hold secrets)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}".rstrip("/")
-
-
 def service_line(settings: Settings | None = None) -> str:
     """One line saying which service the magics will use: the sandbox, or the real host (never the key)."""
     current = settings or session.settings()
@@ -455,8 +442,8 @@ def service_line(settings: Settings | None = None) -> str:
             "ipymusicgen: no API key set, so songs come from a local sandbox on this machine (free, nothing is "
             "sent anywhere); set MUSICGEN_API_KEY or run %musicgen_login for the real service."
         )
-    where = _public_address(current.base_url)
-    v2 = _public_address(current.v2_base_url)
+    where = public_address(current.base_url)
+    v2 = public_address(current.v2_base_url)
     hosts = where if v2 == where else f"{where} (v2: {v2})"
     return f"ipymusicgen: using the music service at {hosts} with your API key; songs there cost credits."
 

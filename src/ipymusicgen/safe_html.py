@@ -33,6 +33,19 @@ def http_url(url: object) -> str | None:
     return candidate
 
 
+def public_address(url: str) -> str:
+    """scheme://host[:port]/path of a service address: no user info, query or fragment (they may hold secrets)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme}://{host}{port}{parts.path}".rstrip("/")
+
+
 def link(url: object, text: object | None = None) -> str:
     """An `<a>` for an http(s) URL (opens in a new tab); anything else is just its escaped text."""
     safe = http_url(url)

@@ -34,12 +34,14 @@ from ..models import (
     LyricsResult,
     ModelLimits,
     V2Request,
+    V2Song,
     build_generate_request,
     build_lyrics_request,
     build_v2_request,
     shape_fields,
     word_count,
 )
+from ..safe_html import public_address
 from ..sandbox import DEMO_KEY
 from ._static import css, esm
 from .form import error_title, number_text, parse_number, problems_by_field, server_problems
@@ -470,11 +472,12 @@ class V2Pane(Pane):
         allow = self.client.settings.allow_unknown_models
         return build_v2_request(self.request_values(), allow_unknown_models=allow)
 
-    def _call(self, request: Any) -> list[str]:
-        self.ids = [song.id for song in self.client.submit_v2(request)]
-        return self.ids
+    def _call(self, request: Any) -> list[V2Song]:
+        songs = self.client.submit_v2(request)
+        self.ids = [song.id for song in songs]
+        return songs  # the watcher keeps what the answer says (title, lyrics): the v2 query answers them blank
 
-    def _describe(self, result: list[str]) -> str:
+    def _describe(self, result: list[V2Song]) -> str:
         return f"{plural(len(result), 'song')} started"
 
 
@@ -571,7 +574,7 @@ class KeyPane:
             "credits": "" if self.credits is None else f"{self.credits:,}",
             "credits_hint": CREDITS_API_TERM,
             "mask": mask_key(key),
-            "service": "built-in sandbox" if sandbox else client.settings.base_url,
+            "service": "built-in sandbox" if sandbox else public_address(client.settings.base_url),
             "rows": rows,
             "error": self.error,
             "confirm": self._studio.needs_confirm,
@@ -621,7 +624,7 @@ class Studio(TextRepr, w.VBox):
 
         self.watcher = TaskWatcher(client=client)
         self.song.on_submitted(lambda ids: self.watcher.add(ids))
-        self.v2.on_submitted(lambda ids: self.watcher.add(ids, v2=True))
+        self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True))
         if hasattr(self.watcher, "_form_provider"):
             self.watcher._form_provider = self._pane_for_extend
         self.embedded: dict[str, w.Widget] = {}
