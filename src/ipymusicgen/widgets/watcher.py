@@ -241,22 +241,28 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         return self.visible_ids
 
     def add(
-        self, ids: Iterable[str] | str, *, v2: bool = False, call: str | None = None, polled: bool = True
+        self, ids: Iterable[str | Record] | str, *, v2: bool = False, call: str | None = None, polled: bool = True
     ) -> list[str]:
         """Watch more tasks; polling (re)starts if autostart. Returns the ids that were new.
 
         The ids of one `add` are one call (shown side by side as takes) when there are at most two, or
         when `call` names it; a longer list is taken as consecutive calls of two (as v1 generate answers).
+        Records (`submit_v2()`'s songs) may stand for ids: they seed the cards, so what a submit answer said
+        (a v2 title, its lyrics) stays when later answers leave it empty, as the v2 query does.
         `polled=False`: someone else polls them and feeds their records in (`show`); this watcher never does.
         """
-        if isinstance(ids, str):
-            ids = [ids]
+        items = [ids] if isinstance(ids, str) else list(ids)
+        records = [item for item in items if not isinstance(item, str)]
         with self._lock:
-            added = self._tasks.add([str(i) for i in ids], v2=v2)
+            added = self._tasks.add([item if isinstance(item, str) else item.id for item in items], v2=v2)
             if not added:
                 return []
             if polled:
                 self._own.add(added, v2=v2)
+            if records:  # before polling starts, so a poll's answer merges over the seed, never under it
+                seeded = self._tasks.update(records)
+                if polled:
+                    self._own.update(records)
             size = len(added) if call is not None or len(added) <= 2 else 2
             for start in range(0, len(added), size):
                 group = added[start : start + size]
@@ -267,6 +273,9 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
                 self._calls.append(group)
             if self._autostart and not self._closed:
                 self._start_locked()
+        if records:
+            with self._poll_lock:  # a first poll may have come in meanwhile: draw the latest, not the seed
+                self._apply([latest for r in seeded if (latest := self._tasks.get(r.id)) is not None])
         self._publish([])
         return added
 
