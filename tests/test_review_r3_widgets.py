@@ -50,3 +50,42 @@ def test_the_key_tab_never_shows_secrets_of_the_service_address() -> None:
             assert key not in repr(made.view.get_state()) and "user" not in shown and "token" not in shown
         finally:
             made.close()
+
+
+def test_the_demo_line_never_shows_secrets_of_the_service_address(monkeypatch: Any) -> None:
+    from ipymusicgen import session
+    from ipymusicgen.__main__ import _service_in_use
+
+    key = "sk-canary-0123456789abcdef"
+    monkeypatch.setenv("MUSICGEN_API_KEY", key)
+    monkeypatch.setenv("MUSICGEN_BASE_URL", f"https://user:{key}@music.example.com/v?token={key}")
+    session.shutdown()
+    said = _service_in_use()
+    assert "real service at https://music.example.com/v" in said and "canary" not in said and "user" not in said
+
+
+def test_musicgen_key_never_shows_secrets_of_the_service_address(sandbox: Sandbox, tmp_path: Any) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from ipymusicgen import session
+
+    address = sandbox.base_url.replace("http://", f"http://user:{sandbox.api_key}@")
+    session.shutdown()
+    session.configure(
+        api_key=sandbox.api_key,
+        base_url=address,
+        v2_base_url=sandbox.v2_base_url,
+        journal_path=str(tmp_path / "journal.sqlite3"),
+    )
+    shell = InteractiveShell.instance()
+    try:
+        with capture_output():
+            shell.run_line_magic("load_ext", "ipymusicgen")
+        report = shell.run_line_magic("musicgen_key", "")
+        shown = repr(report) + report._repr_html_()
+        assert sandbox.base_url in shown
+        assert sandbox.api_key not in shown and "user" not in shown
+    finally:
+        shell.run_line_magic("unload_ext", "ipymusicgen")
+        session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path")))

@@ -16,6 +16,7 @@ from typing import Any
 
 from . import session
 from .errors import MusicGenError
+from .safe_html import public_address
 from .tasks import TaskState
 
 
@@ -92,7 +93,7 @@ def _service_in_use() -> str:
     current = session.settings()
     if not current.has_key:
         return "the local sandbox (no MUSICGEN_API_KEY set: free, nothing was sent anywhere)"
-    return f"the real service at {current.base_url} (your MUSICGEN_API_KEY; songs cost credits)"
+    return f"the real service at {public_address(current.base_url)} (your MUSICGEN_API_KEY; songs cost credits)"
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -288,39 +288,43 @@ class MusicGen(Magics):
         args = call.args
         with friendly_errors():
             client = session.get_client()
-            ids, v2_ids, immediate = self._submit(client, call)
-            value = self._follow(client, args, ids, v2_ids, immediate)
+            ids, songs, immediate = self._submit(client, call)
+            value = self._follow(client, args, ids, songs, immediate)
         return self._store(args, value)
 
-    def _submit(self, client: MusicClient, call: MusicgenCall) -> tuple[list[str], list[str], Any]:
-        """Send the request built (and validated, once) by `parse_line`: (v1 ids, v2 ids, result)."""
+    def _submit(self, client: MusicClient, call: MusicgenCall) -> tuple[list[str], list[V2Song], Any]:
+        """Send the request built (and validated, once) by `parse_line`: (v1 ids, v2 songs, result).
+
+        v2 songs are kept whole: their titles and lyrics seed the watcher and the wait, because the v2
+        query answers them blank.
+        """
         with warnings.catch_warnings():  # its notes were shown once already
             warnings.simplefilter("ignore", IgnoredFieldsWarning)
             if call.v2:
-                song_ids = [song.id for song in client.submit_v2(call.request)]
-                return [], song_ids, song_ids
+                songs = client.submit_v2(call.request)
+                return [], songs, [song.id for song in songs]
             result = client.generate(call.request)
         return list(result.ids), [], result
 
-    def _follow(self, client: MusicClient, args: Any, ids: list[str], v2_ids: list[str], immediate: Any) -> Any:
+    def _follow(self, client: MusicClient, args: Any, ids: list[str], songs: list[V2Song], immediate: Any) -> Any:
         """Show a watcher (unless turned off) and, with --wait, block until every song is finished."""
-        watcher = self._watch(client, ids, v2_ids) if self.auto_watch and not args.no_watch else None
+        watcher = self._watch(client, ids, songs) if self.auto_watch and not args.no_watch else None
         if not args.wait:
             return immediate
         timeout = args.timeout if args.timeout is not None else client.settings.wait_timeout
         if watcher is not None:
             records = list(watcher.wait(timeout))
         else:
-            records = client.wait(ids, v2_ids=v2_ids, timeout=timeout)
+            records = client.wait([*ids, *songs], timeout=timeout)
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {record.id} failed: {record.fail_reason or 'no reason given'}")
         return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
-    def _watch(self, client: MusicClient, ids: list[str], v2_ids: list[str]) -> TaskWatcher:
+    def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song]) -> TaskWatcher:
         from .widgets import TaskWatcher
 
-        watcher = TaskWatcher(ids, v2_ids=v2_ids, client=client)  # registers itself for shutdown()
+        watcher = TaskWatcher(ids, v2_ids=songs, client=client)  # registers itself for shutdown()
         display(watcher)
         return watcher
 
@@ -354,7 +358,7 @@ class MusicGen(Magics):
         with friendly_errors():
             client = session.get_client()
             info = client.key_info()
-        host = client.settings.base_url + (" (local sandbox)" if session.in_sandbox() else "")
+        host = public_address(client.settings.base_url) + (" (local sandbox)" if session.in_sandbox() else "")
         return KeyReport(info, mask_key(client.settings.key_value()), host)
 
     @no_var_expand
