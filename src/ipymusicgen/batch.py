@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import math
+import numbers
 import sqlite3
 import threading
 import time
@@ -632,10 +633,13 @@ def _journal_path(client: Any) -> Any:
 
 def _prepare(client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None,
              store: BatchStore | None) -> tuple[Batch, dict[int, StoredRow]]:
-    if not 1 <= concurrency <= MAX_CONCURRENCY:
-        raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY} (got {concurrency})")
-    if budget is not None and budget < 0:
-        raise BatchError(f"budget must be 0 or more credits (got {budget})")
+    if isinstance(concurrency, bool) or not isinstance(concurrency, numbers.Integral) \
+            or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, a whole number (got {concurrency!r})")
+    # a NaN budget would compare False against every cost and so never stop a paid row
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Real)
+                               or math.isnan(budget) or budget < 0):
+        raise BatchError(f"budget must be 0 or more credits (got {budget!r})")
     rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
     name = name or derive_name(rows)
     store = store or store_for(_journal_path(client))
@@ -680,6 +684,9 @@ def _start(client: Any, requests: Any, name: str | None, concurrency: int, budge
            store: BatchStore | None, on_update: Callable[[Batch], None] | None, stall_timeout: float,
            retry_unknown: bool, clock: Callable[[], float]) -> _Engine:
     """What both faces do before the first call: validate and store the rows, and load what a re-run knows."""
+    if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, numbers.Real) \
+            or math.isnan(stall_timeout) or stall_timeout <= 0:  # NaN would never stall, 0 or less at once
+        raise BatchError(f"stall_timeout must be more than 0 seconds (got {stall_timeout!r})")
     batch, stored = _prepare(client, requests, name, concurrency, budget, store)
     if on_update is not None:
         batch.add_listener(on_update)

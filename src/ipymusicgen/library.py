@@ -13,6 +13,7 @@ import datetime as dt
 import html
 import re
 import time
+import unicodedata
 import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,8 @@ SPEND_BY = ("day", "model", "batch")
 PAID_OUTCOMES = ("submitted", "unknown")
 """Attempts that may have cost credits (rejected ones did not; pending ones are being sent)."""
 _STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
-_WORD = re.compile(r"\w+", re.UNICODE)
+_WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.UNICODE)
+"""A word as FTS5's unicode61 tokenizer sees it: combining accents stay in the word (it folds them away)."""
 _open_libraries: weakref.WeakSet[Library] = weakref.WeakSet()
 
 
@@ -149,7 +151,7 @@ def fts_query(text: str) -> str | None:
     Words are quoted, so FTS5 operators and column filters in the text are plain words. Whole words keep
     the index streaming newest first; only the last word pays for a prefix merge.
     """
-    words = _WORD.findall(text or "")[:32]
+    words = _WORD.findall(unicodedata.normalize("NFC", text or ""))[:32]  # "e" + U+0301 typed as "é"
     return " ".join([*(f'"{w}"' for w in words[:-1]), *(f'"{w}"*' for w in words[-1:])]) or None
 
 
