@@ -123,6 +123,7 @@ def test_v2_description_and_custom_modes(ip: InteractiveShell) -> None:
     }
     songs = ip.run_cell_magic("musicgen", '--v2 --prompt "folk" --title Home --model-version v4.0 --wait', "la la")
     assert all(isinstance(s, V2Song) and s.state is TaskState.COMPLETE for s in songs)
+    assert [(s.title, s.lyrics) for s in songs] == [("Home", "la la")] * 2  # the v2 query answers them blank
     payload = _last_payload()
     assert (payload["is_auto"], payload["prompt"], payload["lyrics"], payload["model_version"]) == (
         0,
@@ -208,6 +209,10 @@ def test_auto_watch_shows_a_watcher(ip: InteractiveShell) -> None:
     assert watchers and watchers[-1].ids == result.ids
     records = ip.run_line_magic("musicgen", "--wait --timeout 20 a watched and awaited song")
     assert [r.state for r in records] == [TaskState.COMPLETE] * 2
+    songs = ip.run_cell_magic("musicgen", "--v2 --prompt folk --title Home --wait --timeout 20", "la la")
+    watched = [w for w in session._session.watchers if isinstance(w, TaskWatcher)][-1]
+    assert [s.title for s in songs] == ["Home", "Home"]  # seeded from the submit answer, not the blank query
+    assert [watched.card(s.id).data()["title"] for s in songs] == ["Home", "Home"]
 
 
 # -- errors -------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
     from .client import MusicClient, Record
     from .config import Settings
+    from .models import V2Song
     from .widgets import TaskWatcher
 
 __all__ = [
@@ -312,10 +313,7 @@ class MusicGen(Magics):
         if not args.wait:
             return immediate
         timeout = args.timeout if args.timeout is not None else client.settings.wait_timeout
-        if watcher is not None:
-            records = list(watcher.wait(timeout))
-        else:
-            records = client.wait([*ids, *songs], timeout=timeout)
+        records = list(watcher.wait(timeout)) if watcher is not None else client.wait([*ids, *songs], timeout=timeout)
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {record.id} failed: {record.fail_reason or 'no reason given'}")
