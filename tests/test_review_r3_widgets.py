@@ -89,3 +89,28 @@ def test_musicgen_key_never_shows_secrets_of_the_service_address(sandbox: Sandbo
     finally:
         shell.run_line_magic("unload_ext", "ipymusicgen")
         session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path")))
+
+
+def test_forged_library_intents_never_raise_in_the_kernel(sandbox: Sandbox, tmp_path: Any) -> None:
+    from ipymusicgen import Journal
+    from ipymusicgen.library import Library
+    from ipymusicgen.widgets.library import LibraryView
+
+    journal_path = tmp_path / "journal.sqlite3"
+    Journal(journal_path).close()
+    with Library(journal_path) as library:
+        view = LibraryView(library)
+        try:
+            for content in (
+                {"kind": "page", "page": float("inf")},
+                {"kind": "page", "page": [1]},
+                {"kind": "page", "page": {"a": 1}},
+                {"kind": "page", "page": 10**40},
+                {"kind": "filter", "filters": {"state": ["x"], "favourite": {"a": 1}}},
+                {"kind": "favourite", "id": {"a": 1}},
+                {"kind": "search", "text": None},
+            ):
+                view._on_msg(view, content, [])  # where a forged message lands (ipywidgets prints what it raises)
+            assert view.page == 0
+        finally:
+            view.close()

@@ -246,7 +246,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 self.show_lineage(task_id or None)
             elif kind == "refresh":
                 self.refresh(everything=True)
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError, OverflowError) as exc:  # a forged intent: said, never raised
             self.status = f"Could not do that: {str(exc)[:200]}"
 
     def search(self, text: str) -> None:
