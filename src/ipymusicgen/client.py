@@ -21,7 +21,7 @@ import httpx
 from pydantic import BaseModel
 
 from ._version import __version__
-from .config import Settings, is_loopback, url_scheme
+from .config import MAX_SECONDS, Settings, is_loopback, url_scheme
 from .downloads import AtomicFile, SizeLimit, safe_filename, suffix_for
 from .errors import (
     KEY_HINT,
@@ -281,6 +281,8 @@ class _Core(WaitFlows):
             value = getattr(s, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise RequestValidationError([FieldProblem(name, f"must be a finite number above 0 (got {value!r})")])
+            if name != "max_download_mb" and value > MAX_SECONDS:
+                raise RequestValidationError([FieldProblem(name, f"must be at most {MAX_SECONDS:.0e} seconds")])
         if isinstance(s.max_retries, bool) or not isinstance(s.max_retries, int) or not 0 <= s.max_retries <= 20:
             raise RequestValidationError([FieldProblem("max_retries", f"must be 0 to 20 (got {s.max_retries!r})")])
         for name, url in (("base_url", s.base_url), ("v2_base_url", s.v2_base_url)):

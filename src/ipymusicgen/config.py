@@ -18,6 +18,8 @@ ENV_BASE_URL = "MUSICGEN_BASE_URL"
 ENV_V2_BASE_URL = "MUSICGEN_V2_BASE_URL"
 ENV_JOURNAL = "MUSICGEN_JOURNAL"
 ENV_MAX_DOWNLOAD_MB = "MUSICGEN_MAX_DOWNLOAD_MB"
+MAX_SECONDS = 1e9
+"""The longest timeout or wait accepted (some 31 years): beyond it sockets and sleeps overflow."""
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 

@@ -10,9 +10,12 @@ status is ambiguous (a 5xx, or an error status inside a 200 envelope).
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import random
+import re
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -225,6 +228,19 @@ def v2_songs(data: Any) -> list[V2Song]:
     return [V2Song.model_validate(item) for item in data]
 
 
+@functools.lru_cache(maxsize=8)
+def key_pattern(key: str) -> re.Pattern[str]:
+    """The key as a server may echo it: as is, URL-encoded, JSON-escaped, in any case (a host is lower-cased)."""
+    forms = {key, urllib.parse.quote(key), urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key)}
+    forms.add(key.replace("/", "\\/"))
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)), re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=8)
+def _key_bytes_pattern(key: str) -> re.Pattern[bytes]:
+    return re.compile(key_pattern(key).pattern.encode("utf-8"), re.IGNORECASE)
+
+
 class Responses:
     """Turns responses and transport failures into results or errors, with the key scrubbed out.
 
@@ -239,22 +255,23 @@ class Responses:
     def redact(self, text: str) -> str:
         """Text with the key (if the server or the transport echoed it) masked."""
         key = self._key()
-        return text.replace(key, "***") if key and len(key) >= 4 and isinstance(text, str) else text
+        return key_pattern(key).sub("***", text) if key and len(key) >= 4 and isinstance(text, str) else text
 
     def scrub(self, value: Any) -> Any:
         """A decoded body with every string (keys of objects too) redacted; iterative, so depth is no risk."""
         key = self._key()
         if not key or len(key) < 4:
             return value
+        pattern = key_pattern(key)
         root: list[Any] = [value]
         stack: list[tuple[Any, Any]] = [(root, 0)]
         while stack:
             parent, slot = stack.pop()
             item = parent[slot]
             if isinstance(item, str):
-                parent[slot] = item.replace(key, "***")
+                parent[slot] = pattern.sub("***", item)
             elif isinstance(item, dict):
-                clean = {(k.replace(key, "***") if isinstance(k, str) else k): v for k, v in item.items()}
+                clean = {(pattern.sub("***", k) if isinstance(k, str) else k): v for k, v in item.items()}
                 parent[slot] = clean
                 stack.extend((clean, k) for k in clean)
             elif isinstance(item, list):
@@ -266,12 +283,16 @@ class Responses:
         key = self._key()
         if not key or len(key) < 4:
             return
-        for name, value in response.headers.multi_items():
-            if key in value:
-                response.headers[name] = value.replace(key, "***")
+        pattern = key_pattern(key)
+        items = response.headers.multi_items()
+        if any(pattern.search(name) or pattern.search(value) for name, value in items):
+            response.headers = httpx.Headers([(pattern.sub("***", n), pattern.sub("***", v)) for n, v in items])
         content = getattr(response, "_content", None)
-        if isinstance(content, bytes) and key.encode() in content:
-            response._content = content.replace(key.encode(), b"***")
+        if isinstance(content, bytes):
+            response._content = _key_bytes_pattern(key).sub(b"***", content)
+        reason = response.extensions.get("reason_phrase")
+        if isinstance(reason, bytes):
+            response.extensions["reason_phrase"] = _key_bytes_pattern(key).sub(b"***", reason)
 
     # -- transport failures --------------------------------------------------------------------------
 
@@ -315,6 +336,7 @@ class Responses:
     def process(self, endpoint: Endpoint, response: httpx.Response) -> Any:
         """The unwrapped `data` of a good answer; otherwise the right `APIStatusError`."""
         if response.is_redirect or 300 <= response.status_code < 400:
+            self._scrub_response(response)  # the error keeps the response: its Location and body may echo the key
             raise self.redirect_error(endpoint, response)
         body = self.decode(endpoint, response)
         try:
@@ -353,7 +375,7 @@ class Responses:
     ) -> APIStatusError:
         """The error for a refusal: by HTTP status first, by message only for a 5xx or an envelope status."""
         code = envelope_status if envelope_status is not None else response.status_code
-        text = self.redact(_error_text(body)) or response.reason_phrase or "no message"
+        text = self.redact(_error_text(body) or response.reason_phrase) or "no message"
         kwargs: dict[str, Any] = {"response": response, "body": body, "status_code": code}
         prefix = f"{endpoint.name}: "
         if envelope_status is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from .config import MAX_SECONDS
 from .errors import (
     APIConnectionError,
     APIResponseValidationError,
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from .flows import Journal
     from .journal import Attempt
 
+MAX_ID_LENGTH = 256
+"""The longest task id accepted (the service's are 36-character UUIDs): a longer one cannot travel in a URL."""
 Waitable = str | GenerateResult | Record | Iterable[Any]
 """What `wait()` takes: ids (a list, or one comma-joined string), a GenerateResult, records, or songs."""
 
@@ -106,6 +109,8 @@ def check_id(value: Any, field: str = "ids") -> str:
     task_id = value.strip()
     if not task_id:
         raise _refuse(field, "a task id is empty")
+    if len(task_id) > MAX_ID_LENGTH:
+        raise _refuse(field, f"a task id is too long ({len(task_id)} characters; at most {MAX_ID_LENGTH})")
     if "," in task_id:
         raise _refuse(field, f"a task id cannot contain a comma (got {task_id[:60]!r})")
     if any(not ch.isprintable() for ch in task_id):
@@ -155,10 +160,12 @@ def v1_ids(ids: Any) -> list[str]:
 def check_seconds(value: Any, field: str, *, allow_zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _refuse(field, f"must be a number of seconds (got {value!r})")
-    seconds = float(value)
+    seconds = float(value) if isinstance(value, float) or abs(value) <= MAX_SECONDS else math.inf  # no OverflowError
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         bound = "0 or more" if allow_zero else "more than 0"
-        raise _refuse(field, f"must be a finite number of seconds, {bound} (got {value!r})")
+        raise _refuse(field, f"must be a finite number of seconds, {bound} (got {str(value)[:40]})")
+    if seconds > MAX_SECONDS:
+        raise _refuse(field, f"must be at most {MAX_SECONDS:.0e} seconds (got {seconds:.3g})")
     return seconds
 
 

