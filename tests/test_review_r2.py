@@ -73,3 +73,25 @@ def test_a_search_typed_in_decomposed_unicode_finds_the_song(sandbox: Sandbox, t
             assert {s.id for s in library.songs(text=typed)} == set(ids), typed
             assert {s.id for s in library.songs(text=decomposed)} == set(ids), ascii(decomposed)
             assert library.count(text=decomposed) == len(ids)
+
+
+def test_a_sandbox_with_its_own_key_never_archives_into_the_users_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the sandbox is known by identity (it made the client), not by its demo key alone
+    monkeypatch.delenv("MUSICGEN_ARCHIVE", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    from ipymusicgen.archive import archive_dir_for, default_archive_dir, sandbox_archive_dir
+
+    assert str(default_archive_dir()).startswith(str(tmp_path / "xdg"))
+    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"my-test-key": 50}) as own:
+        with own.client(journal=Journal(tmp_path / "journal.sqlite3")) as client:
+            assert archive_dir_for(client) == sandbox_archive_dir()
+            ids = client.generate(action="auto", style="drone").ids
+            client.wait(ids)
+            archiver = archiver_of(client)
+            assert archiver is not None and archiver.join(30)
+            assert archiver.archived  # it archived, into its own temp folder
+        async_client = own.async_client()
+        assert archive_dir_for(async_client) == sandbox_archive_dir()
+    assert not (tmp_path / "xdg").exists() or not any((tmp_path / "xdg").rglob("*.mp3"))

@@ -59,11 +59,20 @@ def set_archive_dir(directory: str | Path | bool | None) -> None:
     _dir_override[:] = [] if directory in (None, "", True) else [directory]
 
 
+_sandbox_clients: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Clients a `Sandbox` made (`Sandbox.client()`), whatever key that sandbox was given."""
+
+
+def mark_sandbox_client(client: _Core) -> None:
+    """Called by `Sandbox.client()`: this client's songs go to the sandbox's temp folder, never the user's."""
+    _sandbox_clients.add(client)
+
+
 def is_sandbox(client: _Core) -> bool:
-    """The embedded sandbox, known by identity: its demo key, or the session's own sandbox address."""
+    """The embedded sandbox, known by identity: a client it made, its demo key, or the session's own sandbox."""
     from .sandbox import DEMO_KEY
 
-    if client.settings.key_value() == DEMO_KEY:
+    if client in _sandbox_clients or client.settings.key_value() == DEMO_KEY:
         return True
     from . import session
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..archive import mark_sandbox_client
 from ..client import AsyncMusicClient, MusicClient
 from ..config import Settings
 from . import DEMO_KEY
@@ -213,11 +214,15 @@ class Sandbox:
     def client(self, **kwargs: Any) -> MusicClient:
         """A `MusicClient` for this sandbox (its URLs and demo key); kwargs go to the client."""
         api_key = self._client_kwargs(kwargs).pop("api_key")
-        return MusicClient(api_key, **kwargs)
+        client = MusicClient(api_key, **kwargs)
+        mark_sandbox_client(client)  # its songs stay out of the user's archive, whatever this sandbox's key
+        return client
 
     def async_client(self, **kwargs: Any) -> AsyncMusicClient:
         api_key = self._client_kwargs(kwargs).pop("api_key")
-        return AsyncMusicClient(api_key, **kwargs)
+        client = AsyncMusicClient(api_key, **kwargs)
+        mark_sandbox_client(client)
+        return client
 
     def env(self) -> dict[str, str]:
         """Environment variables that point any client (or another process) at this sandbox."""
