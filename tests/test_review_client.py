@@ -167,3 +167,21 @@ def test_settings_refuse_seconds_too_large_to_be_seconds(sandbox: Sandbox, name:
     with pytest.raises(RequestValidationError) as caught:
         MusicClient(KEY, base_url=sandbox.base_url, journal=False, settings=Settings(**{name: value}))
     assert name in str(caught.value)
+
+
+def odd_durations(req: RawRequest, sock: Any) -> None:
+    if req.path == "/v2/query":
+        song = b'{"song_id": "s1", "status": "complete", "audio_duration": NaN}'
+        body = b'{"status": 200, "message": "ok", "data": ' + song + b"}"
+    else:
+        body = b'[{"id": "t1", "status": 4, "duration": Infinity}, {"id": "t2", "status": 4, "duration": -Infinity}]'
+    respond(sock, 200, raw=body)
+
+
+def test_a_duration_that_is_not_a_finite_number_reads_as_unknown() -> None:
+    """NaN/Infinity durations (Python's json reads them) are no length: `int(duration)` would raise downstream."""
+    with HostileServer(odd_durations) as server, client_for(server) as client:
+        records = client.tasks(["t1", "t2"])
+        song = client.query_v2("s1")
+    assert [r.duration_seconds for r in records] == [None, None]
+    assert song.duration_seconds is None

@@ -441,7 +441,7 @@ class TaskRecord(_Response):
     @property
     def duration_seconds(self) -> float | None:
         """Length in seconds, or None while the song is unfinished."""
-        if self.duration is None or self.duration < 0:
+        if self.duration is None or not 0 <= self.duration < math.inf:  # -1 while running; NaN/inf are no length
             return None
         return self.duration / 1000
 
@@ -493,7 +493,7 @@ class V2Song(_Response):
     @property
     def duration_seconds(self) -> float | None:
         """Length in seconds (the service sends milliseconds: 138280 is 2:18.28), None while running."""
-        if self.audio_duration is None or self.audio_duration < 0:
+        if self.audio_duration is None or not 0 <= self.audio_duration < math.inf:  # NaN/inf are no length
             return None
         return self.audio_duration / 1000
 
