@@ -114,3 +114,22 @@ def test_forged_library_intents_never_raise_in_the_kernel(sandbox: Sandbox, tmp_
             assert view.page == 0
         finally:
             view.close()
+
+
+def test_a_forged_choice_never_breaks_the_studio(client: Any) -> None:
+    made = studio(client)
+    try:
+        choices = (("song", "action"), ("song", "gender"), ("song", "mv"), ("v2", "is_auto"), ("v2", "model_version"))
+        for form, name in choices:
+            for value in ("zzz", "", float("inf"), [1], {"a": 1}, True):
+                made._on_msg(made.view, {"kind": "input", "form": form, "name": name, "value": value}, [])
+        intent(made, kind="input", form="song", name="action", value="custom")
+        intent(made, kind="input", form="song", name="mv", value="")
+        intent(made, kind="input", form="song", name="gender", value="")
+        intent(made, kind="input", form="song", name="style", value="folk")
+        intent(made, kind="input", form="song", name="title", value="Dawn")
+        intent(made, kind="input", form="song", name="lyrics", value="[Verse]\nmorning")
+        intent(made, kind="submit", form="song")
+        assert made.view.panes["song"]["status"] == "2 songs started"
+    finally:
+        made.close()

@@ -90,6 +90,10 @@ class FieldSpec:
         }
 
 
+OPEN_CHOICES = frozenset({"mv", "model_version"})
+"""Select fields that take a value outside their options (a model the table does not know yet)."""
+
+
 def limits_words(limits: ModelLimits | None) -> str:
     """'songs up to 8 minutes, lyrics up to 5,000 words' for a model, in words a person reads."""
     if limits is None:
@@ -329,6 +333,10 @@ class Pane:
                 value = spec.options[0][1] if spec.options else ""
             if value not in known and isinstance(value, str) and value.isdigit() and int(value) in known:
                 value = int(value)  # a toggle's value comes back from the browser as text
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                return  # not a choice the browser could send (a forged intent): nothing changes
+            if value not in known and not (name in OPEN_CHOICES and isinstance(value, str)):
+                return  # only a model may be one the table does not know (validation then names it)
             if value not in known and value != "":
                 options = (*spec.options, (f"{value} (not in the model table)", value))
                 self.specs[name] = spec = FieldSpec(spec.name, spec.label, spec.kind, spec.placeholder, options)
