@@ -95,3 +95,73 @@ def test_a_sandbox_with_its_own_key_never_archives_into_the_users_folder(
         async_client = own.async_client()
         assert archive_dir_for(async_client) == sandbox_archive_dir()
     assert not (tmp_path / "xdg").exists() or not any((tmp_path / "xdg").rglob("*.mp3"))
+
+
+def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_runs_again(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import socket
+    import sqlite3
+    import subprocess
+    import sys
+    import threading
+
+    from helpers import wait_until
+
+    from ipymusicgen.archive import archive_song
+    from ipymusicgen.library_store import LibraryStore
+
+    journal_path, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
+    with sandbox.client(journal=Journal(journal_path), archive=False) as client:
+        ids = client.generate(action="auto", style="half a song").ids
+        client.wait(ids)
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:  # an MP3 that stops half way and never finishes
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nContent-Length: 400000\r\n\r\n"
+            conn.sendall(head + b"\xff" * 150000)
+            held.append(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    with sqlite3.connect(journal_path) as db:
+        real_url = db.execute("SELECT audio_url FROM tasks WHERE id = ?", (ids[0],)).fetchone()[0]
+        db.execute("UPDATE tasks SET audio_url = ? WHERE id = ?",
+                   (f"http://127.0.0.1:{listener.getsockname()[1]}/files/a.mp3", ids[0]))  # fmt: skip
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from ipymusicgen import MusicClient\nfrom ipymusicgen.archive import archive_song\n"
+        "from ipymusicgen.library_store import LibraryStore\n"
+        "store = LibraryStore(sys.argv[1]); store.sync()\n"
+        "client = MusicClient('k', base_url='http://127.0.0.1:9', journal=False, archive=False)\n"
+        "archive_song(client, store, Path(sys.argv[2]), sys.argv[3])\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, str(journal_path), str(songs), ids[0]])
+    try:
+        wait_until(lambda: any(p.is_file() and p.stat().st_size > 0 for p in songs.rglob("*")), "a half download")
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert any(songs.glob(".ipymusicgen-archive-*"))  # the killed process left its half download behind
+    with sqlite3.connect(journal_path) as db:
+        db.execute("UPDATE tasks SET audio_url = ? WHERE id = ?", (real_url, ids[0]))
+    store = LibraryStore(journal_path)
+    try:
+        with sandbox.client(journal=False, archive=False) as downloader:
+            for task_id in ids:  # the re-run archives both songs, and sweeps what the dead process left
+                archive_song(downloader, store, songs, task_id)
+    finally:
+        store.close()
+    assert sorted(p.name for p in songs.iterdir() if p.name.startswith(".")) == []
+    assert len(list(songs.glob("*.mp3"))) == 2

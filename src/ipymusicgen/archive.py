@@ -223,6 +223,30 @@ def task_id_tag(path: Path) -> str | None:
     return str(frames[0].text[0]) if frames and frames[0].text else None
 
 
+STAGING_PREFIX = ".ipymusicgen-archive-"
+STAGING_OWNER = "owner.json"
+_swept: set[Path] = set()
+
+
+def _staging_dir(directory: Path) -> Path:
+    """A hidden folder for one song's download, naming its process; the first in a directory per process also
+    removes those a dead process left (kill -9 mid-download), so no half file outlives a re-run."""
+    from .journal import Owner
+
+    directory.mkdir(parents=True, exist_ok=True)
+    if directory not in _swept:
+        _swept.add(directory)
+        for old in directory.glob(STAGING_PREFIX + "*"):
+            with contextlib.suppress(Exception):
+                owner = json.loads((old / STAGING_OWNER).read_text())
+                if not Owner(str(owner["host"]), int(owner["pid"]), owner.get("started")).is_alive():
+                    shutil.rmtree(old, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=directory))
+    me = Owner.current()
+    (staging / STAGING_OWNER).write_text(json.dumps({"host": me.host, "pid": me.pid, "started": me.started}))
+    return staging
+
+
 def _place(staged: Path, directory: Path, name: str, task_id: str) -> Path:
     """Move a finished file to its name; replace a file of the same song (idempotent), never another's."""
     target = directory / name
@@ -244,7 +268,7 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
     if not song.audio_url:
         raise ValueError(f"{task_id} has no audio URL to archive")
     directory.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".ipymusicgen-archive-", dir=directory))
+    staging = _staging_dir(directory)
     try:
         staged = downloader.download(song.audio_url, staging)  # the client's download: its size limit holds
         cover = None
@@ -278,7 +302,7 @@ def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient | N
     if url is None:
         song_rows = store.query("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
         url = client.generate_wav((song_rows[0]["song_id"] if song_rows else None) or task_id)
-    staging = Path(tempfile.mkdtemp(prefix=".ipymusicgen-archive-", dir=archiver.directory))
+    staging = _staging_dir(archiver.directory)
     try:
         staged = client.download(url, staging)
         placed = _place(staged, archiver.directory, song.file_name(staged.suffix or ".wav"), task_id)
