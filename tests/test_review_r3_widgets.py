@@ -133,3 +133,40 @@ def test_a_forged_choice_never_breaks_the_studio(client: Any) -> None:
         assert made.view.panes["song"]["status"] == "2 songs started"
     finally:
         made.close()
+
+
+def test_an_unclosed_quote_in_an_option_value_is_one_line_and_sends_nothing(sandbox: Sandbox, tmp_path: Any) -> None:
+    import pytest
+    from IPython.core.error import UsageError
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from ipymusicgen import session
+
+    session.shutdown()
+    session.configure(
+        api_key=sandbox.api_key,
+        base_url=sandbox.base_url,
+        v2_base_url=sandbox.v2_base_url,
+        journal_path=str(tmp_path / "journal.sqlite3"),
+    )
+    shell = InteractiveShell.instance()
+    try:
+        with capture_output():
+            shell.run_line_magic("load_ext", "ipymusicgen")
+        shell.run_line_magic("config", "MusicGen.auto_watch = False")
+        before = sandbox.request_counts().get("/v1/music/generate", 0)
+        for line in ('--style "rock and roll a song about cats', "--title='Dawn of day --style folk", '--title "'):
+            with pytest.raises(UsageError) as caught:
+                shell.run_cell_magic("musicgen", line, "[Verse]\nmorning") if line == '--title "' else (
+                    shell.run_line_magic("musicgen", line)
+                )
+            assert "quote" in str(caught.value) and "\n" not in str(caught.value)
+        assert sandbox.request_counts().get("/v1/music/generate", 0) == before
+        with capture_output():  # an apostrophe in the free text is still just text
+            shell.run_line_magic("musicgen", "--style folk a song about my dog's day")
+        assert sandbox.request_counts()["/v1/music/generate"] == before + 1
+    finally:
+        shell.run_line_magic("unload_ext", "ipymusicgen")
+        shell.config.pop("MusicGen", None)
+        session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path")))

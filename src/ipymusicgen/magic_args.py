@@ -117,6 +117,13 @@ def _unquote(token: str) -> str:
     return parts[0] if len(parts) == 1 else token
 
 
+def _closed(option: str, value: str) -> str:
+    """An option's value as typed; one that opens a quote it never closes is refused (it would eat the text)."""
+    if value[:1] in ("\"", "'") and _unquote(value) == value:
+        raise UsageError(f"{option}: the quote opened in {value!r} is never closed")
+    return value
+
+
 def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
     """(option tokens, the rest of the line verbatim). Options stop at the first non-option or `--`."""
     options = list(options)
@@ -133,7 +140,7 @@ def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
             continue
         maybe_flag_value = False
         if expect_value:
-            value = _unquote(token)
+            value = _unquote(_closed(argv[-1], token))
             if value.startswith("-") and not _NEGATIVE_NUMBER.fullmatch(value):
                 argv[-1] += "=" + value  # argparse would take `-inf` or `-weird` for an option
             else:
@@ -144,7 +151,8 @@ def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
             return argv, line[match.end() :].strip()
         if not token.startswith("-") or token == "-" or re.fullmatch(r"-\d.*", token):
             return argv, line[match.start() :].strip()
-        name = token.split("=", 1)[0]
+        name, _, given = token.partition("=")
+        _closed(name, given)
         argv.append(_unquote(token))
         if "=" not in token and name in optional:
             maybe_flag_value = True
