@@ -18,7 +18,12 @@ import pytest
 from hostile_server import HostileServer, RawRequest, respond
 
 from ipymusicgen.client import AsyncMusicClient, MusicClient
-from ipymusicgen.errors import APIStatusError, RedirectRefusedError, RequestValidationError
+from ipymusicgen.errors import (
+    APIResponseValidationError,
+    APIStatusError,
+    RedirectRefusedError,
+    RequestValidationError,
+)
 from ipymusicgen.journal import Journal
 from ipymusicgen.sandbox import Sandbox
 
@@ -185,3 +190,31 @@ def test_a_duration_that_is_not_a_finite_number_reads_as_unknown() -> None:
         song = client.query_v2("s1")
     assert [r.duration_seconds for r in records] == [None, None]
     assert song.duration_seconds is None
+
+
+@pytest.mark.parametrize(
+    ("path", "answer"),
+    [
+        ("generate", {"ids": [""]}),
+        ("generate", {"ids": ["   "]}),
+        ("generate", {"ids": ["good-1", "a,b"]}),
+        ("generate", {"task_id": "x" * 1000}),
+        ("submit", [{"song_id": ""}]),
+        ("submit", [{"song_id": "ok-1"}, {"song_id": "a\u202eb"}]),
+    ],
+)
+def test_an_answer_with_unusable_ids_is_an_error_and_the_attempt_stays_unknown(
+    journal: Journal, path: str, answer: Any
+) -> None:
+    """Ids that could never be waited on (blank, comma, too long, control characters) are not "submitted"."""
+    with (
+        HostileServer(lambda req, sock: respond(sock, 200, answer)) as server,
+        client_for(server, journal) as client,
+        pytest.raises(APIResponseValidationError),
+    ):
+        if path == "generate":
+            client.generate(action="auto", style="x")
+        else:
+            client.submit_v2(is_auto=1, model_version="v4.5", prompt="x")
+    (attempt,) = journal.attempts()
+    assert attempt.outcome == "unknown"

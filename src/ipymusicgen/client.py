@@ -138,6 +138,8 @@ def _ids_of_generate(data: Any) -> GenerateResult:
     result = GenerateResult.model_validate(data)
     if not result.ids:
         raise ValueError("the answer carried no task ids")
+    for task_id in result.ids:  # an id that could never be waited on is no id (RequestValidationError: a ValueError)
+        check_id(task_id, "ids")
     return result
 
 
@@ -145,6 +147,8 @@ def _submitted_songs(data: Any) -> list[V2Song]:
     songs = v2_songs(data)
     if not songs:
         raise ValueError("the answer carried no songs")
+    for song in songs:
+        check_id(song.id, "song_id")
     return songs
 
 
