@@ -170,3 +170,25 @@ def test_an_unclosed_quote_in_an_option_value_is_one_line_and_sends_nothing(sand
         shell.run_line_magic("unload_ext", "ipymusicgen")
         shell.config.pop("MusicGen", None)
         session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path")))
+
+
+def test_the_command_line_refuses_a_bad_interval_before_paying(sandbox: Sandbox, tmp_path: Any) -> None:
+    import pytest
+
+    from ipymusicgen import session
+    from ipymusicgen.__main__ import main
+
+    for interval in ("nan", "-1", "0", "inf"):
+        session.configure(
+            api_key=sandbox.api_key,
+            base_url=sandbox.base_url,
+            v2_base_url=sandbox.v2_base_url,
+            journal_path=str(tmp_path / "journal.sqlite3"),
+        )
+        try:
+            with pytest.raises(SystemExit) as stopped:
+                main(["generate", "rain", "--interval", interval, "--download", str(tmp_path / "songs")])
+            assert stopped.value.code == 2
+        finally:
+            session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path")))
+    assert sandbox.request_counts().get("/v1/music/generate", 0) == 0

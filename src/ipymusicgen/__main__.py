@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import shlex
 import sys
 import tempfile
@@ -30,6 +31,17 @@ def notebook_source(name: str) -> Path:
             return folder / file_name
     known = ", ".join(sorted({p.stem for folder in folders if folder.is_dir() for p in folder.glob("*.ipynb")}))
     raise SystemExit(f"error: no demo notebook {file_name!r} (try: {known})")
+
+
+def _seconds(text: str) -> float:
+    """A poll interval: a finite number of seconds above 0, checked before anything is paid for."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"use a finite number of seconds above 0 (got {text!r})")
+    return value
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -156,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     generate.add_argument("description")
     generate.add_argument("--mv", help="model version, e.g. MFV3.0")
     generate.add_argument("--instrumental", action="store_true")
-    generate.add_argument("--interval", type=float, default=None, help="seconds between polls")
+    generate.add_argument("--interval", type=_seconds, default=None, help="seconds between polls")
     generate.add_argument("--download", metavar="DIR", default="songs", help="where to save finished songs")
     generate.set_defaults(run=_generate)
     demo = commands.add_parser("demo", help="execute a demo notebook end to end")
