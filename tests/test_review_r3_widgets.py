@@ -192,3 +192,16 @@ def test_the_command_line_refuses_a_bad_interval_before_paying(sandbox: Sandbox,
         finally:
             session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path")))
     assert sandbox.request_counts().get("/v1/music/generate", 0) == 0
+
+
+def test_the_command_line_prints_server_text_without_terminal_control_codes(capsys: Any) -> None:
+    from types import SimpleNamespace
+
+    from ipymusicgen.__main__ import _print_updates
+    from ipymusicgen.tasks import TaskState
+
+    hostile = "Dawn\x1b]0;pwned\x07\x1b[2J\r\x9b31m\nfake: line"
+    _print_updates([SimpleNamespace(id="t1\x1b[1m", state=TaskState.COMPLETE, duration_seconds=3.0, title=hostile)])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out
+    assert out.count("\n") == 1 and "Dawn" in out

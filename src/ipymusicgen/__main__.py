@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import json
 import math
+import re
 import shlex
 import sys
 import tempfile
@@ -52,20 +53,28 @@ def _generate(args: argparse.Namespace) -> int:
     if args.instrumental:
         fields["instrumental"] = 1
     result = client.generate(**fields)
-    print(f"submitted: {', '.join(result.ids)} (recorded in {session.get_journal().path})")
+    print(f"submitted: {_shown(', '.join(result.ids))} (recorded in {session.get_journal().path})")
     songs = client.wait(result.ids, interval=args.interval, on_update=_print_updates)
     for song in songs:
         if song.state is TaskState.COMPLETE and args.download:
             print(f"saved {client.download(song, args.download)}")
         elif song.state is TaskState.FAILED:
-            print(f"{song.id} failed: {song.fail_reason}")
+            print(f"{_shown(song.id)} failed: {_shown(song.fail_reason)}")
     return 0 if all(s.state is TaskState.COMPLETE for s in songs) else 1
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def _shown(text: object) -> str:
+    """Server text on one terminal line: control characters (escape sequences, line breaks) become a space."""
+    return _CONTROL.sub(" ", str(text or ""))
 
 
 def _print_updates(records: list) -> None:
     for record in records:
         duration = f" {record.duration_seconds:.0f}s" if record.duration_seconds else ""
-        print(f"  {record.id}: {record.state.value}{duration} {record.title or ''}".rstrip())
+        print(f"  {_shown(record.id)}: {record.state.value}{duration} {_shown(record.title)}".rstrip())
 
 
 def _kernel_manager(folder: Path) -> Any:
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except MusicGenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_shown(exc)}", file=sys.stderr)
         return 2
     finally:
         session.shutdown()
