@@ -205,3 +205,17 @@ def test_the_command_line_prints_server_text_without_terminal_control_codes(caps
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out
     assert out.count("\n") == 1 and "Dawn" in out
+
+
+def test_task_tables_keep_one_line_per_song_without_control_codes() -> None:
+    from ipymusicgen.display import Table, record_row
+    from ipymusicgen.models import TaskRecord
+
+    title = "Dawn\x1b[2J\x1b]0;pwned\x07\nfake row  done"
+    records = [
+        TaskRecord(id="t1", status=0, title=title, style="x", duration=4000),
+        TaskRecord(id="t2", status=3, title="ok", fail_reason="bad\r\nreason\x1b[31m"),
+    ]
+    shown = repr(Table([record_row(r) for r in records], records, caption="2 tasks"))
+    assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown
+    assert len(shown.splitlines()) == 4  # caption, header, two rows

@@ -8,6 +8,7 @@ Server text is escaped by `safe_html`; only http(s) URLs become links or players
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -35,8 +36,12 @@ def mask_key(key: str | None) -> str:
     return "****" + key[-4:] if len(key) >= 16 else "****"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
 def text(value: Any) -> str:
-    return "" if value is None else str(value)
+    """A table cell: server text on one line, control characters (escape codes, line breaks) as a space."""
+    return "" if value is None else _CONTROL.sub(" ", str(value))
 
 
 def when(value: datetime | float | None) -> str:
@@ -197,7 +202,7 @@ def _duration(record: Record) -> str:
 def record_row(record: Record) -> dict[str, str]:
     """One task as a row: the audio only once the song is complete."""
     return {
-        "id": record.id,
+        "id": text(record.id),
         "v": str(record.version),
         "state": record.state.value,
         "title": text(record.title),
@@ -210,7 +215,7 @@ def record_row(record: Record) -> dict[str, str]:
 def entry_row(entry: JournalEntry) -> dict[str, str]:
     """One journal entry as a row."""
     return {
-        "id": entry.id,
+        "id": text(entry.id),
         "v": str(entry.version),
         "state": entry.state,
         "started": when(entry.created_at),
