@@ -165,3 +165,44 @@ def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_ru
         store.close()
     assert sorted(p.name for p in songs.iterdir() if p.name.startswith(".")) == []
     assert len(list(songs.glob("*.mp3"))) == 2
+
+
+def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its_ids(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Another kernel holds the journal (BEGIN EXCLUSIVE) as a create is answered: the batch neither raises a
+    sqlite3 error nor loses the row's ids; the row's state reaches the file once the lock is let go."""
+    import sqlite3
+    import warnings
+
+    from helpers import wait_until
+
+    from ipymusicgen.batch_store import BatchStore
+
+    path = tmp_path / "journal.sqlite3"
+    journal = Journal(path, busy_timeout=0.05)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    sandbox.set_faults("slow:seconds=3:path=/v1/music/generate")
+    try:
+        with sandbox.client(journal=journal) as client, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the client's "not journalled yet" warning, from the batch's thread
+            batch = client.batch([{"style": "held", "mv": "MFV2.0"}], name="held", wait=False)
+            wait_until(lambda: sandbox.request_counts().get(GENERATE, 0) == 1, "the create to reach the service")
+            holder.execute("BEGIN EXCLUSIVE")
+            try:
+                wait_until(lambda: len(batch.rows[0].ids) == 2 or batch.error is not None, "the create's answer")
+            finally:
+                holder.execute("COMMIT")
+            assert batch.error is None and batch.rows[0].state in ("submitted", "complete")
+            ids = batch.rows[0].ids
+            batch.wait()
+            assert batch.error is None and batch.rows[0].state == "complete"
+        stored = BatchStore(path)
+        try:
+            (row,) = stored.rows("held").values()
+            assert row.ids == ids and row.state != "sending"
+        finally:
+            stored.close()
+    finally:
+        holder.close()
+        journal.close()

@@ -498,7 +498,14 @@ class _Engine:
             if self.batch.budget is not None and self.committed + cost > self.batch.budget:
                 self._skip(row, f"budget of {self.batch.budget} credits reached")
                 continue
-            if not self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown):
+            try:
+                claimed = self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown)
+            except sqlite3.OperationalError as exc:  # locked by another kernel, full: not sent, a re-run sends it
+                row.state, row.error = "failed", f"not sent: the batch's row could not be recorded ({exc})"
+                row.finished_at = now
+                self.batch._changed()
+                continue
+            if not claimed:
                 row.state, row.error = "unknown", "claimed by another run of this batch"
                 continue
             self.committed += cost
@@ -614,6 +621,7 @@ class _Engine:
         return self.poll_interval
 
     def finish(self, counts_after: int | None) -> None:
+        self.store.flush()  # row states a locked file refused earlier
         if counts_after is not None:
             self.batch.counts_after = counts_after
             self.store.record_counts(self.name, after=counts_after)

@@ -14,11 +14,13 @@ import socket
 import sqlite3
 import threading
 import time
+import warnings
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .journal import Owner, open_db, write_transaction
+from .journal import JournalWriteWarning, Owner, open_db, write_transaction
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch_rows (
@@ -88,12 +90,36 @@ class BatchStore:
         else:
             self._db = open_db(self.path)
         self._db.executescript(_SCHEMA)
+        self._deferred: list[tuple[str, tuple[Any, ...]]] = []
+        """Row states the file refused (locked by another kernel, disk full): written before the next write."""
 
     def __repr__(self) -> str:
         return f"BatchStore({str(self.path) if self.path else 'in memory'!r})"
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         return write_transaction(self._db, self._lock)
+
+    def _record(self, statements: list[tuple[str, tuple[Any, ...]]]) -> bool:
+        """Write `statements` after any deferred ones, in one transaction; if the file refuses (locked past the
+        busy timeout, full, read-only), keep them for the next write rather than fail the batch: the row's
+        ids are in memory (and in the client's journal backlog), and a lost state write must not stop it."""
+        earlier = list(self._deferred)
+        try:
+            with self._write() as db:
+                for sql, params in [*earlier, *statements]:
+                    db.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            self._deferred.extend(statements)
+            warnings.warn(
+                f"Batch rows could not be written to {self.path} ({exc}); kept in memory, written at the next "
+                "write.", JournalWriteWarning, stacklevel=3)  # fmt: skip
+            return False
+        del self._deferred[: len(earlier)]
+        return True
+
+    def flush(self) -> bool:
+        """Write the deferred row states now; True when none are left."""
+        return self._record([]) if self._deferred else True
 
     def open_batch(self, name: str, rows: list[tuple[str, str, bool]]) -> dict[int, StoredRow]:
         """Record rows (hash, request JSON, v2) not yet known; return every row's stored state.
@@ -144,27 +170,27 @@ class BatchStore:
     def set_state(
         self, name: str, index: int, state: str, *, ids: list[str] | None = None, error: str | None = None
     ) -> None:
-        with self._write() as db:
-            if ids is None:
-                db.execute(
-                    "UPDATE batch_rows SET state = ?, error = ?, updated_at = ? WHERE batch = ? AND row_index = ?",
-                    (state, error, time.time(), name, index),
-                )
-            else:
-                db.execute(
-                    "UPDATE batch_rows SET state = ?, ids = ?, error = ?, updated_at = ?"
-                    " WHERE batch = ? AND row_index = ?",
-                    (state, json.dumps(ids), error, time.time(), name, index),
-                )
+        if ids is None:
+            statement = (
+                "UPDATE batch_rows SET state = ?, error = ?, updated_at = ? WHERE batch = ? AND row_index = ?",
+                (state, error, time.time(), name, index),
+            )
+        else:
+            statement = (
+                "UPDATE batch_rows SET state = ?, ids = ?, error = ?, updated_at = ? WHERE batch = ? AND row_index = ?",
+                (state, json.dumps(ids), error, time.time(), name, index),
+            )
+        self._record([statement])
 
     def record_counts(self, name: str, *, before: int | None = None, after: int | None = None) -> None:
-        with self._write() as db:
-            if before is not None:
-                db.execute(
-                    "UPDATE batches SET counts_before = COALESCE(counts_before, ?) WHERE name = ?", (before, name)
-                )
-            if after is not None:
-                db.execute("UPDATE batches SET counts_after = ? WHERE name = ?", (after, name))
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if before is not None:
+            statements.append(
+                ("UPDATE batches SET counts_before = COALESCE(counts_before, ?) WHERE name = ?", (before, name))
+            )
+        if after is not None:
+            statements.append(("UPDATE batches SET counts_after = ? WHERE name = ?", (after, name)))
+        self._record(statements)
 
     def counts(self, name: str) -> tuple[int | None, int | None, int]:
         """(counts left before the batch's first call, after its last, rows whose create went out)."""
