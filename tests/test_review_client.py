@@ -218,3 +218,12 @@ def test_an_answer_with_unusable_ids_is_an_error_and_the_attempt_stays_unknown(
             client.submit_v2(is_auto=1, model_version="v4.5", prompt="x")
     (attempt,) = journal.attempts()
     assert attempt.outcome == "unknown"
+
+
+@pytest.mark.parametrize("url", ["https://exa\tmple.com", "https://", "https://[zz]", "https://host:99999", "http:///x"])
+def test_a_base_url_that_cannot_be_sent_to_is_refused_at_once(url: str) -> None:
+    """Not an httpx error at the first paid call (after the attempt was journalled "maybe charged")."""
+    for field in ("base_url", "v2_base_url"):
+        with pytest.raises(RequestValidationError) as caught:
+            MusicClient(KEY, journal=False, **{field: url})
+        assert field in str(caught.value)

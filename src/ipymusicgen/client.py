@@ -290,7 +290,12 @@ class _Core(WaitFlows):
         if isinstance(s.max_retries, bool) or not isinstance(s.max_retries, int) or not 0 <= s.max_retries <= 20:
             raise RequestValidationError([FieldProblem("max_retries", f"must be 0 to 20 (got {s.max_retries!r})")])
         for name, url in (("base_url", s.base_url), ("v2_base_url", s.v2_base_url)):
-            if url_scheme(url) not in ("http", "https"):
+            try:  # as httpx will read it: a URL it cannot send to fails here, not after a paid attempt is journalled
+                parsed = httpx.URL(url)
+                ok = url_scheme(url) in ("http", "https") and bool(parsed.host) and (parsed.port or 1) <= 65535
+            except (httpx.InvalidURL, ValueError):
+                ok = False
+            if not ok:
                 raise RequestValidationError([FieldProblem(name, f"must be an http(s) URL (got {url[:80]!r})")])
         key = s.key_value()
         if key and any(not ("!" <= ch <= "~") for ch in key):
