@@ -107,20 +107,26 @@ class BatchForm(w.VBox):
         self.name = w.Text(value="", placeholder="derived from the rows", description="Name")
         self.estimate = w.HTML()
         self.start = w.Button(description="Start", button_style="primary", tooltip="Send the batch")
+        self.cancel = w.Button(description="Cancel", tooltip="Do not send the batch", layout=w.Layout(display="none"))
+        self.confirm_required: bool | None = None
+        """None: a real key confirms before paying (the embedded sandbox's demo key does not); or forced."""
+        self.confirm_text = ""
+        self._rows_words = ""
         self.error = ""
         self.batch: Batch | None = None
         self.view = BatchView(watcher=watcher)
-        for control in (self.lines, self.source, self.concurrency, self.budget):
+        for control in (self.lines, self.source, self.concurrency, self.budget, self.name):
             control.observe(lambda _change: self.update_estimate(), names="value")
         self.refresh_sources.on_click(lambda _b: self.list_sources())
-        self.start.on_click(lambda _b: self.submit())
+        self.start.on_click(lambda _b: self._start_clicked())
+        self.cancel.on_click(lambda _b: self._set_confirm(""))
         super().__init__(
             [
                 self.lines,
                 w.HBox([self.source, self.refresh_sources]),
                 w.HBox([self.concurrency, self.budget, self.name]),
                 self.estimate,
-                self.start,
+                w.HBox([self.start, self.cancel]),
                 self.view,
             ]
         )
@@ -180,6 +186,7 @@ class BatchForm(w.VBox):
         """Validate every row and show the estimate (no network); the problem, escaped, when there is one."""
         from ..batch import validate_rows
 
+        self._set_confirm("")  # a changed batch is confirmed again
         try:
             rows = validate_rows(self.requests(), allow_unknown_models=self.client.settings.allow_unknown_models)
             budget = self._budget()
@@ -192,7 +199,7 @@ class BatchForm(w.VBox):
         total = costs.estimate_total(r.request for r in rows)
         self.error = ""
         over = f" — more than the budget of {budget}" if budget is not None and total > budget else ""
-        count = f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
+        count = self._rows_words = f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
         self.estimate.value = f"<span>{count}, about <b>{total}</b> credits{esc(over)}</span>"
         return total
 
@@ -201,6 +208,33 @@ class BatchForm(w.VBox):
         self.estimate.value = f"<span style='color: var(--jp-error-color1, #d32f2f)'>{esc(message)}</span>"
 
     # -- start ---------------------------------------------------------------------------------------
+
+    @property
+    def needs_confirm(self) -> bool:
+        """A batch is confirmed before it is sent with a real key; the embedded sandbox's demo key costs nothing."""
+        if self.confirm_required is not None:
+            return self.confirm_required
+        from ..sandbox import DEMO_KEY
+
+        return self.client.settings.key_value() != DEMO_KEY
+
+    def _set_confirm(self, text: str) -> None:
+        self.confirm_text = text
+        self.start.description = "Confirm and send" if text else "Start"
+        self.cancel.layout.display = None if text else "none"
+        if text:
+            self.estimate.value = f"<span>{esc(text)}</span>"
+
+    def _start_clicked(self) -> None:
+        """The Start button (the browser only says it was pressed): with a real key the first press asks, the
+        second, on the same batch, sends. The decision is here, not in the browser."""
+        if self.needs_confirm and not self.confirm_text:
+            total = self.update_estimate()
+            if total is not None:
+                self._set_confirm(f"Send {self._rows_words}? It uses about {total} credits.")
+            return
+        self._set_confirm("")
+        self.submit()
 
     def submit(self) -> Batch | None:
         """Start the batch in the background (the view follows it); None, with the problem shown, if refused."""

@@ -641,6 +641,8 @@ class Studio(TextRepr, w.VBox):
             if widget is not None:
                 widget.layout.display = "none"
                 self.embedded[tab] = widget
+                if hasattr(widget, "confirm_required"):  # the Batch tab confirms as the other panes do
+                    widget.confirm_required = confirm
         self._view.tabs = [
             {
                 "id": t,
