@@ -227,3 +227,17 @@ def test_a_base_url_that_cannot_be_sent_to_is_refused_at_once(url: str) -> None:
         with pytest.raises(RequestValidationError) as caught:
             MusicClient(KEY, journal=False, **{field: url})
         assert field in str(caught.value)
+
+
+def test_a_request_model_of_the_other_version_is_refused_and_nothing_is_sent(sandbox: Sandbox) -> None:
+    """`generate(v2_request)` sent a bare auto request without the prompt; `submit_v2(v1_request)` was unclear."""
+    from ipymusicgen.models import build_generate_request, build_v2_request
+
+    v2 = build_v2_request(is_auto=1, model_version="v4.5", prompt="rain on a tin roof")
+    v1 = build_generate_request(action="auto", style="lo-fi")
+    with sandbox.client() as client:
+        with pytest.raises(RequestValidationError, match="v2"):
+            client.generate(v2)
+        with pytest.raises(RequestValidationError, match="v1"):
+            client.submit_v2(v1)
+    assert not any(sandbox.request_counts().values())

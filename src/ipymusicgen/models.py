@@ -373,6 +373,10 @@ def build_generate_request(
 
     `action` defaults to `auto`. Raises `RequestValidationError` naming each bad field.
     """
+    if isinstance(data, BaseModel) and not isinstance(data, _V1Request):  # a v2 request would lose its fields
+        raise RequestValidationError(
+            [FieldProblem("request", f"a v1 request is needed here, not a {type(data).__name__} (v2: submit_v2())")]
+        )
     if isinstance(data, _V1Request) and not fields:
         return data  # built (and validated) already: validating again would repeat its warnings
     if isinstance(data, _V1Request):  # keep its action: a default, so not in the "set" fields
@@ -386,6 +390,10 @@ def build_v2_request(
     data: Mapping[str, Any] | V2Request | None = None, /, *, allow_unknown_models: bool = False, **fields: Any
 ) -> V2Request:
     """Validate a v2 body, or raise `RequestValidationError` naming each bad field."""
+    if isinstance(data, BaseModel) and not isinstance(data, V2Request):
+        raise RequestValidationError(
+            [FieldProblem("request", f"a v2 request is needed here, not a v1 {type(data).__name__} (v1: generate())")]
+        )
     if isinstance(data, V2Request) and not fields:
         return data  # built (and validated) already: validating again would repeat its warnings
     if isinstance(data, V2Request):
