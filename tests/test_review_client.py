@@ -241,3 +241,12 @@ def test_a_request_model_of_the_other_version_is_refused_and_nothing_is_sent(san
         with pytest.raises(RequestValidationError, match="v1"):
             client.submit_v2(v1)
     assert not any(sandbox.request_counts().values())
+
+
+def test_a_bool_continue_at_is_refused_v1_like_v2(sandbox: Sandbox) -> None:
+    with sandbox.client() as client:
+        with pytest.raises(RequestValidationError, match="continue_at"):
+            client.generate(action="extend", continue_song_id="s1", continue_at=True, style="x")
+        with pytest.raises(RequestValidationError, match="continue_at"):
+            client.submit_v2(is_auto=0, model_version="v4.5", prompt="rain x", continue_at=True, continue_song_id="s1")
+    assert not any(sandbox.request_counts().values())

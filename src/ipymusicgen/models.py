@@ -118,6 +118,13 @@ class _V1Request(_Request):
     def _known_mv(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _check_model_name(value, V1_MODELS, info)
 
+    @field_validator("continue_at", mode="before", check_fields=False)
+    @classmethod
+    def _no_bool_continue_at(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # True would travel as 1.0: a flag where seconds are meant is a mistake
+            raise PydanticCustomError("number_type", "must be a number of seconds (got {at})", {"at": value})
+        return value
+
     @field_validator("continue_at", mode="after", check_fields=False)
     @classmethod
     def _finite_continue_at(cls, value: float | int | None) -> float | int | None:
