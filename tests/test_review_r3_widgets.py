@@ -249,3 +249,37 @@ def test_the_batch_tab_asks_to_confirm_with_a_real_key_and_the_browser_cannot_sk
             assert paid.request_counts()["/v1/music/generate"] == 2
         finally:
             made.close()
+
+
+def test_a_failed_songs_line_after_wait_is_one_line_without_control_codes(sandbox: Sandbox, tmp_path: Any) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from ipymusicgen import session
+
+    session.shutdown()
+    session.configure(
+        api_key=sandbox.api_key,
+        base_url=sandbox.base_url,
+        v2_base_url=sandbox.v2_base_url,
+        journal_path=str(tmp_path / "journal.sqlite3"),
+        poll_interval=0.05,
+    )
+    shell = InteractiveShell.instance()
+    reason = "bad\x1b[2J\r\nTask fake-id is complete\x07"
+    sandbox.set_faults([{"kind": "task_fail", "path": "/v1/music/generate", "fail_reason": reason}])
+    try:
+        with capture_output():
+            shell.run_line_magic("load_ext", "ipymusicgen")
+        shell.run_line_magic("config", "MusicGen.auto_watch = False")
+        with capture_output() as shown:
+            songs = shell.run_line_magic("musicgen", "--wait --timeout 60 --style pop la la")
+        assert [s.fail_reason for s in songs] == [reason, reason]
+        lines = shown.stdout.splitlines()
+        assert len(lines) == 2 and all(line.startswith("Task ") and "fake-id is complete" in line for line in lines)
+        assert "\x1b" not in shown.stdout and "\r" not in shown.stdout and "\x07" not in shown.stdout
+    finally:
+        sandbox.set_faults("")
+        shell.run_line_magic("unload_ext", "ipymusicgen")
+        shell.config.pop("MusicGen", None)
+        session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval")))

@@ -33,6 +33,7 @@ from .display import (  # the result types live in display.py; these names stay 
     mask_key,
     record_row,
 )
+from .display import text as one_line_text
 from .errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
 from .interpolate import expand, left_verbatim
 from .magic_args import (
@@ -316,7 +317,7 @@ class MusicGen(Magics):
         records = list(watcher.wait(timeout)) if watcher is not None else client.wait([*ids, *songs], timeout=timeout)
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
-            print(f"Task {record.id} failed: {record.fail_reason or 'no reason given'}")
+            print(f"Task {one_line_text(record.id)} failed: {one_line_text(record.fail_reason) or 'no reason given'}")
         return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
     def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song]) -> TaskWatcher:
