@@ -283,3 +283,25 @@ def test_a_failed_songs_line_after_wait_is_one_line_without_control_codes(sandbo
         shell.run_line_magic("unload_ext", "ipymusicgen")
         shell.config.pop("MusicGen", None)
         session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval")))
+
+
+def test_a_cards_concat_asks_first_with_a_real_key() -> None:
+    from ipymusicgen.widgets.watcher import TaskWatcher
+
+    paid = Sandbox(stage_seconds=0.1, song_seconds=2, faults="", keys={REAL_LOOKING_KEY: 40})
+    with paid, paid.client(max_retries=0) as client:
+        ids = list(client.generate(action="auto", style="rain").ids)
+        client.wait(ids, timeout=30)
+        watcher = TaskWatcher(ids, client=client)
+        try:
+            watcher.wait(30)
+            watcher._handle_custom_msg({"kind": "concat", "id": ids[0]}, [])  # a press, or a forged intent
+            assert paid.request_counts()["/v1/music/generate"] == 1 and watcher.ids == ids
+            assert "press Concat again" in watcher.card(ids[0]).note
+            watcher._handle_custom_msg({"kind": "copy_id", "id": ids[1]}, [])  # anything else in between
+            watcher._handle_custom_msg({"kind": "concat", "id": ids[1]}, [])  # another song asks on its own
+            assert paid.request_counts()["/v1/music/generate"] == 1
+            watcher._handle_custom_msg({"kind": "concat", "id": ids[1]}, [])  # the second press sends
+            assert paid.request_counts()["/v1/music/generate"] == 2 and len(watcher.ids) == 4
+        finally:
+            watcher.close()

@@ -631,6 +631,7 @@ class Studio(TextRepr, w.VBox):
         from .watcher import TaskWatcher
 
         self.watcher = TaskWatcher(client=client)
+        self.watcher.confirm_required = confirm  # a card's concat is paid: it confirms as the panes do
         self.song.on_submitted(lambda ids: self.watcher.add(ids))
         self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True))
         if hasattr(self.watcher, "_form_provider"):

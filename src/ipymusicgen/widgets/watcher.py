@@ -96,7 +96,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self,
         ids: Iterable[str] = (),
         *,
-        v2_ids: Iterable[str] = (),
+        v2_ids: Iterable[str | V2Song] = (),
         client: MusicClient | None = None,
         interval: float | None = None,
         autostart: bool = True,
@@ -133,6 +133,9 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         """Seconds a rate-limited service asked for (Retry-After); the thread waits at least that long."""
         self._form_provider: Callable[[bool], Any] | None = None
         """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
+        self.confirm_required: bool | None = None
+        """None: with a real key a card's concat (a paid request) asks first; True/False: always/never."""
+        self._concat_asked: str | None = None
         self.extend_form: GenerateForm | V2Form | None = None
         """The last extend form made when no studio provides one."""
         self.on_favourite: Callable[[str, bool], Any] | None = None
@@ -408,6 +411,13 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self.add(ids)
         return ids
 
+    def _needs_confirm(self) -> bool:
+        if self.confirm_required is not None:
+            return self.confirm_required
+        from ..sandbox import DEMO_KEY
+
+        return self._client.settings.key_value() != DEMO_KEY
+
     def download(self, task_id: str, directory: str | Path | None = None) -> Path:
         """Save the final file of a finished song, named from its title; returns the path."""
         record = self._finished_record(task_id)
@@ -430,8 +440,14 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
     def run_action(self, name: str, task_id: str) -> Any:
         """What a card button does; the outcome or the error becomes the card's note (plain text)."""
         card = self.card(task_id)
+        asked, self._concat_asked = self._concat_asked, None  # a confirm holds for the very next press only
         try:
-            if name == "extend":
+            if name == "concat" and asked != task_id and self._needs_confirm():
+                self._finished_record(task_id)  # a song that cannot be joined says so now
+                self._concat_asked = task_id
+                card.note = "Join this song's parts into one? That is a paid request: press Concat again to send."
+                result = None
+            elif name == "extend":
                 result = self.extend(task_id)
                 where = "in the studio" if self._form_provider is not None else "as `watcher.extend_form`"
                 card.note = f"Extend form ready {where}: set the options and submit."
