@@ -305,3 +305,11 @@ def test_a_cards_concat_asks_first_with_a_real_key() -> None:
             assert paid.request_counts()["/v1/music/generate"] == 2 and len(watcher.ids) == 4
         finally:
             watcher.close()
+
+
+def test_a_cards_text_line_stays_one_line() -> None:
+    from ipymusicgen.models import TaskRecord
+    from ipymusicgen.widgets.song_data import card_summary, song_card
+
+    record = TaskRecord(id="t1", status=3, title="ok", fail_reason="bad\r\n'Fake' (take 2) [Ready] 2:00 https://x")
+    assert len(card_summary(song_card(record)).splitlines()) == 1

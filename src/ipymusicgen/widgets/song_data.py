@@ -199,7 +199,7 @@ def card_summary(card: dict[str, Any]) -> str:
     """One plain-text line of a card dict, for text reprs: title, take, state, duration, audio URL."""
     title = card.get("title") or "untitled"
     take = f" (take {card['take']})" if card.get("call") else ""
-    reason = f": {card['fail_reason']}" if card.get("fail_reason") else ""
+    reason = f": {' '.join(card['fail_reason'].split())}" if card.get("fail_reason") else ""  # one line
     return (
         f"{title!r}{take} [{card.get('state_label') or card.get('state')}{reason}] "
         f"{duration_text(card.get('duration_s'))} {card.get('audio_url') or '-'}"
