@@ -206,3 +206,48 @@ def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its
     finally:
         holder.close()
         journal.close()
+
+
+def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and_says_why_a_choice_waits(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    import sqlite3
+    import warnings
+
+    from ipymusicgen.errors import MusicGenError
+    from ipymusicgen.journal import JournalWriteWarning
+
+    path = tmp_path / "journal.sqlite3"
+    Library(path).close()  # the library's tables exist (as after any archived song)
+    with sandbox.client(journal=Journal(path), archive=False) as client:  # journalled, never indexed yet
+        ids = client.generate(action="auto", style="held open").ids
+        client.wait(ids)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            library = Library(path)  # indexing must wait, the songs must not
+        try:
+            assert any(w.category is JournalWriteWarning for w in caught)
+            assert {s.id for s in library.songs()} == set(ids)
+            with pytest.raises(MusicGenError, match="locked") as info:
+                library.favourite(ids[0])
+            assert not isinstance(info.value, sqlite3.Error)
+        finally:
+            library.close()
+        fresh = tmp_path / "fresh.sqlite3"
+        Journal(fresh).close()
+        other = sqlite3.connect(fresh, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(MusicGenError, match="locked"):  # a first open cannot make its tables: said plainly
+            Library(fresh)
+        other.execute("COMMIT")
+        other.close()
+    finally:
+        holder.execute("COMMIT")
+        holder.close()
+    with Library(path) as library:  # the lock let go: indexed, searchable, and the choice can be made
+        assert {s.id for s in library.songs(text="held")} == set(ids)
+        library.favourite(ids[0])
+        assert library.song(ids[0]).favourite

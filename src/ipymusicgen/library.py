@@ -12,14 +12,17 @@ import contextlib
 import datetime as dt
 import html
 import re
+import sqlite3
 import time
 import unicodedata
+import warnings
 import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .journal import JournalWriteWarning
 from .library_store import LibraryStore, unpack_peaks
 
 SPEND_BY = ("day", "model", "batch")
@@ -209,7 +212,12 @@ class Library:
             journal_path = get_journal().path
         self.store = LibraryStore(journal_path)
         self.path = self.store.path
-        self.store.sync()
+        try:
+            self.store.sync()
+        except sqlite3.OperationalError as exc:  # another kernel holds the file: every song is still listed
+            warnings.warn(
+                f"The library could not index new songs in {self.path} ({exc}); they are listed, and searchable "
+                "once the library is opened again.", JournalWriteWarning, stacklevel=2)  # fmt: skip
         _open_libraries.add(self)
 
     def __repr__(self) -> str:

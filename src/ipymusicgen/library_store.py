@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from .errors import MusicGenError
 from .journal import Journal, open_db, write_transaction
 
 SCHEMA = """
@@ -51,6 +52,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS library_fts USING fts5(
 TEXT_LIMIT = 50_000
 PEAK_SCALE = 127
 """Peaks are stored as int8 pairs (400 points = 800 bytes a song), plenty for a drawing."""
+
+
+class LibraryWriteError(MusicGenError):
+    """A choice (favourite, note, keep) could not be written: the journal file is locked, full or read-only."""
 
 
 def model_of(payload: dict[str, Any]) -> str | None:
@@ -88,8 +93,14 @@ class LibraryStore:
         self.lock = threading.RLock()
         Journal(self.path).close()  # the journal's own tables exist before the library's join them
         self.db = open_db(self.path)
-        with self.lock:
-            self.db.executescript(SCHEMA)
+        try:
+            with self.lock:
+                self.db.executescript(SCHEMA)
+        except sqlite3.OperationalError as exc:  # first open while another kernel holds the file
+            self.db.close()
+            raise LibraryWriteError(
+                f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."
+            ) from None
 
     def close(self) -> None:
         with self.lock:
@@ -185,11 +196,17 @@ class LibraryStore:
     def set_field(self, task_id: str, column: str, value: Any) -> None:
         if column not in {"favourite", "kept", "note"}:
             raise ValueError(column)
-        with self.write() as db:
-            if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
-                raise KeyError(task_id)
-            self._ensure_row(db, task_id)
-            db.execute(f"UPDATE library_songs SET {column} = ? WHERE id = ?", (value, task_id))
+        try:
+            with self.write() as db:
+                if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
+                    raise KeyError(task_id)
+                self._ensure_row(db, task_id)
+                db.execute(f"UPDATE library_songs SET {column} = ? WHERE id = ?", (value, task_id))
+        except sqlite3.OperationalError as exc:  # another kernel holding the file, a full disk: say so, plainly
+            raise LibraryWriteError(
+                f"The {column} of {task_id} was not saved: the journal {self.path} cannot be written now ({exc}). "
+                "Try again in a moment."
+            ) from None
 
     # -- the archive ---------------------------------------------------------------------------------
 
