@@ -251,3 +251,24 @@ def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and
         assert {s.id for s in library.songs(text="held")} == set(ids)
         library.favourite(ids[0])
         assert library.song(ids[0]).favourite
+
+
+def test_the_library_magic_searches_words_with_an_apostrophe(sandbox: Sandbox, tmp_path: Path) -> None:
+    from IPython.core.error import UsageError
+
+    from ipymusicgen.library_magics import parse_library_line
+
+    journal_path = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "songs") as client:
+        ids = client.generate(action="custom", title="Don't Stop Singin'", style="soul", lyrics="la").ids
+        client.wait(ids)
+        archiver = archiver_of(client)
+        assert archiver is not None and archiver.join(30)
+    assert parse_library_line("don't stop --state ready") == ("don't stop", {"state": "ready"})
+    assert parse_library_line("singin' soul") == ("singin' soul", {})
+    with pytest.raises(UsageError):
+        parse_library_line('"unclosed')  # a quote the user opened is still theirs to close
+    with Library(journal_path) as library:
+        for line in ("don't stop", "singin' soul", "DON'T"):
+            text, _ = parse_library_line(line)
+            assert {s.id for s in library.songs(text=text)} == set(ids), line

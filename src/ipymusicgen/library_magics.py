@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -22,7 +23,10 @@ def parse_library_line(line: str) -> tuple[str, dict[str, Any]]:
     try:
         words = shlex.split(line)
     except ValueError as exc:
-        raise UsageError(f"{exc}. Usage: {USAGE}") from exc
+        try:  # an apostrophe after a letter is part of the words searched for: don't, singin' in the rain
+            words = shlex.split(re.sub(r"(?<=\w)'", "\\\\'", line))
+        except ValueError:
+            raise UsageError(f"{exc}. Usage: {USAGE}") from exc
     text, options = [], {}
     i = 0
     while i < len(words):
