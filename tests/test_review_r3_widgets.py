@@ -313,3 +313,29 @@ def test_a_cards_text_line_stays_one_line() -> None:
 
     record = TaskRecord(id="t1", status=3, title="ok", fail_reason="bad\r\n'Fake' (take 2) [Ready] 2:00 https://x")
     assert len(card_summary(song_card(record)).splitlines()) == 1
+
+
+def test_forged_library_state_from_the_browser_is_bounded(tmp_path: Any) -> None:
+    from ipymusicgen import Journal
+    from ipymusicgen.library import Library
+    from ipymusicgen.widgets.library import LibraryView
+
+    journal_path = tmp_path / "journal.sqlite3"
+    Journal(journal_path).close()
+    with Library(journal_path) as library:
+        view = LibraryView(library)
+        try:
+            for state in (
+                {"filters": {"state": ["x"], "model": {"a": 1}, "favourite": "yes", "batch": 5, "other": 1}},
+                {"page_size": 0},
+                {"page_size": 10**9},
+                {"page": -3},
+            ):
+                view.set_state(state)  # what a comm "update" from the browser does
+                view._on_msg(view, {"kind": "refresh"}, [])
+                assert not view.status.startswith("Could not"), view.status
+            assert 1 <= view.page_size <= 200 and view.page == 0
+            assert set(view.filters) == {"state", "favourite", "model", "batch"}
+            assert all(isinstance(v, str) for k, v in view.filters.items() if k != "favourite")
+        finally:
+            view.close()

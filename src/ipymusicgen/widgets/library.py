@@ -129,6 +129,23 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
     spend_total = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("").tag(sync=True)
 
+    # The browser only sends intents; these keep a forged state update from poisoning every later query.
+    @traitlets.validate("filters")
+    def _valid_filters(self, proposal: Any) -> dict[str, Any]:
+        given = proposal["value"] if isinstance(proposal["value"], dict) else {}
+        return {
+            k: bool(given.get(k)) if k == "favourite" else (v if isinstance(v := given.get(k), str) else "")[:200]
+            for k in FILTER_KEYS
+        }
+
+    @traitlets.validate("page_size")
+    def _valid_page_size(self, proposal: Any) -> int:
+        return max(1, min(int(proposal["value"]), 200))
+
+    @traitlets.validate("page")
+    def _valid_page(self, proposal: Any) -> int:
+        return max(0, int(proposal["value"]))
+
     def __init__(
         self,
         library: Library | None = None,
