@@ -250,3 +250,18 @@ def test_a_bool_continue_at_is_refused_v1_like_v2(sandbox: Sandbox) -> None:
         with pytest.raises(RequestValidationError, match="continue_at"):
             client.submit_v2(is_auto=0, model_version="v4.5", prompt="rain x", continue_at=True, continue_song_id="s1")
     assert not any(sandbox.request_counts().values())
+
+
+@pytest.mark.parametrize("status", [507, 530, 598, 599])
+def test_any_5xx_to_a_paid_call_leaves_it_unknown_not_rejected(journal: Journal, status: int) -> None:
+    """Proxies answer 598/599 (network read timeout) after forwarding: the song may exist and be paid for."""
+    with (
+        HostileServer(lambda req, sock: respond(sock, status, {"message": "upstream trouble"})) as server,
+        client_for(server, journal) as client,
+        pytest.raises(APIStatusError) as caught,
+    ):
+        client.generate(action="auto", style="x")
+    assert "NOT resent" in str(caught.value)
+    (attempt,) = journal.attempts()
+    assert attempt.outcome == "unknown"
+    assert len(server.requests) == 1

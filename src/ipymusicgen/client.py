@@ -69,6 +69,7 @@ from .responses import (
     Responses,
     _retry_after,
     backoff_delay,
+    is_doubtful,
     task_records,
     v2_songs,
 )
@@ -421,7 +422,7 @@ class _Core(WaitFlows):
         except APIResponseValidationError as exc:
             raise self._note_outcome(attempt_id, exc, unknown=True, hint=True) from None
         except APIStatusError as exc:
-            doubtful = exc.status_code in DOUBTFUL_STATUS
+            doubtful = is_doubtful(exc.status_code)
             raise self._note_outcome(attempt_id, exc, unknown=doubtful, hint=doubtful) from None
         except CreateOutcomeUnknownError as exc:
             raise self._note_outcome(attempt_id, exc, unknown=True, hint=False) from None

@@ -50,6 +50,16 @@ T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
 """Statuses after which a paid request may or may not have been carried out (not 501: never done)."""
+NEVER_DONE_5XX = frozenset({501, 505})
+"""The 5xx statuses that say the request was not carried out (not implemented, HTTP version refused)."""
+
+
+def is_doubtful(status: int) -> bool:
+    """Whether a paid request answered with `status` may have been carried out: a timeout, or any 5xx
+    (a proxy's 598/599 or a CDN's 52x come after the request went on) except those that say it was not."""
+    return status in DOUBTFUL_STATUS or (500 <= status < 600 and status not in NEVER_DONE_5XX)
+
+
 DOUBT_HINT = (
     "The request may still have been carried out: it was NOT resent, to avoid paying twice. Check key_info() "
     "(the music count) and your recent tasks before trying again."
