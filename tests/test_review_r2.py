@@ -272,3 +272,17 @@ def test_the_library_magic_searches_words_with_an_apostrophe(sandbox: Sandbox, t
         for line in ("don't stop", "singin' soul", "DON'T"):
             text, _ = parse_library_line(line)
             assert {s.id for s in library.songs(text=text)} == set(ids), line
+
+
+def test_library_pages_and_times_take_odd_numbers_without_sqlite_errors(sandbox: Sandbox, tmp_path: Path) -> None:
+    journal_path = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(journal_path), archive=False) as client:
+        ids = client.generate(action="auto", style="odd numbers").ids
+        client.wait(ids)
+    with Library(journal_path) as library:
+        assert len(library.songs(limit=10**30)) == 2 and len(library.songs(offset=10**30)) == 0  # no OverflowError
+        assert len(library.songs(limit=None, offset=None)) == 2 and len(library.songs(limit=-1)) == 0
+        assert len(library.songs(text=2)) == 0  # a number typed as the text is searched as text
+        for bad in ({"limit": float("nan")}, {"offset": float("inf")}, {"limit": "ten"}, {"since": float("nan")}):
+            with pytest.raises(ValueError, match=next(iter(bad))):
+                library.songs(**bad)

@@ -154,14 +154,29 @@ def fts_query(text: str) -> str | None:
     Words are quoted, so FTS5 operators and column filters in the text are plain words. Whole words keep
     the index streaming newest first; only the last word pays for a prefix merge.
     """
-    words = _WORD.findall(unicodedata.normalize("NFC", text or ""))[:32]  # "e" + U+0301 typed as "é"
+    words = _WORD.findall(unicodedata.normalize("NFC", str(text or "")))[:32]  # "e" + U+0301 typed as "é"
     return " ".join([*(f'"{w}"' for w in words[:-1]), *(f'"{w}"*' for w in words[-1:])]) or None
+
+
+def _whole(value: Any, name: str) -> int:
+    """A page bound as SQLite takes it: 0 or more, at most its largest integer (a None limit: no bound)."""
+    if value is None:
+        return _SQLITE_MAX if name == "limit" else 0
+    try:
+        return max(0, min(int(value), _SQLITE_MAX))
+    except (TypeError, ValueError, OverflowError):  # NaN, inf, text
+        raise ValueError(f"{name} must be a whole number of songs (got {value!r})") from None
+
+
+_SQLITE_MAX = 2**63 - 1
 
 
 def _since(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, (int, float)):
+        if value != value:
+            raise ValueError("since must be a time, not NaN")
         return float(value)
     if isinstance(value, dt.datetime):
         return value.timestamp()
@@ -285,7 +300,7 @@ class Library:
         `text` is searched in title, style, lyrics and prompt (every word, as a prefix);
         `since` is a timestamp, datetime, date, timedelta, ISO text or "7d"/"12h"."""
         where, params = self._where(text, state, favourite, since, model, batch)
-        page = [max(0, int(limit)), max(0, int(offset))]
+        page = [_whole(limit, "limit"), _whole(offset, "offset")]
         if text:  # newest first straight from the full-text index (its rowids are the journal's)
             sql = f"{_SELECT_TEXT} WHERE {where} ORDER BY library_fts.rowid DESC LIMIT ? OFFSET ?"
         else:
