@@ -286,3 +286,50 @@ def test_library_pages_and_times_take_odd_numbers_without_sqlite_errors(sandbox:
         for bad in ({"limit": float("nan")}, {"offset": float("inf")}, {"limit": "ten"}, {"since": float("nan")}):
             with pytest.raises(ValueError, match=next(iter(bad))):
                 library.songs(**bad)
+
+
+def test_a_song_the_decoder_cannot_read_is_still_archived_without_a_waveform(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The service's bytes are the paid song: a file miniaudio cannot decode is kept (tagged), peaks left out."""
+    import socket
+    import sqlite3
+    import threading
+
+    from ipymusicgen.archive import archive_song, task_id_tag
+    from ipymusicgen.library_store import LibraryStore
+
+    journal_path, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
+    with sandbox.client(journal=Journal(journal_path), archive=False) as client:
+        ids = client.generate(action="auto", style="undecodable").ids
+        client.wait(ids)
+    listener = socket.create_server(("127.0.0.1", 0))
+    body = b"RIFF-not-really" + bytes(range(256)) * 64  # not audio miniaudio can read
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                head = f"HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nContent-Length: {len(body)}\r\n"
+                conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
+
+    threading.Thread(target=serve, daemon=True).start()
+    with sqlite3.connect(journal_path) as db:
+        db.execute("UPDATE tasks SET audio_url = ?, cover_url = NULL WHERE id = ?",
+                   (f"http://127.0.0.1:{listener.getsockname()[1]}/files/odd.mp3", ids[0]))  # fmt: skip
+    store = LibraryStore(journal_path)
+    try:
+        store.sync()
+        with sandbox.client(journal=False, archive=False) as downloader:
+            placed = archive_song(downloader, store, songs, ids[0])
+        assert placed.is_file() and task_id_tag(placed) == ids[0]
+        with Library(journal_path) as library:
+            song = library.song(ids[0])
+            assert song.archive_path == str(placed) and not song.archive_error and song.peaks == []
+    finally:
+        store.close()
+        listener.close()

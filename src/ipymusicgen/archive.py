@@ -278,7 +278,10 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
         suffix = staged.suffix.lower() or ".mp3"
         if suffix == ".mp3":
             write_tags(staged, song, cover)
-        peaks = waveform(staged)
+        try:
+            peaks = waveform(staged)
+        except Exception:  # a file the decoder cannot read is still the paid song: kept, drawn without peaks
+            peaks = None
         placed_cover = _place(cover, directory, song.file_name(cover.suffix), task_id) if cover else None
         placed = _place(staged, directory, song.file_name(suffix), task_id)
         store.archived(task_id, placed, placed.stat().st_size, peaks, cover=placed_cover)
