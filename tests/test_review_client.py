@@ -18,9 +18,11 @@ import pytest
 from hostile_server import HostileServer, RawRequest, respond
 
 from ipymusicgen.client import AsyncMusicClient, MusicClient
+from ipymusicgen.config import Settings
 from ipymusicgen.errors import (
     APIResponseValidationError,
     APIStatusError,
+    MusicGenError,
     RedirectRefusedError,
     RequestValidationError,
 )
@@ -167,8 +169,6 @@ def test_wait_refuses_seconds_too_large_to_be_seconds(sandbox: Sandbox, kwargs: 
 @pytest.mark.parametrize("name", ["timeout", "connect_timeout", "poll_interval", "wait_timeout"])
 @pytest.mark.parametrize("value", [10**400, 1e300], ids=["huge-int", "1e300"])
 def test_settings_refuse_seconds_too_large_to_be_seconds(sandbox: Sandbox, name: str, value: Any) -> None:
-    from ipymusicgen.config import Settings
-
     with pytest.raises(RequestValidationError) as caught:
         MusicClient(KEY, base_url=sandbox.base_url, journal=False, settings=Settings(**{name: value}))
     assert name in str(caught.value)
@@ -265,3 +265,35 @@ def test_any_5xx_to_a_paid_call_leaves_it_unknown_not_rejected(journal: Journal,
     (attempt,) = journal.attempts()
     assert attempt.outcome == "unknown"
     assert len(server.requests) == 1
+
+
+def test_errors_name_the_address_without_its_user_info(journal: Journal, tmp_path: Path) -> None:
+    """A base or download URL may carry proxy credentials (`https://user:pass@host`): errors and notes drop them."""
+    with HostileServer(lambda req, sock: None) as server:  # hangs up without a word
+        port = server.port
+    url = f"http://proxyuser:pr0xy-Secret-77@127.0.0.1:{port}"
+    messages: list[str] = []
+    with MusicClient(KEY, base_url=url, v2_base_url=url, journal=journal, max_retries=0, timeout=1.0) as client:
+        for call in (
+            client.key_info,
+            lambda: client.generate(action="auto", style="x"),
+            lambda: client.download(url + "/song.mp3", tmp_path),
+        ):
+            with pytest.raises(MusicGenError) as caught:
+                call()
+            messages.append(str(caught.value))
+    notes = [a.note or "" for a in journal.attempts()]
+    assert all("pr0xy-Secret-77" not in m and "proxyuser" not in m for m in messages + notes), messages + notes
+    assert all("127.0.0.1" in m for m in messages)
+
+
+def test_a_refused_download_names_its_address_without_user_info(tmp_path: Path) -> None:
+    def huge(req: RawRequest, sock: Any) -> None:
+        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nContent-Length: 999999999999\r\n\r\n")
+
+    with HostileServer(huge) as server, MusicClient(settings=Settings(max_download_mb=1), journal=False) as client:
+        url = server.url.replace("http://", "http://proxyuser:pr0xy-Secret-77@") + "/song.mp3"
+        with pytest.raises(MusicGenError) as caught:
+            client.download(url, tmp_path)
+    assert "pr0xy-Secret-77" not in str(caught.value) and "proxyuser" not in str(caught.value)
+    assert "limit" in str(caught.value)

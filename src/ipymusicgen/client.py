@@ -70,6 +70,7 @@ from .responses import (
     _retry_after,
     backoff_delay,
     is_doubtful,
+    public_url,
     task_records,
     v2_songs,
 )
@@ -535,7 +536,7 @@ class _Core(WaitFlows):
         return int(self.settings.max_download_mb * 1024 * 1024)
 
     def _save_failed(self, url: str, directory: str | Path, exc: OSError) -> DownloadError:
-        where = httpx.URL(url).copy_with(query=None)
+        where = public_url(url)
         reason = exc.strerror or type(exc).__name__
         return DownloadError(f"Could not save {where} in {str(directory)[:200]!r} ({reason}); no file was left behind.")
 

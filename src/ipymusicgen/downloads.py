@@ -103,7 +103,8 @@ class SizeLimit:
 
     def __init__(self, limit: int, url: str, *, grace: float = 30.0, min_rate: float = MIN_DOWNLOAD_RATE) -> None:
         self.limit = limit
-        self.where = urlsplit(url)._replace(query="", fragment="").geturl()[:200]
+        parts = urlsplit(url)  # named in messages: without user info (proxy credentials), query or fragment
+        self.where = parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()[:200]
         self.size = 0
         self.grace = grace
         self.min_rate = min_rate

@@ -115,6 +115,11 @@ def _retry_after(response: httpx.Response | None) -> float | None:
     return seconds if 0 <= seconds <= MAX_RETRY_AFTER else None
 
 
+def public_url(url: httpx.URL | str) -> httpx.URL:
+    """The address to name in a message: no user info (proxy credentials), query or fragment."""
+    return httpx.URL(url).copy_with(query=None, fragment=None, userinfo=b"")
+
+
 def backoff_delay(attempt: int, response: httpx.Response | None = None) -> float:
     """0.5 s x 2^attempt capped at 8 s with jitter, unless the server said how long to wait."""
     asked = _retry_after(response)
@@ -310,7 +315,7 @@ class Responses:
         self, endpoint: Endpoint, exc: Exception, request: httpx.Request, not_sent: bool, attempt_id: str | None
     ) -> APIConnectionError:
         detail = self.redact(str(exc)) or type(exc).__name__
-        where = request.url.copy_with(query=None)
+        where = public_url(request.url)
         if endpoint.paid and not not_sent:
             return CreateOutcomeUnknownError(
                 f"The {endpoint.name} request may have reached {where} but no full answer came back ({detail}). "
@@ -442,7 +447,7 @@ class Responses:
     def download_status_error(self, url: str, response: httpx.Response) -> APIStatusError:
         """A failed audio download: no key was sent there, so no key hint; previews may 403/404 for a while."""
         kind = NotFoundError if response.status_code == 404 else APIStatusError
-        where = httpx.URL(url).copy_with(query=None)
+        where = public_url(url)
         return kind(
             f"Downloading {where} failed: HTTP {response.status_code}. A preview URL may answer 403/404 until "
             "the final file exists; download once the task is complete.",
@@ -452,6 +457,6 @@ class Responses:
         )
 
     def download_failed(self, url: str, exc: httpx.TransportError) -> APIConnectionError:
-        where = httpx.URL(url).copy_with(query=None)
+        where = public_url(url)
         kind = APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
         return kind(f"Downloading {where} failed ({self.redact(str(exc)) or type(exc).__name__}); nothing was saved.")
