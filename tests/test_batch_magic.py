@@ -148,3 +148,10 @@ def test_lines_get_the_notes_of_musicgen_with_their_line_number(ip: InteractiveS
     assert "Note (line 2): The service will ignore" in out.stdout
     assert "line 1" not in out.stdout and [r.action for r in requests] == ["auto", "custom"]
     assert creates(sandbox) == 0
+
+
+def test_an_unclosed_quote_on_the_magic_line_is_one_line(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    with pytest.raises(UsageError) as raised:
+        ip.run_cell_magic("musicgen_batch", "--name 'unclosed --no-watch", "--style pop la la")
+    assert "closing quotation" in str(raised.value) and "\n" not in str(raised.value)
+    assert creates(sandbox) == 0

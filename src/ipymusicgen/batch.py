@@ -36,6 +36,7 @@ from .errors import (
     RequestValidationError,
 )
 from .models import V2Request, build_generate_request, build_v2_request
+from .responses import is_doubtful
 from .tasks import TaskSet, TaskState
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     Record = TaskRecord | V2Song
 
 STATES = ("pending", "submitted", "complete", "failed", "unknown", "skipped")
-DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
 RATE_LIMIT_WINDOW = 30.0
 """Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
 DEFAULT_RETRY_AFTER = 2.0
@@ -393,7 +393,7 @@ def _is_doubtful(exc: BaseException) -> bool:
     """Whether a failed create may have reached the service (so it must not be resent blindly)."""
     if isinstance(exc, CreateOutcomeUnknownError | APIResponseValidationError):
         return True
-    return isinstance(exc, APIStatusError) and exc.status_code in DOUBTFUL_STATUS
+    return isinstance(exc, APIStatusError) and is_doubtful(exc.status_code)  # the client's own rule
 
 
 def _retry_after(exc: RateLimitError) -> float:

@@ -109,7 +109,10 @@ class BatchMagics(Magics):
         Re-running the same cell (same --name, or none: derived from the rows) sends only rows never
         sent, follows the submitted ones and lists doubtful ones without resending them.
         """
-        args = parse_argstring(self.musicgen_batch, line)
+        try:
+            args = parse_argstring(self.musicgen_batch, line)
+        except ValueError as exc:  # shlex: "No closing quotation"
+            raise UsageError(f"%%musicgen_batch: {one_line(exc)} (close the quote you opened)") from None
         if args.source and cell and cell.strip():
             raise UsageError("use either --from VARIABLE or lines in the cell, not both")
         if args.source:
