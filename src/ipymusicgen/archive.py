@@ -76,8 +76,8 @@ def is_sandbox(client: _Core) -> bool:
         return True
     from . import session
 
-    own = session._session.sandbox
-    return own is not None and client.settings.base_url == own.base_url
+    own = session.embedded_sandbox_url()
+    return own is not None and client.settings.base_url == own
 
 
 def default_archive_dir() -> Path:
@@ -491,8 +491,7 @@ def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, 
     """Tell the session's watchers (their cards show the waveform and the archive's word) and any listeners."""
     from . import session
 
-    with session._session.lock:
-        watchers = list(session._session.watchers)
+    watchers = session.watchers()
     fields: dict[str, Any] = {"archived_path_label": archive_label(path, error)}
     if peaks:
         fields["peaks"] = peaks

@@ -480,7 +480,7 @@ def retry_archives() -> None:
     from . import session
     from .archive import archiver_of
 
-    client = session._session.client
+    client = session.current_client()
     if client is None and session.settings().has_key:
         client = session.get_client()
     archiver = archiver_of(client) if client is not None else None

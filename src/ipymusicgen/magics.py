@@ -463,9 +463,7 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
 
     register_batch(ipython)
     print(service_line())
-    state = getattr(session, "_session", None)
-    if state is not None and hasattr(state, "notice_shown"):
-        state.notice_shown = True  # this line said it: the sandbox need not say it again when it starts
+    session.mark_notice_shown()  # this line said it: the sandbox need not say it again when it starts
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:

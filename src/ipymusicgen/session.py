@@ -156,6 +156,30 @@ def unregister_watcher(watcher: Closable) -> None:
         _session.watchers[:] = [w for w in _session.watchers if w is not watcher]
 
 
+def mark_notice_shown() -> None:
+    """The user was already told the sandbox is in use (`%load_ext`'s line): its start stays quiet."""
+    with _session.lock:
+        _session.notice_shown = True
+
+
+def watchers() -> list[Closable]:
+    """The views registered with the session (a copy): the archive tells them when a song is saved."""
+    with _session.lock:
+        return list(_session.watchers)
+
+
+def current_client() -> MusicClient | None:
+    """The shared client if one was made, without making one (so asking never starts a sandbox)."""
+    with _session.lock:
+        return _session.client
+
+
+def embedded_sandbox_url() -> str | None:
+    """The base URL of the session's own sandbox while it runs: how a client is known to be the sandbox."""
+    with _session.lock:
+        return _session.sandbox.base_url if _session.sandbox is not None else None
+
+
 def _close_client() -> None:
     if _session.client is not None:
         _session.client.close()
