@@ -12,7 +12,8 @@ import math
 import os
 import signal
 import sqlite3
-import threading
+import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,22 +149,50 @@ def test_a_paid_call_without_a_key_is_refused_before_sending(journal: Journal) -
     assert journal.attempts() == []
 
 
-def test_ctrl_c_during_a_paid_send_journals_the_attempt_as_unknown(journal: Journal) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("SIGINT reaches only the main thread")
-    with hostile(lambda req, sock: server.hold(sock)) as server, client_for(server, journal, timeout=30) as client:
+CTRL_C_CHILD = """
+import sys
+from ipymusicgen import MusicClient
+from ipymusicgen.journal import Journal
 
-        def interrupt() -> None:
-            wait_for(server.received, "the paid request to arrive")
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+url, journal_path, key = sys.argv[1:4]
+journal = Journal(journal_path)
+with MusicClient(key, base_url=url, v2_base_url=url, journal=journal, max_retries=0, timeout=120) as client:
+    try:
+        client.generate(action="custom", title="Night drive", style="synthwave")
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(3)
+print("not interrupted", flush=True)
+"""
 
-        threading.Thread(target=interrupt, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            client.generate(action="custom", title="Night drive", style="synthwave")
-    (attempt,) = journal.attempts(outcome="unknown")
+
+def test_ctrl_c_during_a_paid_send_journals_the_attempt_as_unknown(tmp_path: Path) -> None:
+    """A real Ctrl-C (SIGINT to a fresh process) while its paid request waits for an answer.
+
+    In its own process, so the interpreter's signal state is Python's default, whatever earlier tests did.
+    """
+    journal_path = tmp_path / "journal.sqlite3"
+    with hostile(lambda req, sock: server.hold(sock)) as server:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CTRL_C_CHILD, server.url, str(journal_path), KEY],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(server.received, "the paid request to arrive", timeout=120)
+            child.send_signal(signal.SIGINT)
+            out, err = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert (child.returncode, out.strip()) == (3, "interrupted"), err[-2000:]
+    with Journal(journal_path) as journal:
+        (attempt,) = journal.attempts(outcome="unknown")
     assert attempt.payload["title"] == "Night drive"
     assert "interrupted" in (attempt.note or "")
     assert len(server.requests) == 1
+    assert KEY not in (out + err)
 
 
 def test_a_cancelled_async_paid_send_journals_the_attempt_as_unknown(journal: Journal) -> None:
