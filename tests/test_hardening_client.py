@@ -150,7 +150,10 @@ def test_a_paid_call_without_a_key_is_refused_before_sending(journal: Journal) -
 
 
 CTRL_C_CHILD = """
+import signal
 import sys
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored
 from ipymusicgen import MusicClient
 from ipymusicgen.journal import Journal
 
@@ -169,7 +172,8 @@ print("not interrupted", flush=True)
 def test_ctrl_c_during_a_paid_send_journals_the_attempt_as_unknown(tmp_path: Path) -> None:
     """A real Ctrl-C (SIGINT to a fresh process) while its paid request waits for an answer.
 
-    In its own process, so the interpreter's signal state is Python's default, whatever earlier tests did.
+    In its own process, with Python's own Ctrl-C handler: a suite started as a background job (`cmd &` in a
+    script) inherits SIGINT ignored, and then neither an in-process signal nor a plain child ever interrupts.
     """
     journal_path = tmp_path / "journal.sqlite3"
     with hostile(lambda req, sock: server.hold(sock)) as server:
