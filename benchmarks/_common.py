@@ -93,7 +93,7 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 _WARM = """
 import IPython.core.interactiveshell, ipywidgets, httpx, pydantic, psutil
-import ipymusicgen, ipymusicgen.magics, ipymusicgen.widgets
+import ipymusicgen, ipymusicgen.notebook.magics, ipymusicgen.widgets
 print("{}")
 """
 

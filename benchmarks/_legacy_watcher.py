@@ -18,12 +18,12 @@ from typing import Any, Protocol
 
 import ipywidgets as w
 
-from ipymusicgen.client import MusicClient, _retry_after
+from ipymusicgen.client.faces import MusicClient, _retry_after
 from ipymusicgen.errors import MusicGenError, WaitTimeoutError
-from ipymusicgen.models import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
+from ipymusicgen.models.schema import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
 from ipymusicgen.safe_html import error_html, esc, http_url, note_html, pre
 from ipymusicgen.session import register_watcher, unregister_watcher
-from ipymusicgen.tasks import TaskSet, TaskState
+from ipymusicgen.models.tasks import TaskSet, TaskState
 from ipymusicgen.widgets.text import TextRepr
 
 Record = TaskRecord | V2Song
@@ -422,7 +422,7 @@ class TaskWatcher(TextRepr, w.VBox):
         autostart: bool = True,
     ) -> None:
         if client is None:
-            from ..session import get_client
+            from ipymusicgen.session import get_client
 
             client = get_client()
         self._client = client

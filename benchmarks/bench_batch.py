@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ipymusicgen.batch import run_batch
-from ipymusicgen.batch_store import BatchStore
+from ipymusicgen.batch.engine import run_batch
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.batches import BatchStore
 
 from ._common import Row, fresh_python, ratio
 
@@ -30,7 +30,7 @@ KEY = "bench-batch-key"
 CHILD = """
 import json, time
 from ipymusicgen import MusicClient
-from ipymusicgen.batch import run_batch
+from ipymusicgen.batch.engine import run_batch
 client = MusicClient(max_retries=2, timeout=60)
 rows = [{"style": f"bench row {n}", "mv": "MFV2.0"} for n in range(ROWS)]
 wall, cpu = time.perf_counter(), time.process_time()
@@ -65,7 +65,9 @@ def _wall_vs_ideal(rows: int, concurrency: int, stage: float, singles: int) -> R
         per_row = statistics.median(one)
         start = time.perf_counter()
         batch = run_batch(
-            client, [{"style": f"row {n}", "mv": "MFV2.0"} for n in range(rows)], concurrency=concurrency,
+            client,
+            [{"style": f"row {n}", "mv": "MFV2.0"} for n in range(rows)],
+            concurrency=concurrency,
             store=BatchStore(None),
         )
         wall = time.perf_counter() - start
@@ -74,20 +76,36 @@ def _wall_vs_ideal(rows: int, concurrency: int, stage: float, singles: int) -> R
     ideal = math.ceil(rows / concurrency) * per_row
     value = ratio(wall, ideal)
     return Row(
-        FIGURE, f"{rows} rows at concurrency {concurrency}: wall vs ideal", wall, "s", baseline=ideal,
-        ratio=value, target=f"<= {TARGET}x", passed=value <= TARGET and batch.counts()["complete"] == rows,
-        details={"one_row_s": one, "stage_s": stage, "complete": batch.counts()["complete"],
-                 "creates_answered_429": too_many},
+        FIGURE,
+        f"{rows} rows at concurrency {concurrency}: wall vs ideal",
+        wall,
+        "s",
+        baseline=ideal,
+        ratio=value,
+        target=f"<= {TARGET}x",
+        passed=value <= TARGET and batch.counts()["complete"] == rows,
+        details={
+            "one_row_s": one,
+            "stage_s": stage,
+            "complete": batch.counts()["complete"],
+            "creates_answered_429": too_many,
+        },
     )
 
 
 def _big_batch(rows: int, concurrency: int) -> list[Row]:
-    with tempfile.TemporaryDirectory(prefix="ipymusicgen-bench-batch-") as folder, Sandbox(
-        stage_seconds=1.0, song_seconds=4, faults="", keys={KEY: 10 * rows}, max_running=concurrency
-    ) as sandbox:
+    with (
+        tempfile.TemporaryDirectory(prefix="ipymusicgen-bench-batch-") as folder,
+        Sandbox(
+            stage_seconds=1.0, song_seconds=4, faults="", keys={KEY: 10 * rows}, max_running=concurrency
+        ) as sandbox,
+    ):
         sandbox.state.clock = FastClock(50.0)
-        env = {**sandbox.env(), "MUSICGEN_JOURNAL": str(Path(folder) / "journal.sqlite3"),
-               "MUSICGEN_POLL_INTERVAL": "0.02"}
+        env = {
+            **sandbox.env(),
+            "MUSICGEN_JOURNAL": str(Path(folder) / "journal.sqlite3"),
+            "MUSICGEN_POLL_INTERVAL": "0.02",
+        }
         code = CHILD.replace("ROWS", str(rows)).replace("CONCURRENCY", str(concurrency))
         result = fresh_python(code, env=env, timeout=900)
         creates = sandbox.request_counts().get("/v1/music/generate", 0)
@@ -96,13 +114,31 @@ def _big_batch(rows: int, concurrency: int) -> list[Row]:
     duplicates = len(made) // 2 - rows
     lost = len(made - set(ids))
     cpu_ms = 1000 * result["cpu"] / rows
-    details = {"wall_s": result["wall"], "counts": result["counts"], "create_requests": creates,
-               "tasks_made": len(made), "ids_in_batch": len(ids)}
+    details = {
+        "wall_s": result["wall"],
+        "counts": result["counts"],
+        "create_requests": creates,
+        "tasks_made": len(made),
+        "ids_in_batch": len(ids),
+    }
     return [
-        Row(FIGURE, f"{rows} rows at concurrency {concurrency}: duplicate creates", duplicates, "calls",
-            target="0", passed=duplicates == 0, details=details),
-        Row(FIGURE, f"{rows} rows at concurrency {concurrency}: lost ids", lost, "ids", target="0",
-            passed=lost == 0 and len(ids) == len(set(ids)) == 2 * rows),
+        Row(
+            FIGURE,
+            f"{rows} rows at concurrency {concurrency}: duplicate creates",
+            duplicates,
+            "calls",
+            target="0",
+            passed=duplicates == 0,
+            details=details,
+        ),
+        Row(
+            FIGURE,
+            f"{rows} rows at concurrency {concurrency}: lost ids",
+            lost,
+            "ids",
+            target="0",
+            passed=lost == 0 and len(ids) == len(set(ids)) == 2 * rows,
+        ),
         Row(FIGURE, f"{rows} rows at concurrency {concurrency}: client CPU per row", cpu_ms, "ms", target="report"),
     ]
 

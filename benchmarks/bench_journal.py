@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ipymusicgen.journal import Journal
+from ipymusicgen.storage.journal import Journal
 
 from ._common import Row, interleaved, median, ratio
 

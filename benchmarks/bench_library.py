@@ -28,8 +28,8 @@ WORDS = ["rain", "harbour", "neon", "velvet", "ember", "glacier", "orbit", "mead
 
 
 def measure_waveform(runs: int = 3, seconds: float = AUDIO_SECONDS) -> dict[str, float]:
+    from ipymusicgen.archive.waveform import waveform
     from ipymusicgen.sandbox.audio import render_song
-    from ipymusicgen.waveform import waveform
 
     folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-bench-wave-"))
     try:
@@ -47,8 +47,8 @@ def measure_waveform(runs: int = 3, seconds: float = AUDIO_SECONDS) -> dict[str,
 
 def fill_journal(path: Path, songs: int, seed: int = 1) -> None:
     """A journal file with `songs` finished songs (two per paid call) and their library rows."""
-    from ipymusicgen.journal import Journal, open_db
-    from ipymusicgen.library_store import LibraryStore
+    from ipymusicgen.storage.journal import Journal, open_db
+    from ipymusicgen.storage.library import LibraryStore
 
     Journal(path).close()
     rng = random.Random(seed)
@@ -116,10 +116,10 @@ def measure_search(rounds: int = 30, small: int = 100, large: int = 10_000) -> d
 
 
 def measure_archive(rounds: int = 5) -> dict[str, object]:
-    from ipymusicgen.archive import archive_song
-    from ipymusicgen.journal import Journal
-    from ipymusicgen.library_store import LibraryStore
+    from ipymusicgen.archive.archiver import archive_song
     from ipymusicgen.sandbox import Sandbox
+    from ipymusicgen.storage.journal import Journal
+    from ipymusicgen.storage.library import LibraryStore
 
     folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-bench-archive-"))
     try:

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ipymusicgen.models import build_generate_request, build_v2_request
+from ipymusicgen.models.schema import build_generate_request, build_v2_request
 
 from ._common import Row, interleaved, median, ratio
 

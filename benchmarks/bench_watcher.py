@@ -31,11 +31,11 @@ from typing import Any
 import comm
 import ipywidgets as w
 
-from ipymusicgen.client import IDS_QUERY_BUDGET
-from ipymusicgen.models import AutoRequest, TaskRecord
+from ipymusicgen.client.faces import IDS_QUERY_BUDGET
+from ipymusicgen.models.schema import AutoRequest, TaskRecord
+from ipymusicgen.models.tasks import TaskSet
 from ipymusicgen.sandbox import DEMO_KEY, Sandbox
 from ipymusicgen.sandbox.actions import create_v1
-from ipymusicgen.tasks import TaskSet
 from ipymusicgen.widgets import TaskWatcher
 
 from . import _legacy_watcher as legacy
@@ -193,8 +193,9 @@ class SideResult:
     models: int = 0
 
 
-def measure_side(make: Callable[[list[str], Any], Any], visible_of: Callable[[Any], list[str]], count: int,
-                 rounds: int, wire: Wire) -> SideResult:
+def measure_side(
+    make: Callable[[list[str], Any], Any], visible_of: Callable[[Any], list[str]], count: int, rounds: int, wire: Wire
+) -> SideResult:
     ids = [f"task-{n:05d}" for n in range(count)]
     result = SideResult()
     probe = make(ids, ReplayClient([[]]))

@@ -13,7 +13,7 @@ import pytest
 from mutagen.id3 import ID3
 
 from ipymusicgen import Journal, MusicClient
-from ipymusicgen.archive import (
+from ipymusicgen.archive.archiver import (
     SongInfo,
     archive_dir_for,
     archive_wav,

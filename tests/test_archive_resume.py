@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ipymusicgen import Journal
-from ipymusicgen.archive import archiver_of
+from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
 

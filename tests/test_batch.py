@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from helpers import ManualClock, wait_until
 
-from ipymusicgen import MusicClient, costs
-from ipymusicgen.batch import Batch, BatchBudgetError, BatchError, BatchFailedError, run_batch, run_batch_async
-from ipymusicgen.batch_store import BatchStore
+from ipymusicgen import MusicClient
+from ipymusicgen.batch.engine import Batch, BatchBudgetError, BatchError, BatchFailedError, run_batch, run_batch_async
+from ipymusicgen.models import costs
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets.batch import BatchView
 
 GENERATE = "/v1/music/generate"
@@ -143,9 +144,7 @@ def test_a_create_in_doubt_is_unknown_and_never_resent(
     assert [r.state for r in forced.rows] == ["complete"] * 3 and creates(sandbox) == 4
 
 
-def test_one_failing_row_does_not_fail_the_others(
-    client: MusicClient, sandbox: Sandbox, store: BatchStore
-) -> None:
+def test_one_failing_row_does_not_fail_the_others(client: MusicClient, sandbox: Sandbox, store: BatchStore) -> None:
     foreign = {"action": "upload", "audio_url": "https://example.com/song.mp3"}  # the sandbox fails its songs
     batch = run_batch(client, [*rows(2), foreign, *rows(1, "jazz")], concurrency=2, store=store)
     assert [r.state for r in batch.rows] == ["complete", "complete", "failed", "complete"]
@@ -307,9 +306,7 @@ def test_a_locked_journal_refuses_the_batch_before_anything_is_sent(
 
 
 @pytest.mark.parametrize("kind", ["server_error", "malformed", "slow"])
-def test_every_doubtful_create_answer_leaves_its_row_unknown(
-    kind: str, sandbox: Sandbox, store: BatchStore
-) -> None:
+def test_every_doubtful_create_answer_leaves_its_row_unknown(kind: str, sandbox: Sandbox, store: BatchStore) -> None:
     fault: dict[str, object] = {"kind": kind, "path": GENERATE, "count": 1}
     if kind == "slow":
         fault.update(seconds=5, after=True)  # the work is done and charged; the answer comes after the timeout
@@ -337,9 +334,9 @@ def test_async_batch_rides_out_429s_too(sandbox: Sandbox, store: BatchStore) -> 
 @pytest.mark.parametrize(("status", "doubtful"), [(598, True), (507, True), (530, True), (500, True), (501, False)])
 def test_a_batch_row_is_in_doubt_exactly_when_the_client_journals_it_unknown(status: int, doubtful: bool) -> None:
     """One rule for both: any 5xx but 501/505 may have been carried out (a proxy's 598 after forwarding)."""
-    from ipymusicgen.batch import _is_doubtful
+    from ipymusicgen.batch.engine import _is_doubtful
+    from ipymusicgen.client.responses import is_doubtful
     from ipymusicgen.errors import InternalServerError
-    from ipymusicgen.responses import is_doubtful
 
     error = InternalServerError(f"HTTP {status}", response=None, body=None, status_code=status)
     assert _is_doubtful(error) is doubtful is is_doubtful(status)

@@ -13,9 +13,9 @@ from browser_utils import blank_page, mount
 from helpers import HOSTILE
 from playwright.sync_api import Browser, Page
 
-from ipymusicgen.batch import run_batch
-from ipymusicgen.batch_store import BatchStore
-from ipymusicgen.client import MusicClient
+from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets.batch import BatchView
 
 

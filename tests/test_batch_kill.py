@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import ManualClock, wait_until
 
-from ipymusicgen.batch_store import BatchStore
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.batches import BatchStore
 
 GENERATE = "/v1/music/generate"
 TASKS = "/v1/music/tasks"
@@ -23,7 +23,7 @@ ROWS = 6
 SCRIPT = """
 import json, sys
 from ipymusicgen import MusicClient
-from ipymusicgen.batch import run_batch
+from ipymusicgen.batch.engine import run_batch
 client = MusicClient(max_retries=0, timeout=120)
 rows = [{"style": f"album song {n}", "mv": "MFV2.0"} for n in range(ROWS)]
 batch = run_batch(client, rows, name="album", concurrency=2, stall_timeout=600)
@@ -68,9 +68,11 @@ def test_kill_9_mid_batch_then_rerun_in_a_new_process(
     try:
         wait_until(lambda: journal.exists(), "the child's journal")
         wait_until(
-            lambda: sorted(stored_states().values()).count("submitted") == 1
-            and sorted(stored_states().values()).count("sending") == 1
-            and sandbox.request_counts().get(GENERATE, 0) == 2,
+            lambda: (
+                sorted(stored_states().values()).count("submitted") == 1
+                and sorted(stored_states().values()).count("sending") == 1
+                and sandbox.request_counts().get(GENERATE, 0) == 2
+            ),
             "one row submitted and one create in flight (songs frozen: no third row yet)",
         )
     finally:

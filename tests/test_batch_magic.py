@@ -14,8 +14,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
-from ipymusicgen.batch import Batch
-from ipymusicgen.models import V2Request
+from ipymusicgen.batch.engine import Batch
+from ipymusicgen.models.schema import V2Request
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.batch import BatchForm, BatchView
 
@@ -115,9 +115,7 @@ def views_of(batch: Batch) -> list[BatchView]:
     return [cb.__self__ for cb in batch._listeners if isinstance(getattr(cb, "__self__", None), BatchView)]
 
 
-def test_batch_form_shows_the_estimate_and_refusals_then_starts(
-    ip: InteractiveShell, sandbox: Sandbox
-) -> None:
+def test_batch_form_shows_the_estimate_and_refusals_then_starts(ip: InteractiveShell, sandbox: Sandbox) -> None:
     form = BatchForm(client=session.get_client(), shell=ip)
     form.lines.value = '--mv MFV3.0 --style "space rock" stars\nlo-fi rain\n'
     assert "2 rows, about <b>6</b> credits" in form.estimate.value  # 3 (newest model) + 3 (no model: dearest)
@@ -140,7 +138,7 @@ def test_batch_form_shows_the_estimate_and_refusals_then_starts(
 
 
 def test_lines_get_the_notes_of_musicgen_with_their_line_number(ip: InteractiveShell, sandbox: Sandbox) -> None:
-    from ipymusicgen.batch_magics import parse_lines
+    from ipymusicgen.notebook.batch_magics import parse_lines
 
     with capture_output() as out:
         requests = parse_lines('plain line\n--title "{nope}" --style pop --instrumental 1 hello\n', ip)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from ipymusicgen import MusicClient
-from ipymusicgen.batch import Batch, run_batch, run_batch_async
-from ipymusicgen.batch_store import BatchStore
+from ipymusicgen.batch.engine import Batch, run_batch, run_batch_async
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.batches import BatchStore
 
 LYRICS = "[Verse]\nneon on the wet road\n[Chorus]\ndrive until the morning"
 V2_ROW = {"v2": True, "model_version": "v4.5", "prompt": "synthwave night drive", "is_auto": 0,
@@ -25,9 +25,7 @@ def _check(batch: Batch, sandbox: Sandbox) -> None:
         assert record.lyrics == LYRICS
 
 
-def test_a_v2_rows_title_and_lyrics_survive_to_the_finished_record(
-    client: MusicClient, sandbox: Sandbox
-) -> None:
+def test_a_v2_rows_title_and_lyrics_survive_to_the_finished_record(client: MusicClient, sandbox: Sandbox) -> None:
     batch = run_batch(client, [V2_ROW, {"style": "lo-fi", "mv": "MFV2.0"}], store=BatchStore(None))
     _check(batch, sandbox)
     assert batch.rows[1].state == "complete"

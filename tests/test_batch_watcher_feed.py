@@ -14,10 +14,10 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import MusicClient, session
-from ipymusicgen.batch import Batch, run_batch
-from ipymusicgen.batch_store import BatchStore
+from ipymusicgen.batch.engine import Batch, run_batch
+from ipymusicgen.models.tasks import TaskSet
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskSet
+from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets import TaskWatcher
 from ipymusicgen.widgets.batch import BatchView
 
@@ -74,7 +74,7 @@ def test_the_magics_watcher_draws_the_batchs_rounds_without_querying_again(
     client = session.get_client()
     log = PollLog(client)
     monkeypatch.setattr(client, "poll", log)
-    body = "--style polka one\n--style waltz two\n--v2 --title \"Night Drive\" synthwave drive at night\n"
+    body = '--style polka one\n--style waltz two\n--v2 --title "Night Drive" synthwave drive at night\n'
     with capture_output():
         batch = ip.run_cell_magic("musicgen_batch", f"--name b{uuid.uuid4().hex[:8]} --wait -o made", body)
     batch = ip.user_ns.pop("made")

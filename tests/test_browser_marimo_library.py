@@ -32,7 +32,7 @@ APP = textwrap.dedent(
 
         import ipymusicgen
         from ipymusicgen import MusicClient
-        from ipymusicgen.archive import archiver_of
+        from ipymusicgen.archive.archiver import archiver_of
         from ipymusicgen.widgets.library import LibraryView
 
         shared = ipymusicgen.get_client()  # the embedded sandbox: no key in this process

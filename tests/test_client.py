@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
-import ipymusicgen.client as client_mod
-import ipymusicgen.responses as responses_mod
-import ipymusicgen.waiting as waiting_mod
+import ipymusicgen.client.faces as client_mod
+import ipymusicgen.client.responses as responses_mod
+import ipymusicgen.client.waiting as waiting_mod
 from ipymusicgen import __version__
-from ipymusicgen.client import IDS_QUERY_BUDGET, AsyncMusicClient, MusicClient, chunk_ids
+from ipymusicgen.client.faces import IDS_QUERY_BUDGET, AsyncMusicClient, MusicClient, chunk_ids
 from ipymusicgen.config import Settings
 from ipymusicgen.errors import (
     APIConnectionError,
@@ -37,8 +37,8 @@ from ipymusicgen.errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
-from ipymusicgen.models import KeyInfo, LyricsResult, TaskRecord, V2Song
-from ipymusicgen.tasks import TaskSet, TaskState
+from ipymusicgen.models.schema import KeyInfo, LyricsResult, TaskRecord, V2Song
+from ipymusicgen.models.tasks import TaskSet, TaskState
 
 KEY = "sk-CANARY-5e1f0c7a9b3d"
 BASE = "http://127.0.0.1:9"
@@ -202,7 +202,7 @@ def test_generate_every_action(make, action, wrapped):
 
 
 def test_generate_accepts_a_mapping_and_a_model(make):
-    from ipymusicgen.models import CustomRequest
+    from ipymusicgen.models.schema import CustomRequest
 
     server = Server(envelope({"ids": ["t1"]}))
     client = make(server)

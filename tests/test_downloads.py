@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ipymusicgen.downloads import AtomicFile, safe_filename, suffix_for, unique_path
+from ipymusicgen.client.downloads import AtomicFile, safe_filename, suffix_for, unique_path
 
 HOSTILE = {
     "traversal": "../../etc/passwd",

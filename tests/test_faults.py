@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ipymusicgen.client import MusicClient
+from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import (
     APIResponseValidationError,
     CreateOutcomeUnknownError,
@@ -24,9 +24,9 @@ from ipymusicgen.errors import (
     MusicGenError,
     RateLimitError,
 )
-from ipymusicgen.journal import Journal
+from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
+from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets import TaskWatcher
 
 TASKS_PATH = "/v1/music/tasks"

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from hostile_server import HostileServer, RawRequest, respond, wait_for
 
-from ipymusicgen.client import AsyncMusicClient, MusicClient, Resumed
+from ipymusicgen.client.faces import AsyncMusicClient, MusicClient, Resumed
 from ipymusicgen.config import Settings, is_loopback
 from ipymusicgen.errors import (
     APIResponseValidationError,
@@ -44,9 +44,9 @@ from ipymusicgen.errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
-from ipymusicgen.journal import Journal, JournalWriteWarning
-from ipymusicgen.models import V2Request, build_v2_request
+from ipymusicgen.models.schema import V2Request, build_v2_request
 from ipymusicgen.sandbox import DEMO_KEY, Sandbox
+from ipymusicgen.storage.journal import Journal, JournalWriteWarning
 
 KEY = "sk-HARDEN-CANARY-7f3a9c"
 
@@ -155,7 +155,7 @@ import sys
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored
 from ipymusicgen import MusicClient
-from ipymusicgen.journal import Journal
+from ipymusicgen.storage.journal import Journal
 
 url, journal_path, key = sys.argv[1:4]
 journal = Journal(journal_path)
@@ -467,7 +467,8 @@ def test_a_huge_paid_answer_is_unknown_not_rejected(journal: Journal) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["HTTP://api.example.com", "Http://api.example.com", "http://localhost.evil.example", "http://127.0.0.1.nip.io"]
+    "url",
+    ["HTTP://api.example.com", "Http://api.example.com", "http://localhost.evil.example", "http://127.0.0.1.nip.io"],
 )
 def test_plain_http_to_another_host_is_refused_whatever_the_spelling(url: str) -> None:
     with pytest.raises(InsecureTransportError):

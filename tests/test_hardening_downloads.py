@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from hostile_server import HostileServer, RawRequest, respond
 
-from ipymusicgen.client import AsyncMusicClient, MusicClient
+from ipymusicgen.client.downloads import MAX_NAME_BYTES, safe_filename
+from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
 from ipymusicgen.config import Settings
-from ipymusicgen.downloads import MAX_NAME_BYTES, safe_filename
 from ipymusicgen.errors import DownloadError, MusicGenError
-from ipymusicgen.models import TaskRecord
+from ipymusicgen.models.schema import TaskRecord
 
 MP3 = b"ID3" + b"\x00" * 2000
 

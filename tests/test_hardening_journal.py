@@ -24,7 +24,8 @@ from helpers import wait_until
 from hostile_server import AnsweringServer, SilentServer
 
 from ipymusicgen import MusicClient
-from ipymusicgen.journal import (
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import (
     DEFAULT_BUSY_TIMEOUT,
     Journal,
     JournalUnavailableError,
@@ -33,7 +34,6 @@ from ipymusicgen.journal import (
     open_db,
     process_started,
 )
-from ipymusicgen.sandbox import Sandbox
 
 KEY = "hardening-test-key"
 WAIT = 60.0
@@ -283,7 +283,7 @@ def test_state_updates_and_outcomes_wait_in_order_and_warn_once(tmp_path: Path, 
             warnings.simplefilter("always")
             journal.submitted(attempt, ["o1"])
             journal.unknown(doubtful, "no answer")
-            from ipymusicgen.models import TaskRecord
+            from ipymusicgen.models.schema import TaskRecord
 
             journal.observe([TaskRecord(id="o1", status=0, audio_url="http://127.0.0.1:9/o1.mp3", title="")])
         messages = [str(w.message) for w in caught if w.category is JournalWriteWarning]
@@ -368,7 +368,7 @@ def test_a_read_only_journal_refuses_before_sending_and_keeps_answers_until_writ
 
 FILL_THE_DISK = """
 import resource, signal, sys, warnings
-from ipymusicgen.journal import Journal, JournalWriteWarning
+from ipymusicgen.storage.journal import Journal, JournalWriteWarning
 journal = Journal(sys.argv[1])
 attempt = journal.begin("generate", "https://api.example", {"style": "full disk"})
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -12,10 +12,10 @@ import pytest
 from helpers import ManualClock
 
 from ipymusicgen import MusicClient
-from ipymusicgen.journal import Journal
-from ipymusicgen.models import TaskRecord, V2Song
+from ipymusicgen.models.schema import TaskRecord, V2Song
+from ipymusicgen.models.tasks import TaskSet, TaskState, merge_record
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskSet, TaskState, merge_record
+from ipymusicgen.storage.journal import Journal
 
 LYRICS = "[Verse]\nlights on the harbour\n[Chorus]\nla la la"
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from ipymusicgen import CreateOutcomeUnknownError, InsufficientCreditsError, MusicClient
-from ipymusicgen.journal import Journal, default_journal_path
-from ipymusicgen.models import TaskRecord
+from ipymusicgen.models.schema import TaskRecord
 from ipymusicgen.sandbox import DEMO_KEY
+from ipymusicgen.storage.journal import Journal, default_journal_path
 
 BASE = "http://127.0.0.1:9"
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from ipymusicgen.client import MusicClient, Resumed
+from ipymusicgen.client.faces import MusicClient, Resumed
 from ipymusicgen.config import Settings
 from ipymusicgen.errors import CreateOutcomeUnknownError
-from ipymusicgen.journal import Journal
+from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
+from ipymusicgen.storage.journal import Journal
 
 GENERATE_PATH = "/v1/music/generate"
 SUBMIT_PATH = "/v2/submit"
@@ -328,7 +328,7 @@ def test_a_kernel_killed_mid_paid_call_is_listed_unknown_by_the_next_kernel(tmp_
 
 
 def test_an_interrupted_paid_call_is_listed_unknown_in_the_same_kernel(tmp_path: Path) -> None:
-    """"Interrupt kernel" during the send: the kernel lives on, and its attempt is unknown, not in flight."""
+    """ "Interrupt kernel" during the send: the kernel lives on, and its attempt is unknown, not in flight."""
     from hostile_server import SilentServer
 
     silent = SilentServer()

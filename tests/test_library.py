@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ipymusicgen import Journal, MusicClient
-from ipymusicgen.archive import archiver_of
-from ipymusicgen.batch import run_batch
+from ipymusicgen.archive.archiver import archiver_of
+from ipymusicgen.batch.engine import run_batch
 from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
 
@@ -120,7 +120,7 @@ def test_spend_by_day_model_and_batch(lib_client: MusicClient, journal_path: Pat
 
 
 def batch_counts(journal_path: Path, name: str) -> tuple[int | None, int | None, int]:
-    from ipymusicgen.batch_store import BatchStore
+    from ipymusicgen.storage.batches import BatchStore
 
     store = BatchStore(journal_path)
     try:

@@ -11,9 +11,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from ipymusicgen import Journal, MusicClient, session
-from ipymusicgen.archive import archiver_of
+from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.library import Library
-from ipymusicgen.library_magics import parse_library_line
+from ipymusicgen.notebook.library_magics import parse_library_line
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.library import LibraryView, files_path
 
@@ -108,7 +108,7 @@ def test_magic_opens_the_library_of_the_session(monkeypatch: pytest.MonkeyPatch)
         assert view.status == "No songs match."
         view.close()
         shell.run_line_magic("config", "MusicGen.archive_dir = 'off'")
-        from ipymusicgen.archive import _dir_override
+        from ipymusicgen.archive.archiver import _dir_override
 
         assert _dir_override == [False]
         shell.run_line_magic("config", "MusicGen.archive_dir = ''")

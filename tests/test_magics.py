@@ -11,7 +11,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
-from ipymusicgen.magics import MusicGen, load_ipython_extension
+from ipymusicgen.notebook.magics import MusicGen, load_ipython_extension
 
 SECRET = "sk-test-secret-key-0123456789"
 UNREACHABLE = "http://127.0.0.1:9"
@@ -52,8 +52,14 @@ def test_load_twice_is_harmless(ip: InteractiveShell) -> None:
 
 def test_unload_removes_every_magic(ip: InteractiveShell) -> None:
     names = (
-        "musicgen", "lyrics", "musicgen_key", "musicgen_tasks", "musicgen_resume", "musicgen_login",
-        "musicgen_batch", "musicgen_library",
+        "musicgen",
+        "lyrics",
+        "musicgen_key",
+        "musicgen_tasks",
+        "musicgen_resume",
+        "musicgen_login",
+        "musicgen_batch",
+        "musicgen_library",
     )
     assert all(ip.find_line_magic(n) for n in names)
     ip.run_line_magic("unload_ext", "ipymusicgen")

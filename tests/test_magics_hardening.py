@@ -17,11 +17,11 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
-from ipymusicgen.display import Songs
-from ipymusicgen.magic_args import parse_musicgen
-from ipymusicgen.magics import service_line
+from ipymusicgen.models.tasks import TaskState
+from ipymusicgen.notebook.args import parse_musicgen
+from ipymusicgen.notebook.display import Songs
+from ipymusicgen.notebook.magics import service_line
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
 
 RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models"))
 
@@ -150,7 +150,7 @@ def test_a_request_is_validated_once_and_its_notes_show_once(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The magic builds the model and hands the built model to the client: one validation, one note."""
-    from ipymusicgen import models
+    from ipymusicgen.models.schema import schema as models
 
     checks: list[list[str]] = []
     original = models._warn_ignored
@@ -236,7 +236,7 @@ def test_wait_under_a_watcher_shows_each_song_once(ip: InteractiveShell, sandbox
 
 
 def test_songs_list_a_song_once() -> None:
-    from ipymusicgen.models import TaskRecord
+    from ipymusicgen.models.schema import TaskRecord
 
     record = TaskRecord.model_validate(
         {"id": "t1", "status": 0, "duration": 3000, "title": "One", "audio_url": "https://x/a.mp3"}
@@ -286,7 +286,7 @@ def test_resume_lists_a_paid_request_left_pending_by_a_killed_kernel(
     journal = str(tmp_path / "journal.sqlite3")
     code = (
         "import os, signal, sys\n"
-        "from ipymusicgen.journal import Journal\n"
+        "from ipymusicgen.storage.journal import Journal\n"
         f"j = Journal({journal!r})\n"
         f"j.begin('generate', {sandbox.base_url!r}, {{'action': 'custom', 'title': 'Killed Song', 'style': 'drone'}})\n"
         "print('begun', flush=True)\n"

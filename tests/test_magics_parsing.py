@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from IPython.core.error import UsageError
 
-from ipymusicgen.interpolate import expand, left_verbatim
-from ipymusicgen.magic_args import MUSICGEN_OPTIONS, number, split_line, stray_options, v1_fields, v2_fields
-from ipymusicgen.magics import Lyrics, Table, mask_key, parse_since, split_ids
+from ipymusicgen.notebook.args import MUSICGEN_OPTIONS, number, split_line, stray_options, v1_fields, v2_fields
+from ipymusicgen.notebook.interpolate import expand, left_verbatim
+from ipymusicgen.notebook.magics import Lyrics, Table, mask_key, parse_since, split_ids
 
 NS = {"name": "Rain", "song": SimpleNamespace(ids=["a", "b"]), "items": [10, 20], "n": 3}
 
@@ -50,7 +50,7 @@ def test_left_verbatim_names_what_expand_keeps(text: str, kept: list[str]) -> No
 
 
 def test_split_line_keeps_free_text_verbatim() -> None:
-    argv, text = split_line("--title \"My song\" --instrumental --continue-at -5 my dog's day", MUSICGEN_OPTIONS)
+    argv, text = split_line('--title "My song" --instrumental --continue-at -5 my dog\'s day', MUSICGEN_OPTIONS)
     assert argv == ["--title", "My song", "--instrumental", "--continue-at", "-5"]
     assert text == "my dog's day"
 

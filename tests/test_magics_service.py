@@ -13,10 +13,10 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
-from ipymusicgen.magics import Songs
-from ipymusicgen.models import GenerateResult, TaskRecord, V2Song
+from ipymusicgen.models.schema import GenerateResult, TaskRecord, V2Song
+from ipymusicgen.models.tasks import TaskState
+from ipymusicgen.notebook.magics import Songs
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
 
 RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models"))
 

@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from ipymusicgen.errors import IgnoredFieldsWarning, RequestValidationError
-from ipymusicgen.models import (
+from ipymusicgen.models.schema import (
     GenerateRequest,
     GenerateResult,
     KeyInfo,
@@ -23,7 +23,7 @@ from ipymusicgen.models import (
     build_v2_request,
     shape_fields,
 )
-from ipymusicgen.tasks import TaskState, v1_state, v2_state
+from ipymusicgen.models.tasks import TaskState, v1_state, v2_state
 
 # ---------------------------------------------------------------------------------------------------
 # The spec's "Fields per shape" table, copied by hand (R = required, O = optional, - = not part of it).

@@ -87,13 +87,21 @@ def test_demo_from_an_installed_wheel_says_where_everything_went(wheel: Path, tm
     env = sandbox_env(PYTHONPATH=str(site), TMPDIR=str(tmp_path))
     where = subprocess.run(
         [sys.executable, "-c", "import ipymusicgen.__main__ as m; print(m.notebook_source('quickstart'))"],
-        capture_output=True, text=True, env=env, cwd=work, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+        check=True,
     ).stdout.strip()
     assert where == str(site / "ipymusicgen" / "notebooks" / "quickstart.ipynb")
     downloads_in_tree = (ROOT / "notebooks" / "downloads").exists()
     done = subprocess.run(
         [sys.executable, "-m", "ipymusicgen", "demo", "--timeout", "300"],
-        capture_output=True, text=True, env=env, cwd=work, timeout=900,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=work,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = dict(re.findall(r"^(Service|Notebook|MP3|Open it): +(.*)$", done.stdout, flags=re.MULTILINE))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from hostile_server import HostileServer, RawRequest, respond
 
-from ipymusicgen.client import AsyncMusicClient, MusicClient
+from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.errors import (
     APIResponseValidationError,
@@ -26,8 +26,8 @@ from ipymusicgen.errors import (
     RedirectRefusedError,
     RequestValidationError,
 )
-from ipymusicgen.journal import Journal
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
 
 KEY = "sk-Review+Canary/9b1e="
 """A key with characters that URL-encoding changes, and letters of both cases."""
@@ -220,7 +220,9 @@ def test_an_answer_with_unusable_ids_is_an_error_and_the_attempt_stays_unknown(
     assert attempt.outcome == "unknown"
 
 
-@pytest.mark.parametrize("url", ["https://exa\tmple.com", "https://", "https://[zz]", "https://host:99999", "http:///x"])
+@pytest.mark.parametrize(
+    "url", ["https://exa\tmple.com", "https://", "https://[zz]", "https://host:99999", "http:///x"]
+)
 def test_a_base_url_that_cannot_be_sent_to_is_refused_at_once(url: str) -> None:
     """Not an httpx error at the first paid call (after the attempt was journalled "maybe charged")."""
     for field in ("base_url", "v2_base_url"):
@@ -231,7 +233,7 @@ def test_a_base_url_that_cannot_be_sent_to_is_refused_at_once(url: str) -> None:
 
 def test_a_request_model_of_the_other_version_is_refused_and_nothing_is_sent(sandbox: Sandbox) -> None:
     """`generate(v2_request)` sent a bare auto request without the prompt; `submit_v2(v1_request)` was unclear."""
-    from ipymusicgen.models import build_generate_request, build_v2_request
+    from ipymusicgen.models.schema import build_generate_request, build_v2_request
 
     v2 = build_v2_request(is_auto=1, model_version="v4.5", prompt="rain on a tin roof")
     v1 = build_generate_request(action="auto", style="lo-fi")

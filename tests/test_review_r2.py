@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from ipymusicgen import Journal, MusicClient
-from ipymusicgen.archive import archiver_of
-from ipymusicgen.batch import BatchError, run_batch, run_batch_async
-from ipymusicgen.batch_store import BatchStore
+from ipymusicgen.archive.archiver import archiver_of
+from ipymusicgen.batch.engine import BatchError, run_batch, run_batch_async
 from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.batches import BatchStore
 
 GENERATE = "/v1/music/generate"
 
@@ -81,7 +81,7 @@ def test_a_sandbox_with_its_own_key_never_archives_into_the_users_folder(
     # the sandbox is known by identity (it made the client), not by its demo key alone
     monkeypatch.delenv("MUSICGEN_ARCHIVE", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    from ipymusicgen.archive import archive_dir_for, default_archive_dir, sandbox_archive_dir
+    from ipymusicgen.archive.archiver import archive_dir_for, default_archive_dir, sandbox_archive_dir
 
     assert str(default_archive_dir()).startswith(str(tmp_path / "xdg"))
     with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"my-test-key": 50}) as own:
@@ -110,8 +110,8 @@ def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_ru
 
     from helpers import wait_until
 
-    from ipymusicgen.archive import archive_song
-    from ipymusicgen.library_store import LibraryStore
+    from ipymusicgen.archive.archiver import archive_song
+    from ipymusicgen.storage.library import LibraryStore
 
     journal_path, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
     with sandbox.client(journal=Journal(journal_path), archive=False) as client:
@@ -138,8 +138,8 @@ def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_ru
                    (f"http://127.0.0.1:{listener.getsockname()[1]}/files/a.mp3", ids[0]))  # fmt: skip
     code = (
         "import sys\nfrom pathlib import Path\n"
-        "from ipymusicgen import MusicClient\nfrom ipymusicgen.archive import archive_song\n"
-        "from ipymusicgen.library_store import LibraryStore\n"
+        "from ipymusicgen import MusicClient\nfrom ipymusicgen.archive.archiver import archive_song\n"
+        "from ipymusicgen.storage.library import LibraryStore\n"
         "store = LibraryStore(sys.argv[1]); store.sync()\n"
         "client = MusicClient('k', base_url='http://127.0.0.1:9', journal=False, archive=False)\n"
         "archive_song(client, store, Path(sys.argv[2]), sys.argv[3])\n"
@@ -177,7 +177,7 @@ def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its
 
     from helpers import wait_until
 
-    from ipymusicgen.batch_store import BatchStore
+    from ipymusicgen.storage.batches import BatchStore
 
     path = tmp_path / "journal.sqlite3"
     journal = Journal(path, busy_timeout=0.05)
@@ -215,7 +215,7 @@ def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and
     import warnings
 
     from ipymusicgen.errors import MusicGenError
-    from ipymusicgen.journal import JournalWriteWarning
+    from ipymusicgen.storage.journal import JournalWriteWarning
 
     path = tmp_path / "journal.sqlite3"
     Library(path).close()  # the library's tables exist (as after any archived song)
@@ -256,7 +256,7 @@ def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and
 def test_the_library_magic_searches_words_with_an_apostrophe(sandbox: Sandbox, tmp_path: Path) -> None:
     from IPython.core.error import UsageError
 
-    from ipymusicgen.library_magics import parse_library_line
+    from ipymusicgen.notebook.library_magics import parse_library_line
 
     journal_path = tmp_path / "journal.sqlite3"
     with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "songs") as client:
@@ -288,16 +288,14 @@ def test_library_pages_and_times_take_odd_numbers_without_sqlite_errors(sandbox:
                 library.songs(**bad)
 
 
-def test_a_song_the_decoder_cannot_read_is_still_archived_without_a_waveform(
-    sandbox: Sandbox, tmp_path: Path
-) -> None:
+def test_a_song_the_decoder_cannot_read_is_still_archived_without_a_waveform(sandbox: Sandbox, tmp_path: Path) -> None:
     """The service's bytes are the paid song: a file miniaudio cannot decode is kept (tagged), peaks left out."""
     import socket
     import sqlite3
     import threading
 
-    from ipymusicgen.archive import archive_song, task_id_tag
-    from ipymusicgen.library_store import LibraryStore
+    from ipymusicgen.archive.archiver import archive_song, task_id_tag
+    from ipymusicgen.storage.library import LibraryStore
 
     journal_path, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
     with sandbox.client(journal=Journal(journal_path), archive=False) as client:

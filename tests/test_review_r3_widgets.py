@@ -38,7 +38,7 @@ def test_a_forged_confirm_never_skips_the_confirm_step() -> None:
 
 
 def test_the_key_tab_never_shows_secrets_of_the_service_address() -> None:
-    from ipymusicgen.client import MusicClient
+    from ipymusicgen.client.faces import MusicClient
 
     key = "sk-0123456789abcdefSECRET"
     address = f"https://user:{key}@api.example.com/x?token={key}#pw"
@@ -198,7 +198,7 @@ def test_the_command_line_prints_server_text_without_terminal_control_codes(caps
     from types import SimpleNamespace
 
     from ipymusicgen.__main__ import _print_updates
-    from ipymusicgen.tasks import TaskState
+    from ipymusicgen.models.tasks import TaskState
 
     hostile = "Dawn\x1b]0;pwned\x07\x1b[2J\r\x9b31m\nfake: line"
     _print_updates([SimpleNamespace(id="t1\x1b[1m", state=TaskState.COMPLETE, duration_seconds=3.0, title=hostile)])
@@ -208,8 +208,8 @@ def test_the_command_line_prints_server_text_without_terminal_control_codes(caps
 
 
 def test_task_tables_keep_one_line_per_song_without_control_codes() -> None:
-    from ipymusicgen.display import Table, record_row
-    from ipymusicgen.models import TaskRecord
+    from ipymusicgen.models.schema import TaskRecord
+    from ipymusicgen.notebook.display import Table, record_row
 
     title = "Dawn\x1b[2J\x1b]0;pwned\x07\nfake row  done"
     records = [
@@ -308,7 +308,7 @@ def test_a_cards_concat_asks_first_with_a_real_key() -> None:
 
 
 def test_a_cards_text_line_stays_one_line() -> None:
-    from ipymusicgen.models import TaskRecord
+    from ipymusicgen.models.schema import TaskRecord
     from ipymusicgen.widgets.song_data import card_summary, song_card
 
     record = TaskRecord(id="t1", status=3, title="ok", fail_reason="bad\r\n'Fake' (take 2) [Ready] 2:00 https://x")

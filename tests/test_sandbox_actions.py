@@ -10,7 +10,7 @@ from audio_utils import make_wav, mp3_duration
 
 from ipymusicgen import MusicClient, TaskFailedError, TaskState
 from ipymusicgen.errors import EnvelopeError, IgnoredFieldsWarning
-from ipymusicgen.models import TaskRecord
+from ipymusicgen.models.schema import TaskRecord
 from ipymusicgen.sandbox import Sandbox
 
 

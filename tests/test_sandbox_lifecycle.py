@@ -13,7 +13,7 @@ from helpers import ManualClock
 
 from ipymusicgen import MusicClient, TaskState
 from ipymusicgen.errors import EnvelopeError
-from ipymusicgen.models import TaskRecord
+from ipymusicgen.models.schema import TaskRecord
 from ipymusicgen.sandbox import Sandbox
 
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from helpers import ManualClock
 
-from ipymusicgen.client import MusicClient
+from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox.files import byte_range
 
 

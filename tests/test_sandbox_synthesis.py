@@ -176,7 +176,7 @@ def test_concatenate_edge_cases() -> None:
 HOSTILE_TITLES = [
     "<img src=x onerror=alert(1)>",
     '"]]></svg><script>alert(1)</script>',
-    "Tom & Jerry's \"best\" <b>hits</b>",
+    'Tom & Jerry\'s "best" <b>hits</b>',
     "' onload='alert(1)",
     "<!-- --><![CDATA[x]]>&amp;",
 ]

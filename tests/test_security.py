@@ -32,12 +32,12 @@ from IPython.utils.capture import capture_output
 from nbclient import NotebookClient
 
 from ipymusicgen import session
-from ipymusicgen.client import MusicClient
+from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import MusicGenError
-from ipymusicgen.magics import KeyReport, Lyrics, Table, mask_key, record_row
-from ipymusicgen.models import KeyInfo, TaskRecord, V2Song
+from ipymusicgen.models.schema import KeyInfo, TaskRecord, V2Song
+from ipymusicgen.models.tasks import TaskState
+from ipymusicgen.notebook.magics import KeyReport, Lyrics, Table, mask_key, record_row
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
 from ipymusicgen.widgets import GenerateForm, KeyInfoPanel, TaskCard, TaskWatcher, V2Form, studio
 
 CANARY = "canary-" + secrets.token_hex(16)
@@ -167,7 +167,7 @@ def assert_clean(evidence: Evidence, journal: Path | None = None, *, minimum: in
 
 def test_the_search_finds_a_planted_canary(tmp_path: Path) -> None:
     """The collectors are not blind: a canary planted in each kind of evidence is found there."""
-    from ipymusicgen.journal import Journal
+    from ipymusicgen.storage.journal import Journal
 
     found = Evidence()
     planted = ipywidgets.HTML(value=f"<b>{CANARY}</b>")
@@ -376,7 +376,7 @@ def run_and_collect(shell: InteractiveShell, cell: str, evidence: Evidence) -> N
 def test_client_errors_never_carry_the_canary(
     canary: Sandbox, stranger_sandbox: Sandbox, evidence: Evidence, tmp_path: Path
 ) -> None:
-    from ipymusicgen.journal import Journal
+    from ipymusicgen.storage.journal import Journal
 
     journal_path = tmp_path / "errors.sqlite3"
     journal = Journal(journal_path)

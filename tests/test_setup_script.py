@@ -22,7 +22,7 @@ def _fake_apt(folder: Path, failures: int) -> Path:
     script.write_text(
         "#!/usr/bin/env bash\n"
         f'echo "$*" >> {calls}\n'
-        f'n=$(wc -l < {calls})\n'
+        f"n=$(wc -l < {calls})\n"
         f'if [ "$n" -le {failures} ]; then echo "{LOCKED}" >&2; exit 100; fi\n'
         'echo "ok"\n'
     )
@@ -41,7 +41,11 @@ def _apt_get(tmp_path: Path, failures: int, tries: int = 5) -> tuple[subprocess.
     }
     done = subprocess.run(
         ["bash", "-c", 'source scripts/setup && SUDO="" && apt_install chromium'],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return done, calls.read_text().splitlines() if calls.exists() else []
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from helpers import WAIT, ManualClock
 
-from ipymusicgen.client import MusicClient
+from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets import TaskWatcher
 from ipymusicgen.widgets.studio import studio

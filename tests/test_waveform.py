@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ipymusicgen.archive.waveform import peaks_of_samples, waveform
 from ipymusicgen.sandbox.audio import SAMPLE_RATE, encode_mp3, encode_wav, render_song
-from ipymusicgen.waveform import peaks_of_samples, waveform
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from browser_utils import blank_page, mount, shot
 from helpers import HOSTILE, ManualClock
 from playwright.sync_api import Browser, Page
 
-from ipymusicgen.client import MusicClient
+from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.widgets import TaskWatcher
 
 STEP_MS = 30_000
@@ -116,8 +116,10 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     for index in range(buttons.count()):
         button = buttons.nth(index)
         assert button.get_attribute("aria-label") and button.get_attribute("title")
-    labels = page.locator(".ipymusicgen-song").first.locator(".ims-actions button").evaluate_all(
-        "buttons => buttons.map(b => b.dataset.action)"
+    labels = (
+        page.locator(".ipymusicgen-song")
+        .first.locator(".ims-actions button")
+        .evaluate_all("buttons => buttons.map(b => b.dataset.action)")
     )
     assert labels == ["extend", "concat", "download", "favourite", "copy_id"]
     page.locator(".ipymusicgen-song").first.locator("button[data-action='copy_id']").click()
@@ -140,9 +142,7 @@ def test_clicking_the_waveform_seeks_the_real_audio(
     relay(page, outbox)
     audio = page.locator(".ipymusicgen-song audio").first
     assert audio.evaluate("a => a.autoplay === false && a.loop === false && a.getAttribute('src').endsWith('.mp3')")
-    page.wait_for_function(
-        "() => document.querySelector('.ipymusicgen-song audio').readyState >= 1", timeout=STEP_MS
-    )
+    page.wait_for_function("() => document.querySelector('.ipymusicgen-song audio').readyState >= 1", timeout=STEP_MS)
     assert audio.evaluate("a => a.seekable.length > 0 && a.seekable.end(0) > 3")  # byte ranges: seekable
     wave = page.locator(".ipymusicgen-waveform").first
     box = wave.bounding_box()

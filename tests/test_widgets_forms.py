@@ -8,8 +8,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from ipymusicgen.client import MusicClient
-from ipymusicgen.models import ACTIONS, PROMPT_MAX, TITLE_MAX, shape_fields
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.models.schema import ACTIONS, PROMPT_MAX, TITLE_MAX, shape_fields
 from ipymusicgen.widgets import GenerateForm, LyricsForm, V2Form
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from helpers import HOSTILE, WAIT, ManualClock, wait_until
 
-from ipymusicgen.client import MusicClient
-from ipymusicgen.models import ACTIONS, shape_fields
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.models.schema import ACTIONS, shape_fields
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.studio import TAB_IDS, Studio, StudioView, studio
 

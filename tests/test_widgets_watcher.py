@@ -24,11 +24,11 @@ from IPython.lib.pretty import pretty
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
-from ipymusicgen.client import MusicClient
+from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import WaitTimeoutError
-from ipymusicgen.models import TaskRecord, V2Song
+from ipymusicgen.models.schema import TaskRecord, V2Song
+from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.tasks import TaskState
 from ipymusicgen.widgets import GenerateForm, TaskCard, TaskWatcher, song_card
 from ipymusicgen.widgets._static import STATIC, css, esm
 from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
@@ -257,9 +257,7 @@ def press(watcher: TaskWatcher, wire: Wire, kind: str, task_id: str) -> dict[str
     return diff["cards"][task_id]
 
 
-def test_download_intent_saves_a_file_named_from_the_title(
-    finished: TaskWatcher, wire: Wire, tmp_path: Path
-) -> None:
+def test_download_intent_saves_a_file_named_from_the_title(finished: TaskWatcher, wire: Wire, tmp_path: Path) -> None:
     hello(finished, wire)
     finished.download_dir = tmp_path
     fields = press(finished, wire, "download", finished.ids[0])
@@ -450,7 +448,11 @@ def test_the_front_end_closing_the_widget_stops_the_thread(client: MusicClient, 
 
 @pytest.mark.parametrize("fault", ["server_error", "rate_limit"])
 def test_poll_error_is_shown_in_the_header_and_cleared_on_recovery(
-    plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, wire: Wire, watchers: Callable[..., TaskWatcher],
+    plain_client: MusicClient,
+    sandbox: Sandbox,
+    clock: ManualClock,
+    wire: Wire,
+    watchers: Callable[..., TaskWatcher],
     fault: str,
 ) -> None:
     ids = custom_song(plain_client)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .client import AsyncMusicClient, MusicClient, Resumed
+from .archive.waveform import waveform  # light: numpy and miniaudio load on the first call
+from .client.faces import AsyncMusicClient, MusicClient, Resumed
 from .config import Settings
 from .errors import (
     APIConnectionError,
@@ -39,11 +40,10 @@ from .errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
-from .journal import Journal, JournalUnavailableError, JournalWriteWarning
 from .library import library  # named like its module: bound here, or the submodule would shadow the function
-from .models import TaskRecord, V2Song
-from .tasks import TaskState
-from .waveform import waveform  # light: numpy and miniaudio load on the first call
+from .models.schema import TaskRecord, V2Song
+from .models.tasks import TaskState
+from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -124,12 +124,12 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
-    from .magics import load_ipython_extension as load
+    from .notebook.magics import load_ipython_extension as load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: InteractiveShell) -> None:
-    from .magics import unload_ipython_extension as unload
+    from .notebook.magics import unload_ipython_extension as unload
 
     unload(ipython)

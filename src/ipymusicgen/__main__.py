@@ -18,8 +18,8 @@ from typing import Any
 
 from . import session
 from .errors import MusicGenError
+from .models.tasks import TaskState
 from .safe_html import public_address
-from .tasks import TaskState
 
 
 def notebook_source(name: str) -> Path:
@@ -96,9 +96,7 @@ def _kernel_manager(folder: Path) -> Any:
     (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     specs = KernelSpecManager(kernel_dirs=[str(folder / "kernels")], ensure_native_kernel=False)
     # Local sockets in the private folder: nothing listens on TCP, and ipykernel has nothing to warn about.
-    return KernelManager(
-        kernel_name="python3", kernel_spec_manager=specs, transport="ipc", ip=str(folder / "kernel")
-    )
+    return KernelManager(kernel_name="python3", kernel_spec_manager=specs, transport="ipc", ip=str(folder / "kernel"))
 
 
 def _where_to_open(notebook: Path) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import httpx
 
-    from .models import TaskRecord, V2Song, ValidationErrorDetail
+    from .models.schema import TaskRecord, V2Song, ValidationErrorDetail
 
 KEY_HINT = "Set MUSICGEN_API_KEY in the environment, pass api_key= to the client, or run %musicgen_login in a notebook."
 

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .journal import JournalWriteWarning
-from .library_store import LibraryStore, unpack_peaks
+from .storage.journal import JournalWriteWarning
+from .storage.library import LibraryStore, unpack_peaks
 
 SPEND_BY = ("day", "model", "batch")
 PAID_OUTCOMES = ("submitted", "unknown")
@@ -406,7 +406,7 @@ class Library:
     def spend(self, by: str = "day") -> Spend:
         """Calls, songs and credits per day, model or batch. Credits are estimated from the price table
         (`costs.estimate_credits`) and, for batches that read the key's counts before and after, measured."""
-        from .costs import estimate_credits
+        from .models.costs import estimate_credits
 
         if by not in SPEND_BY:
             raise ValueError(f"by must be one of {', '.join(SPEND_BY)} (got {by!r})")
@@ -478,7 +478,7 @@ def library(journal_path: str | Path | None = None) -> Library:
 def retry_archives() -> None:
     """Ask the shared client's archiver to archive complete songs not archived yet (never starts a sandbox)."""
     from . import session
-    from .archive import archiver_of
+    from .archive.archiver import archiver_of
 
     client = session.current_client()
     if client is None and session.settings().has_key:

@@ -15,9 +15,9 @@ import tempfile
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .client import AsyncMusicClient, MusicClient
+from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings
-from .journal import Journal
+from .storage.journal import Journal
 
 if TYPE_CHECKING:
     from .sandbox import Sandbox

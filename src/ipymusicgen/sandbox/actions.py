@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
-from ..models import (
+from ..models.schema import (
     UPLOAD_MAX_SECONDS,
     V1_MODELS,
     V2_MODELS,

@@ -38,8 +38,14 @@ MINOR_PROGRESSIONS = ((0, 5, 2, 6), (0, 3, 4, 0), (0, 6, 5, 6), (0, 5, 3, 4), (3
 
 # Melody rhythms per bar in eighth notes; negative values are rests.
 BAR_RHYTHMS = (
-    (2, 2, 2, 2), (1, 1, 2, 1, 1, 2), (3, 1, 2, 2), (2, 1, 1, 4),
-    (1, 1, 1, 1, 2, 2), (-1, 1, 2, 2, 2), (3, 3, 2), (2, 2, 1, 1, 2),
+    (2, 2, 2, 2),
+    (1, 1, 2, 1, 1, 2),
+    (3, 1, 2, 2),
+    (2, 1, 1, 4),
+    (1, 1, 1, 1, 2, 2),
+    (-1, 1, 2, 2, 2),
+    (3, 3, 2),
+    (2, 2, 1, 1, 2),
 )
 CADENCE_RHYTHMS = ((2, 2, 3, -1), (4, 2, -2), (3, 3, -2), (2, 6), (-1, 1, 1, 1, 4))
 
@@ -51,13 +57,15 @@ HAT_16THS = "xoxoxoxoxoxoxoxo"
 HALF_TIME_KICK = "X.......x......."
 
 # Vowel formants (Hz) and their relative gains, for the voice-like lead.
-VOWELS = np.array([
-    [800.0, 1150.0, 2900.0],  # a
-    [450.0, 1750.0, 2550.0],  # e
-    [300.0, 2250.0, 3000.0],  # i
-    [450.0, 800.0, 2830.0],   # o
-    [350.0, 650.0, 2700.0],   # u
-])
+VOWELS = np.array(
+    [
+        [800.0, 1150.0, 2900.0],  # a
+        [450.0, 1750.0, 2550.0],  # e
+        [300.0, 2250.0, 3000.0],  # i
+        [450.0, 800.0, 2830.0],  # o
+        [350.0, 650.0, 2700.0],  # u
+    ]
+)
 FORMANT_GAINS = np.array([1.0, 0.55, 0.25])
 FORMANT_WIDTHS = np.array([90.0, 110.0, 160.0])
 
@@ -488,6 +496,7 @@ def breath(notes: NoteSeq, rng: np.random.Generator, sample_rate: int) -> np.nda
 
 def drum_shots(sample_rate: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """One-shot kick, snare, hat and crash from decaying sines and noise."""
+
     def seconds(duration: float) -> np.ndarray:
         return np.arange(int(duration * sample_rate), dtype=np.float32) / sample_rate
 
@@ -592,7 +601,7 @@ def arrange(loops: dict[str, np.ndarray], plan: list[str], total: int, sample_ra
         if plan[index] != plan[index - 1]:
             start = index * block
             # The previous loop is periodic, so its continuation is its start.
-            out[start:start + ramp] = loops[plan[index - 1]][:ramp] * (1 - fade) + loops[plan[index]][:ramp] * fade
+            out[start : start + ramp] = loops[plan[index - 1]][:ramp] * (1 - fade) + loops[plan[index]][:ramp] * fade
     return out[:total]
 
 
@@ -604,7 +613,7 @@ def apply_fades(samples: np.ndarray, sample_rate: int) -> np.ndarray:
     if fade_in > 0:
         samples[:fade_in] *= np.linspace(0.0, 1.0, fade_in, dtype=np.float32) ** 2
     if fade_out > 0:
-        samples[count - fade_out:] *= np.linspace(1.0, 0.0, fade_out, dtype=np.float32) ** 2
+        samples[count - fade_out :] *= np.linspace(1.0, 0.0, fade_out, dtype=np.float32) ** 2
     return samples
 
 
@@ -643,8 +652,8 @@ def concatenate(parts: list[np.ndarray], crossfade_seconds: float = 0.05, sample
         if head:
             clip[:head] *= np.linspace(0.0, 1.0, head + 2, dtype=np.float32)[1:-1]
         if tail:
-            clip[clip.shape[0] - tail:] *= np.linspace(1.0, 0.0, tail + 2, dtype=np.float32)[1:-1]
-        out[position:position + clip.shape[0]] += clip
+            clip[clip.shape[0] - tail :] *= np.linspace(1.0, 0.0, tail + 2, dtype=np.float32)[1:-1]
+        out[position : position + clip.shape[0]] += clip
         position += clip.shape[0] - tail
     return out
 

@@ -61,7 +61,7 @@ def shapes(seed: list[int]) -> str:
     """A few translucent circles and a polygon, placed from the digest."""
     parts = []
     for i in range(5):
-        x, y, r, h = seed[6 + 4 * i: 10 + 4 * i]
+        x, y, r, h = seed[6 + 4 * i : 10 + 4 * i]
         parts.append(
             f'<circle cx="{x * 2}" cy="{y * 2}" r="{30 + r % 140}" '
             f'fill="{hsl(h * 360 // 256, 70, 60)}" fill-opacity="0.35"/>'

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..archive import mark_sandbox_client
-from ..client import AsyncMusicClient, MusicClient
+from ..archive.archiver import mark_sandbox_client
+from ..client.faces import AsyncMusicClient, MusicClient
 from ..config import Settings
 from . import DEMO_KEY
 from .faults import ENV_FAULTS, FaultPlan

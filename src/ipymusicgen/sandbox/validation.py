@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from ..errors import IgnoredFieldsWarning
-from ..models import GenerateRequest, LyricsRequest, V2Request, _V1Request
+from ..models.schema import GenerateRequest, LyricsRequest, V2Request, _V1Request
 
 _MODULE_PATTERN = r"ipymusicgen\.sandbox\.validation"
 

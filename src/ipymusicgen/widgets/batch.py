@@ -16,14 +16,14 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
-from .. import costs
+from ..models import costs
 from ..safe_html import esc
 from ._static import css, esm
 from .text import TextRepr
 
 if TYPE_CHECKING:
-    from ..batch import Batch
-    from ..client import MusicClient
+    from ..batch.engine import Batch
+    from ..client.faces import MusicClient
 
 ROWS_SHOWN = 200
 
@@ -158,16 +158,17 @@ class BatchForm(w.VBox):
         """The notebook's DataFrame and list-of-dict variables, for the "or from" choice."""
         namespace = getattr(self.shell, "user_ns", {}) or {}
         names = sorted(
-            n for n, v in namespace.items()
-            if not n.startswith("_") and (type(v).__name__ == "DataFrame" or (isinstance(v, list) and v
-                                         and all(isinstance(x, dict) for x in v)))
+            n
+            for n, v in namespace.items()
+            if not n.startswith("_")
+            and (type(v).__name__ == "DataFrame" or (isinstance(v, list) and v and all(isinstance(x, dict) for x in v)))
         )
         current = self.source.value
         self.source.options = [("(the lines above)", ""), *[(n, n) for n in names]]
         self.source.value = current if current in names else ""
 
     def requests(self) -> Any:
-        from ..batch_magics import parse_lines, rows_from_variable
+        from ..notebook.batch_magics import parse_lines, rows_from_variable
 
         if self.source.value:
             return rows_from_variable(self.source.value, getattr(self.shell, "user_ns", {}) or {})
@@ -184,7 +185,7 @@ class BatchForm(w.VBox):
 
     def update_estimate(self) -> int | None:
         """Validate every row and show the estimate (no network); the problem, escaped, when there is one."""
-        from ..batch import validate_rows
+        from ..batch.engine import validate_rows
 
         self._set_confirm("")  # a changed batch is confirmed again
         try:
@@ -238,7 +239,7 @@ class BatchForm(w.VBox):
 
     def submit(self) -> Batch | None:
         """Start the batch in the background (the view follows it); None, with the problem shown, if refused."""
-        from ..batch import run_batch
+        from ..batch.engine import run_batch
 
         if self.update_estimate() is None:
             return None

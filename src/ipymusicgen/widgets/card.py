@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from ..models.tasks import TaskState
 from ..safe_html import esc
-from ..tasks import TaskState
 from .song_data import Record, card_summary, song_card
 
 
@@ -24,8 +24,19 @@ class CardActions(Protocol):
 class TaskCard:
     """One watched task: its latest record, its place in a call (take 1 or 2) and a note for the user."""
 
-    __slots__ = ("_finished", "_record", "_watcher", "call", "extra", "favourite", "note", "started", "take", "task_id",
-                 "v2")
+    __slots__ = (
+        "_finished",
+        "_record",
+        "_watcher",
+        "call",
+        "extra",
+        "favourite",
+        "note",
+        "started",
+        "take",
+        "task_id",
+        "v2",
+    )
 
     def __init__(
         self, task_id: str, *, v2: bool = False, call: str = "", take: int = 1, watcher: CardActions | None = None

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import ipywidgets as w
 
-from ..client import MusicClient
+from ..client.faces import MusicClient
 from ..errors import (
     APIConnectionError,
     AuthenticationError,

@@ -7,8 +7,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..client import MusicClient
-from ..models import ACTIONS, TITLE_MAX, V1_MODELS, ModelLimits, build_generate_request, shape_fields, word_count
+from ..client.faces import MusicClient
+from ..models.schema import ACTIONS, TITLE_MAX, V1_MODELS, ModelLimits, build_generate_request, shape_fields, word_count
 from .form import FieldRow, Form
 
 DEFAULT_MODEL_LABEL = "service default"

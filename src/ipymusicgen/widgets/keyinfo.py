@@ -7,9 +7,9 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..client import MusicClient
-from ..display import CREDITS_API_TERM, mask_key
-from ..models import KeyInfo
+from ..client.faces import MusicClient
+from ..models.schema import KeyInfo
+from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import error_html, esc, note_html
 from .form import error_title
 from .text import TextRepr

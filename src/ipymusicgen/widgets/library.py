@@ -16,7 +16,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from ..archive import archive_label
+from ..archive.archiver import archive_label
 from ..library import Library, LibrarySong
 from ._static import css, esm
 from .song_data import STATE_LABELS, card_summary, song_card
@@ -167,7 +167,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         self._refresh_lock = threading.RLock()  # the archiver's thread refreshes too
         if watcher is not None:
             watcher.on_favourite = self._watcher_favourite
-        from ..archive import add_archive_listener
+        from ..archive.archiver import add_archive_listener
 
         add_archive_listener(self._archived)  # held weakly: a new song shows once it is archived
         self._roots = server_roots()

@@ -7,8 +7,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..client import MusicClient
-from ..models import LyricsResult, build_lyrics_request
+from ..client.faces import MusicClient
+from ..models.schema import LyricsResult, build_lyrics_request
 from ..safe_html import esc, pre
 from .form import FieldRow, Form
 from .generate import GenerateForm

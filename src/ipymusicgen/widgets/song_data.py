@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..models import TaskRecord, V2Song
+from ..models.schema import TaskRecord, V2Song
+from ..models.tasks import TaskState
 from ..safe_html import http_url
-from ..tasks import TaskState
 
 Record = TaskRecord | V2Song
 """A v1 task or a v2 song: what a card shows (the widgets' one definition)."""
@@ -159,9 +159,9 @@ def clean(card: dict[str, Any]) -> dict[str, Any]:
         "call": plain(card.get("call"), 200),
         "take": 2 if take == 2 else 1,
         "title": plain(card.get("title"), TITLE_LIMIT),
-        "style_chips": style_chips(chips) if isinstance(chips, str) else [plain(c, CHIP_LIMIT) for c in chips or ()][
-            :CHIPS_MAX
-        ],
+        "style_chips": style_chips(chips)
+        if isinstance(chips, str)
+        else [plain(c, CHIP_LIMIT) for c in chips or ()][:CHIPS_MAX],
         "state": state,
         "state_label": plain(card.get("state_label") or STATE_LABELS[state], 120),
         "elapsed_s": _number(card.get("elapsed_s")),
@@ -180,7 +180,7 @@ def clean(card: dict[str, Any]) -> dict[str, Any]:
 
 
 def elapsed_text(seconds: float | None) -> str:
-    """"42 s" or "3 min 5 s"; "" for None."""
+    """ "42 s" or "3 min 5 s"; "" for None."""
     if seconds is None:
         return ""
     whole = int(seconds)
@@ -188,7 +188,7 @@ def elapsed_text(seconds: float | None) -> str:
 
 
 def duration_text(seconds: float | None) -> str:
-    """"2:05" for a duration; "—" while unknown."""
+    """ "2:05" for a duration; "—" while unknown."""
     if seconds is None:
         return "—"
     whole = round(seconds)

@@ -20,11 +20,10 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
-from ..client import MusicClient
-from ..costs import estimate_credits
-from ..display import CREDITS_API_TERM, mask_key
+from ..client.faces import MusicClient
 from ..errors import RequestValidationError, UnprocessableEntityError
-from ..models import (
+from ..models.costs import estimate_credits
+from ..models.schema import (
     ACTIONS,
     PROMPT_MAX,
     TITLE_MAX,
@@ -41,6 +40,7 @@ from ..models import (
     shape_fields,
     word_count,
 )
+from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
 from ..sandbox import DEMO_KEY
 from ._static import css, esm

@@ -6,8 +6,8 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..client import MusicClient
-from ..models import PROMPT_MAX, TITLE_MAX, V2_MODELS, V2Request, build_v2_request, word_count
+from ..client.faces import MusicClient
+from ..models.schema import PROMPT_MAX, TITLE_MAX, V2_MODELS, V2Request, build_v2_request, word_count
 from .form import FieldRow, Form
 from .generate import limits_text, lyrics_limit
 

@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from ..client import MusicClient, _retry_after
+from ..client.faces import MusicClient, _retry_after
+from ..client.waiting import wait_timeout_error
 from ..errors import MusicGenError
-from ..models import PROMPT_MAX, TITLE_MAX, V2Song
+from ..models.schema import PROMPT_MAX, TITLE_MAX, V2Song
+from ..models.tasks import TaskSet, TaskState
 from ..session import register_watcher, unregister_watcher
-from ..tasks import TaskSet, TaskState
-from ..waiting import wait_timeout_error
 from ._static import css, esm
 from .card import TaskCard
 from .song_data import Record, card_state, plain
 from .text import TextRepr
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from ..batch.engine import Batch
     from .generate import GenerateForm
     from .v2 import V2Form
 

@@ -21,9 +21,9 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
-from .errors import IgnoredFieldsWarning, RequestValidationError
+from ..errors import IgnoredFieldsWarning, RequestValidationError
+from ..models.schema import ACTIONS, V2_MODELS, V2Request, build_generate_request, build_v2_request
 from .interpolate import expand, left_verbatim
-from .models import ACTIONS, V2_MODELS, V2Request, build_generate_request, build_v2_request
 
 _TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|\S)+""")
 _VALUELESS = frozenset({"store_true", "store_false", "store_const", "count", "help"})
@@ -119,7 +119,7 @@ def _unquote(token: str) -> str:
 
 def _closed(option: str, value: str) -> str:
     """An option's value as typed; one that opens a quote it never closes is refused (it would eat the text)."""
-    if value[:1] in ("\"", "'") and _unquote(value) == value:
+    if value[:1] in ('"', "'") and _unquote(value) == value:
         raise UsageError(f"{option}: the quote opened in {value!r} is never closed")
     return value
 
@@ -375,9 +375,7 @@ def parse_musicgen(
         warnings.simplefilter("always", IgnoredFieldsWarning)
         try:
             if args.v2:
-                request = build_v2_request(
-                    v2_fields(args, body, v2_default), allow_unknown_models=allow_unknown_models
-                )
+                request = build_v2_request(v2_fields(args, body, v2_default), allow_unknown_models=allow_unknown_models)
             else:
                 request = build_generate_request(
                     v1_fields(args, body, v1_default), allow_unknown_models=allow_unknown_models

@@ -18,14 +18,14 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import session
-from .errors import MusicGenError
-from .magic_args import one_line, parse_musicgen, unregister_magics
+from .. import session
+from ..errors import MusicGenError
+from .args import one_line, parse_musicgen, unregister_magics
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from .batch import Batch
+    from ..batch.engine import Batch
 
 REGISTRY_NAME = "BatchMagics"
 MUSICGEN_MAGICS = "MusicGen"
@@ -119,7 +119,7 @@ class BatchMagics(Magics):
             requests = rows_from_variable(args.source, self.shell.user_ns)
         else:
             requests = parse_lines(cell or "", self.shell)
-        from .batch import run_batch
+        from ..batch.engine import run_batch
 
         view = None
         try:
@@ -173,7 +173,7 @@ class ProgressLines:
 
 def _watcher(client: Any) -> Any:
     try:
-        from .widgets import TaskWatcher
+        from ..widgets import TaskWatcher
     except ImportError:
         return None
     return TaskWatcher([], client=client)
@@ -181,7 +181,7 @@ def _watcher(client: Any) -> Any:
 
 def _view(watcher: Any) -> Any:
     try:
-        from .widgets.batch import BatchView
+        from ..widgets.batch import BatchView
     except ImportError:
         return None
     return BatchView(watcher=watcher)

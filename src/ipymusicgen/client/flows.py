@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import httpx
 
-from .models import TaskRecord, V2Song
+from ..models.schema import TaskRecord, V2Song
 
 if TYPE_CHECKING:
-    from .journal import Attempt, JournalEntry
+    from ..storage.journal import Attempt, JournalEntry
 
 T = TypeVar("T")
 Record = TaskRecord | V2Song

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .models import TaskRecord, V2Song
+    from .schema import TaskRecord, V2Song
 
 
 class TaskState(str, enum.Enum):

@@ -13,13 +13,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .safe_html import esc, http_url, link
-from .tasks import TaskState
+from ..models.tasks import TaskState
+from ..safe_html import esc, http_url, link
 
 if TYPE_CHECKING:
-    from .client import Record
-    from .journal import JournalEntry
-    from .models import KeyInfo
+    from ..client.faces import Record
+    from ..models.schema import KeyInfo
+    from ..storage.journal import JournalEntry
 
 CREDITS_WORD = "credits"
 """What users read for the service's music counts."""

@@ -129,9 +129,10 @@ class BatchStore:
         now = time.time()
         with self._write() as db:
             db.execute("INSERT OR IGNORE INTO batches (name, created_at) VALUES (?, ?)", (name, now))
-            known = {r["row_index"]: r["request_hash"] for r in db.execute(
-                "SELECT row_index, request_hash FROM batch_rows WHERE batch = ?", (name,)
-            )}
+            known = {
+                r["row_index"]: r["request_hash"]
+                for r in db.execute("SELECT row_index, request_hash FROM batch_rows WHERE batch = ?", (name,))
+            }
             for index, (digest, _, _) in enumerate(rows):
                 if index in known and known[index] != digest:
                     raise ValueError(index)
@@ -147,8 +148,15 @@ class BatchStore:
             found = self._db.execute("SELECT * FROM batch_rows WHERE batch = ? ORDER BY row_index", (name,)).fetchall()
         return {
             r["row_index"]: StoredRow(
-                r["row_index"], r["request_hash"], r["state"], json.loads(r["ids"]), r["attempts"],
-                r["owner_pid"], r["owner_start"], r["error"], r["cost"],
+                r["row_index"],
+                r["request_hash"],
+                r["state"],
+                json.loads(r["ids"]),
+                r["attempts"],
+                r["owner_pid"],
+                r["owner_start"],
+                r["error"],
+                r["cost"],
             )
             for r in found
         }

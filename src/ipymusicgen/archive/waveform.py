@@ -25,7 +25,7 @@ def _path_of(song_or_path: Any) -> Path:
         raise FileNotFoundError(f"No audio file at {str(song_or_path)[:200]!r}")
     task_id = song_or_path if isinstance(song_or_path, str) else getattr(song_or_path, "id", None)
     if task_id:
-        from .library import library
+        from ..library import library
 
         found = library().archived_path(task_id)
         if found is not None:

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticCustomError
 
-from .errors import FieldProblem, IgnoredFieldsWarning, RequestValidationError
+from ..errors import FieldProblem, IgnoredFieldsWarning, RequestValidationError
 from .tasks import TaskState, v1_state, v2_state
 
 

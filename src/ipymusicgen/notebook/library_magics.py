@@ -9,7 +9,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from .magic_args import unregister_magics
+from .args import unregister_magics
 
 USAGE = (
     "%musicgen_library [words to search] [--favourites] [--state ready|failed|preview|writing] "
@@ -58,7 +58,7 @@ class LibraryMagics(Magics):
     @line_magic("musicgen_library")
     def musicgen_library(self, line: str = "") -> Any:
         """Open your song library, searched for the words given: %musicgen_library rain --favourites"""
-        from .widgets.library import LibraryView
+        from ..widgets.library import LibraryView
 
         text, options = parse_library_line(line)
         page_size = options.pop("page_size", None)

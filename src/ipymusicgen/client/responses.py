@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import ValidationError as PydanticValidationError
 
-from .errors import (
+from ..errors import (
     KEY_HINT,
     APIConnectionError,
     APIResponseValidationError,
@@ -43,7 +43,7 @@ from .errors import (
     ServerAuthenticationError,
     UnprocessableEntityError,
 )
-from .models import TaskRecord, V2Song, ValidationErrorBody
+from ..models.schema import TaskRecord, V2Song, ValidationErrorBody
 
 T = TypeVar("T")
 

@@ -20,10 +20,9 @@ from typing import Any, TypeVar, cast
 import httpx
 from pydantic import BaseModel
 
-from ._version import __version__
-from .config import MAX_SECONDS, Settings, is_loopback, url_scheme
-from .downloads import AtomicFile, SizeLimit, safe_filename, suffix_for
-from .errors import (
+from .._version import __version__
+from ..config import MAX_SECONDS, Settings, is_loopback, url_scheme
+from ..errors import (
     KEY_HINT,
     APIError,
     APIResponseValidationError,
@@ -37,8 +36,7 @@ from .errors import (
     MusicGenError,
     RequestValidationError,
 )
-from .flows import Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
-from .models import (
+from ..models.schema import (
     GenerateResult,
     KeyInfo,
     LyricsResult,
@@ -50,6 +48,9 @@ from .models import (
     build_v2_request,
     first_text,
 )
+from ..models.tasks import TaskSet, TaskState
+from .downloads import AtomicFile, SizeLimit, safe_filename, suffix_for
+from .flows import Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
 from .responses import (
     DOUBT_HINT,
     DOUBTFUL_STATUS,
@@ -74,7 +75,6 @@ from .responses import (
     task_records,
     v2_songs,
 )
-from .tasks import TaskSet, TaskState
 from .transport import bounded, bounded_transport
 from .waiting import Resumed, WaitFlows, check_id, is_transient, v1_ids
 
@@ -160,7 +160,7 @@ _MP4_NAMES = ("mp4_url", "video_url", "url", "file_url")
 
 
 def _is_demo_key(key: str | None) -> bool:
-    from .sandbox import DEMO_KEY  # the package __init__ only: no server, no FastAPI
+    from ..sandbox import DEMO_KEY  # the package __init__ only: no server, no FastAPI
 
     return key == DEMO_KEY
 
@@ -199,7 +199,7 @@ class _Core(WaitFlows):
         self._record_listeners: list[UpdateCallback] = []
         self._resume_listeners: list[Callable[[], None]] = []
         self._check_settings()
-        from .archive import attach  # finished songs are archived off the polling thread (archive.py)
+        from ..archive.archiver import attach  # finished songs are archived off the polling thread (archive.py)
 
         attach(self, archive)  # archive=False: off; a path: there; True: the settings' directory
 
@@ -247,7 +247,7 @@ class _Core(WaitFlows):
         self._journal_choice = value
 
     def _open_journal(self) -> Journal:
-        from .journal import Journal as SqliteJournal
+        from ..storage.journal import Journal as SqliteJournal
 
         self._opened_journal = SqliteJournal(self.settings.journal_path)
         return cast(Journal, self._opened_journal)
@@ -263,7 +263,7 @@ class _Core(WaitFlows):
         try:
             write()
         except Exception as exc:  # the ids must still reach the caller; the journal's own error says why
-            from .journal import JournalWriteWarning
+            from ..storage.journal import JournalWriteWarning
 
             warnings.warn(
                 f"The journal could not record {what} ({type(exc).__name__}: {self.redact(str(exc))[:200]}). "
@@ -661,7 +661,7 @@ class MusicClient(_Core):
     def batch(self, requests: Any, /, **options: Any) -> Any:
         """Many songs from a list or DataFrame: `name`, `concurrency`, `budget`, `wait`, `stall_timeout`,
         `retry_unknown`, `on_update`. Returns a `Batch`; see `ipymusicgen.batch.run_batch`."""
-        from .batch import run_batch
+        from ..batch.engine import run_batch
 
         return run_batch(self, requests, **options)
 
@@ -813,7 +813,7 @@ class AsyncMusicClient(_Core):
 
     async def batch(self, requests: Any, /, **options: Any) -> Any:
         """`MusicClient.batch` on this client; with `wait=False`, `await batch` later."""
-        from .batch import run_batch_async
+        from ..batch.engine import run_batch_async
 
         return await run_batch_async(self, requests, **options)
 

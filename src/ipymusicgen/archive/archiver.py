@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .downloads import safe_filename, unique_path
+from ..client.downloads import safe_filename, unique_path
 
 if TYPE_CHECKING:
-    from .client import MusicClient, _Core
-    from .library_store import LibraryStore
+    from ..client.faces import MusicClient, _Core
+    from ..storage.library import LibraryStore
 
 ENV_ARCHIVE = "MUSICGEN_ARCHIVE"
 RASTER_IMAGES = {
@@ -70,11 +70,11 @@ def mark_sandbox_client(client: _Core) -> None:
 
 def is_sandbox(client: _Core) -> bool:
     """The embedded sandbox, known by identity: a client it made, its demo key, or the session's own sandbox."""
-    from .sandbox import DEMO_KEY
+    from ..sandbox import DEMO_KEY
 
     if client in _sandbox_clients or client.settings.key_value() == DEMO_KEY:
         return True
-    from . import session
+    from .. import session
 
     own = session.embedded_sandbox_url()
     return own is not None and client.settings.base_url == own
@@ -231,7 +231,7 @@ _swept: set[Path] = set()
 def _staging_dir(directory: Path) -> Path:
     """A hidden folder for one song's download, naming its process; the first in a directory per process also
     removes those a dead process left (kill -9 mid-download), so no half file outlives a re-run."""
-    from .journal import Owner
+    from ..storage.journal import Owner
 
     directory.mkdir(parents=True, exist_ok=True)
     if directory not in _swept:
@@ -292,7 +292,7 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
 
 def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient | None = None) -> Path:
     """Archive the WAV rendering of a song beside its MP3 (`generate_wav` is asked when no URL is given)."""
-    from . import session
+    from .. import session
 
     client = client or session.get_client()
     archiver = archiver_of(client)
@@ -358,7 +358,7 @@ class Archiver:
         """The library store on this client's journal file (opened when first needed)."""
         with self._lock:
             if self._store is None and not self._closed and self.journal_path is not None:
-                from .library_store import LibraryStore
+                from ..storage.library import LibraryStore
 
                 self._store = LibraryStore(self.journal_path)
             return self._store
@@ -426,7 +426,7 @@ class Archiver:
                     self._store = None
 
     def _downloader(self) -> MusicClient:
-        from .client import MusicClient
+        from ..client.faces import MusicClient
 
         return MusicClient(settings=self.client.settings, journal=False)  # never polls, so never archives
 
@@ -474,7 +474,7 @@ def add_archive_listener(listener: ArchiveListener) -> None:
 
 
 def _stored_peaks(store: LibraryStore, task_id: str) -> list[list[float]] | None:
-    from .library_store import unpack_peaks
+    from ..storage.library import unpack_peaks
 
     rows = store.query("SELECT peaks FROM library_songs WHERE id = ?", (task_id,))
     return unpack_peaks(rows[0]["peaks"]) if rows else None
@@ -489,7 +489,7 @@ def archive_label(path: Path | None, error: str | None) -> str:
 
 def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
     """Tell the session's watchers (their cards show the waveform and the archive's word) and any listeners."""
-    from . import session
+    from .. import session
 
     watchers = session.watchers()
     fields: dict[str, Any] = {"archived_path_label": archive_label(path, error)}

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from .errors import MusicGenError
+from ..errors import MusicGenError
 from .journal import Journal, open_db, write_transaction
 
 SCHEMA = """
@@ -257,7 +257,6 @@ class LibraryStore:
         return [r["id"] for r in self.query(sql + " ORDER BY t.created_at", params)]
 
 
-
 def _batch_of(db: sqlite3.Connection, task_id: str) -> str | None:
     """The batch (batch engine's `batch_rows`, when that table exists) whose row created this task."""
     try:
@@ -279,4 +278,3 @@ def _payload(text: str | None) -> dict[str, Any]:
 
 def _bounded(text: Any) -> str | None:
     return str(text)[:TEXT_LIMIT] if text else None
-

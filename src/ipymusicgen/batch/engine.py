@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import costs
-from .batch_store import BatchStore, StoredRow, store_for
-from .errors import (
+from ..client.responses import is_doubtful
+from ..errors import (
     APIResponseValidationError,
     APIStatusError,
     AuthenticationError,
@@ -35,13 +34,14 @@ from .errors import (
     RateLimitError,
     RequestValidationError,
 )
-from .models import V2Request, build_generate_request, build_v2_request
-from .responses import is_doubtful
-from .tasks import TaskSet, TaskState
+from ..models import costs
+from ..models.schema import V2Request, build_generate_request, build_v2_request
+from ..models.tasks import TaskSet, TaskState
+from ..storage.batches import BatchStore, StoredRow, store_for
 
 if TYPE_CHECKING:
-    from .client import AsyncMusicClient, MusicClient
-    from .models import TaskRecord, V2Song
+    from ..client.faces import AsyncMusicClient, MusicClient
+    from ..models.schema import TaskRecord, V2Song
 
     Record = TaskRecord | V2Song
 
@@ -128,8 +128,10 @@ def _is_dataframe(requests: Any) -> bool:
 
 def _raw_rows(requests: Any) -> list[Any]:
     if _is_dataframe(requests):
-        return [{k: v for k, v in ((str(k), _plain(v)) for k, v in r.items()) if v is not None}
-                for r in requests.to_dict("records")]
+        return [
+            {k: v for k, v in ((str(k), _plain(v)) for k, v in r.items()) if v is not None}
+            for r in requests.to_dict("records")
+        ]
     if isinstance(requests, Mapping | str):
         raise BatchError("batch() takes an iterable of requests (mappings or request models) or a DataFrame")
     return list(requests)
@@ -191,8 +193,9 @@ def derive_name(rows: list[BatchRow]) -> str:
 class Batch:
     """A batch's rows, their states and spend. Partial success is reported, not raised."""
 
-    def __init__(self, name: str, rows: list[BatchRow], *, store: BatchStore, concurrency: int,
-                 budget: int | None, estimate: int) -> None:
+    def __init__(
+        self, name: str, rows: list[BatchRow], *, store: BatchStore, concurrency: int, budget: int | None, estimate: int
+    ) -> None:
         self.name = name
         self.rows = rows
         self.store = store
@@ -292,8 +295,9 @@ class Batch:
 
     def eta_seconds(self) -> float | None:
         """Seconds left, from how long rows finished so far took and how many are left (None until one finished)."""
-        durations = [r.finished_at - r.started_at for r in self.rows
-                     if r.state == "complete" and r.started_at and r.finished_at]
+        durations = [
+            r.finished_at - r.started_at for r in self.rows if r.state == "complete" and r.started_at and r.finished_at
+        ]
         left = sum(1 for r in self.rows if not r.finished)
         if not durations:
             return None
@@ -329,8 +333,11 @@ class Batch:
             f"{c['skipped']} skipped",
             f"~{self.spent_estimate} credits spent",
         ]
-        left = self.counts_after if self.counts_after is not None else (
-            self.counts_before - self.spent_estimate if self.counts_before is not None else None)
+        left = (
+            self.counts_after
+            if self.counts_after is not None
+            else (self.counts_before - self.spent_estimate if self.counts_before is not None else None)
+        )
         if left is not None:
             parts.append(f"{left} left")
         per_call = self.real_cost_per_call
@@ -345,8 +352,14 @@ class Batch:
 
         return pd.DataFrame(
             [
-                {"index": r.index, "state": r.state, "request": r.describe(), "ids": ",".join(r.ids),
-                 "error": r.error, "cost": r.cost}
+                {
+                    "index": r.index,
+                    "state": r.state,
+                    "request": r.describe(),
+                    "ids": ",".join(r.ids),
+                    "error": r.error,
+                    "cost": r.cost,
+                }
                 for r in self.rows
             ]
         ).set_index("index")
@@ -370,7 +383,7 @@ class Batch:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        from .safe_html import esc
+        from ..safe_html import esc
 
         body = "".join(
             f"<tr><td>{r.index}</td><td>{esc(r.state)}</td><td>{esc(r.describe())}</td>"
@@ -406,8 +419,15 @@ def _retry_after(exc: RateLimitError) -> float:
 
 
 class _Engine:
-    def __init__(self, batch: Batch, *, stall_timeout: float, retry_unknown: bool, poll_interval: float,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        batch: Batch,
+        *,
+        stall_timeout: float,
+        retry_unknown: bool,
+        poll_interval: float,
+        clock: Callable[[], float],
+    ) -> None:
         self.batch = batch
         self.name = batch.name
         self.store = batch.store
@@ -639,14 +659,19 @@ def _journal_path(client: Any) -> Any:
     return getattr(journal, "path", None) if journal is not None else None
 
 
-def _prepare(client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None,
-             store: BatchStore | None) -> tuple[Batch, dict[int, StoredRow]]:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, numbers.Integral) \
-            or not 1 <= concurrency <= MAX_CONCURRENCY:
+def _prepare(
+    client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None, store: BatchStore | None
+) -> tuple[Batch, dict[int, StoredRow]]:
+    if (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, numbers.Integral)
+        or not 1 <= concurrency <= MAX_CONCURRENCY
+    ):
         raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, a whole number (got {concurrency!r})")
     # a NaN budget would compare False against every cost and so never stop a paid row
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Real)
-                               or math.isnan(budget) or budget < 0):
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0
+    ):
         raise BatchError(f"budget must be 0 or more credits (got {budget!r})")
     rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
     name = name or derive_name(rows)
@@ -676,11 +701,19 @@ def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> Non
     if batch.budget is not None and estimate > batch.budget:
         raise BatchBudgetError(
             f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
-            "nothing was sent.", estimate=estimate, budget=batch.budget, counts_left=counts_left)
+            "nothing was sent.",
+            estimate=estimate,
+            budget=batch.budget,
+            counts_left=counts_left,
+        )
     if counts_left is not None and estimate > counts_left:
         raise BatchBudgetError(
             f"Batch {batch.name!r} would cost about {estimate} credits, but the key has {counts_left} left; "
-            "nothing was sent.", estimate=estimate, budget=batch.budget, counts_left=counts_left)
+            "nothing was sent.",
+            estimate=estimate,
+            budget=batch.budget,
+            counts_left=counts_left,
+        )
     batch.store.record_counts(batch.name, before=counts_left)
 
 
@@ -688,18 +721,36 @@ def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
     return max(0.01, min(client.settings.poll_interval, stall_timeout / 4))
 
 
-def _start(client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None,
-           store: BatchStore | None, on_update: Callable[[Batch], None] | None, stall_timeout: float,
-           retry_unknown: bool, clock: Callable[[], float]) -> _Engine:
+def _start(
+    client: Any,
+    requests: Any,
+    name: str | None,
+    concurrency: int,
+    budget: int | None,
+    store: BatchStore | None,
+    on_update: Callable[[Batch], None] | None,
+    stall_timeout: float,
+    retry_unknown: bool,
+    clock: Callable[[], float],
+) -> _Engine:
     """What both faces do before the first call: validate and store the rows, and load what a re-run knows."""
-    if isinstance(stall_timeout, bool) or not isinstance(stall_timeout, numbers.Real) \
-            or math.isnan(stall_timeout) or stall_timeout <= 0:  # NaN would never stall, 0 or less at once
+    if (
+        isinstance(stall_timeout, bool)
+        or not isinstance(stall_timeout, numbers.Real)
+        or math.isnan(stall_timeout)
+        or stall_timeout <= 0
+    ):  # NaN would never stall, 0 or less at once
         raise BatchError(f"stall_timeout must be more than 0 seconds (got {stall_timeout!r})")
     batch, stored = _prepare(client, requests, name, concurrency, budget, store)
     if on_update is not None:
         batch.add_listener(on_update)
-    engine = _Engine(batch, stall_timeout=stall_timeout, retry_unknown=retry_unknown,
-                     poll_interval=_stall_poll_interval(client, stall_timeout), clock=clock)
+    engine = _Engine(
+        batch,
+        stall_timeout=stall_timeout,
+        retry_unknown=retry_unknown,
+        poll_interval=_stall_poll_interval(client, stall_timeout),
+        clock=clock,
+    )
     engine.load(stored)
     return engine
 

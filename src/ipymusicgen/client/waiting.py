@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from .config import MAX_SECONDS
-from .errors import (
+from ..config import MAX_SECONDS
+from ..errors import (
     APIConnectionError,
     APIResponseValidationError,
     APIStatusError,
@@ -26,15 +26,15 @@ from .errors import (
     TaskFailedError,
     WaitTimeoutError,
 )
+from ..models.schema import GenerateResult, TaskRecord, V2Song
+from ..models.tasks import TaskSet, TaskState
 from .flows import Flow, Record, Sleep, TaskJournal, UpdateCallback
-from .models import GenerateResult, TaskRecord, V2Song
 from .responses import RETRYABLE_STATUS, backoff_delay
-from .tasks import TaskSet, TaskState
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from ..config import Settings
+    from ..storage.journal import Attempt
     from .flows import Journal
-    from .journal import Attempt
 
 MAX_ID_LENGTH = 256
 """The longest task id accepted (the service's are 36-character UUIDs): a longer one cannot travel in a URL."""

@@ -23,20 +23,11 @@ from IPython.core.magic_arguments import magic_arguments
 from IPython.display import display
 from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
-from . import session
-from .display import (  # the result types live in display.py; these names stay importable from here
-    KeyReport,
-    Lyrics,
-    Songs,
-    Table,
-    entry_row,
-    mask_key,
-    record_row,
-)
-from .display import text as one_line_text
-from .errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
-from .interpolate import expand, left_verbatim
-from .magic_args import (
+from .. import session
+from ..errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
+from ..models.tasks import TaskState
+from ..safe_html import public_address
+from .args import (
     MUSICGEN_OPTIONS,
     OUTPUT_OPTIONS,
     MusicgenCall,
@@ -49,16 +40,25 @@ from .magic_args import (
     unregister_magics,
     with_options,
 )
-from .safe_html import public_address
-from .tasks import TaskState
+from .display import (  # the result types live in display.py; these names stay importable from here
+    KeyReport,
+    Lyrics,
+    Songs,
+    Table,
+    entry_row,
+    mask_key,
+    record_row,
+)
+from .display import text as one_line_text
+from .interpolate import expand, left_verbatim
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from .client import MusicClient, Record
-    from .config import Settings
-    from .models import V2Song
-    from .widgets import TaskWatcher
+    from ..client.faces import MusicClient, Record
+    from ..config import Settings
+    from ..models.schema import V2Song
+    from ..widgets import TaskWatcher
 
 __all__ = [
     "KeyReport",
@@ -183,7 +183,7 @@ class MusicGen(Magics):
 
     @observe("archive_dir")
     def _push_archive_dir(self, change: Mapping[str, Any]) -> None:
-        from .archive import set_archive_dir  # the archive decides what the value means (archive.py)
+        from ..archive.archiver import set_archive_dir  # the archive decides what the value means (archive.py)
 
         value = str(change["new"] or "").strip()
         set_archive_dir(False if value.lower() in {"off", "false", "0", "no"} else (value or None))
@@ -321,7 +321,7 @@ class MusicGen(Magics):
         return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
     def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song]) -> TaskWatcher:
-        from .widgets import TaskWatcher
+        from ..widgets import TaskWatcher
 
         watcher = TaskWatcher(ids, v2_ids=songs, client=client)  # registers itself for shutdown()
         display(watcher)
@@ -408,7 +408,7 @@ class MusicGen(Magics):
             if not found.ids:
                 print("No unfinished tasks to resume.")
                 return None
-            from .widgets import watch_unfinished
+            from ..widgets import watch_unfinished
 
             return watch_unfinished()
 
@@ -428,7 +428,7 @@ class MusicGen(Magics):
     @line_magic
     def musicgen_ui(self, line: str = "") -> None:
         """Open the studio: forms for every action, lyrics, key info and the task list."""
-        from .widgets import studio
+        from ..widgets import studio
 
         display(studio())
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlsplit
 
-from .errors import DownloadError
+from ..errors import DownloadError
 
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f<>:"/\\|?*]+')
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}

@@ -1,0 +1,16 @@
+"""The client layer: `MusicClient` / `AsyncMusicClient` and what they are made of.
+
+Imports nothing above itself (no storage, archive, session, sandbox or UI): journals, archivers and
+batches plug in from the composition root (`ipymusicgen.app`) through `client.wiring`.
+
+- `faces`: the two faces (sync, async) over one sans-IO core (`core`);
+- `flows`: the vocabulary of flows (Send, Sleep) and the journal protocol;
+- `responses`: reading, classifying and parsing answers; `retry`: the one retry policy;
+- `waiting`: wait, poll, resume; `transport`: bounded sync transport; `downloads`: files.
+"""
+
+from .faces import *  # noqa: F403  (the old `ipymusicgen.client` module's names)
+from .faces import __all__ as _faces_all
+from .faces import _Core
+
+__all__ = [*_faces_all, "_Core"]

@@ -1,0 +1,724 @@
+"""A durable record of every paid request and every task id it created, so no paid song is lost.
+
+SQLite in WAL mode with a busy timeout, so two kernels can share one journal. The client writes an
+attempt row *before* sending, the task ids as soon as the answer arrives, and task state as polling
+learns it. Nothing secret is stored: the key travels in a header, never in a payload.
+
+Two things keep paid work in sight when something goes wrong:
+
+- Each attempt records the process that sent it (host, pid, process start time). A `pending` attempt
+  whose process has died (SIGKILL, kernel restart, crash) is reported as outcome-unknown; one of a live
+  process in another kernel is left alone.
+- A write that fails once the request has been sent (journal locked past the busy timeout, disk full,
+  read-only file) never raises into the caller: it waits in an in-memory backlog, a `JournalWriteWarning`
+  names the ids not journalled yet, and the backlog is written on the next journal use and at close.
+  Only `begin()` raises (`JournalUnavailableError`), because then nothing has been sent or paid.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MusicGenError
+
+if TYPE_CHECKING:
+    from ..models.schema import TaskRecord, V2Song
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempts (
+    id TEXT PRIMARY KEY,
+    endpoint TEXT NOT NULL,
+    host TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    outcome TEXT NOT NULL DEFAULT 'pending',
+    note TEXT
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    attempt_id TEXT,
+    version INTEGER NOT NULL DEFAULT 1,
+    host TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'processing',
+    title TEXT,
+    style TEXT,
+    audio_url TEXT,
+    cover_url TEXT,
+    song_id TEXT,
+    fail_reason TEXT,
+    downloaded_path TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
+CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_at);
+"""
+_ADDED_COLUMNS = {"attempts": (("owner_host", "TEXT"), ("owner_pid", "INTEGER"), ("owner_started", "TEXT"))}
+"""Columns added after the first release: journals written before them get them by migration."""
+
+FINISHED_STATES = ("complete", "failed")
+DEFAULT_BUSY_TIMEOUT = 10.0
+"""Seconds a write waits for another kernel's transaction before the journal counts as locked."""
+QUICK_BUSY_MS = 100
+"""How long a read waits to write on the side (the backlog, dead senders' attempts) before leaving it for later."""
+DIED_NOTE = "the process that sent it ({owner}) ended before the answer was journalled; it may have been charged"
+LEGACY_NOTE = "left pending by an earlier version that did not record its process; it may have been charged"
+
+
+class JournalUnavailableError(MusicGenError):
+    """The journal cannot record a paid request before it is sent, so nothing was sent (nothing paid)."""
+
+
+class JournalWriteWarning(UserWarning):
+    """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""
+
+
+def open_db(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sqlite3.Connection:
+    """A connection to the journal's SQLite file, set up the one way every user of the file needs.
+
+    WAL so two kernels can share it, a busy timeout so a writer waits its turn, autocommit so each
+    user says where its transactions begin. The batch and library stores open their tables with this.
+    """
+    db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.OperationalError:  # a read-only or busy file: still readable, writes report themselves
+        pass
+    return db
+
+
+@contextmanager
+def write_transaction(db: sqlite3.Connection, lock: threading.Lock) -> Iterator[sqlite3.Connection]:
+    """One IMMEDIATE transaction under the connection's lock; all of it is kept, or none of it.
+
+    Shared by the journal and the stores that keep their tables in its file (batches, library).
+    """
+    with lock:
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")  # may fail too (disk full): then nothing of it is kept
+        except BaseException:
+            with suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+
+
+def default_journal_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False)) / "journal.sqlite3"
+
+
+# -- which process owns a pending attempt ---------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_started(pid: int) -> str | None:
+    """A token for when `pid` started (boot id + start tick), so a reused pid is not taken for the old one.
+
+    None where /proc does not say (not Linux) or the process is gone.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
+    if len(fields) < 20 or fields[0] in ("Z", "X"):  # a zombie has died; only its parent has not looked yet
+        return None
+    return f"{_boot_id()}:{fields[19]}"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that sent a paid request."""
+
+    host: str
+    pid: int
+    started: str | None
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), process_started(os.getpid()))
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+    def is_alive(self) -> bool:
+        """Whether the process still runs; True when it cannot be told (another machine, Windows)."""
+        if self.host != socket.gethostname():
+            return True
+        if Path("/proc/self/stat").exists():
+            now = process_started(self.pid)
+            return now is not None and (self.started is None or now == self.started)
+        if os.name == "nt":  # os.kill(pid, 0) would terminate the process there
+            return True
+        try:
+            os.kill(self.pid, 0)  # POSIX without /proc (macOS): signal 0 only asks whether it exists
+        except ProcessLookupError:
+            return False
+        except OSError:  # PermissionError: it exists, as another user
+            return True
+        return True
+
+
+# -- what the journal returns -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One task as the journal knows it."""
+
+    id: str
+    version: int
+    host: str
+    state: str
+    title: str | None
+    style: str | None
+    audio_url: str | None
+    cover_url: str | None
+    song_id: str | None
+    fail_reason: str | None
+    downloaded_path: str | None
+    created_at: float
+    updated_at: float
+    attempt_id: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    def as_record(self) -> TaskRecord | V2Song:
+        """A record with what the journal knows (no status): seeds a wait after a restart, so the title and
+        style of the request outlive answers that leave them empty (the v2 query)."""
+        from ..models.schema import TaskRecord, V2Song
+
+        if self.version == 2:
+            return V2Song(
+                song_id=self.id, title=self.title, tags=self.style, audio=self.audio_url, image=self.cover_url
+            )
+        return TaskRecord(
+            id=self.id,
+            title=self.title,
+            style=self.style,
+            audio_url=self.audio_url,
+            cover_url=self.cover_url,
+            song_id=self.song_id,
+        )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One paid request, whatever became of it (pending, submitted, unknown, rejected)."""
+
+    id: str
+    endpoint: str
+    host: str
+    payload: dict[str, Any]
+    created_at: float
+    outcome: str
+    note: str | None
+    owner: Owner | None = None
+    """The process that sent it (None for attempts journalled before owners were recorded)."""
+
+    @property
+    def title(self) -> str | None:
+        """The request's title, if it had one."""
+        return _text(self.payload.get("title"))
+
+    @property
+    def style(self) -> str | None:
+        """The request's style (v1) or prompt (v2 and lyrics)."""
+        return _text(self.payload.get("style")) or _text(self.payload.get("prompt"))
+
+    def describe(self) -> str:
+        """One line for a person: endpoint, title and style, local time, outcome and a short note."""
+        what = []
+        if self.title:
+            what.append(repr(_short(self.title, 40)))
+        if self.style:
+            what.append(f"({_short(self.style, 50)})")
+        song = _text(self.payload.get("song_id")) or _text(self.payload.get("continue_song_id"))
+        if song and not what:
+            what.append(f"song {_short(song, 40)}")
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created_at))
+        line = f"{self.endpoint} {' '.join(what) or '(no title)'} at {when}: {self.outcome}"
+        if self.note:
+            line += f", {_short(self.note.splitlines()[0] if self.note.strip() else self.note, 90)}"
+        return line
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _attempt(row: sqlite3.Row) -> Attempt:
+    keys = row.keys()
+    owner = None
+    if "owner_host" in keys and row["owner_host"] is not None and row["owner_pid"] is not None:
+        owner = Owner(row["owner_host"], int(row["owner_pid"]), row["owner_started"])
+    return Attempt(
+        row["id"],
+        row["endpoint"],
+        row["host"],
+        json.loads(row["payload"]),
+        row["created_at"],
+        row["outcome"],
+        row["note"],
+        owner,
+    )
+
+
+# -- writes that could not be made yet ----------------------------------------------------------------
+
+
+@dataclass
+class _Unwritten:
+    """One write kept in memory until the journal takes it; `ids` are the task ids it carries."""
+
+    apply: Callable[[sqlite3.Connection], None]
+    ids: list[str] = field(default_factory=list)
+    tasks: list[JournalEntry] = field(default_factory=list)
+    saved: dict[str, Any] | None = None
+    """What a spill file keeps of it if the process must end before the journal takes it."""
+
+
+def _apply_saved(db: sqlite3.Connection, saved: Mapping[str, Any]) -> None:
+    """Apply one saved write: the task ids of a paid answer, or the outcome of a paid request."""
+    if saved["kind"] == "submitted":
+        db.execute("UPDATE attempts SET outcome = 'submitted', note = NULL WHERE id = ?", (saved["attempt_id"],))
+        db.executemany(
+            "INSERT OR IGNORE INTO tasks (id, attempt_id, version, host, title, style, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [tuple(row) for row in saved["rows"]],
+        )
+    elif saved["kind"] == "outcome":
+        db.execute(
+            "UPDATE attempts SET outcome = ?, note = ? WHERE id = ? AND outcome IN ('pending', 'unknown')",
+            (saved["outcome"], saved["note"], saved["attempt_id"]),
+        )
+
+
+_open_journals: weakref.WeakSet[Journal] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """A journal still holding unwritten ids at exit writes them, or spills them beside the file."""
+    for journal in list(_open_journals):
+        with suppress(Exception):
+            journal.close()
+
+
+class Journal:
+    """Thread-safe, process-safe journal of paid requests and their tasks."""
+
+    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        self.path = Path(path) if path else default_journal_path()
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._backlog: list[_Unwritten] = []
+        self._warned_episode = False
+        self._owner = Owner.current()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = open_db(self.path, busy_timeout=busy_timeout)
+        except (OSError, sqlite3.Error) as exc:
+            raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
+        self._ready = self._prepare()
+        if self._ready:
+            self._take_spills()
+        _open_journals.add(self)
+
+    def __repr__(self) -> str:
+        return f"Journal({str(self.path)!r})"
+
+    def _prepare(self) -> bool:
+        """Create the tables and add missing columns; False if the file cannot be written now (read-only).
+
+        A read-only journal still opens: it can be read, `begin()` refuses, answers wait in memory.
+        """
+        try:
+            self._db.executescript(_SCHEMA)
+            for table, columns in _ADDED_COLUMNS.items():
+                if self._missing_columns(table, columns):
+                    with self._write() as db:  # re-checked inside the transaction: another kernel may migrate too
+                        for name, kind in self._missing_columns(table, columns):
+                            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        except sqlite3.Error:
+            return False
+        return True
+
+    def _missing_columns(self, table: str, columns: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+        present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
+        return [(name, kind) for name, kind in columns if name not in present]
+
+    def _reopen(self) -> None:
+        """A connection opened on a read-only file stays read-only: open it again once the file may be writable."""
+        try:
+            fresh = open_db(self.path, busy_timeout=self.busy_timeout)
+        except sqlite3.Error:
+            return
+        self._db.close()
+        self._db = fresh
+        self._ready = self._prepare()
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return write_transaction(self._db, self._lock)
+
+    # -- the backlog -----------------------------------------------------------------------------------
+
+    @property
+    def backlog_ids(self) -> list[str]:
+        """Task ids that arrived but are not written to the file yet (kept in memory, retried)."""
+        with self._lock:
+            return [i for item in self._backlog for i in item.ids]
+
+    def flush(self) -> bool:
+        """Write what is waiting in memory; True once nothing is left waiting."""
+        with self._lock:
+            if not self._backlog:
+                return True
+            reopened = False
+            while self._backlog:
+                item = self._backlog[0]
+                try:
+                    with self._write() as db:
+                        item.apply(db)
+                except sqlite3.Error as exc:
+                    if reopened or "readonly" not in str(exc):
+                        return False
+                    self._reopen()  # a connection opened on a read-only file stays read-only
+                    reopened = True
+                    continue
+                self._backlog.pop(0)
+            self._warned_episode = False
+            return True
+
+    def _record(self, item: _Unwritten, what: str) -> None:
+        """Write now if the file takes it, else keep it (in order) and say which ids are not journalled."""
+        with self._lock:
+            if self.flush():
+                try:
+                    with self._write() as db:
+                        item.apply(db)
+                    return
+                except (sqlite3.Error, ValueError) as exc:
+                    reason = _reason(exc)
+            else:
+                reason = "earlier writes are still waiting"
+            self._backlog.append(item)
+            if not item.ids and self._warned_episode:
+                return
+            self._warned_episode = True
+        ids = f"task ids {_id_list(item.ids)} are NOT journalled yet" if item.ids else f"{what} is not journalled yet"
+        warnings.warn(
+            f"The journal {self.path} could not be written ({reason}): {ids}. They are kept in memory and "
+            "written on the next journal use; keep this kernel running or note them down.",
+            JournalWriteWarning,
+            stacklevel=4,
+        )
+
+    # -- what the client reports ---------------------------------------------------------------------
+
+    def begin(self, endpoint: str, host: str, payload: Mapping[str, Any]) -> str:
+        """Record a paid request before it is sent; `JournalUnavailableError` (send nothing) if it cannot."""
+        attempt_id = uuid.uuid4().hex
+        owner = self._owner
+        with self._lock:
+            self.flush()
+            if not self._ready:  # tables or columns could not be made at open (locked, read-only): try again
+                self._ready = self._prepare()
+            try:
+                with self._write() as db:
+                    db.execute(
+                        "INSERT INTO attempts (id, endpoint, host, payload, created_at, owner_host, owner_pid,"
+                        " owner_started) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            attempt_id,
+                            endpoint,
+                            host,
+                            json.dumps(dict(payload), default=str),
+                            time.time(),
+                            owner.host,
+                            owner.pid,
+                            owner.started,
+                        ),
+                    )
+            except (sqlite3.Error, ValueError) as exc:
+                raise JournalUnavailableError(
+                    f"The journal {self.path} cannot record this paid request ({_reason(exc)}), so it was not "
+                    "sent and nothing was charged. Close the other program holding the journal, free disk space "
+                    "or set MUSICGEN_JOURNAL to a writable file, then try again."
+                ) from None
+        return attempt_id
+
+    def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None:
+        """The task ids a paid request created; never raises (see `JournalWriteWarning`)."""
+        now = time.time()
+        host, payload = self._attempt_origin(attempt_id)
+        title = _text(payload.get("title"))
+        style = _text(payload.get("style")) or _text(payload.get("prompt"))
+        version = 2 if v2 else 1
+        saved = {
+            "kind": "submitted",
+            "attempt_id": attempt_id,
+            "rows": [(i, attempt_id, version, host, title, style, now, now) for i in ids],
+        }
+        entries = [
+            JournalEntry(i, version, host, "processing", title, style, *(None,) * 5, now, now, attempt_id) for i in ids
+        ]
+        self._record(_Unwritten(lambda db: _apply_saved(db, saved), list(ids), entries, saved), "the answer")
+
+    def _attempt_origin(self, attempt_id: str) -> tuple[str, dict[str, Any]]:
+        try:
+            with self._lock:
+                row = self._db.execute("SELECT host, payload FROM attempts WHERE id = ?", (attempt_id,)).fetchone()
+        except (sqlite3.Error, ValueError):
+            row = None
+        return (row["host"], json.loads(row["payload"])) if row else ("", {})
+
+    def unknown(self, attempt_id: str, note: str) -> None:
+        self._set_outcome(attempt_id, "unknown", note)
+
+    def rejected(self, attempt_id: str, note: str) -> None:
+        self._set_outcome(attempt_id, "rejected", note)
+
+    def _set_outcome(self, attempt_id: str, outcome: str, note: str) -> None:
+        def apply(db: sqlite3.Connection) -> None:
+            db.execute("UPDATE attempts SET outcome = ?, note = ? WHERE id = ?", (outcome, note[:2000], attempt_id))
+
+        saved = {"kind": "outcome", "attempt_id": attempt_id, "outcome": outcome, "note": note[:2000]}
+        self._record(_Unwritten(apply, saved=saved), f"the {outcome} outcome of a paid request")
+
+    def observe(self, records: Iterable[TaskRecord | V2Song]) -> None:
+        """Task state as polling learns it; an empty field never erases what an earlier answer said."""
+        rows = [
+            (
+                r.state.value,
+                r.title,
+                r.style,
+                r.audio_url,
+                r.cover_url,
+                getattr(r, "song_id", None),
+                r.fail_reason,
+                time.time(),
+                r.id,
+            )
+            for r in records
+        ]
+        if not rows:
+            return
+
+        def apply(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "UPDATE tasks SET state = ?, title = COALESCE(NULLIF(?, ''), title),"
+                " style = COALESCE(NULLIF(?, ''), style), audio_url = COALESCE(NULLIF(?, ''), audio_url),"
+                " cover_url = COALESCE(NULLIF(?, ''), cover_url), song_id = COALESCE(NULLIF(?, ''), song_id),"
+                " fail_reason = NULLIF(?, ''), updated_at = ? WHERE id = ?",
+                rows,
+            )
+
+        self._record(_Unwritten(apply), "task state")
+
+    def downloaded(self, task_id: str, path: str) -> None:
+        def apply(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE tasks SET downloaded_path = ?, updated_at = ? WHERE id = ?", (path, time.time(), task_id)
+            )
+
+        self._record(_Unwritten(apply), f"the download of {task_id}")
+
+    # -- what users ask ------------------------------------------------------------------------------
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            if self._backlog:
+                with self._quick():
+                    self.flush()
+            try:
+                return self._db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise JournalUnavailableError(f"The journal {self.path} cannot be read ({_reason(exc)}).") from None
+
+    @contextmanager
+    def _quick(self) -> Iterator[None]:
+        """Writes a read makes on the side (the backlog, settling) try once and never wait out a lock."""
+        with self._lock:
+            self._db.execute(f"PRAGMA busy_timeout={QUICK_BUSY_MS}")
+            try:
+                yield
+            finally:
+                with suppress(sqlite3.Error):
+                    self._db.execute(f"PRAGMA busy_timeout={max(0, int(self.busy_timeout * 1000))}")
+
+    def _entries(self, where: str, params: tuple[Any, ...], limit: int | None = None) -> list[JournalEntry]:
+        sql = f"SELECT * FROM tasks WHERE {where} ORDER BY created_at DESC, id"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        rows = self._read(sql, params)
+        return [JournalEntry(**{k: row[k] for k in row.keys()}) for row in rows]  # noqa: SIM118
+
+    def unfinished(self, host: str | None = None) -> list[JournalEntry]:
+        """Tasks not yet known to be complete or failed: the ones to resume after a restart.
+
+        Tasks still waiting in memory (the file could not take them yet) are included.
+        """
+        where = "state NOT IN ('complete', 'failed')"
+        found = self._entries(where, ()) if host is None else self._entries(where + " AND host = ?", (host,))
+        known = {e.id for e in found}
+        with self._lock:
+            waiting = [e for item in self._backlog for e in item.tasks]
+        found += [e for e in waiting if e.id not in known and (host is None or e.host == host)]
+        return found
+
+    def history(
+        self, *, state: str | None = None, since: float | None = None, text: str | None = None, limit: int = 50
+    ) -> list[JournalEntry]:
+        """Recent tasks, newest first, filtered by state, start time and a text in title/style/id."""
+        clauses, params = ["1=1"], []
+        if state:
+            clauses.append("state = ?")
+            params.append(state)
+        if since is not None:
+            clauses.append("created_at >= ?")
+            params.append(since)
+        if text:
+            clauses.append("(title LIKE ? OR style LIKE ? OR id LIKE ?)")
+            params.extend([f"%{text}%"] * 3)
+        return self._entries(" AND ".join(clauses), tuple(params), limit)
+
+    def attempts(self, outcome: str | None = None) -> list[Attempt]:
+        """Paid requests, oldest first. A `pending` one whose process died is reported (and marked) `unknown`."""
+        sql, params = "SELECT * FROM attempts", ()
+        if outcome in ("pending", "unknown"):
+            sql += " WHERE outcome IN ('pending', 'unknown')"  # a pending one may turn out unknown
+        elif outcome is not None:
+            sql, params = sql + " WHERE outcome = ?", (outcome,)
+        rows = self._read(sql + " ORDER BY created_at", params)
+        found = self._settle([_attempt(row) for row in rows])
+        return [a for a in found if outcome is None or a.outcome == outcome]
+
+    def _settle(self, attempts: list[Attempt]) -> list[Attempt]:
+        """A pending attempt whose sender is gone can never be answered: its outcome is unknown.
+
+        Marked in the file too when it is free at once (a read never waits out another kernel's lock).
+        """
+        settled, notes = [], []
+        for attempt in attempts:
+            if attempt.outcome == "pending" and (attempt.owner is None or not attempt.owner.is_alive()):
+                note = LEGACY_NOTE if attempt.owner is None else DIED_NOTE.format(owner=attempt.owner)
+                attempt = dataclasses.replace(attempt, outcome="unknown", note=note)
+                notes.append((note, attempt.id))
+            settled.append(attempt)
+        if notes:
+            with self._quick(), suppress(sqlite3.Error), self._write() as db:  # else marked on a later read
+                db.executemany(
+                    "UPDATE attempts SET outcome = 'unknown', note = ? WHERE id = ? AND outcome = 'pending'", notes
+                )
+        return settled
+
+    def close(self) -> None:
+        """Write what waits in memory, then close.
+
+        If the file still cannot take it, the task ids and outcomes are spilled to a file beside the journal
+        (taken in when the journal next opens); a warning names the ids either way.
+        """
+        with self._lock:
+            _open_journals.discard(self)
+            if not self.flush():
+                ids = self.backlog_ids
+                spill = self._spill()
+                what = f"task ids {_id_list(ids, 1000)}" if ids else f"{len(self._backlog)} update(s)"
+                if spill is not None:
+                    message = (
+                        f"The journal {self.path} could still not be written at close: {what} were saved to "
+                        f"{spill} instead, and are written into the journal the next time it is opened."
+                    )
+                else:
+                    message = (
+                        f"The journal {self.path} could still not be written at close: {what} were NOT journalled. "
+                        "Note them down: resume() cannot find them later."
+                    )
+                warnings.warn(message, JournalWriteWarning, stacklevel=2)
+                self._backlog.clear()
+            self._db.close()
+
+    def _spill(self) -> Path | None:
+        """Save what must not be lost (ids, outcomes) beside the journal; None if that fails too."""
+        saved = [item.saved for item in self._backlog if item.saved is not None]
+        if not saved:
+            return None
+        target = self.path.with_name(f"{self.path.name}.unsaved-{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
+        try:
+            partial = target.with_suffix(".part")
+            partial.write_text(json.dumps(saved))
+            partial.replace(target)
+        except OSError:
+            return None
+        return target
+
+    def _take_spills(self) -> None:
+        """Write what an earlier process could not (its spill files), then remove them."""
+        prefix = f"{self.path.name}.unsaved-"
+        for spill in sorted(p for p in self.path.parent.iterdir() if p.name.startswith(prefix) and p.suffix == ".json"):
+            try:
+                saved = json.loads(spill.read_text())
+                with self._write() as db:
+                    for entry in saved:
+                        _apply_saved(db, entry)
+                spill.unlink()
+            except (OSError, ValueError, KeyError, TypeError, sqlite3.Error):
+                continue  # kept for a later open
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _id_list(ids: list[str], limit: int = 20) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown if len(ids) <= limit else f"{shown} and {len(ids) - limit} more"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if "locked" in text or "busy" in text:
+        return f"{text}: another program holds it"
+    return text
