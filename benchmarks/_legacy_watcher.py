@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 import ipywidgets as w
 
-from ipymusicgen.client.faces import MusicClient, _retry_after
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.client.retry import retry_after as _retry_after
 from ipymusicgen.errors import MusicGenError, WaitTimeoutError
 from ipymusicgen.models.schema import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
 from ipymusicgen.safe_html import error_html, esc, http_url, note_html, pre

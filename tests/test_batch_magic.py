@@ -138,7 +138,7 @@ def test_batch_form_shows_the_estimate_and_refusals_then_starts(ip: InteractiveS
 
 
 def test_lines_get_the_notes_of_musicgen_with_their_line_number(ip: InteractiveShell, sandbox: Sandbox) -> None:
-    from ipymusicgen.notebook.batch_magics import parse_lines
+    from ipymusicgen.notebook.batch_lines import parse_lines
 
     with capture_output() as out:
         requests = parse_lines('plain line\n--title "{nope}" --style pop --instrumental 1 hello\n', ip)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .archive.waveform import waveform  # light: numpy and miniaudio load on the first call
 from .client.faces import AsyncMusicClient, MusicClient, Resumed
 from .config import Settings
 from .errors import (
@@ -40,9 +39,9 @@ from .errors import (
     UnprocessableEntityError,
     WaitTimeoutError,
 )
-from .library import library  # named like its module: bound here, or the submodule would shadow the function
 from .models.schema import TaskRecord, V2Song
 from .models.tasks import TaskState
+from .session import library, waveform  # named like modules: bound after they load, so the functions win
 from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
 
 if TYPE_CHECKING:

@@ -20,6 +20,8 @@ ENV_JOURNAL = "MUSICGEN_JOURNAL"
 ENV_MAX_DOWNLOAD_MB = "MUSICGEN_MAX_DOWNLOAD_MB"
 MAX_SECONDS = 1e9
 """The longest timeout or wait accepted (some 31 years): beyond it sockets and sleeps overflow."""
+DEMO_KEY = "sandbox-demo-key"
+"""The key every embedded sandbox accepts unless given its own `keys`: a client holding it is the sandbox."""
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
 
@@ -86,6 +88,8 @@ class Settings:
     journal_path: str | None = None
     max_download_mb: float = 200.0
     """Largest download accepted (Content-Length and bytes streamed), in MB."""
+    embedded_sandbox: bool = False
+    """Set by the embedded sandbox for the clients it makes (whatever key it was given); see `is_embedded_sandbox`."""
 
     def __post_init__(self) -> None:
         key = self.api_key.get_secret_value() if isinstance(self.api_key, SecretStr) else self.api_key
@@ -98,6 +102,20 @@ class Settings:
     @property
     def has_key(self) -> bool:
         return self.api_key is not None and bool(self.api_key.get_secret_value())
+
+    @property
+    def is_embedded_sandbox(self) -> bool:
+        """The one rule for "is this the free embedded sandbox": its demo key, or a client the sandbox made.
+
+        Known by identity, never by host: a proxy on 127.0.0.1 in front of the paid service is a real service.
+        The sandbox stays out of the user's journal, archive and library, and its calls need no confirm.
+        """
+        return self.embedded_sandbox or self.key_value() == DEMO_KEY
+
+    def needs_confirm(self, choice: bool | None = None) -> bool:
+        """The one rule for "does a paid step ask first": the caller's explicit choice, else every real
+        service (a key that costs money) asks and the embedded sandbox does not."""
+        return choice if choice is not None else not self.is_embedded_sandbox
 
     def key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key is not None else None

@@ -177,3 +177,11 @@ class TaskFailedError(MusicGenError):
         reason = self.fail_reason or "no reason given"
         code = f" (code {self.fail_code})" if self.fail_code else ""
         super().__init__(f"Task {task.id} failed{code}: {reason}")
+
+
+class JournalUnavailableError(MusicGenError):
+    """The journal cannot record a paid request before it is sent, so nothing was sent (nothing paid)."""
+
+
+class JournalWriteWarning(UserWarning):
+    """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""

@@ -7,7 +7,6 @@ index, so 10,000 songs page as fast as 100.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime as dt
 import html
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .lifecycle import at_exit
 from .storage.journal import JournalWriteWarning
 from .storage.library import LibraryStore, unpack_peaks
 
@@ -220,11 +220,7 @@ def _song(row: Any) -> LibrarySong:
 class Library:
     """Every song of a journal file. Cheap to open; one SQLite connection, closed with `close()` or at exit."""
 
-    def __init__(self, journal_path: str | Path | None = None) -> None:
-        if journal_path is None:
-            from .session import get_journal
-
-            journal_path = get_journal().path
+    def __init__(self, journal_path: str | Path) -> None:
         self.store = LibraryStore(journal_path)
         self.path = self.store.path
         try:
@@ -467,28 +463,7 @@ class Library:
             offset += 500
 
 
-def library(journal_path: str | Path | None = None) -> Library:
-    """Open the library over the journal in use, and retry any song whose archiving failed before."""
-    opened = Library(journal_path)
-    if journal_path is None:
-        retry_archives()
-    return opened
-
-
-def retry_archives() -> None:
-    """Ask the shared client's archiver to archive complete songs not archived yet (never starts a sandbox)."""
-    from . import session
-    from .archive.archiver import archiver_of
-
-    client = session.current_client()
-    if client is None and session.settings().has_key:
-        client = session.get_client()
-    archiver = archiver_of(client) if client is not None else None
-    if archiver is not None:
-        archiver.retry()
-
-
-@atexit.register
+@at_exit
 def _close_at_exit() -> None:
     for opened in list(_open_libraries):
         with contextlib.suppress(Exception):

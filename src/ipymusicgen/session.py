@@ -7,16 +7,21 @@ music without an account.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import shutil
 import tempfile
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .app import build_async_client, build_client
+from .archive.archiver import archiver_of
+from .archive.waveform import DEFAULT_POINTS
+from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings
+from .library import Library
+from .lifecycle import at_exit
 from .storage.journal import Journal
 
 if TYPE_CHECKING:
@@ -119,7 +124,7 @@ def _client_kwargs() -> dict[str, Any]:
         return {"settings": current, "journal": get_journal()}
     sandbox = _start_sandbox()
     sandboxed = current.with_changes(
-        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url
+        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, embedded_sandbox=True
     )
     return {"settings": sandboxed, "journal": get_journal()}
 
@@ -128,14 +133,14 @@ def get_client() -> MusicClient:
     """The shared sync client: the real service with a key, else the embedded sandbox."""
     with _session.lock:
         if _session.client is None:
-            _session.client = MusicClient(**_client_kwargs())
+            _session.client = build_client(**_client_kwargs())
         return _session.client
 
 
 def get_async_client() -> AsyncMusicClient:
     """A new async client with the shared settings (async clients belong to one event loop)."""
     with _session.lock:
-        return AsyncMusicClient(**_client_kwargs())
+        return build_async_client(**_client_kwargs())
 
 
 class Closable(Protocol):
@@ -162,22 +167,35 @@ def mark_notice_shown() -> None:
         _session.notice_shown = True
 
 
-def watchers() -> list[Closable]:
-    """The views registered with the session (a copy): the archive tells them when a song is saved."""
-    with _session.lock:
-        return list(_session.watchers)
-
-
 def current_client() -> MusicClient | None:
     """The shared client if one was made, without making one (so asking never starts a sandbox)."""
     with _session.lock:
         return _session.client
 
 
-def embedded_sandbox_url() -> str | None:
-    """The base URL of the session's own sandbox while it runs: how a client is known to be the sandbox."""
-    with _session.lock:
-        return _session.sandbox.base_url if _session.sandbox is not None else None
+def library(journal_path: str | Path | None = None) -> Library:
+    """Open the library over the journal in use, and retry any song whose archiving failed before."""
+    if journal_path is not None:
+        return Library(journal_path)
+    opened = Library(get_journal().path)
+    retry_archives()
+    return opened
+
+
+def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> Any:
+    """Peak envelope of a song (`archive.waveform`): an audio file path, or a record or task id the library has
+    archived. A numpy array of shape (points, 2), min and max per bucket, in [-1, 1]."""
+    return archive_waveform(song_or_path, points, find=lambda task_id: library().archived_path(task_id))
+
+
+def retry_archives() -> None:
+    """Ask the shared client's archiver to archive complete songs not archived yet (never starts a sandbox)."""
+    client = current_client()
+    if client is None and settings().has_key:
+        client = get_client()
+    archiver = archiver_of(client) if client is not None else None
+    if archiver is not None:
+        archiver.retry()
 
 
 def _close_client() -> None:
@@ -200,8 +218,4 @@ def shutdown() -> None:
         _session.notice_shown = False
 
 
-@atexit.register
-def _shutdown_at_exit() -> None:
-    """Close connections, the journal and the sandbox when the kernel or script ends."""
-    with contextlib.suppress(Exception):  # at exit there is no one left to tell
-        shutdown()
+at_exit(shutdown)  # watchers, the client, the journal and the sandbox close when the kernel or script ends

@@ -14,7 +14,6 @@ TXXX "ipymusicgen:task_id" / "ipymusicgen:model" / "ipymusicgen:action" / "ipymu
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..client.downloads import safe_filename, unique_path
+from ..lifecycle import at_exit
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient, _Core
@@ -59,25 +59,9 @@ def set_archive_dir(directory: str | Path | bool | None) -> None:
     _dir_override[:] = [] if directory in (None, "", True) else [directory]
 
 
-_sandbox_clients: weakref.WeakSet[Any] = weakref.WeakSet()
-"""Clients a `Sandbox` made (`Sandbox.client()`), whatever key that sandbox was given."""
-
-
-def mark_sandbox_client(client: _Core) -> None:
-    """Called by `Sandbox.client()`: this client's songs go to the sandbox's temp folder, never the user's."""
-    _sandbox_clients.add(client)
-
-
 def is_sandbox(client: _Core) -> bool:
-    """The embedded sandbox, known by identity: a client it made, its demo key, or the session's own sandbox."""
-    from ..sandbox import DEMO_KEY
-
-    if client in _sandbox_clients or client.settings.key_value() == DEMO_KEY:
-        return True
-    from .. import session
-
-    own = session.embedded_sandbox_url()
-    return own is not None and client.settings.base_url == own
+    """The embedded sandbox, known by identity (the one rule, `Settings.is_embedded_sandbox`)."""
+    return client.settings.is_embedded_sandbox
 
 
 def default_archive_dir() -> Path:
@@ -90,7 +74,7 @@ def sandbox_archive_dir() -> Path:
     """One temp directory per process for sandbox songs: never the user's archive."""
     if not _sandbox_dir:
         _sandbox_dir.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-")))
-        atexit.register(_remove_sandbox_dir)  # sandbox songs do not outlive the process
+        at_exit(_remove_sandbox_dir)  # sandbox songs do not outlive the process
     return _sandbox_dir[0]
 
 
@@ -290,11 +274,8 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient | None = None) -> Path:
+def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) -> Path:
     """Archive the WAV rendering of a song beside its MP3 (`generate_wav` is asked when no URL is given)."""
-    from .. import session
-
-    client = client or session.get_client()
     archiver = archiver_of(client)
     if archiver is None or archiver.store is None:
         raise RuntimeError("This client does not archive (no journal or archive=False).")
@@ -318,9 +299,12 @@ def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient | N
 class Archiver:
     """Archives a client's finished songs on a worker thread; the polling thread only enqueues."""
 
-    def __init__(self, client: _Core, choice: Any = True) -> None:
+    def __init__(
+        self, client: _Core, choice: Any = True, downloader: MusicClient | Callable[[], MusicClient] | None = None
+    ) -> None:
         self.client = client
         self.choice = choice
+        self._download_with = downloader
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -400,6 +384,7 @@ class Archiver:
 
     def _work(self) -> None:
         downloader: MusicClient | None = None
+        owned = False
         try:
             while True:
                 try:
@@ -411,24 +396,33 @@ class Archiver:
                             return
                     continue
                 try:
-                    downloader = downloader or self._downloader()
+                    if downloader is None:
+                        downloader, owned = self._downloader()
                     self._handle(kind, payload, downloader)
                 except Exception as exc:  # the worker must outlive any one round (a locked journal, say)
                     self.errors["*"] = self.client.redact(f"{type(exc).__name__}: {exc}")
                 finally:
                     self._queue.task_done()
         finally:
-            if downloader is not None:
+            if downloader is not None and owned:
                 downloader.close()
             with self._lock:
                 if self._store is not None:
                     self._store.close()
                     self._store = None
 
-    def _downloader(self) -> MusicClient:
-        from ..client.faces import MusicClient
+    def _downloader(self) -> tuple[MusicClient, bool]:
+        """The client to download with, and whether this worker made it (and so closes it when idle).
 
-        return MusicClient(settings=self.client.settings, journal=False)  # never polls, so never archives
+        The client it was given downloads (its size limit, timeouts and transport hold); a factory makes
+        one when the client cannot be used from this thread (an async client's sync twin).
+        """
+        given = self._download_with
+        if given is None:
+            raise RuntimeError("This archiver was given no client to download with.")
+        if callable(given) and not hasattr(given, "download"):
+            return given(), True
+        return given, False  # type: ignore[return-value]
 
     def _handle(self, kind: str, payload: Any, downloader: MusicClient) -> None:
         store = self.store
@@ -488,21 +482,12 @@ def archive_label(path: Path | None, error: str | None) -> str:
 
 
 def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
-    """Tell the session's watchers (their cards show the waveform and the archive's word) and any listeners."""
-    from .. import session
-
-    watchers = session.watchers()
-    fields: dict[str, Any] = {"archived_path_label": archive_label(path, error)}
-    if peaks:
-        fields["peaks"] = peaks
-    for watcher in watchers:
-        with contextlib.suppress(Exception):  # a closed or foreign watcher must not stop the archive
-            watcher.annotate(task_id, **fields)
+    """Tell every listener (the watchers' cards show the waveform and the archive's word, the library view)."""
     with _listeners_lock:
         _listeners[:] = [ref for ref in _listeners if ref() is not None]
         alive = [ref() for ref in _listeners]
     for listener in alive:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # a closed or foreign listener must not stop the archive
             if listener is not None:
                 listener(task_id, path, peaks, error)
 
@@ -510,22 +495,28 @@ def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, 
 _live_archivers: weakref.WeakSet[Archiver] = weakref.WeakSet()
 
 
-@atexit.register
+@at_exit
 def _close_archivers() -> None:
     for archiver in list(_live_archivers):
         archiver.close()
 
 
-def attach(client: _Core, choice: Any = True) -> Archiver | None:
+_archivers: weakref.WeakKeyDictionary[Any, Archiver] = weakref.WeakKeyDictionary()
+"""The archive's own registry: which archiver follows which client (nothing is set on the client)."""
+
+
+def attach(
+    client: _Core, choice: Any = True, downloader: MusicClient | Callable[[], MusicClient] | None = None
+) -> Archiver | None:
     """Give a client its archiver (a record listener). Cheap: nothing is opened until a song arrives."""
     if choice is False:
         return None
-    archiver = Archiver(client, choice)
+    archiver = Archiver(client, choice, downloader)
     client.add_record_listener(archiver)
     client.add_resume_listener(archiver.retry)  # every resume(), whatever its face or `wait`, retries failures
-    client._archiver = archiver  # type: ignore[attr-defined]
+    _archivers[client] = archiver
     return archiver
 
 
 def archiver_of(client: _Core) -> Archiver | None:
-    return getattr(client, "_archiver", None)
+    return _archivers.get(client)

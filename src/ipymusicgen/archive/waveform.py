@@ -6,6 +6,7 @@ of songs draws its waveforms without decoding anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,18 +17,16 @@ DEFAULT_POINTS = 400
 MAX_POINTS = 10_000
 
 
-def _path_of(song_or_path: Any) -> Path:
-    """A file path from a path, or from a record/task id the library has archived."""
+def _path_of(song_or_path: Any, find: Callable[[str], Path | None] | None = None) -> Path:
+    """A file path from a path, or from a record/task id that `find` knows the archived file of."""
     looks_like_path = isinstance(song_or_path, str) and ("/" in song_or_path or "." in song_or_path)
     if isinstance(song_or_path, Path) or looks_like_path:
         if Path(song_or_path).is_file():
             return Path(song_or_path)
         raise FileNotFoundError(f"No audio file at {str(song_or_path)[:200]!r}")
     task_id = song_or_path if isinstance(song_or_path, str) else getattr(song_or_path, "id", None)
-    if task_id:
-        from ..library import library
-
-        found = library().archived_path(task_id)
+    if task_id and find is not None:
+        found = find(task_id)
         if found is not None:
             return found
     raise FileNotFoundError(f"No audio file for {str(song_or_path)[:200]!r}: give a path or an archived song.")
@@ -67,11 +66,13 @@ def peaks_of_samples(frames: np.ndarray, points: int = DEFAULT_POINTS) -> np.nda
     return np.clip(result, -1.0, 1.0)
 
 
-def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> np.ndarray:
+def waveform(
+    song_or_path: Any, points: int = DEFAULT_POINTS, *, find: Callable[[str], Path | None] | None = None
+) -> np.ndarray:
     """Peak envelope of a song: a numpy array of shape (points, 2), min and max per bucket, in [-1, 1].
 
-    `song_or_path` is an audio file path (MP3, WAV, FLAC, Vorbis) or a song (record or task id) that the
-    library has archived.
+    `song_or_path` is an audio file path (MP3, WAV, FLAC, Vorbis) or a song (record or task id) whose
+    archived file `find(task_id)` returns (`ipymusicgen.waveform` looks in the library in use).
     """
-    frames, _ = decode_frames(_path_of(song_or_path))
+    frames, _ = decode_frames(_path_of(song_or_path, find))
     return peaks_of_samples(frames, points)

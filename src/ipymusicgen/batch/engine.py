@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..client.responses import is_doubtful
+from ..client.retry import retry_after
 from ..errors import (
     APIResponseValidationError,
     APIStatusError,
@@ -410,12 +411,9 @@ def _is_doubtful(exc: BaseException) -> bool:
 
 
 def _retry_after(exc: RateLimitError) -> float:
-    response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else DEFAULT_RETRY_AFTER
-    except ValueError:
-        return DEFAULT_RETRY_AFTER
+    """How long a rate-limited create waits: what the server asked (read by the one retry policy), else 2 s."""
+    asked = retry_after(exc)
+    return asked if asked is not None else DEFAULT_RETRY_AFTER
 
 
 class _Engine:

@@ -9,10 +9,8 @@ status is ambiguous (a 5xx, or an error status inside a 200 envelope).
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import json
-import random
 import re
 import time
 import urllib.parse
@@ -44,10 +42,10 @@ from ..errors import (
     UnprocessableEntityError,
 )
 from ..models.schema import TaskRecord, V2Song, ValidationErrorBody
+from .retry import retry_after
 
 T = TypeVar("T")
 
-RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 DOUBTFUL_STATUS = frozenset({408, 500, 502, 503, 504, 520, 522, 524})
 """Statuses after which a paid request may or may not have been carried out (not 501: never done)."""
 NEVER_DONE_5XX = frozenset({501, 505})
@@ -64,7 +62,6 @@ DOUBT_HINT = (
     "The request may still have been carried out: it was NOT resent, to avoid paying twice. Check key_info() "
     "(the music count) and your recent tasks before trying again."
 )
-MAX_RETRY_AFTER = 60.0
 MAX_BODY_BYTES = 10 * 1024 * 1024
 """The largest API answer read (JSON of a few thousand tasks is well under 1 MB); larger is refused."""
 UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError, MemoryError, PydanticValidationError)
@@ -93,39 +90,9 @@ SUBMIT_V2 = Endpoint("v2 submit", "POST", "/v2/submit", v2=True, paid=True)
 QUERY_V2 = Endpoint("v2 query", "GET", "/v2/query", v2=True)
 
 
-def _retry_after(response: httpx.Response | None) -> float | None:
-    """Seconds the server asked us to wait (`retry-after-ms` or `Retry-After`), if sane."""
-    if response is None:
-        return None
-    headers = response.headers
-    try:
-        if "retry-after-ms" in headers:
-            seconds = float(headers["retry-after-ms"]) / 1000
-        elif "retry-after" in headers:
-            value = headers["retry-after"]
-            try:
-                seconds = float(value)
-            except ValueError:
-                parsed = email.utils.parsedate_to_datetime(value)
-                seconds = parsed.timestamp() - time.time()
-        else:
-            return None
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return seconds if 0 <= seconds <= MAX_RETRY_AFTER else None
-
-
 def public_url(url: httpx.URL | str) -> httpx.URL:
     """The address to name in a message: no user info (proxy credentials), query or fragment."""
     return httpx.URL(url).copy_with(query=None, fragment=None, userinfo=b"")
-
-
-def backoff_delay(attempt: int, response: httpx.Response | None = None) -> float:
-    """0.5 s x 2^attempt capped at 8 s with jitter, unless the server said how long to wait."""
-    asked = _retry_after(response)
-    if asked is not None:
-        return asked
-    return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
 
 
 class BodyReader:
@@ -418,7 +385,7 @@ class Responses:
         if code == 403:
             return PermissionDeniedError(prefix + f"the API key was refused here ({text}). {KEY_HINT}", **kwargs)
         if code == 429:
-            wait = _retry_after(response)
+            wait = retry_after(response)
             hint = f" Try again in {wait:.0f} s." if wait is not None else " Slow down and try again."
             return RateLimitError(prefix + f"rate limited ({text}).{hint}", **kwargs)
         if code >= 500:

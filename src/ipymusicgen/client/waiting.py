@@ -29,7 +29,7 @@ from ..errors import (
 from ..models.schema import GenerateResult, TaskRecord, V2Song
 from ..models.tasks import TaskSet, TaskState
 from .flows import Flow, Record, Sleep, TaskJournal, UpdateCallback
-from .responses import RETRYABLE_STATUS, backoff_delay
+from .retry import RETRYABLE_STATUS, backoff_delay
 
 if TYPE_CHECKING:
     from ..config import Settings

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-DEMO_KEY = "sandbox-demo-key"
-"""The key every sandbox accepts unless given its own `keys`."""
+from ..config import DEMO_KEY
 
 if TYPE_CHECKING:
     from .faults import FaultPlan, FaultRule

@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from . import DEMO_KEY
+from ..config import DEMO_KEY
 from .faults import ENV_FAULTS, FAULT_KINDS, parse_faults
 
 

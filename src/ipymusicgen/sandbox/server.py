@@ -15,10 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..archive.archiver import mark_sandbox_client
 from ..client.faces import AsyncMusicClient, MusicClient
-from ..config import Settings
-from . import DEMO_KEY
+from ..config import DEMO_KEY, Settings
 from .faults import ENV_FAULTS, FaultPlan
 from .state import DEFAULT_MAX_RUNNING, SandboxState
 
@@ -209,20 +207,18 @@ class Sandbox:
         if "settings" not in kwargs:
             interval = max(0.05, min(self.state.stage_seconds / 4, 2.0))
             kwargs["settings"] = Settings.from_env().with_changes(poll_interval=interval)
+        # its songs stay out of the user's journal and archive, whatever key this sandbox was given
+        kwargs["settings"] = kwargs["settings"].with_changes(embedded_sandbox=True)
         return kwargs
 
     def client(self, **kwargs: Any) -> MusicClient:
         """A `MusicClient` for this sandbox (its URLs and demo key); kwargs go to the client."""
         api_key = self._client_kwargs(kwargs).pop("api_key")
-        client = MusicClient(api_key, **kwargs)
-        mark_sandbox_client(client)  # its songs stay out of the user's archive, whatever this sandbox's key
-        return client
+        return MusicClient(api_key, **kwargs)
 
     def async_client(self, **kwargs: Any) -> AsyncMusicClient:
         api_key = self._client_kwargs(kwargs).pop("api_key")
-        client = AsyncMusicClient(api_key, **kwargs)
-        mark_sandbox_client(client)
-        return client
+        return AsyncMusicClient(api_key, **kwargs)
 
     def env(self) -> dict[str, str]:
         """Environment variables that point any client (or another process) at this sandbox."""

@@ -17,7 +17,6 @@ Two things keep paid work in sight when something goes wrong:
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import os
@@ -35,7 +34,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MusicGenError
+from ..errors import JournalUnavailableError, JournalWriteWarning
+from ..lifecycle import at_exit
 
 if TYPE_CHECKING:
     from ..models.schema import TaskRecord, V2Song
@@ -79,14 +79,6 @@ QUICK_BUSY_MS = 100
 """How long a read waits to write on the side (the backlog, dead senders' attempts) before leaving it for later."""
 DIED_NOTE = "the process that sent it ({owner}) ended before the answer was journalled; it may have been charged"
 LEGACY_NOTE = "left pending by an earlier version that did not record its process; it may have been charged"
-
-
-class JournalUnavailableError(MusicGenError):
-    """The journal cannot record a paid request before it is sent, so nothing was sent (nothing paid)."""
-
-
-class JournalWriteWarning(UserWarning):
-    """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""
 
 
 def open_db(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sqlite3.Connection:
@@ -336,7 +328,7 @@ def _apply_saved(db: sqlite3.Connection, saved: Mapping[str, Any]) -> None:
 _open_journals: weakref.WeakSet[Journal] = weakref.WeakSet()
 
 
-@atexit.register
+@at_exit
 def _close_at_exit() -> None:
     """A journal still holding unwritten ids at exit writes them, or spills them beside the file."""
     for journal in list(_open_journals):

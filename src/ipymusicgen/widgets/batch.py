@@ -168,7 +168,7 @@ class BatchForm(w.VBox):
         self.source.value = current if current in names else ""
 
     def requests(self) -> Any:
-        from ..notebook.batch_magics import parse_lines, rows_from_variable
+        from ..notebook.batch_lines import parse_lines, rows_from_variable
 
         if self.source.value:
             return rows_from_variable(self.source.value, getattr(self.shell, "user_ns", {}) or {})
@@ -213,11 +213,7 @@ class BatchForm(w.VBox):
     @property
     def needs_confirm(self) -> bool:
         """A batch is confirmed before it is sent with a real key; the embedded sandbox's demo key costs nothing."""
-        if self.confirm_required is not None:
-            return self.confirm_required
-        from ..sandbox import DEMO_KEY
-
-        return self.client.settings.key_value() != DEMO_KEY
+        return self.client.settings.needs_confirm(self.confirm_required)
 
     def _set_confirm(self, text: str) -> None:
         self.confirm_text = text

@@ -159,7 +159,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         a `watcher` (the studio's) has its favourite button mark songs here too."""
         super().__init__()
         if library is None:
-            from ..library import library as open_library
+            from ..session import library as open_library
 
             path = getattr(getattr(client, "journal", None), "path", None)
             library = open_library(path) if path else open_library()

@@ -42,7 +42,6 @@ from ..models.schema import (
 )
 from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
-from ..sandbox import DEMO_KEY
 from ._static import css, esm
 from .form import error_title, number_text, parse_number, problems_by_field, server_problems
 from .text import TextRepr
@@ -53,7 +52,6 @@ TAB_BLURBS = {
     "batch": "Many songs at once: one line each, or a DataFrame. The form is right below.",
     "library": "Every song you have made: search, play, keep the take you like. It is right below.",
 }
-DEMO_KEYS = frozenset({DEMO_KEY})
 """The embedded sandbox's key: requests with it cost nothing real, so they need no confirm step."""
 
 ACTION_LABELS = {
@@ -560,7 +558,7 @@ class KeyPane:
         """What the Key tab shows; the key itself only ever as its mask."""
         client, info = self._studio.client, self.info
         key = client.settings.key_value()
-        sandbox = key in DEMO_KEYS
+        sandbox = client.settings.is_embedded_sandbox
         if self.problem:
             status = f"{self.problem}: the service did not accept a key check"
         elif info is None:
@@ -684,9 +682,7 @@ class Studio(TextRepr, w.VBox):
     @property
     def needs_confirm(self) -> bool:
         """A paid call is confirmed first with a real key; the embedded sandbox's demo key costs nothing."""
-        if self._confirm is not None:
-            return self._confirm
-        return self._client.settings.key_value() not in DEMO_KEYS
+        return self._client.settings.needs_confirm(self._confirm)
 
     def cost_words(self, request: Any) -> str:
         """'uses about 3 credits · 97 left' (the credits left as last read from the key)."""

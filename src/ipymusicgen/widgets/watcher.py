@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
-from ..client.faces import MusicClient, _retry_after
+from ..archive.archiver import add_archive_listener, archive_label
+from ..client.faces import MusicClient
+from ..client.retry import MAX_POLL_BACKOFF, poll_backoff, retry_after
 from ..client.waiting import wait_timeout_error
 from ..errors import MusicGenError
 from ..models.schema import PROMPT_MAX, TITLE_MAX, V2Song
@@ -39,8 +41,8 @@ if TYPE_CHECKING:
     from .generate import GenerateForm
     from .v2 import V2Form
 
-MAX_BACKOFF = 60.0
-"""Longest wait between polls while the service keeps failing."""
+MAX_BACKOFF = MAX_POLL_BACKOFF
+backoff = poll_backoff  # the one retry policy's polling backoff (client/retry.py)
 PAGE_SIZE = 10
 """Calls (a call is one paid request: usually two takes) per page; every task is polled and kept either way."""
 ANNOTATIONS = frozenset({"peaks", "archived_path_label", "model"})
@@ -49,13 +51,6 @@ CLOSE_JOIN = 2.0
 """Seconds `close()` waits for the polling thread: prompt even if a request hangs (the daemon thread ends after it)."""
 DIFF_FIELDS_ALWAYS = ("elapsed_s",)
 """Fields that change every second: sent with a card's other changes, never on their own (the browser counts on)."""
-
-
-def backoff(interval: float, failures: int) -> float:
-    """The wait after `failures` failed rounds in a row: interval x 2^failures, capped."""
-    if failures <= 0:
-        return interval
-    return min(interval * 2**failures, max(MAX_BACKOFF, interval))
 
 
 def extend_fields(record: Record) -> dict[str, Any]:
@@ -155,6 +150,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
             self.comm.on_close(self._front_end_closed)
         register_watcher(self)  # so the session's shutdown() stops this thread
+        add_archive_listener(self._archived)  # held weakly: a song's card shows its file and waveform once archived
         self.add(ids)
         self.add(v2_ids, v2=True)
 
@@ -222,6 +218,13 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
     def card(self, task_id: str) -> TaskCard:
         """The card of a watched task (KeyError if it is not watched)."""
         return self._cards[task_id]
+
+    def _archived(self, task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
+        """The archive's word on a song (on the archiver's thread): its file's name, or why not yet, and peaks."""
+        fields: dict[str, Any] = {"archived_path_label": archive_label(path, error)}
+        if peaks:
+            fields["peaks"] = peaks
+        self.annotate(task_id, **fields)
 
     def annotate(self, task_id: str, **fields: Any) -> None:
         """Add what others know of a song to its card (e.g. the archive's `peaks`, `archived_path_label`,
@@ -322,7 +325,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
             try:
                 polled = self._client.poll(self._own)
             except MusicGenError as exc:
-                self._server_wait = _retry_after(getattr(exc, "response", None))
+                self._server_wait = retry_after(exc)
                 self._show_poll_error(str(exc))
                 return []
             self._server_wait = None
@@ -412,11 +415,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         return ids
 
     def _needs_confirm(self) -> bool:
-        if self.confirm_required is not None:
-            return self.confirm_required
-        from ..sandbox import DEMO_KEY
-
-        return self._client.settings.key_value() != DEMO_KEY
+        return self._client.settings.needs_confirm(self.confirm_required)
 
     def download(self, task_id: str, directory: str | Path | None = None) -> Path:
         """Save the final file of a finished song, named from its title; returns the path."""

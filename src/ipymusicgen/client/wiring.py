@@ -1,0 +1,44 @@
+"""Where the features above the client plug into it, so the client imports nothing above itself.
+
+A client journals paid work, hands finished songs to an archive and runs batches, but the journal
+(storage), the archive and the batch engine live in higher layers. The composition root
+(`ipymusicgen.app`, imported by the package itself) installs one `Wiring` that knows them; the client
+asks it when it is made (`attach`), when it first needs its journal (`open_journal`) and in `batch()`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from .core import _Core
+    from .flows import Journal
+
+
+class Wiring(Protocol):
+    def open_journal(self, settings: Settings) -> Journal:
+        """The durable journal of these settings, opened for a client that closes it with itself."""
+        ...
+
+    def attach(self, client: _Core, archive: Any) -> None:
+        """Give a new client what listens to it (its archiver, unless `archive` is False)."""
+        ...
+
+    def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Any: ...
+
+    async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Any: ...
+
+
+_installed: list[Wiring] = []
+
+
+def install(wiring: Wiring) -> None:
+    """Called once by the composition root; a later call replaces the wiring (tests, embedders)."""
+    _installed[:] = [wiring]
+
+
+def installed() -> Wiring:
+    if not _installed:
+        raise RuntimeError("ipymusicgen's client is not wired: import ipymusicgen (its package sets this up).")
+    return _installed[0]

@@ -1,0 +1,69 @@
+"""Batch rows from `%musicgen` lines or a notebook variable: what a `%%musicgen_batch` cell and the studio's
+Batch tab both read, so a batch line means exactly what the single `%musicgen` line means."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from IPython.core.error import UsageError
+
+from ..errors import MusicGenError
+from .args import one_line, parse_musicgen
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+MUSICGEN_MAGICS = "MusicGen"
+"""Registry name of the `%musicgen` magics, whose line parser (and model defaults) batch lines reuse."""
+
+
+def parse_lines(text: str, shell: InteractiveShell | None) -> list[Any]:
+    """Request models from `%musicgen` lines (blank lines and `# comments` skipped); UsageError names the line."""
+    namespace = shell.user_ns if shell is not None else {}
+    magics = shell.magics_manager.registry.get(MUSICGEN_MAGICS) if shell is not None else None
+    requests = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("%"):
+            line = line.lstrip("%")
+            line = line[len("musicgen") :].strip() if line.startswith("musicgen") else line
+        try:
+            if magics is not None and hasattr(magics, "parse_line"):
+                call = magics.parse_line(line)
+            else:
+                call = parse_musicgen(line, namespace=namespace)
+        except UsageError as exc:
+            raise UsageError(f"line {number}: {one_line(exc)}") from None
+        except MusicGenError as exc:
+            raise UsageError(f"line {number}: {one_line(exc)}") from None
+        for note in _notes(call):
+            print(f"Note (line {number}): {note}")
+        requests.append(call.request)
+    if not requests:
+        raise UsageError("no rows: put one %musicgen line per song in the cell, or use --from VARIABLE")
+    return requests
+
+
+def _notes(call: Any) -> list[str]:
+    """What `%musicgen` would note for this line: fields left as typed, fields the service ignores."""
+    notes = list(getattr(call, "notes", []) or [])
+    kept = getattr(call, "kept", None)
+    if kept:
+        why = "only {name} and {name.attr} of your variables are replaced"
+        notes.insert(0, f"{', '.join(kept)} left as typed: {why}")
+    return notes
+
+
+def rows_from_variable(name: str, namespace: Mapping[str, Any]) -> Any:
+    """A DataFrame or a list of dicts/request models named `name`; UsageError when it is not one."""
+    if name not in namespace:
+        raise UsageError(f"--from {name}: no variable named {name!r} in this notebook")
+    value = namespace[name]
+    if type(value).__name__ == "DataFrame" and hasattr(value, "to_dict"):
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(v, Mapping) or hasattr(v, "to_payload") for v in value):
+        return list(value)
+    raise UsageError(f"--from {name}: expected a DataFrame or a list of dicts, not {type(value).__name__}")
