@@ -25,15 +25,9 @@ from hostile_server import AnsweringServer, SilentServer
 
 from ipymusicgen import MusicClient
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.storage.journal import (
-    DEFAULT_BUSY_TIMEOUT,
-    Journal,
-    JournalUnavailableError,
-    JournalWriteWarning,
-    Owner,
-    open_db,
-    process_started,
-)
+from ipymusicgen.storage.db import DEFAULT_BUSY_TIMEOUT, open_db
+from ipymusicgen.storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
+from ipymusicgen.storage.owner import Owner, process_started
 
 KEY = "hardening-test-key"
 WAIT = 60.0

@@ -215,7 +215,7 @@ _swept: set[Path] = set()
 def _staging_dir(directory: Path) -> Path:
     """A hidden folder for one song's download, naming its process; the first in a directory per process also
     removes those a dead process left (kill -9 mid-download), so no half file outlives a re-run."""
-    from ..storage.journal import Owner
+    from ..storage.owner import Owner
 
     directory.mkdir(parents=True, exist_ok=True)
     if directory not in _swept:

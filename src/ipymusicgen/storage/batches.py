@@ -20,33 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .journal import JournalWriteWarning, Owner, open_db, write_transaction
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS batch_rows (
-    batch TEXT NOT NULL,
-    row_index INTEGER NOT NULL,
-    request_hash TEXT NOT NULL,
-    request TEXT NOT NULL,
-    v2 INTEGER NOT NULL DEFAULT 0,
-    state TEXT NOT NULL DEFAULT 'pending',
-    ids TEXT NOT NULL DEFAULT '[]',
-    attempts INTEGER NOT NULL DEFAULT 0,
-    owner_pid INTEGER,
-    owner_start TEXT,
-    error TEXT,
-    cost INTEGER,
-    updated_at REAL NOT NULL,
-    PRIMARY KEY (batch, row_index)
-);
-CREATE TABLE IF NOT EXISTS batches (
-    name TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    counts_before INTEGER,
-    counts_after INTEGER,
-    calls INTEGER NOT NULL DEFAULT 0
-);
-"""
+from ..errors import JournalWriteWarning
+from .db import open_db, write_transaction
+from .migrations import migrate
+from .owner import Owner
 
 NEVER_SENT = ("pending", "rejected", "skipped")
 """Stored states of a row whose create certainly did not happen: safe to send."""
@@ -89,7 +66,7 @@ class BatchStore:
             self._db.row_factory = sqlite3.Row
         else:
             self._db = open_db(self.path)
-        self._db.executescript(_SCHEMA)
+        migrate(self._db, self.path or "memory")
         self._deferred: list[tuple[str, tuple[Any, ...]]] = []
         """Row states the file refused (locked by another kernel, disk full): written before the next write."""
 

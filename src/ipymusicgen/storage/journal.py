@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -30,154 +29,29 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalUnavailableError, JournalWriteWarning
 from ..lifecycle import at_exit
+from .db import DEFAULT_BUSY_TIMEOUT, open_db, write_transaction
+from .migrations import migrate
+from .owner import Owner
 
 if TYPE_CHECKING:
     from ..models.schema import TaskRecord, V2Song
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS attempts (
-    id TEXT PRIMARY KEY,
-    endpoint TEXT NOT NULL,
-    host TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    outcome TEXT NOT NULL DEFAULT 'pending',
-    note TEXT
-);
-CREATE TABLE IF NOT EXISTS tasks (
-    id TEXT PRIMARY KEY,
-    attempt_id TEXT,
-    version INTEGER NOT NULL DEFAULT 1,
-    host TEXT NOT NULL,
-    state TEXT NOT NULL DEFAULT 'processing',
-    title TEXT,
-    style TEXT,
-    audio_url TEXT,
-    cover_url TEXT,
-    song_id TEXT,
-    fail_reason TEXT,
-    downloaded_path TEXT,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state);
-CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_at);
-"""
-_ADDED_COLUMNS = {"attempts": (("owner_host", "TEXT"), ("owner_pid", "INTEGER"), ("owner_started", "TEXT"))}
-"""Columns added after the first release: journals written before them get them by migration."""
-
 FINISHED_STATES = ("complete", "failed")
-DEFAULT_BUSY_TIMEOUT = 10.0
-"""Seconds a write waits for another kernel's transaction before the journal counts as locked."""
 QUICK_BUSY_MS = 100
 """How long a read waits to write on the side (the backlog, dead senders' attempts) before leaving it for later."""
 DIED_NOTE = "the process that sent it ({owner}) ended before the answer was journalled; it may have been charged"
 LEGACY_NOTE = "left pending by an earlier version that did not record its process; it may have been charged"
 
 
-def open_db(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sqlite3.Connection:
-    """A connection to the journal's SQLite file, set up the one way every user of the file needs.
-
-    WAL so two kernels can share it, a busy timeout so a writer waits its turn, autocommit so each
-    user says where its transactions begin. The batch and library stores open their tables with this.
-    """
-    db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
-    db.row_factory = sqlite3.Row
-    db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-    except sqlite3.OperationalError:  # a read-only or busy file: still readable, writes report themselves
-        pass
-    return db
-
-
-@contextmanager
-def write_transaction(db: sqlite3.Connection, lock: threading.Lock) -> Iterator[sqlite3.Connection]:
-    """One IMMEDIATE transaction under the connection's lock; all of it is kept, or none of it.
-
-    Shared by the journal and the stores that keep their tables in its file (batches, library).
-    """
-    with lock:
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-            db.execute("COMMIT")  # may fail too (disk full): then nothing of it is kept
-        except BaseException:
-            with suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-            raise
-
-
 def default_journal_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False)) / "journal.sqlite3"
-
-
-# -- which process owns a pending attempt ---------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def process_started(pid: int) -> str | None:
-    """A token for when `pid` started (boot id + start tick), so a reused pid is not taken for the old one.
-
-    None where /proc does not say (not Linux) or the process is gone.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()  # the name in parentheses may hold spaces
-    if len(fields) < 20 or fields[0] in ("Z", "X"):  # a zombie has died; only its parent has not looked yet
-        return None
-    return f"{_boot_id()}:{fields[19]}"
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The process that sent a paid request."""
-
-    host: str
-    pid: int
-    started: str | None
-
-    @classmethod
-    def current(cls) -> Owner:
-        return cls(socket.gethostname(), os.getpid(), process_started(os.getpid()))
-
-    def __str__(self) -> str:
-        return f"pid {self.pid} on {self.host}"
-
-    def is_alive(self) -> bool:
-        """Whether the process still runs; True when it cannot be told (another machine, Windows)."""
-        if self.host != socket.gethostname():
-            return True
-        if Path("/proc/self/stat").exists():
-            now = process_started(self.pid)
-            return now is not None and (self.started is None or now == self.started)
-        if os.name == "nt":  # os.kill(pid, 0) would terminate the process there
-            return True
-        try:
-            os.kill(self.pid, 0)  # POSIX without /proc (macOS): signal 0 only asks whether it exists
-        except ProcessLookupError:
-            return False
-        except OSError:  # PermissionError: it exists, as another user
-            return True
-        return True
 
 
 # -- what the journal returns -------------------------------------------------------------------------
@@ -347,7 +221,6 @@ class Journal:
         self._warned_episode = False
         self._owner = Owner.current()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = open_db(self.path, busy_timeout=busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
@@ -360,24 +233,16 @@ class Journal:
         return f"Journal({str(self.path)!r})"
 
     def _prepare(self) -> bool:
-        """Create the tables and add missing columns; False if the file cannot be written now (read-only).
+        """Bring the file's schema up to date (`migrations.migrate`); False if it cannot be written now.
 
-        A read-only journal still opens: it can be read, `begin()` refuses, answers wait in memory.
+        A read-only journal still opens: it can be read, `begin()` refuses, answers wait in memory. A journal
+        written by a newer version is refused (`JournalVersionError`) before anything is changed.
         """
         try:
-            self._db.executescript(_SCHEMA)
-            for table, columns in _ADDED_COLUMNS.items():
-                if self._missing_columns(table, columns):
-                    with self._write() as db:  # re-checked inside the transaction: another kernel may migrate too
-                        for name, kind in self._missing_columns(table, columns):
-                            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            migrate(self._db, self.path)
         except sqlite3.Error:
             return False
         return True
-
-    def _missing_columns(self, table: str, columns: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
-        present = {row["name"] for row in self._db.execute(f"PRAGMA table_info({table})")}
-        return [(name, kind) for name, kind in columns if name not in present]
 
     def _reopen(self) -> None:
         """A connection opened on a read-only file stays read-only: open it again once the file may be writable."""

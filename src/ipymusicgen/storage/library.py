@@ -18,37 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MusicGenError
-from .journal import Journal, open_db, write_transaction
+from .db import open_db, write_transaction
+from .migrations import migrate
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS library_songs (
-    id TEXT PRIMARY KEY,
-    lyrics TEXT,
-    prompt TEXT,
-    model TEXT,
-    action TEXT,
-    batch TEXT,
-    duration_s REAL,
-    parent_id TEXT,
-    favourite INTEGER NOT NULL DEFAULT 0,
-    kept INTEGER NOT NULL DEFAULT 0,
-    note TEXT,
-    archive_path TEXT,
-    archive_size INTEGER,
-    wav_path TEXT,
-    cover_path TEXT,
-    peaks BLOB,
-    archive_error TEXT,
-    archive_tries INTEGER NOT NULL DEFAULT 0,
-    archived_at REAL
-);
-CREATE INDEX IF NOT EXISTS library_songs_parent ON library_songs(parent_id);
-CREATE INDEX IF NOT EXISTS library_tasks_attempt ON tasks(attempt_id);
-CREATE INDEX IF NOT EXISTS library_songs_favourite ON library_songs(favourite) WHERE favourite = 1;
-CREATE VIRTUAL TABLE IF NOT EXISTS library_fts USING fts5(
-    id UNINDEXED, title, style, lyrics, prompt, tokenize = 'unicode61 remove_diacritics 2'
-);
-"""
 TEXT_LIMIT = 50_000
 PEAK_SCALE = 127
 """Peaks are stored as int8 pairs (400 points = 800 bytes a song), plenty for a drawing."""
@@ -89,13 +61,12 @@ class LibraryStore:
 
     def __init__(self, journal_path: str | Path) -> None:
         self.path = Path(journal_path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+
         self.lock = threading.RLock()
-        Journal(self.path).close()  # the journal's own tables exist before the library's join them
         self.db = open_db(self.path)
         try:
             with self.lock:
-                self.db.executescript(SCHEMA)
+                migrate(self.db, self.path)
         except sqlite3.OperationalError as exc:  # first open while another kernel holds the file
             self.db.close()
             raise LibraryWriteError(

@@ -1,0 +1,191 @@
+"""The journal file's schema as numbered steps, applied once each, in order, in one transaction each.
+
+The file's version is `PRAGMA user_version`: the number of steps applied. Files written before versions
+existed (version 0) already hold some of these tables, so every step is written to be a no-op on what is
+already there (`IF NOT EXISTS`, columns added only when missing): they open with nothing lost. A file
+whose version is above what this code knows was written by a newer ipymusicgen: it is refused, untouched.
+
+A new step is a new function at the end, decorated with `@migration`; steps are never edited once
+released (llm's `migrations.py` is the model).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import JournalUnavailableError
+
+Step = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Step] = []
+
+
+class JournalVersionError(JournalUnavailableError):
+    """The journal file was written by a newer version of ipymusicgen; it is left as it is."""
+
+
+def migration(step: Step) -> Step:
+    """Register the next numbered step (its number is its place in this file)."""
+    MIGRATIONS.append(step)
+    return step
+
+
+def _add_missing_columns(db: sqlite3.Connection, table: str, columns: tuple[tuple[str, str], ...]) -> None:
+    present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    for name, kind in columns:
+        if name not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
+@migration
+def m001_journal(db: sqlite3.Connection) -> None:
+    """Paid attempts (before they are sent) and the tasks they created."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS attempts (
+            id TEXT PRIMARY KEY,
+            endpoint TEXT NOT NULL,
+            host TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            outcome TEXT NOT NULL DEFAULT 'pending',
+            note TEXT
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS tasks (
+            id TEXT PRIMARY KEY,
+            attempt_id TEXT,
+            version INTEGER NOT NULL DEFAULT 1,
+            host TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'processing',
+            title TEXT,
+            style TEXT,
+            audio_url TEXT,
+            cover_url TEXT,
+            song_id TEXT,
+            fail_reason TEXT,
+            downloaded_path TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_state ON tasks(state)")
+    db.execute("CREATE INDEX IF NOT EXISTS tasks_created ON tasks(created_at)")
+
+
+@migration
+def m002_attempt_owners(db: sqlite3.Connection) -> None:
+    """Which process sent each attempt, so a dead sender's pending attempt reads as unknown."""
+    _add_missing_columns(db, "attempts", (("owner_host", "TEXT"), ("owner_pid", "INTEGER"), ("owner_started", "TEXT")))
+
+
+@migration
+def m003_batches(db: sqlite3.Connection) -> None:
+    """Batch rows (what each row sent, its ids, who claimed it) and batches (measured credits)."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS batch_rows (
+            batch TEXT NOT NULL,
+            row_index INTEGER NOT NULL,
+            request_hash TEXT NOT NULL,
+            request TEXT NOT NULL,
+            v2 INTEGER NOT NULL DEFAULT 0,
+            state TEXT NOT NULL DEFAULT 'pending',
+            ids TEXT NOT NULL DEFAULT '[]',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            owner_pid INTEGER,
+            owner_start TEXT,
+            error TEXT,
+            cost INTEGER,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (batch, row_index)
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS batches (
+            name TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            counts_before INTEGER,
+            counts_after INTEGER,
+            calls INTEGER NOT NULL DEFAULT 0
+        )"""
+    )
+
+
+@migration
+def m004_library(db: sqlite3.Connection) -> None:
+    """The library: lyrics, favourites, notes, archive paths and peaks, and a full-text index."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS library_songs (
+            id TEXT PRIMARY KEY,
+            lyrics TEXT,
+            prompt TEXT,
+            model TEXT,
+            action TEXT,
+            batch TEXT,
+            duration_s REAL,
+            parent_id TEXT,
+            favourite INTEGER NOT NULL DEFAULT 0,
+            kept INTEGER NOT NULL DEFAULT 0,
+            note TEXT,
+            archive_path TEXT,
+            archive_size INTEGER,
+            wav_path TEXT,
+            cover_path TEXT,
+            peaks BLOB,
+            archive_error TEXT,
+            archive_tries INTEGER NOT NULL DEFAULT 0,
+            archived_at REAL
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS library_songs_parent ON library_songs(parent_id)")
+    db.execute("CREATE INDEX IF NOT EXISTS library_tasks_attempt ON tasks(attempt_id)")
+    db.execute("CREATE INDEX IF NOT EXISTS library_songs_favourite ON library_songs(favourite) WHERE favourite = 1")
+    db.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS library_fts USING fts5("
+        "id UNINDEXED, title, style, lyrics, prompt, tokenize = 'unicode61 remove_diacritics 2')"
+    )
+
+
+LATEST = len(MIGRATIONS)
+
+
+def version_of(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def refuse_newer(db: sqlite3.Connection, path: str | Path) -> None:
+    """Raise `JournalVersionError`, changing nothing, if a newer version of ipymusicgen wrote this file."""
+    found = version_of(db)
+    if found > LATEST:
+        raise JournalVersionError(
+            f"The journal {path} was written by a newer version of ipymusicgen (schema version {found}); this "
+            f"version knows schema versions up to {LATEST}. Upgrade ipymusicgen to use it; the file was left "
+            "untouched."
+        )
+
+
+def migrate(db: sqlite3.Connection, path: str | Path = "the journal") -> int:
+    """Apply the steps the file lacks, each in its own IMMEDIATE transaction; returns the file's version.
+
+    Another process may migrate the same file at the same moment: the version is read again inside each
+    transaction, so every step runs exactly once. A step that fails leaves the file at the step before.
+    """
+    refuse_newer(db, path)
+    while True:
+        if version_of(db) >= LATEST:
+            return version_of(db)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            current = version_of(db)
+            if current > LATEST:
+                db.execute("ROLLBACK")
+                refuse_newer(db, path)
+            if current < LATEST:
+                MIGRATIONS[current](db)
+                db.execute(f"PRAGMA user_version = {current + 1}")
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
