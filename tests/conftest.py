@@ -15,6 +15,34 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 
+SLOW_MODULES = frozenset(
+    {
+        "test_batch_browser",
+        "test_batch_kill",
+        "test_benchmarks",
+        "test_browser",
+        "test_browser_library",
+        "test_browser_marimo",
+        "test_browser_marimo_library",
+        "test_kill_resume",
+        "test_notebooks",
+        "test_setup_script",
+        "test_widgets_cards_browser",
+    }
+)
+"""Whole modules of kernels, browsers, notebooks, kill tests and setup runs: `pytest -m "not slow"` skips them."""
+SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server"})
+"""Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark kernels, browsers, notebooks and kill tests `slow` (one rule here, not a marker in every file)."""
+    for item in items:
+        module = item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) else ""
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="module")
 def sandbox_server() -> Iterator[Sandbox]:
     """One sandbox per test module (starting one costs a little); fast stages, 4-second songs."""
