@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+import ipymusicgen.client.core as core_mod
 import ipymusicgen.client.faces as client_mod
 import ipymusicgen.client.responses as responses_mod
+import ipymusicgen.client.retry as retry_mod
 import ipymusicgen.client.waiting as waiting_mod
 from ipymusicgen import __version__
 from ipymusicgen.client.faces import IDS_QUERY_BUDGET, AsyncMusicClient, MusicClient, chunk_ids
@@ -137,7 +139,7 @@ def _clean_env(monkeypatch):
 def clock(monkeypatch) -> Clock:
     fake = Clock()
     fake_time = SimpleNamespace(sleep=fake.sleep, monotonic=fake.monotonic, time=fake.time)
-    for module in (client_mod, responses_mod, waiting_mod):
+    for module in (core_mod, client_mod, responses_mod, retry_mod, waiting_mod):
         monkeypatch.setattr(module, "time", fake_time)
     monkeypatch.setattr(client_mod, "_async_sleep", fake.async_sleep)
     return fake
@@ -145,7 +147,7 @@ def clock(monkeypatch) -> Clock:
 
 @pytest.fixture
 def no_jitter(monkeypatch):
-    monkeypatch.setattr(responses_mod, "random", SimpleNamespace(random=lambda: 0.0))
+    monkeypatch.setattr(retry_mod, "random", SimpleNamespace(random=lambda: 0.0))
 
 
 @pytest.fixture(params=["sync", "async"])
