@@ -150,7 +150,7 @@ def test_a_request_is_validated_once_and_its_notes_show_once(
     ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The magic builds the model and hands the built model to the client: one validation, one note."""
-    from ipymusicgen.models.schema import schema as models
+    from ipymusicgen.models import schema as models
 
     checks: list[list[str]] = []
     original = models._warn_ignored

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import unicodedata
 from pathlib import Path
 
@@ -236,8 +237,8 @@ def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and
             assert not isinstance(info.value, sqlite3.Error)
         finally:
             library.close()
-        fresh = tmp_path / "fresh.sqlite3"
-        Journal(fresh).close()
+        fresh = tmp_path / "fresh.sqlite3"  # a journal of an older version: the library's schema is still to make
+        shutil.copyfile(Path(__file__).parent / "fixtures" / "journal-v0.sqlite3", fresh)
         other = sqlite3.connect(fresh, isolation_level=None)
         other.execute("BEGIN EXCLUSIVE")
         with pytest.raises(MusicGenError, match="locked"):  # a first open cannot make its tables: said plainly

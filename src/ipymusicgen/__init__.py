@@ -111,6 +111,8 @@ _LAZY = {
     "get_async_client": ("ipymusicgen.session", "get_async_client"),
     "watch_unfinished": ("ipymusicgen.widgets", "watch_unfinished"),
 }
+_MODULES = {"costs": "ipymusicgen.models.costs", "tasks": "ipymusicgen.models.tasks"}
+"""Modules that moved into a layer's package, still reachable as `from ipymusicgen import costs`."""
 
 
 def __getattr__(name: str) -> Any:
@@ -119,6 +121,10 @@ def __getattr__(name: str) -> Any:
 
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(_MODULES[name])
     raise AttributeError(f"module 'ipymusicgen' has no attribute {name!r}")
 
 

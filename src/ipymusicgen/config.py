@@ -110,12 +110,18 @@ class Settings:
         Known by identity, never by host: a proxy on 127.0.0.1 in front of the paid service is a real service.
         The sandbox stays out of the user's journal, archive and library, and its calls need no confirm.
         """
-        return self.embedded_sandbox or self.key_value() == DEMO_KEY
+        return self.embedded_sandbox or self.is_free
+
+    @property
+    def is_free(self) -> bool:
+        """The one rule for "do calls cost nothing": only the demo key. A sandbox given its own keys plays a
+        paid service (credits counted, confirms asked), though its songs stay out of the user's archive."""
+        return self.key_value() == DEMO_KEY
 
     def needs_confirm(self, choice: bool | None = None) -> bool:
-        """The one rule for "does a paid step ask first": the caller's explicit choice, else every real
-        service (a key that costs money) asks and the embedded sandbox does not."""
-        return choice if choice is not None else not self.is_embedded_sandbox
+        """The one rule for "does a paid step ask first": the caller's explicit choice, else every key that
+        may cost money asks and the free demo key does not."""
+        return choice if choice is not None else not self.is_free
 
     def key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key is not None else None

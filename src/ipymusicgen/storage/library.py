@@ -63,7 +63,12 @@ class LibraryStore:
         self.path = Path(journal_path)
 
         self.lock = threading.RLock()
-        self.db = open_db(self.path)
+        try:
+            self.db = open_db(self.path)
+        except sqlite3.OperationalError as exc:  # first open while another kernel holds the file
+            raise LibraryWriteError(
+                f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."
+            ) from None
         try:
             with self.lock:
                 migrate(self.db, self.path)

@@ -558,7 +558,7 @@ class KeyPane:
         """What the Key tab shows; the key itself only ever as its mask."""
         client, info = self._studio.client, self.info
         key = client.settings.key_value()
-        sandbox = client.settings.is_embedded_sandbox
+        sandbox = client.settings.is_free
         if self.problem:
             status = f"{self.problem}: the service did not accept a key check"
         elif info is None:
