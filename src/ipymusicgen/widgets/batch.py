@@ -138,12 +138,9 @@ class BatchForm(w.VBox):
     @property
     def shell(self) -> Any:
         if self._shell is None:
-            try:
-                from IPython import get_ipython
+            from IPython import get_ipython
 
-                self._shell = get_ipython()
-            except ImportError:
-                return None
+            self._shell = get_ipython()
         return self._shell
 
     @property

@@ -43,7 +43,9 @@ from ..models.schema import (
 from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
 from ._static import css, esm
+from .batch import BatchForm
 from .form import error_title, number_text, parse_number, problems_by_field, server_problems
+from .library import LibraryView
 from .text import TextRepr
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
@@ -632,16 +634,15 @@ class Studio(TextRepr, w.VBox):
         self.watcher.confirm_required = confirm  # a card's concat is paid: it confirms as the panes do
         self.song.on_submitted(lambda ids: self.watcher.add(ids))
         self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True))
-        if hasattr(self.watcher, "_form_provider"):
-            self.watcher._form_provider = self._pane_for_extend
-        self.embedded: dict[str, w.Widget] = {}
-        for tab, maker in (("batch", _make_batch), ("library", _make_library)):
-            widget = maker(client, self.watcher)
-            if widget is not None:
-                widget.layout.display = "none"
-                self.embedded[tab] = widget
-                if hasattr(widget, "confirm_required"):  # the Batch tab confirms as the other panes do
-                    widget.confirm_required = confirm
+        self.watcher._form_provider = self._pane_for_extend  # a card's extend opens this studio's pane
+        batch_form = BatchForm(client=client, watcher=self.watcher)
+        batch_form.confirm_required = confirm  # the Batch tab confirms as the other panes do
+        self.embedded: dict[str, w.Widget] = {
+            "batch": batch_form,
+            "library": LibraryView(client=client, watcher=self.watcher),
+        }
+        for widget in self.embedded.values():
+            widget.layout.display = "none"
         self._view.tabs = [
             {
                 "id": t,
@@ -786,33 +787,6 @@ class Studio(TextRepr, w.VBox):
 
 def _when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if value else "—"
-
-
-def _make_batch(client: MusicClient, watcher: Any) -> w.Widget | None:
-    """The Batch tab's widget, when the batch module is installed."""
-    try:
-        from .batch import BatchForm  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return _construct(BatchForm, client, watcher)
-
-
-def _make_library(client: MusicClient, watcher: Any) -> w.Widget | None:
-    """The Library tab's widget, when the library module is installed."""
-    try:
-        from .library import LibraryView  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    return _construct(LibraryView, client, watcher)
-
-
-def _construct(kind: Any, client: MusicClient, watcher: Any) -> w.Widget | None:
-    for kwargs in ({"client": client, "watcher": watcher}, {"client": client}, {}):
-        try:
-            return kind(**kwargs)
-        except TypeError:
-            continue
-    return None
 
 
 def studio(client: MusicClient | None = None, *, confirm: bool | None = None) -> Studio:
