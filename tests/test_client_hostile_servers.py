@@ -1,4 +1,4 @@
-"""Hardening of the client core against hostile servers and odd input, over real sockets on 127.0.0.1.
+"""The client core against hostile servers and odd input, over real sockets on 127.0.0.1.
 
 Each test drives a real `MusicClient`/`AsyncMusicClient` against the sandbox or a tiny hostile server
 (`hostile_server.py`): drip-fed and never-ending bodies, redirects, huge and nested bodies, key echoes,

@@ -1,4 +1,4 @@
-"""Review R3: the browser cannot decide what Python decides (a forged intent), against real widgets and the sandbox."""
+"""The browser cannot decide what Python decides (a forged intent), against real widgets and the sandbox."""
 
 from __future__ import annotations
 

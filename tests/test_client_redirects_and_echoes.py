@@ -1,4 +1,4 @@
-"""Review of the client core's hardening: attacks the first round missed, over real sockets on 127.0.0.1.
+"""The client core against redirects, key echoes, long ids and huge numbers, over real sockets on 127.0.0.1.
 
 A redirect's own headers and body, the key echoed in another case or URL-encoded, ids too long for a URL
 (a paid call must not be journalled "maybe charged" when nothing was sent), and numbers too large to be

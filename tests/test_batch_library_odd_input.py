@@ -1,4 +1,4 @@
-"""Review R2: odd numbers for a batch and decomposed unicode in a library search, over the real sandbox."""
+"""Odd numbers for a batch and decomposed unicode in a library search, over the real sandbox."""
 
 from __future__ import annotations
 
