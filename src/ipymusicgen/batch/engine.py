@@ -19,11 +19,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..client.responses import is_doubtful
-from ..client.retry import retry_after
+from ..client.retry import rate_limit_delay
 from ..errors import (
     APIResponseValidationError,
     APIStatusError,
@@ -49,7 +50,12 @@ if TYPE_CHECKING:
 STATES = ("pending", "submitted", "complete", "failed", "unknown", "skipped")
 RATE_LIMIT_WINDOW = 30.0
 """Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
-DEFAULT_RETRY_AFTER = 2.0
+MAX_RATE_LIMITED = 8
+"""429s in a row on one key (with growing pauses: about 3 minutes in all) before a row answered 429 ends as
+"not sent (rate limited)": the batch finishes, and a re-run sends it. Any accepted create starts the count again."""
+RATE_LIMITED = "not sent (rate limited)"
+_RATE_LIMIT_STREAKS: dict[str, int] = {}
+"""429s in a row per key (a fingerprint, never the key): every batch on one key backs off together."""
 BACKFILL_ROUNDS = 3
 MAX_CONCURRENCY = 1000
 MAX_SENDING_THREADS = 32
@@ -97,6 +103,8 @@ class BatchRow:
     started_at: float | None = None
     finished_at: float | None = None
     last_change: float | None = None
+    rate_limited: int = 0
+    """How many of its creates this run were answered 429 (nothing was created)."""
 
     @property
     def finished(self) -> bool:
@@ -213,6 +221,8 @@ class Batch:
         self._task: Any = None
         self._listeners: list[Callable[[Batch], None]] = []
         self._record_listeners: list[Callable[[list[Any]], None]] = []
+        self._wakers: list[Callable[[], Any]] = []
+        """Called by `stop()`: whatever the batch is resting on wakes at once."""
         self.stop_requested = False
 
     # -- state ---------------------------------------------------------------------------------------
@@ -236,8 +246,14 @@ class Batch:
         return self
 
     def stop(self) -> None:
-        """Start no more rows (they become `skipped`); rows already sent are still followed to the end."""
+        """Start no more rows (they become `skipped`); rows already sent are still followed to the end.
+
+        Whatever the batch is waiting on (a rate limit's pause, the next polling round) ends at once.
+        """
         self.stop_requested = True
+        for wake in list(self._wakers):
+            with contextlib.suppress(Exception):  # a closed event loop: nothing is waiting there any more
+                wake()
 
     def add_listener(self, callback: Callable[[Batch], None]) -> None:
         self._listeners.append(callback)
@@ -410,10 +426,27 @@ def _is_doubtful(exc: BaseException) -> bool:
     return isinstance(exc, APIStatusError) and is_doubtful(exc.status_code)  # the client's own rule
 
 
-def _retry_after(exc: RateLimitError) -> float:
-    """How long a rate-limited create waits: what the server asked (read by the one retry policy), else 2 s."""
-    asked = retry_after(exc)
-    return asked if asked is not None else DEFAULT_RETRY_AFTER
+def _key_fingerprint(client: Any) -> str:
+    key = client.settings.key_value() or ""
+    return hashlib.sha256(f"{client.settings.base_url}|{key}".encode()).hexdigest()[:16]
+
+
+class _Wake:
+    """What a batch's rest waits on besides its creates, so `stop()` wakes it at once (sync face)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.future: Future[None] = Future()
+
+    def set(self) -> None:
+        with self._lock:
+            if not self.future.done():
+                self.future.set_result(None)
+
+    def rearm(self) -> None:
+        with self._lock:
+            if self.future.done():
+                self.future = Future()
 
 
 class _Engine:
@@ -444,6 +477,7 @@ class _Engine:
         self.backfill: list[BatchRow] = []
         self.backfill_rounds = 0
         self.committed = 0  # estimated credits of rows sent or being sent in this run
+        self.key = ""  # the key's fingerprint: 429 streaks are counted per key
 
     # -- start ---------------------------------------------------------------------------------------
 
@@ -502,16 +536,17 @@ class _Engine:
     def next_row(self) -> BatchRow | None:
         """The next row to create now, claimed in the store; None when none may start yet."""
         now = self.clock()
+        if self.batch.stop_requested and not self.stop_reason:
+            self.stop_reason = "not started: the batch was stopped"
+        if self.stop_reason:  # whatever pause a rate limit set: rows not started are skipped now
+            while self.queue:
+                self._skip(self.queue.popleft(), self.stop_reason)
+            return None
         if now >= self.lowered_until and self.limit < self.batch.concurrency:
             self.limit += 1
             self.lowered_until = now + RATE_LIMIT_WINDOW / max(1, self.batch.concurrency)
         while self.queue and now >= self.paused_until and self.in_flight < self.limit:
             row = self.queue.popleft()
-            if self.batch.stop_requested and not self.stop_reason:
-                self.stop_reason = "not started: the batch was stopped"
-            if self.stop_reason:
-                self._skip(row, self.stop_reason)
-                continue
             cost = costs.estimate_credits(row.request)
             if self.batch.budget is not None and self.committed + cost > self.batch.budget:
                 self._skip(row, f"budget of {self.batch.budget} credits reached")
@@ -547,6 +582,7 @@ class _Engine:
             self.create_failed(row, error)
 
     def created(self, row: BatchRow, result: Any) -> None:
+        _RATE_LIMIT_STREAKS.pop(self.key, None)
         self.sending.discard(row.index)
         _ACTIVE.discard(self._key(row))
         ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
@@ -564,10 +600,18 @@ class _Engine:
         self.committed -= row.cost if not _is_doubtful(exc) else 0
         if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
             now = self.clock()
-            self.paused_until = max(self.paused_until, now + _retry_after(exc))
+            streak = _RATE_LIMIT_STREAKS[self.key] = _RATE_LIMIT_STREAKS.get(self.key, 0) + 1
+            self.paused_until = max(self.paused_until, now + rate_limit_delay(streak, exc))
             self.limit = max(1, min(self.limit - 1, self.in_flight))
             self.lowered_until = now + RATE_LIMIT_WINDOW
             row.cost = 0
+            row.rate_limited += 1
+            if streak >= MAX_RATE_LIMITED:  # a 429 that never ends: nothing was created, so the row ends unsent
+                row.state, row.finished_at = "failed", now
+                row.error = f"{RATE_LIMITED}: the service answered 429 {streak} times in a row; a re-run sends it"
+                self.store.set_state(self.name, row.index, "rejected", error=row.error)
+                self.batch._changed()
+                return
             self.store.set_state(self.name, row.index, "pending")
             row.state = "pending"
             self.queue.appendleft(row)
@@ -629,6 +673,26 @@ class _Engine:
     @property
     def finished(self) -> bool:
         return not self.queue and not self.sending and not self.watching
+
+    def measured(self, counts_left: int | None) -> None:
+        """Stop starting rows once the credits measured on the key (before this run minus now) reach the budget:
+        the estimate may be low, the key's own count is what was paid."""
+        before, budget = self.batch.counts_before, self.batch.budget
+        if counts_left is None or before is None or budget is None or self.stop_reason:
+            return
+        spent = before - counts_left
+        if spent >= budget and self.queue:
+            self.stop_reason = f"not started: {spent} credits spent (measured on the key), the budget of {budget}"
+
+    def cancelled(self, row: BatchRow) -> None:
+        """A create cancelled while it was being sent (an async batch cancelled): it may have been charged, so
+        it is unknown, as the client journals it, and a re-run treats it by the usual rule."""
+        self.create_failed(
+            row,
+            CreateOutcomeUnknownError(
+                "the batch was cancelled while this row's create was being sent; it may have been charged"
+            ),
+        )
 
     def pause(self) -> float:
         """Seconds to rest before the next round."""
@@ -694,8 +758,6 @@ def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> Non
     batch.estimate = estimate
     if batch.counts_before is None:
         batch.counts_before = counts_left
-    if not estimate:
-        return
     if batch.budget is not None and estimate > batch.budget:
         raise BatchBudgetError(
             f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
@@ -749,6 +811,7 @@ def _start(
         poll_interval=_stall_poll_interval(client, stall_timeout),
         clock=clock,
     )
+    engine.key = _key_fingerprint(client)
     engine.load(stored)
     return engine
 
@@ -792,6 +855,9 @@ def run_batch(
     counts_left = client.key_info().key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 
+    wake = _Wake()
+    batch._wakers.append(wake.set)
+
     def drive() -> None:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
         from concurrent.futures import wait as wait_futures
@@ -813,13 +879,14 @@ def run_batch(
                             engine.polled(())  # a failed read: try again next round (stall timer still runs)
                     if engine.finished:
                         break
-                    pause = engine.pause()
-                    if pending:
-                        done, _ = wait_futures(list(pending), timeout=pause, return_when=FIRST_COMPLETED)
-                        for future in done:
-                            engine.settle(pending.pop(future), future)
-                    else:
-                        time.sleep(pause)
+                    pause = engine.pause()  # a create ending or stop() ends the rest at once
+                    done, _ = wait_futures([*pending, wake.future], timeout=pause, return_when=FIRST_COMPLETED)
+                    wake.rearm()
+                    settled = [(pending.pop(f), f) for f in done if f in pending]
+                    for row, future in settled:
+                        engine.settle(row, future)
+                    if batch.budget is not None and any(f.exception() is None for _, f in settled):
+                        engine.measured(_counts_left(client))
             after = _counts_left(client) if any(r.cost for r in batch.rows) else None
         except BaseException as exc:
             batch.error = exc
@@ -872,6 +939,10 @@ async def run_batch_async(
     counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 
+    woken = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    batch._wakers.append(lambda: loop.call_soon_threadsafe(woken.set))
+
     async def drive() -> Batch:
         pending: dict[asyncio.Task[Any], BatchRow] = {}
         after = None
@@ -887,13 +958,21 @@ async def run_batch_async(
                         engine.polled(())
                 if engine.finished:
                     break
-                pause = engine.pause()
-                if pending:
-                    done, _ = await asyncio.wait(list(pending), timeout=pause, return_when=asyncio.FIRST_COMPLETED)
-                    for future in done:
-                        engine.settle(pending.pop(future), future)
-                else:
-                    await asyncio.sleep(pause)
+                pause = engine.pause()  # a create ending or stop() ends the rest at once
+                waiter = asyncio.ensure_future(woken.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        [*pending, waiter], timeout=pause, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    waiter.cancel()
+                woken.clear()
+                settled = [(pending.pop(f), f) for f in done if f in pending]
+                for row, future in settled:
+                    engine.settle(row, future)
+                if batch.budget is not None and any(f.exception() is None for _, f in settled):
+                    with contextlib.suppress(MusicGenError):
+                        engine.measured((await client.key_info()).key_music_counts)
             if any(r.cost for r in batch.rows):
                 try:
                     after = (await client.key_info()).key_music_counts
@@ -901,9 +980,12 @@ async def run_batch_async(
                     after = None
         except BaseException as exc:
             batch.error = exc
-            for future in pending:  # a cancelled batch leaves no create running unseen
-                if not future.done():
+            for future, row in pending.items():  # a cancelled batch leaves no create running unseen
+                if future.done() and not future.cancelled():
+                    engine.settle(row, future)
+                else:
                     future.cancel()
+                    engine.cancelled(row)  # it may have reached the service: unknown, as the journal says
             engine.finish(None)
             raise
         engine.finish(after)

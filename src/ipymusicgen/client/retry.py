@@ -72,3 +72,16 @@ def poll_backoff(interval: float, failures: int) -> float:
     if failures <= 0:
         return interval
     return min(interval * 2 ** min(failures, 32), max(MAX_POLL_BACKOFF, interval))
+
+
+RATE_LIMIT_BASE, RATE_LIMIT_CAP = 1.0, 60.0
+"""Creates answered 429: 1 s x 2^streak, capped at 60 s, jittered, whatever the header says (a Retry-After of 0
+from a service that keeps answering 429 must not turn a batch into a storm of creates)."""
+
+
+def rate_limit_delay(streak: int, source: httpx.Response | BaseException | None = None) -> float:
+    """The pause after the `streak`-th 429 in a row on one key: the longer of what the server asked and ours."""
+    ours = min(RATE_LIMIT_BASE * 2 ** min(max(streak - 1, 0), 32), RATE_LIMIT_CAP)
+    ours *= 1 - BACKOFF_JITTER * random.random()
+    asked = retry_after(source)
+    return max(ours, asked if asked is not None else 0.0)

@@ -3,16 +3,24 @@
 The service does not publish prices. Its sister service charges 2 credits per call for its older models
 and 3 for its newest (observed-behaviour.md), so that is the default table; a model missing from it, or a
 call that names no model, is charged the dearest known price, so an estimate never comes out low.
-Override with the environment (`MUSICGEN_CREDIT_COSTS="MFV3.0=3,MFV2.0=2,lyrics=0,*=3"`) or `set_costs()`.
+Override with the environment (`MUSICGEN_CREDIT_COSTS="MFV3.0=3,MFV2.0=2,lyrics=1,*=3"`) or `set_costs()`.
+
+Every price is a whole number of credits above 0: a price of 0, a negative or a non-number would switch
+off the budget and credits-left checks that stand between a user and a paid call, so it is refused with
+one line naming the variable and the entry (`CostTableError`).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
+
+from ..errors import MusicGenError
 
 ENV_COSTS = "MUSICGEN_CREDIT_COSTS"
 LYRICS = "lyrics"
@@ -41,21 +49,38 @@ DEFAULT_COSTS: dict[str, int] = {
 _overrides: dict[str, int] = {}
 
 
+class CostTableError(MusicGenError, ValueError):
+    """A price that is not a whole number of credits above 0 (or an entry that is not MODEL=CREDITS)."""
+
+
+def price(value: Any, entry: str, where: str = ENV_COSTS) -> int:
+    """A price as credits: a whole number above 0 and finite, else a one-line `CostTableError` naming the entry."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            number: Any = float(text) if text else math.nan
+        except ValueError:
+            number = math.nan
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        number = math.nan
+    if not math.isfinite(number) or number <= 0 or number != int(number):
+        raise CostTableError(f"{where}: the price in {entry[:80]!r} must be a whole number of credits above 0")
+    return int(number)
+
+
 def parse_costs(text: str) -> dict[str, int]:
-    """`"MFV3.0=3, *=4"` → `{"MFV3.0": 3, "*": 4}`; a malformed entry raises ValueError naming it."""
+    """`"MFV3.0=3, *=4"` → `{"MFV3.0": 3, "*": 4}`; a malformed entry raises `CostTableError` naming it."""
     table: dict[str, int] = {}
     for part in text.replace(";", ",").split(","):
         part = part.strip()
         if not part:
             continue
         model, sep, value = part.partition("=")
-        try:
-            credits = int(value.strip())
-        except ValueError:
-            credits = -1
-        if not sep or not model.strip() or credits < 0:
-            raise ValueError(f"{ENV_COSTS}: expected MODEL=CREDITS, got {part!r}")
-        table[model.strip()] = credits
+        if not sep or not model.strip():
+            raise CostTableError(f"{ENV_COSTS}: expected MODEL=CREDITS, got {part[:80]!r}")
+        table[model.strip()] = price(value, part)
     return table
 
 
@@ -75,10 +100,11 @@ def set_costs(table: Mapping[str, int] | None = None, /, **costs: int) -> dict[s
     if table is None and not costs:
         _overrides.clear()
     else:
-        for model, credits in {**dict(table or {}), **costs}.items():
-            if int(credits) < 0:
-                raise ValueError(f"credits for {model!r} must be 0 or more (got {credits})")
-            _overrides[str(model)] = int(credits)
+        checked = {
+            str(model): price(credits, f"{model}={credits}", "set_costs")
+            for model, credits in {**dict(table or {}), **costs}.items()
+        }
+        _overrides.update(checked)
     return cost_table()
 
 

@@ -119,18 +119,14 @@ class ProgressLines:
 
 
 def _watcher(client: Any) -> Any:
-    try:
-        from ..widgets import TaskWatcher
-    except ImportError:
-        return None
+    from ..widgets import TaskWatcher
+
     return TaskWatcher([], client=client)
 
 
 def _view(watcher: Any) -> Any:
-    try:
-        from ..widgets.batch import BatchView
-    except ImportError:
-        return None
+    from ..widgets.batch import BatchView
+
     return BatchView(watcher=watcher)
 
 

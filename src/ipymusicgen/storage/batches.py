@@ -101,10 +101,16 @@ class BatchStore:
     def open_batch(self, name: str, rows: list[tuple[str, str, bool]]) -> dict[int, StoredRow]:
         """Record rows (hash, request JSON, v2) not yet known; return every row's stored state.
 
-        A row whose hash differs from the one stored under the same name and index raises ValueError.
+        A row whose hash differs from the one stored under the same name and index raises ValueError, unless
+        nothing of that name was ever sent (no row claimed: a run refused before sending, over budget or with a
+        bad row): a run that sent nothing leaves no claim on its name, and the new rows replace its rows.
         """
         now = time.time()
         with self._write() as db:
+            sent = db.execute("SELECT COUNT(*) FROM batch_rows WHERE batch = ? AND attempts > 0", (name,)).fetchone()
+            if not sent[0]:
+                db.execute("DELETE FROM batch_rows WHERE batch = ?", (name,))
+                db.execute("DELETE FROM batches WHERE name = ?", (name,))
             db.execute("INSERT OR IGNORE INTO batches (name, created_at) VALUES (?, ?)", (name, now))
             known = {
                 r["row_index"]: r["request_hash"]

@@ -187,14 +187,17 @@ class BatchForm(w.VBox):
         self._set_confirm("")  # a changed batch is confirmed again
         try:
             rows = validate_rows(self.requests(), allow_unknown_models=self.client.settings.allow_unknown_models)
+            total = costs.estimate_total(r.request for r in rows)
             budget = self._budget()
+        except costs.CostTableError as exc:  # a typo in MUSICGEN_CREDIT_COSTS: one line, nothing sent
+            self._show_error(str(exc))
+            return None
         except ValueError:
             self._show_error("Budget: use a whole number of credits, or leave it empty")
             return None
         except Exception as exc:  # UsageError / BatchError: say it, send nothing
             self._show_error(str(exc))
             return None
-        total = costs.estimate_total(r.request for r in rows)
         self.error = ""
         over = f" — more than the budget of {budget}" if budget is not None and total > budget else ""
         count = self._rows_words = f"{len(rows)} row{'' if len(rows) == 1 else 's'}"

@@ -22,7 +22,7 @@ import traitlets
 
 from ..client.faces import MusicClient
 from ..errors import RequestValidationError, UnprocessableEntityError
-from ..models.costs import estimate_credits
+from ..models.costs import CostTableError, estimate_credits
 from ..models.schema import (
     ACTIONS,
     PROMPT_MAX,
@@ -687,7 +687,10 @@ class Studio(TextRepr, w.VBox):
 
     def cost_words(self, request: Any) -> str:
         """'uses about 3 credits · 97 left' (the credits left as last read from the key)."""
-        text = f"uses about {plural(estimate_credits(request), 'credit')}"
+        try:
+            text = f"uses about {plural(estimate_credits(request), 'credit')}"
+        except CostTableError as exc:  # a typo in the price table: say so; a paid step still asks first
+            text = f"cost unknown ({exc})"
         left = self.key_info.credits
         return text + (f" · {left:,} left" if left is not None else "")
 
