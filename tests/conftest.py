@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -12,6 +13,7 @@ from ipymusicgen import MusicClient
 from ipymusicgen.sandbox import Sandbox
 
 if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
     from playwright.sync_api import Browser
 
 
@@ -71,6 +73,41 @@ def clock(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> ManualClock:
     manual = ManualClock(sandbox.state.stage_seconds)
     monkeypatch.setattr(sandbox.state, "clock", manual)
     return manual
+
+
+SESSION_SETTINGS = ("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models")
+
+
+@pytest.fixture
+def sandbox_shell(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """A real IPython shell with the extension loaded, its session pointed at the module's sandbox (with the
+    sandbox's key, a private journal and fast polling); everything undone afterwards, so tests never meet."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from ipymusicgen import session
+
+    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
+    session.shutdown()
+    session.configure(
+        api_key=sandbox.api_key,
+        base_url=sandbox.base_url,
+        v2_base_url=sandbox.v2_base_url,
+        journal_path=str(tmp_path / "journal.sqlite3"),
+        poll_interval=0.05,
+    )
+    shell = InteractiveShell.instance()
+    names = set(shell.user_ns)
+    with capture_output() as loaded:
+        shell.run_line_magic("load_ext", "ipymusicgen")
+    shell.user_ns["_load_output"] = loaded.stdout
+    yield shell
+    shell.run_line_magic("unload_ext", "ipymusicgen")
+    shell.config.pop("MusicGen", None)  # %config settings outlive the extension; the next test starts clean
+    for name in set(shell.user_ns) - names:
+        shell.user_ns.pop(name, None)
+    session.shutdown()
+    session.configure(**dict.fromkeys(SESSION_SETTINGS))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -32,24 +30,8 @@ def unique() -> str:
 
 
 @pytest.fixture
-def ip(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
-    session.shutdown()
-    session.configure(
-        api_key=sandbox.api_key,
-        base_url=sandbox.base_url,
-        v2_base_url=sandbox.v2_base_url,
-        journal_path=str(tmp_path / "journal.sqlite3"),
-        poll_interval=0.05,
-    )
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "ipymusicgen")
-    yield shell
-    shell.run_line_magic("unload_ext", "ipymusicgen")
-    shell.config.pop("MusicGen", None)
-    for name in ("made", "mood", "frame", "songs_list"):
-        shell.user_ns.pop(name, None)
-    session.configure(**RESET)
+def ip(sandbox_shell: InteractiveShell) -> InteractiveShell:
+    return sandbox_shell
 
 
 def test_each_line_is_a_musicgen_line_with_variables(ip: InteractiveShell, sandbox: Sandbox) -> None:

@@ -232,3 +232,39 @@ def test_a_hostile_429_with_retry_after_zero_is_not_a_storm(monkeypatch: pytest.
     assert len(creates) <= batch_engine.MAX_RATE_LIMITED + 2
     assert all(batch_engine.RATE_LIMITED in (r.error or "") for r in batch.rows)
     assert waits[0] >= 0.75 and waits[-1] > 30  # growing pauses, whatever the header said
+
+
+# -- a typo in the price table ----------------------------------------------------------------------------
+
+
+def test_a_typo_in_the_price_table_is_one_line_from_the_batch_magic(
+    sandbox_shell: Any, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.error import UsageError
+
+    monkeypatch.setenv(costs.ENV_COSTS, "MFV2.0=two")
+    with pytest.raises(UsageError) as refused:
+        sandbox_shell.run_cell_magic("musicgen_batch", "--name typo --no-watch", "--style lo-fi rain\n")
+    message = str(refused.value)
+    assert costs.ENV_COSTS in message and "MFV2.0=two" in message and "\n" not in message
+    assert sandbox.request_counts().get(GENERATE, 0) == 0
+
+
+def test_the_studio_opens_with_a_typo_in_the_price_table_and_still_asks_first(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ipymusicgen.widgets.studio import Studio
+
+    monkeypatch.setenv(costs.ENV_COSTS, "MFV2.0=-1")
+    paid = Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={KEY: 40})
+    with paid, paid.client(max_retries=0) as client:
+        studio = Studio(client)
+        try:
+            assert studio.needs_confirm
+            words = studio.cost_words(studio.song.request_values())
+            assert words.startswith("cost unknown") and costs.ENV_COSTS in words
+            studio.song.set_values(action="auto", style="lo-fi")
+            studio.song.submit(confirmed=False)
+            assert paid.request_counts().get(GENERATE, 0) == 0  # asked first, nothing sent
+        finally:
+            studio.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,17 +53,8 @@ def served(sandbox: Sandbox) -> tuple[int, int]:
 
 
 @pytest.fixture
-def ip(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
-    session.shutdown()
-    session.configure(api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url,
-                      journal_path=str(tmp_path / "journal.sqlite3"), poll_interval=0.05)  # fmt: skip
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "ipymusicgen")
-    yield shell
-    shell.run_line_magic("unload_ext", "ipymusicgen")
-    session.shutdown()
-    session.configure(**RESET)
+def ip(sandbox_shell: InteractiveShell) -> InteractiveShell:
+    return sandbox_shell
 
 
 def test_the_magics_watcher_draws_the_batchs_rounds_without_querying_again(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +26,10 @@ RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "po
 
 
 @pytest.fixture
-def ip(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    """A shell with the extension loaded against the sandbox (as a real service, with its key); no watcher."""
-    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
-    session.shutdown()
-    session.configure(
-        api_key=sandbox.api_key,
-        base_url=sandbox.base_url,
-        v2_base_url=sandbox.v2_base_url,
-        journal_path=str(tmp_path / "journal.sqlite3"),
-        poll_interval=0.05,
-    )
-    shell = InteractiveShell.instance()
-    with capture_output() as loaded:
-        shell.run_line_magic("load_ext", "ipymusicgen")
-    shell.user_ns["_load_output"] = loaded.stdout
-    shell.run_line_magic("config", "MusicGen.auto_watch = False")
-    yield shell
-    shell.run_line_magic("unload_ext", "ipymusicgen")
-    shell.config.pop("MusicGen", None)
-    session.configure(**RESET)
+def ip(sandbox_shell: InteractiveShell) -> InteractiveShell:
+    """The shell on the sandbox (as a real service, with its key), with no watcher."""
+    sandbox_shell.run_line_magic("config", "MusicGen.auto_watch = False")
+    return sandbox_shell
 
 
 def _payloads() -> list[dict[str, Any]]:
