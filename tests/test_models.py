@@ -233,7 +233,7 @@ def test_v1_instrumental_in_range(action, value):
 
 
 @pytest.mark.parametrize("action", shapes_with("instrumental"))
-@pytest.mark.parametrize("value", [2, -1, True, "1", 1.0])
+@pytest.mark.parametrize("value", [2, -1, "1", 1.0, "true", 0.5])
 def test_v1_instrumental_out_of_range_or_wrong_type(action, value):
     error = refused(v1, action=action, **required_fields(action), instrumental=value)
     assert [p.field for p in error.problems] == ["instrumental"]
@@ -244,9 +244,20 @@ def test_v2_instrumental_in_range(value):
     assert v2(instrumental=value).instrumental == value
 
 
-@pytest.mark.parametrize("value", [2, -1, True, "1"])
+@pytest.mark.parametrize("value", [2, -1, "1", "true"])
 def test_v2_instrumental_refused(value):
     assert [p.field for p in refused(v2, instrumental=value).problems] == ["instrumental"]
+
+
+@pytest.mark.parametrize(("value", "sent"), [(True, 1), (False, 0)])
+def test_a_yes_no_field_takes_a_bool_as_1_or_0(value, sent):
+    """A DataFrame's bool column (numpy's bool too) or `True` in Python means 1: the spec's flags are 0/1."""
+    import numpy as np
+
+    for flag in (value, np.bool_(value)):
+        assert v1(action="auto", style="x", instrumental=flag).to_payload()["instrumental"] == sent
+        assert v2(instrumental=flag).to_payload()["instrumental"] == sent
+        assert v2(is_auto=flag).to_payload()["is_auto"] == sent
 
 
 @pytest.mark.parametrize("action", shapes_with("gender"))
@@ -314,7 +325,7 @@ def test_v2_is_auto_in_range(value):
     assert v2(is_auto=value).is_auto == value
 
 
-@pytest.mark.parametrize("value", [2, -1, True, "1", None])
+@pytest.mark.parametrize("value", [2, -1, "1", None])
 def test_v2_is_auto_refused(value):
     assert [p.field for p in refused(v2, is_auto=value).problems] == ["is_auto"]
 

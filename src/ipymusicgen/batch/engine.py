@@ -961,9 +961,7 @@ async def run_batch_async(
                 pause = engine.pause()  # a create ending or stop() ends the rest at once
                 waiter = asyncio.ensure_future(woken.wait())
                 try:
-                    done, _ = await asyncio.wait(
-                        [*pending, waiter], timeout=pause, return_when=asyncio.FIRST_COMPLETED
-                    )
+                    done, _ = await asyncio.wait([*pending, waiter], timeout=pause, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     waiter.cancel()
                 woken.clear()

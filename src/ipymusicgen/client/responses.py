@@ -52,9 +52,16 @@ NEVER_DONE_5XX = frozenset({501, 505})
 """The 5xx statuses that say the request was not carried out (not implemented, HTTP version refused)."""
 
 
+DONE_ELSEWHERE = 303
+"""303 See Other answers a POST that was carried out, pointing at its result: a paid one may be done and charged."""
+
+
 def is_doubtful(status: int) -> bool:
-    """Whether a paid request answered with `status` may have been carried out: a timeout, or any 5xx
-    (a proxy's 598/599 or a CDN's 52x come after the request went on) except those that say it was not."""
+    """Whether a paid request answered with `status` may have been carried out: a timeout, a 303 (done; the
+    answer is elsewhere), or any 5xx (a proxy's 598/599 or a CDN's 52x come after the request went on) except
+    those that say it was not."""
+    if status == DONE_ELSEWHERE:
+        return True
     return status in DOUBTFUL_STATUS or (500 <= status < 600 and status not in NEVER_DONE_5XX)
 
 

@@ -97,7 +97,15 @@ def _warn_ignored(fields: list[str], why: str) -> None:
         warnings.warn(f"The service will ignore {', '.join(fields)}: {why}.", IgnoredFieldsWarning, stacklevel=4)
 
 
-Instrumental = Annotated[int, Field(ge=0, le=1, strict=True)]
+def _flag(value: Any) -> Any:
+    """A yes/no field of the spec is 0 or 1; True/False (a DataFrame's bool column, numpy's bool_) mean 1/0."""
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):
+        return int(bool(value))
+    return value
+
+
+Flag = Annotated[int, BeforeValidator(_flag), Field(ge=0, le=1, strict=True)]
+Instrumental = Flag
 Title = Annotated[str, Field(max_length=TITLE_MAX)]
 Gender = Literal["male", "female", ""]
 
@@ -251,7 +259,7 @@ def shape_fields(action: str) -> dict[str, bool]:
 class V2Request(_Request):
     """Body of POST {v2_base_url}/v2/submit."""
 
-    is_auto: Annotated[int, Field(ge=0, le=1, strict=True)]
+    is_auto: Flag
     model_version: str
     prompt: Annotated[str, Field(min_length=PROMPT_MIN, max_length=PROMPT_MAX)]
     lyrics: str | None = ""
