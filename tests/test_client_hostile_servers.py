@@ -534,11 +534,11 @@ def test_api_calls_never_follow_redirects_even_with_a_following_http_client(jour
 
 def test_a_303_to_a_paid_call_is_unknown_not_rejected(journal: Journal) -> None:
     """303 See Other answers a POST that was carried out: the paid create may be done and charged."""
-    with hostile(lambda req, sock: respond(sock, 303, {}, {"Location": "/v1/music/tasks?ids=t1"})) as server:
-        with client_for(server, journal) as client:
-            with pytest.raises(RedirectRefusedError) as caught:
-                client.generate(action="auto", style="x")
-            assert "NOT resent" in str(caught.value)
+    see_other = {"Location": "/v1/music/tasks?ids=t1"}
+    with hostile(lambda req, sock: respond(sock, 303, {}, see_other)) as server, client_for(server, journal) as client:
+        with pytest.raises(RedirectRefusedError) as caught:
+            client.generate(action="auto", style="x")
+        assert "NOT resent" in str(caught.value)
     assert [a.outcome for a in journal.attempts()] == ["unknown"]
     assert server.requests[-1].path == "/v1/music/generate" and len(server.requests) == 1
 

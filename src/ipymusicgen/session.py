@@ -7,6 +7,7 @@ music without an account.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -74,12 +75,26 @@ def in_sandbox() -> bool:
     return not settings().has_key
 
 
+def _env_seconds(name: str, default: float) -> float:
+    """A sandbox timing from the environment: a finite number of seconds above 0, else one line naming it."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds above 0 (got {text[:40]!r})")
+    return value
+
+
 def _start_sandbox() -> Sandbox:
     from .sandbox import Sandbox
 
     if _session.sandbox is None:
-        stage = float(os.environ.get(ENV_STAGE_SECONDS, "3"))
-        song = float(os.environ.get(ENV_SONG_SECONDS, "30"))
+        stage = _env_seconds(ENV_STAGE_SECONDS, 3.0)
+        song = _env_seconds(ENV_SONG_SECONDS, 30.0)
         sandbox = Sandbox(stage_seconds=stage, song_seconds=song)
         sandbox.start()
         _session.sandbox = sandbox

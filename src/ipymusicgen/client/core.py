@@ -433,6 +433,7 @@ class _Core(WaitFlows):
         if journal is not None and attempt_id:
             ids = [s.id for s in songs]
             self._journal_write(f"the new song ids {ids}", lambda: journal.submitted(attempt_id, ids, v2=True))
+            self._observe(songs)  # their titles and lyrics: the v2 query answers them blank later
         return songs
 
     def _lyrics_flow(self, prompt: str) -> Flow[LyricsResult]:

@@ -222,7 +222,8 @@ class WaitFlows:
         )
         tasks = TaskSet(v1, v2_ids=v2)
         given = ids if isinstance(ids, list | tuple) else ()
-        tasks.update(r for r in given if hasattr(r, "state"))  # submit answers seed: their titles outlive blanks
+        seeds = [r for r in given if hasattr(r, "state")]  # submit answers seed: their titles outlive blanks
+        tasks.update([*self._journalled(set(v2) - {r.id for r in seeds}), *seeds])
         deadline = time.monotonic() + timeout
         failures = 0
         while True:
@@ -253,6 +254,16 @@ class WaitFlows:
         if failed and raise_on_failure:
             raise TaskFailedError(failed[0])
         return records
+
+    def _journalled(self, ids: set[str]) -> list[Record]:
+        """What the journal knows of tasks given by bare id (a v2 title and lyrics the v2 query answers blank)."""
+        known = getattr(self.journal, "known", None)  # a TaskJournal's; a bare Journal protocol may not have it
+        if not ids or known is None:
+            return []
+        try:
+            return list(known(ids))
+        except Exception:  # a journal that cannot be read now only costs the seed, never the wait
+            return []
 
     def _resume_journal(self) -> TaskJournal:
         """The journal to resume from: this client's, else the durable one of the settings (kept for polling)."""

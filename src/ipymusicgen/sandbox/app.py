@@ -20,7 +20,7 @@ from .files import FileStore, answer, wav_url
 from .lyricsgen import generate_lyrics
 from .middleware import TASK_FAIL_STATE, ASGIApp, SandboxMiddleware
 from .records import INSUFFICIENT_CREDITS, INVALID_KEY, MP4_UNSUPPORTED, envelope, key_info, v1_task, v2_song
-from .state import Phase, SandboxState, Task
+from .state import Phase, SandboxState, Task, checked_settings
 from .validation import V2Refusal, read_json, validate_lyrics, validate_v1, validate_v2
 
 SONG_COST = 2
@@ -180,17 +180,16 @@ def admin_router(state: SandboxState) -> APIRouter:
         return {"reset": True}
 
     @router.post("/settings")
-    async def settings(request: Request) -> dict[str, Any]:
+    async def settings(request: Request) -> Any:
         body = await read_json(request)
         if not isinstance(body, dict):
-            raise HTTPException(status_code=400, detail="send an object of settings")
-        if "envelope_tasks" in body:
-            state.envelope_tasks = bool(body["envelope_tasks"])
-        for name in ("stage_seconds", "song_seconds"):
-            if name in body:
-                setattr(state, name, float(body[name]))
-        if "max_running" in body:
-            state.max_running = int(body["max_running"])
+            return JSONResponse(envelope(None, 400, "send an object of settings"), status_code=400)
+        try:
+            changes = checked_settings(body)
+        except ValueError as exc:  # every bad value is the caller's: 400 with the service's envelope, never 500
+            return JSONResponse(envelope(None, 400, str(exc)), status_code=400)
+        for name, value in changes.items():
+            setattr(state, name, value)
         return {"envelope_tasks": state.envelope_tasks, "stage_seconds": state.stage_seconds}
 
     return router

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..client.faces import AsyncMusicClient, MusicClient
 from ..config import DEMO_KEY, Settings
 from .faults import ENV_FAULTS, FaultPlan
-from .state import DEFAULT_MAX_RUNNING, SandboxState
+from .state import DEFAULT_MAX_RUNNING, SandboxState, checked_settings
 
 if TYPE_CHECKING:
     import uvicorn
@@ -88,6 +88,7 @@ class Sandbox:
         call_costs: Mapping[str, int] | None = None,
     ) -> None:
         keys = dict(keys) if keys is not None else {DEMO_KEY: 100}
+        checked_settings({"stage_seconds": stage_seconds, "song_seconds": song_seconds})  # ValueError names it
         if faults is None:
             faults = os.environ.get(ENV_FAULTS) or None
         if envelope_tasks is None:

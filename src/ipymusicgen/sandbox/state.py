@@ -8,6 +8,7 @@ keeps the lifecycle exact and lets tests swap in a fake clock.
 from __future__ import annotations
 
 import enum
+import math
 import random
 import threading
 import time
@@ -16,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 from .faults import FaultPlan
 
@@ -284,3 +286,32 @@ class SandboxState:
     def counts(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+
+SETTINGS_MAX_SECONDS = 86_400.0
+
+
+def checked_settings(body: dict[str, Any]) -> dict[str, Any]:
+    """The settings a body asks for, checked: ValueError names the first bad one."""
+    changes: dict[str, Any] = {}
+    for name in body:
+        if name not in ("envelope_tasks", "stage_seconds", "song_seconds", "max_running"):
+            raise ValueError(f"unknown setting {str(name)[:40]!r}")
+    if "envelope_tasks" in body:
+        if not isinstance(body["envelope_tasks"], bool):
+            raise ValueError("envelope_tasks must be true or false")
+        changes["envelope_tasks"] = body["envelope_tasks"]
+    for name in ("stage_seconds", "song_seconds"):
+        if name in body:
+            value = body[name]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number of seconds")
+            if not 0 < value <= SETTINGS_MAX_SECONDS:
+                raise ValueError(f"{name} must be above 0 and at most {SETTINGS_MAX_SECONDS:g} seconds")
+            changes[name] = float(value)
+    if "max_running" in body:
+        value = body["max_running"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10_000:
+            raise ValueError("max_running must be a whole number from 1 to 10000")
+        changes["max_running"] = value
+    return changes

@@ -9,6 +9,7 @@ user's own warnings in the same process still show.
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from typing import Any
 
@@ -40,6 +41,13 @@ class V2Refusal(Exception):
     """A v2 body that is well-formed but that the service refuses (envelope status 400)."""
 
 
+def _plain_input(value: Any) -> Any:
+    """What a 422 echoes of the input: simple values as they are, anything else as a short text."""
+    if value is None or isinstance(value, bool | int | str) or (isinstance(value, float) and math.isfinite(value)):
+        return value if not isinstance(value, str) else value[:200]
+    return repr(value)[:200]
+
+
 def _as_fastapi_error(exc: PydanticValidationError) -> RequestValidationError:
     errors = []
     for error in exc.errors(include_url=False):
@@ -47,7 +55,7 @@ def _as_fastapi_error(exc: PydanticValidationError) -> RequestValidationError:
             "type": error["type"],
             "loc": ["body", *error["loc"]],
             "msg": error["msg"],
-            "input": error.get("input"),
+            "input": _plain_input(error.get("input")),
         }
         if error.get("ctx"):
             item["ctx"] = {k: v if isinstance(v, int | float | str | bool) else str(v) for k, v in error["ctx"].items()}
@@ -55,23 +63,53 @@ def _as_fastapi_error(exc: PydanticValidationError) -> RequestValidationError:
     return RequestValidationError(errors)
 
 
+MAX_DEPTH = 32
+"""Deepest nesting of a request body the sandbox reads (the service's bodies are flat objects)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth, walked without recursion (so a hostile body cannot exhaust the stack here)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if level > MAX_DEPTH:
+            return level
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _invalid_json(message: str, position: int = 0) -> RequestValidationError:
+    return RequestValidationError(
+        [
+            {
+                "type": "json_invalid",
+                "loc": ["body", position],
+                "msg": "JSON decode error",
+                "input": {},
+                "ctx": {"error": message[:200]},
+            }
+        ]
+    )
+
+
 async def read_json(request: Request) -> Any:
-    """The JSON body, or a FastAPI-shaped 422 if it is not JSON."""
+    """The JSON body, or a FastAPI-shaped 422 if it is not JSON (NaN/Infinity and deep nesting included)."""
     raw = await request.body()
     try:
-        return json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise _invalid_json(f"nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:
-        raise RequestValidationError(
-            [
-                {
-                    "type": "json_invalid",
-                    "loc": ["body", getattr(exc, "pos", 0)],
-                    "msg": "JSON decode error",
-                    "input": {},
-                    "ctx": {"error": getattr(exc, "msg", str(exc))},
-                }
-            ]
-        ) from None
+        raise _invalid_json(getattr(exc, "msg", str(exc)), getattr(exc, "pos", 0)) from None
+    if _depth(body) > MAX_DEPTH:
+        raise _invalid_json(f"nested more than {MAX_DEPTH} levels deep")
+    return body
 
 
 def validate_v1(body: Any) -> _V1Request:

@@ -75,6 +75,7 @@ class JournalEntry:
     created_at: float
     updated_at: float
     attempt_id: str | None
+    lyrics: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -87,7 +88,12 @@ class JournalEntry:
 
         if self.version == 2:
             return V2Song(
-                song_id=self.id, title=self.title, tags=self.style, audio=self.audio_url, image=self.cover_url
+                song_id=self.id,
+                title=self.title,
+                tags=self.style,
+                audio=self.audio_url,
+                image=self.cover_url,
+                lyric=self.lyrics,
             )
         return TaskRecord(
             id=self.id,
@@ -96,6 +102,7 @@ class JournalEntry:
             audio_url=self.audio_url,
             cover_url=self.cover_url,
             song_id=self.song_id,
+            lyric=self.lyrics,
         )
 
 
@@ -392,6 +399,7 @@ class Journal:
                 r.audio_url,
                 r.cover_url,
                 getattr(r, "song_id", None),
+                r.lyrics,
                 r.fail_reason,
                 time.time(),
                 r.id,
@@ -406,7 +414,7 @@ class Journal:
                 "UPDATE tasks SET state = ?, title = COALESCE(NULLIF(?, ''), title),"
                 " style = COALESCE(NULLIF(?, ''), style), audio_url = COALESCE(NULLIF(?, ''), audio_url),"
                 " cover_url = COALESCE(NULLIF(?, ''), cover_url), song_id = COALESCE(NULLIF(?, ''), song_id),"
-                " fail_reason = NULLIF(?, ''), updated_at = ? WHERE id = ?",
+                " lyrics = COALESCE(NULLIF(?, ''), lyrics), fail_reason = NULLIF(?, ''), updated_at = ? WHERE id = ?",
                 rows,
             )
 
@@ -449,6 +457,14 @@ class Journal:
             sql += f" LIMIT {int(limit)}"
         rows = self._read(sql, params)
         return [JournalEntry(**{k: row[k] for k in row.keys()}) for row in rows]  # noqa: SIM118
+
+    def known(self, ids: Iterable[str]) -> list[TaskRecord | V2Song]:
+        """What the journal knows of these tasks, as records (for seeding a wait: a v2 title the query blanks)."""
+        wanted = list(dict.fromkeys(ids))[:1000]
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        return [entry.as_record() for entry in self._entries(f"id IN ({marks})", tuple(wanted))]
 
     def unfinished(self, host: str | None = None) -> list[JournalEntry]:
         """Tasks not yet known to be complete or failed: the ones to resume after a restart.

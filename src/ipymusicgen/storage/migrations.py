@@ -147,6 +147,12 @@ def m004_library(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m005_task_lyrics(db: sqlite3.Connection) -> None:
+    """Each task's lyrics as an answer gave them: the v2 query answers them blank, the submit answer did not."""
+    _add_missing_columns(db, "tasks", (("lyrics", "TEXT"),))
+
+
 LATEST = len(MIGRATIONS)
 
 
