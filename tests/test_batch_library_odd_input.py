@@ -289,13 +289,14 @@ def test_library_pages_and_times_take_odd_numbers_without_sqlite_errors(sandbox:
                 library.songs(**bad)
 
 
-def test_a_song_the_decoder_cannot_read_is_still_archived_without_a_waveform(sandbox: Sandbox, tmp_path: Path) -> None:
-    """The service's bytes are the paid song: a file miniaudio cannot decode is kept (tagged), peaks left out."""
+def test_bytes_that_are_not_audio_are_an_archive_error_not_the_song(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Bytes no audio header starts (served as audio/mpeg) are not kept as the song: an archive error, retried."""
     import socket
     import sqlite3
     import threading
 
-    from ipymusicgen.archive.archiver import archive_song, task_id_tag
+    from ipymusicgen.archive.archiver import archive_song
+    from ipymusicgen.archive.sniff import NotAudioError
     from ipymusicgen.storage.library import LibraryStore
 
     journal_path, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
@@ -323,12 +324,11 @@ def test_a_song_the_decoder_cannot_read_is_still_archived_without_a_waveform(san
     store = LibraryStore(journal_path)
     try:
         store.sync()
-        with sandbox.client(journal=False, archive=False) as downloader:
-            placed = archive_song(downloader, store, songs, ids[0])
-        assert placed.is_file() and task_id_tag(placed) == ids[0]
+        with sandbox.client(journal=False, archive=False) as downloader, pytest.raises(NotAudioError):
+            archive_song(downloader, store, songs, ids[0])
+        assert not [p for p in songs.iterdir() if p.is_file()]  # nothing kept under the song's name
         with Library(journal_path) as library:
-            song = library.song(ids[0])
-            assert song.archive_path == str(placed) and not song.archive_error and song.peaks == []
+            assert library.song(ids[0]).archive_path is None
     finally:
         store.close()
         listener.close()

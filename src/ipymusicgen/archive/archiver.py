@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..client.downloads import safe_filename, unique_path
 from ..lifecycle import at_exit
+from .sniff import check_audio, head_of, image_suffix
+from .waveform import decode_cap
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient, _Core
@@ -140,6 +142,10 @@ class SongInfo:
     action: str | None
     request: dict[str, Any]
     archive_path: str | None
+    version: int = 1
+    tries: int = 0
+    """Archive attempts so far: a retry asks the service for a fresh URL first."""
+    duration_s: float | None = None
 
     def file_name(self, suffix: str) -> str:
         """`<title> [<first 8 of id>]<suffix>`: the title made safe and bounded on its own, so the id always
@@ -152,8 +158,9 @@ class SongInfo:
 
 def song_info(store: LibraryStore, task_id: str) -> SongInfo | None:
     rows = store.query(
-        "SELECT t.id, t.title, t.style, t.audio_url, t.cover_url, t.created_at, l.lyrics, l.model, l.action,"
-        " l.archive_path, a.payload FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
+        "SELECT t.id, t.title, t.style, t.audio_url, t.cover_url, t.created_at, COALESCE(l.lyrics, t.lyrics) AS lyrics,"
+        " l.model, l.action, l.archive_path, t.version, l.archive_tries, l.duration_s, a.payload"
+        " FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
         " LEFT JOIN attempts a ON a.id = t.attempt_id WHERE t.id = ?",
         (task_id,),
     )
@@ -167,6 +174,7 @@ def song_info(store: LibraryStore, task_id: str) -> SongInfo | None:
     return SongInfo(
         r["id"], r["title"], r["style"], r["lyrics"], r["audio_url"], r["cover_url"], r["created_at"],
         r["model"], r["action"], request if isinstance(request, dict) else {}, r["archive_path"],
+        int(r["version"] or 1), int(r["archive_tries"] or 0), r["duration_s"],
     )  # fmt: skip
 
 
@@ -240,38 +248,70 @@ def _place(staged: Path, directory: Path, name: str, task_id: str) -> Path:
     return target
 
 
-def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, task_id: str) -> Path:
-    """Download, tag and place one complete song (and its cover); record path, size and peaks. Idempotent."""
-    from .waveform import waveform
+def fresh_url(downloader: MusicClient, song: SongInfo) -> str | None:
+    """The song's audio URL asked anew (URLs expire): a task query for v1, a song query for v2."""
+    try:
+        record = downloader.query_v2(song.id) if song.version == 2 else downloader.tasks([song.id])[0]
+    except Exception:  # the stored URL is tried instead; the download's own error then says why
+        return None
+    return record.audio_url or None
 
+
+def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, task_id: str) -> Path:
+    """Download, check, tag and place one complete song (and its cover); record path, size and peaks. Idempotent.
+
+    What arrived is checked (`sniff.check_audio`): an HTML page or an empty body is an archive error, not the
+    song, and a retry asks the service for a fresh URL. Files are named by role: the song by its audio format,
+    the cover by its image format; a cover that is not an image is not kept.
+    """
     song = song_info(store, task_id)
     if song is None:
         raise LookupError(f"{task_id} is not in the journal")
     if song.archive_path and Path(song.archive_path).is_file():
         return Path(song.archive_path)
-    if not song.audio_url:
+    url = (fresh_url(downloader, song) if song.tries else None) or song.audio_url
+    if not url:
         raise ValueError(f"{task_id} has no audio URL to archive")
     directory.mkdir(parents=True, exist_ok=True)
     staging = _staging_dir(directory)
     try:
-        staged = downloader.download(song.audio_url, staging)  # the client's download: its size limit holds
-        cover = None
-        if song.cover_url:
-            with contextlib.suppress(Exception):  # a missing cover never costs the song
-                cover = downloader.download(song.cover_url, staging / "cover")
-        suffix = staged.suffix.lower() or ".mp3"
+        staged = downloader.download(url, staging / "song")  # the client's download: its size limit holds
+        suffix = check_audio(staged)
+        cover = _staged_cover(downloader, song, staging / "cover")
         if suffix == ".mp3":
             write_tags(staged, song, cover)
-        try:
-            peaks = waveform(staged)
-        except Exception:  # a file the decoder cannot read is still the paid song: kept, drawn without peaks
-            peaks = None
+        peaks, note = song_peaks(staged, song.duration_s)
         placed_cover = _place(cover, directory, song.file_name(cover.suffix), task_id) if cover else None
         placed = _place(staged, directory, song.file_name(suffix), task_id)
-        store.archived(task_id, placed, placed.stat().st_size, peaks, cover=placed_cover)
+        store.archived(task_id, placed, placed.stat().st_size, peaks, cover=placed_cover, note=note)
         return placed
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staged_cover(downloader: MusicClient, song: SongInfo, folder: Path) -> Path | None:
+    """The cover, renamed by what its bytes are; None when missing, failed or not an image (never the song's name)."""
+    if not song.cover_url:
+        return None
+    with contextlib.suppress(Exception):  # a missing cover never costs the song
+        staged = downloader.download(song.cover_url, folder)
+        suffix = image_suffix(head_of(staged))
+        if suffix is None:
+            return None
+        return staged.rename(staged.with_name("cover" + suffix))
+    return None
+
+
+def song_peaks(path: Path, reported_seconds: float | None) -> tuple[Any, str | None]:
+    """Peaks of the song, decoded as a bounded stream; (None, why) when it cannot or will not be drawn."""
+    from .waveform import DecodeCapError, stream_peaks
+
+    try:
+        return stream_peaks(path, max_seconds=decode_cap(reported_seconds)), None
+    except DecodeCapError as exc:
+        return None, str(exc)
+    except Exception:  # a file the decoder cannot read is still the paid song: kept, drawn without peaks
+        return None, None
 
 
 def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) -> Path:
@@ -451,7 +491,7 @@ class Archiver:
                 store.archive_failed(task_id, message)
                 _announce(task_id, None, None, message)
             else:
-                _announce(task_id, self.archived[task_id], _stored_peaks(store, task_id), None)
+                _announce(task_id, self.archived[task_id], *_stored(store, task_id))
 
 
 ArchiveListener = Callable[[str, "Path | None", "list[list[float]] | None", "str | None"], None]
@@ -467,17 +507,18 @@ def add_archive_listener(listener: ArchiveListener) -> None:
         _listeners.append(ref)
 
 
-def _stored_peaks(store: LibraryStore, task_id: str) -> list[list[float]] | None:
+def _stored(store: LibraryStore, task_id: str) -> tuple[list[list[float]] | None, str | None]:
+    """An archived song's peaks and its archive note (why it has no waveform), as stored."""
     from ..storage.library import unpack_peaks
 
-    rows = store.query("SELECT peaks FROM library_songs WHERE id = ?", (task_id,))
-    return unpack_peaks(rows[0]["peaks"]) if rows else None
+    rows = store.query("SELECT peaks, archive_error FROM library_songs WHERE id = ?", (task_id,))
+    return (unpack_peaks(rows[0]["peaks"]), rows[0]["archive_error"]) if rows else (None, None)
 
 
 def archive_label(path: Path | None, error: str | None) -> str:
-    """What a song card says about the archive: the file's name, or why it is not archived yet."""
+    """What a song card says about the archive: the file's name (and a note), or why it is not archived yet."""
     if path is not None:
-        return f"archived: {path.name}"
+        return f"archived: {path.name}" + (f" ({error[:160]})" if error else "")
     return f"not archived yet ({(error or 'unknown error')[:160]}); retried on the next resume or library open"
 
 

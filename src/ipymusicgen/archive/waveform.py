@@ -32,18 +32,66 @@ def _path_of(song_or_path: Any, find: Callable[[str], Path | None] | None = None
     raise FileNotFoundError(f"No audio file for {str(song_or_path)[:200]!r}: give a path or an archived song.")
 
 
-def decode_frames(path: str | Path) -> tuple[np.ndarray, int]:
-    """The file's samples as int16, as frames x channels, and its sample rate."""
+MAX_SONG_SECONDS = 8 * 60
+"""The longest song any model makes (8 minutes)."""
+DECODE_MARGIN_SECONDS = 60.0
+DECODE_RATE = 11_025
+"""Peaks are drawn from a mono stream at this rate: plenty for 400 points, and a quarter of the work."""
+BLOCK_FRAMES = 8192
+STEP_FRAMES = 256
+"""Frames per kept min/max pair: 8 minutes keep about 21,000 pairs (84 KB), enough for any drawing."""
+
+
+class DecodeCapError(ValueError):
+    """The file decodes to more than its cap (a crafted file, or far longer than the service said)."""
+
+
+def decode_cap(reported_seconds: float | None) -> float:
+    """Seconds of audio worth decoding: twice what the service reported, never more than the longest song a
+    model makes plus a margin (a 100 KB crafted FLAC can claim hours)."""
+    ceiling = MAX_SONG_SECONDS + DECODE_MARGIN_SECONDS
+    if reported_seconds is None or not reported_seconds > 0:
+        return ceiling
+    return min(2 * float(reported_seconds) + 1.0, ceiling)
+
+
+def stream_peaks(path: str | Path, points: int = DEFAULT_POINTS, *, max_seconds: float | None = None) -> np.ndarray:
+    """Peaks computed while decoding, block by block: the PCM is never held, and decoding stops at the cap.
+
+    Memory stays a few blocks plus two numbers per block whatever the file claims; `DecodeCapError` when the
+    audio runs past `max_seconds` (by default the longest song plus a margin).
+    """
     import miniaudio
     import numpy as np
 
-    info = miniaudio.get_file_info(str(path))
-    channels = max(1, info.nchannels)
-    decoded = miniaudio.decode_file(
-        str(path), output_format=miniaudio.SampleFormat.SIGNED16, nchannels=channels, sample_rate=info.sample_rate
+    limit = int((decode_cap(None) if max_seconds is None else max_seconds) * DECODE_RATE)
+    lows: list[int] = []
+    highs: list[int] = []
+    frames = 0
+    stream = miniaudio.stream_file(
+        str(path),
+        output_format=miniaudio.SampleFormat.SIGNED16,
+        nchannels=1,
+        sample_rate=DECODE_RATE,
+        frames_to_read=BLOCK_FRAMES,
     )
-    samples = np.frombuffer(decoded.samples, dtype=np.int16)
-    return samples[: len(samples) - len(samples) % channels].reshape(-1, channels), info.sample_rate
+    try:
+        for block in stream:
+            samples = np.frombuffer(block, dtype=np.int16)
+            if not len(samples):
+                continue
+            frames += len(samples)
+            if frames > limit:
+                raise DecodeCapError(
+                    f"no waveform: the audio runs past {limit / DECODE_RATE:.0f} s, more than the song's length allows"
+                )
+            for start in range(0, len(samples), STEP_FRAMES):  # a min/max pair per step: 23 ms of sound
+                step = samples[start : start + STEP_FRAMES]
+                lows.append(int(step.min()))
+                highs.append(int(step.max()))
+    finally:
+        stream.close()
+    return peaks_of_samples(np.array([lows, highs], dtype=np.int16).T.reshape(-1, 2), points)
 
 
 def peaks_of_samples(frames: np.ndarray, points: int = DEFAULT_POINTS) -> np.ndarray:
@@ -74,5 +122,4 @@ def waveform(
     `song_or_path` is an audio file path (MP3, WAV, FLAC, Vorbis) or a song (record or task id) whose
     archived file `find(task_id)` returns (`ipymusicgen.waveform` looks in the library in use).
     """
-    frames, _ = decode_frames(_path_of(song_or_path, find))
-    return peaks_of_samples(frames, points)
+    return stream_peaks(_path_of(song_or_path, find), points)

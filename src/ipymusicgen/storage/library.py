@@ -187,13 +187,22 @@ class LibraryStore:
     # -- the archive ---------------------------------------------------------------------------------
 
     def archived(
-        self, task_id: str, path: Path, size: int, peaks: Any, *, cover: Path | None = None, wav: Path | None = None
+        self,
+        task_id: str,
+        path: Path,
+        size: int,
+        peaks: Any,
+        *,
+        cover: Path | None = None,
+        wav: Path | None = None,
+        note: str | None = None,
     ) -> None:
+        """A song kept on disk; `note` says why it has no waveform (kept as its archive note, never retried)."""
         with self.write() as db:
             self._ensure_row(db, task_id)
             db.execute(
                 "UPDATE library_songs SET archive_path = ?, archive_size = ?, peaks = ?, cover_path = COALESCE(?,"
-                " cover_path), wav_path = COALESCE(?, wav_path), archive_error = NULL, archived_at = ?,"
+                " cover_path), wav_path = COALESCE(?, wav_path), archive_error = ?, archived_at = ?,"
                 " archive_tries = archive_tries + 1 WHERE id = ?",
                 (
                     str(path),
@@ -201,6 +210,7 @@ class LibraryStore:
                     pack_peaks(peaks) if peaks is not None else None,
                     str(cover) if cover else None,
                     str(wav) if wav else None,
+                    note[:2000] if note else None,
                     time.time(),
                     task_id,
                 ),
