@@ -157,10 +157,84 @@ def measure_archive(rounds: int = 5) -> dict[str, object]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+MEMORY_TARGET_MB = 100.0
+_ARCHIVE_MEMORY = """
+import json, resource, sqlite3, sys, tempfile
+from pathlib import Path
+from ipymusicgen.archive.archiver import archive_song
+from ipymusicgen.storage.journal import Journal
+from ipymusicgen.storage.library import LibraryStore
+import ipymusicgen.archive.waveform, miniaudio, mutagen, numpy  # loaded before the baseline is read
+
+source, seconds = Path(sys.argv[1]), float(sys.argv[2])
+folder = Path(tempfile.mkdtemp())
+journal = Journal(folder / "journal.sqlite3")
+attempt = journal.begin("generate", "https://bench.example", {"style": "bench"})
+journal.submitted(attempt, ["bench-task"])
+journal.close()
+store = LibraryStore(folder / "journal.sqlite3")
+with store.write() as db:
+    db.execute("UPDATE tasks SET state = 'complete', audio_url = ?, title = 'bench' WHERE id = 'bench-task'",
+               (source.as_uri(),))
+    db.execute("INSERT OR IGNORE INTO library_songs (id, duration_s) VALUES ('bench-task', ?)", (seconds,))
+
+class Local:  # the archive's downloader, reading the file from disk (no network in the figure)
+    def download(self, url, directory):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        target = Path(directory) / ("song" + source.suffix)
+        target.write_bytes(source.read_bytes())
+        return target
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+try:  # Linux: start the high-water mark again here, so the peak is this archive's, not the imports'
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+except OSError:
+    pass
+before = status("VmRSS")
+placed = archive_song(Local(), store, folder / "songs", "bench-task")
+after = status("VmHWM")
+peaks = store.query("SELECT peaks FROM library_songs WHERE id = 'bench-task'")[0]["peaks"]
+print(json.dumps({"baseline_mb": before, "peak_mb": after, "kept": placed.is_file(), "peaks": peaks is not None}))
+"""
+
+
+def measure_archive_memory(seconds: float = AUDIO_SECONDS) -> dict[str, object]:
+    """Peak RSS above the baseline of a fresh process while it archives a song, and while it archives a
+    crafted FLAC of about 100 KB that decodes to 2.5 hours (1.6 GB of PCM unbounded)."""
+    from ipymusicgen.sandbox.audio import render_song
+
+    from ._audio import flac_bomb
+    from ._common import fresh_python
+
+    folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-bench-memory-"))
+    try:
+        song, bomb = folder / "song.mp3", folder / "bomb.flac"
+        song.write_bytes(render_song("benchmark memory", seconds=seconds, vocal=True)[0])
+        bomb.write_bytes(flac_bomb())
+        code = _ARCHIVE_MEMORY
+        results = {}
+        for name, path, reported in (("song", song, seconds), ("bomb", bomb, 4.0)):
+            child = fresh_python(code.replace("sys.argv[1]", repr(str(path))).replace("sys.argv[2]", repr(reported)))
+            child["above_mb"] = child["peak_mb"] - child["baseline_mb"]
+            results[name] = child
+        results["bomb_bytes"] = bomb.stat().st_size
+        return results
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run(*, quick: bool = False) -> list[Row]:
     wave = measure_waveform(runs=1 if quick else 3, seconds=30 if quick else AUDIO_SECONDS)
     search = measure_search(rounds=5 if quick else 30, large=1_000 if quick else 10_000)
     archive = measure_archive(rounds=2 if quick else 5)
+    memory = measure_archive_memory(seconds=30 if quick else AUDIO_SECONDS)
+    worst = max(float(memory["song"]["above_mb"]), float(memory["bomb"]["above_mb"]))  # type: ignore[index]
     factor = wave["realtime_factor"]
     search_ratio = float(search["large_ms"]) / max(float(search["small_ms"]), 1e-9)  # type: ignore[arg-type]
     archive_ratio = float(archive["archive_ms"]) / max(float(archive["download_ms"]), 1e-9)  # type: ignore[arg-type]
@@ -176,6 +250,10 @@ def run(*, quick: bool = False) -> list[Row]:
         Row(FIGURE, "archive a song (tags, cover, peaks, rows) vs its download", round(float(archive["archive_ms"]), 2),  # type: ignore[arg-type]
             "ms", baseline=round(float(archive["download_ms"]), 2), ratio=round(archive_ratio, 2),  # type: ignore[arg-type]
             target="report", details=archive),
+        Row(FIGURE, f"archive peak RSS above baseline: a {wave['audio_seconds']:.0f} s song / a crafted FLAC "
+            f"({int(memory['bomb_bytes']) // 1024} KB, 2.5 h decoded)",  # type: ignore[call-overload]
+            round(worst, 1), "MB", baseline=round(float(memory["song"]["above_mb"]), 1),  # type: ignore[index]
+            target=f"<= {MEMORY_TARGET_MB:.0f} MB", passed=worst <= MEMORY_TARGET_MB, details=memory),
     ]  # fmt: skip
 
 
