@@ -9,7 +9,10 @@ the background.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anywidget
@@ -88,6 +91,32 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         return self.batch.progress_line() if self.batch is not None else "batch: not started"
 
 
+@dataclass(frozen=True)
+class PricedBatch:
+    """A batch as it was priced: the validated rows and the options, frozen, so a confirm sends exactly this."""
+
+    rows: tuple[Any, ...]
+    total: int
+    budget: int | None
+    name: str | None
+    concurrency: int
+    fingerprint: str
+
+    @classmethod
+    def of(cls, rows: list[Any], total: int, budget: int | None, name: str | None, concurrency: int) -> PricedBatch:
+        payloads = [[row.v2, row.request.to_payload()] for row in rows]
+        text = json.dumps([payloads, total, budget, name, concurrency], sort_keys=True, default=str)
+        return cls(tuple(rows), total, budget, name, concurrency, hashlib.sha256(text.encode()).hexdigest())
+
+    @property
+    def rows_words(self) -> str:
+        return f"{len(self.rows)} row{'' if len(self.rows) == 1 else 's'}"
+
+    @property
+    def over_budget(self) -> bool:
+        return self.budget is not None and self.total > self.budget
+
+
 class BatchForm(w.VBox):
     """The studio's Batch tab: lines or a DataFrame variable, concurrency, budget, the estimate, Start."""
 
@@ -111,6 +140,8 @@ class BatchForm(w.VBox):
         self.confirm_required: bool | None = None
         """None: a real key confirms before paying (the embedded sandbox's demo key does not); or forced."""
         self.confirm_text = ""
+        self._priced: PricedBatch | None = None
+        """What the shown confirm priced: the second press sends exactly this, or asks again if the rows changed."""
         self._rows_words = ""
         self.error = ""
         self.batch: Batch | None = None
@@ -180,11 +211,11 @@ class BatchForm(w.VBox):
             raise ValueError
         return value
 
-    def update_estimate(self) -> int | None:
-        """Validate every row and show the estimate (no network); the problem, escaped, when there is one."""
+    def price(self) -> PricedBatch | None:
+        """Validate every row and price them (no network): what a confirm shows and then sends; None, with the
+        problem shown, when there is one."""
         from ..batch.engine import validate_rows
 
-        self._set_confirm("")  # a changed batch is confirmed again
         try:
             rows = validate_rows(self.requests(), allow_unknown_models=self.client.settings.allow_unknown_models)
             total = costs.estimate_total(r.request for r in rows)
@@ -199,10 +230,18 @@ class BatchForm(w.VBox):
             self._show_error(str(exc))
             return None
         self.error = ""
-        over = f" — more than the budget of {budget}" if budget is not None and total > budget else ""
-        count = self._rows_words = f"{len(rows)} row{'' if len(rows) == 1 else 's'}"
-        self.estimate.value = f"<span>{count}, about <b>{total}</b> credits{esc(over)}</span>"
-        return total
+        return PricedBatch.of(rows, total, budget, self.name.value.strip() or None, self.concurrency.value)
+
+    def update_estimate(self) -> int | None:
+        """Validate every row and show the estimate (no network); the problem, escaped, when there is one."""
+        self._set_confirm("")  # a changed batch is confirmed again
+        priced = self.price()
+        if priced is None:
+            return None
+        over = f" — more than the budget of {priced.budget}" if priced.over_budget else ""
+        self._rows_words = priced.rows_words
+        self.estimate.value = f"<span>{priced.rows_words}, about <b>{priced.total}</b> credits{esc(over)}</span>"
+        return priced.total
 
     def _show_error(self, message: str) -> None:
         self.error = message
@@ -215,37 +254,51 @@ class BatchForm(w.VBox):
         """A batch is confirmed before it is sent with a real key; the embedded sandbox's demo key costs nothing."""
         return self.client.settings.needs_confirm(self.confirm_required)
 
-    def _set_confirm(self, text: str) -> None:
+    def _set_confirm(self, text: str, priced: PricedBatch | None = None) -> None:
         self.confirm_text = text
+        self._priced = priced if text else None
         self.start.description = "Confirm and send" if text else "Start"
         self.cancel.layout.display = None if text else "none"
         if text:
             self.estimate.value = f"<span>{esc(text)}</span>"
 
     def _start_clicked(self) -> None:
-        """The Start button (the browser only says it was pressed): with a real key the first press asks, the
-        second, on the same batch, sends. The decision is here, not in the browser."""
-        if self.needs_confirm and not self.confirm_text:
-            total = self.update_estimate()
-            if total is not None:
-                self._set_confirm(f"Send {self._rows_words}? It uses about {total} credits.")
+        """The Start button (the browser only says it was pressed): with a real key the first press prices the
+        batch and asks; the second sends exactly what was priced. If the rows changed meanwhile (a cell changed
+        the DataFrame, say), nothing is sent and it asks again with the new rows. Decided here, not in the browser.
+        """
+        if not self.needs_confirm:
+            self.submit()
+            return
+        priced = self.price()
+        if priced is None:
+            self._set_confirm("")
+            return
+        shown = self._priced
+        if shown is None or shown.fingerprint != priced.fingerprint:
+            again = "The batch changed since it was priced. " if shown is not None else ""
+            self._set_confirm(f"{again}Send {priced.rows_words}? It uses about {priced.total} credits.", priced)
             return
         self._set_confirm("")
-        self.submit()
+        self.submit(shown)
 
-    def submit(self) -> Batch | None:
-        """Start the batch in the background (the view follows it); None, with the problem shown, if refused."""
+    def submit(self, priced: PricedBatch | None = None) -> Batch | None:
+        """Start the batch in the background (the view follows it); None, with the problem shown, if refused.
+
+        `priced`: the snapshot a confirm showed, sent as it was priced (its rows, name, budget, concurrency).
+        """
         from ..batch.engine import run_batch
 
-        if self.update_estimate() is None:
+        priced = priced or self.price()
+        if priced is None:
             return None
         try:
             batch = run_batch(
                 self.client,
-                self.requests(),
-                name=self.name.value.strip() or None,
-                concurrency=self.concurrency.value,
-                budget=self._budget(),
+                [row.request for row in priced.rows],
+                name=priced.name,
+                concurrency=priced.concurrency,
+                budget=priced.budget,
                 wait=False,
                 on_update=self.view.update,
             )

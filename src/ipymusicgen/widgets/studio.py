@@ -139,6 +139,8 @@ class Pane:
         self.ids: list[str] = []
         self.busy = False
         self.confirm = ""
+        self.priced: Any = None
+        """The request the shown confirm priced: "Confirm and send" sends exactly it, or asks again."""
         self._callbacks: list[Callable[[Any], Any]] = []
 
     @staticmethod
@@ -216,6 +218,7 @@ class Pane:
             self._studio._changed(self, revalidate=False)
             return None
         if self.paid and self._studio.needs_confirm and not confirmed:
+            self.priced = self.request
             self.confirm = f"Send this request? It {self._studio.cost_words(self.request)}."
             self.status = "waiting for your confirmation"
             self._studio._changed(self, revalidate=False)
@@ -248,7 +251,18 @@ class Pane:
         self._studio._after_submit(self, result)
         return result
 
+    def confirm_priced(self) -> Any:
+        """The "Confirm and send" button: send the request the confirm priced. If the pane's request is no longer
+        that one (changed since), nothing is sent and the confirm asks again for the new one."""
+        priced, self.priced = self.priced, None
+        self.validate()
+        current = self.request
+        if priced is None or current is None or priced.to_payload() != current.to_payload():
+            return self.submit(confirmed=False)
+        return self.submit(confirmed=True)
+
     def cancel(self) -> None:
+        self.priced = None
         self.confirm, self.status = "", "not sent"
         self._studio._changed(self, revalidate=False)
 
@@ -343,7 +357,7 @@ class Pane:
             self.typed[name] = value
         else:
             self.typed[name] = "" if value is None else str(value)
-        self.confirm = ""  # a changed request must be confirmed again
+        self.confirm, self.priced = "", None  # a changed request must be confirmed again
 
     def _build(self) -> Any:
         raise NotImplementedError
@@ -774,7 +788,7 @@ class Studio(TextRepr, w.VBox):
         elif kind == "submit":
             pane.submit(confirmed=False)
         elif kind == "confirm" and pane.confirm:  # only a confirm step Python showed, for the request it priced
-            pane.submit(confirmed=True)
+            pane.confirm_priced()
         elif kind == "cancel":
             pane.cancel()
 

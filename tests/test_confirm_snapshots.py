@@ -1,0 +1,98 @@
+"""A confirm sends exactly what it showed: the studio's Batch tab freezes the rows it priced, and a pane the
+request it priced; if the source changed in between, nothing is sent and it asks again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pandas as pd
+import pytest
+from helpers import wait_until
+
+from ipymusicgen import MusicClient
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.widgets.batch import BatchForm
+from ipymusicgen.widgets.studio import Studio
+
+KEY = "confirm-key"
+GENERATE = "/v1/music/generate"
+
+
+@pytest.fixture(scope="module")
+def paid() -> Iterator[Sandbox]:
+    """A sandbox playing a paid service (its own key): every paid step asks first."""
+    with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={KEY: 500}) as service:
+        yield service
+
+
+@pytest.fixture
+def client(paid: Sandbox) -> Iterator[MusicClient]:
+    paid.reset()
+    with paid.client(journal=False, archive=False) as made:
+        yield made
+
+
+def frame(count: int) -> pd.DataFrame:
+    return pd.DataFrame({"style": [f"row {n}" for n in range(count)], "mv": ["MFV2.0"] * count})
+
+
+def form_on(client: MusicClient, namespace: dict[str, Any]) -> BatchForm:
+    form = BatchForm(client, shell=SimpleNamespace(user_ns=namespace))
+    form.list_sources()
+    form.source.value = "songs"
+    return form
+
+
+def test_the_batch_tab_sends_the_rows_it_priced_not_what_the_variable_became(
+    client: MusicClient, paid: Sandbox
+) -> None:
+    namespace: dict[str, Any] = {"songs": frame(1)}
+    form = form_on(client, namespace)
+    form.start.click()
+    assert "Send 1 row?" in form.confirm_text and paid.request_counts().get(GENERATE, 0) == 0
+    namespace["songs"] = frame(20)  # a cell changes the variable after it was priced
+    form.start.click()  # "Confirm and send"
+    assert paid.request_counts().get(GENERATE, 0) == 0  # nothing sent: the rows are not the ones shown
+    assert "changed since it was priced" in form.confirm_text and "Send 20 rows?" in form.confirm_text
+    form.start.click()  # confirming what is shown now
+    wait_until(lambda: form.batch is not None and form.batch.done, "the batch of 20 ends")
+    assert paid.request_counts()[GENERATE] == 20
+
+
+def test_a_confirmed_batch_sends_exactly_the_snapshot(client: MusicClient, paid: Sandbox) -> None:
+    namespace: dict[str, Any] = {"songs": frame(2)}
+    form = form_on(client, namespace)
+    form.start.click()
+    assert "Send 2 rows?" in form.confirm_text and "about 4 credits" in form.confirm_text
+    form.start.click()
+    wait_until(lambda: form.batch is not None and form.batch.done, "the batch of 2 ends")
+    assert paid.request_counts()[GENERATE] == 2
+    assert [r.request.to_payload()["style"] for r in form.batch.rows] == ["row 0", "row 1"]
+
+
+def test_cancel_forgets_the_snapshot(client: MusicClient, paid: Sandbox) -> None:
+    form = form_on(client, {"songs": frame(1)})
+    form.start.click()
+    form.cancel.click()
+    assert not form.confirm_text and form._priced is None
+    form.start.click()  # asks again: a cancelled confirm is not a consent
+    assert form.confirm_text and paid.request_counts().get(GENERATE, 0) == 0
+
+
+def test_a_pane_sends_the_request_it_priced_or_asks_again(client: MusicClient, paid: Sandbox) -> None:
+    studio = Studio(client)
+    try:
+        pane = studio.song
+        pane.set_values(action="auto", style="lo-fi rain")
+        studio._on_msg(studio.view, {"kind": "submit", "form": "song"}, [])
+        assert pane.confirm and paid.request_counts().get(GENERATE, 0) == 0
+        pane.set_values(style="death metal")  # changed after it was priced: the confirm is gone
+        studio._on_msg(studio.view, {"kind": "confirm", "form": "song"}, [])
+        assert paid.request_counts().get(GENERATE, 0) == 0
+        studio._on_msg(studio.view, {"kind": "submit", "form": "song"}, [])
+        studio._on_msg(studio.view, {"kind": "confirm", "form": "song"}, [])
+        assert paid.request_counts()[GENERATE] == 1
+    finally:
+        studio.close()
