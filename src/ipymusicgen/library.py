@@ -430,22 +430,59 @@ class Library:
             group["calls"] += int(r["calls"])
             group["songs"] += int(r["songs"] or 0)
             group["credits_estimated"] += int(r["calls"]) * estimate_credits({"mv": r["m"]} if r["m"] else {})
-        if by == "batch":
-            for measured in self._measured_batches():
-                if measured["batch"] in groups:
-                    groups[measured["batch"]]["credits_measured"] = measured["used"]
+        for key_value, measured in self._measured(by, groups).items():
+            groups[key_value]["credits_measured"] = measured
         return Spend(by, list(groups.values()))
 
-    def _measured_batches(self) -> list[dict[str, Any]]:
-        with contextlib.suppress(Exception):  # no batch table in this journal
-            return [
-                {"batch": r["name"], "used": int(r["counts_before"]) - int(r["counts_after"])}
-                for r in self.store.query(
-                    "SELECT name, counts_before, counts_after FROM batches"
-                    " WHERE counts_before IS NOT NULL AND counts_after IS NOT NULL"
-                )
-            ]
-        return []
+    def _runs(self) -> list[dict[str, Any]]:
+        """Every batch run measured on the key: its spend, or None where it cannot be told (the run did not end,
+        or other paid calls fell inside its window, so the key's counts moved for them too)."""
+        runs = self.store.query(
+            "SELECT r.batch, r.started_at, r.finished_at, r.counts_before, r.counts_after, r.calls,"
+            " date(r.started_at, 'unixepoch', 'localtime') AS day,"
+            " (SELECT COUNT(*) FROM attempts a WHERE a.created_at BETWEEN r.started_at AND r.finished_at"
+            f"   AND a.outcome IN {PAID_OUTCOMES} AND a.endpoint NOT LIKE '%lyric%') AS paid_in_window,"
+            " (SELECT group_concat(DISTINCT COALESCE(json_extract(b.request, '$.mv'),"
+            "   json_extract(b.request, '$.model_version'), '(default)')) FROM batch_rows b"
+            "   WHERE b.batch = r.batch AND b.state NOT IN ('pending', 'rejected', 'skipped')) AS models"
+            " FROM batch_runs r WHERE r.calls > 0 OR r.finished_at IS NULL ORDER BY r.started_at"
+        )
+        found = []
+        for r in runs:
+            ended = r["finished_at"] is not None and r["counts_before"] is not None and r["counts_after"] is not None
+            clean = ended and int(r["paid_in_window"]) <= int(r["calls"])
+            spent = int(r["counts_before"]) - int(r["counts_after"]) if clean else None
+            found.append({"batch": r["batch"], "day": r["day"], "spent": spent, "calls": int(r["calls"]),
+                          "models": (r["models"] or "").split(",")})  # fmt: skip
+        return found
+
+    def _measured(self, by: str, groups: dict[str, dict[str, Any]]) -> dict[str, int | None]:
+        """Measured credits per group where every paid call of the group was measured; unknown (None) otherwise.
+
+        A batch sums its runs (a re-run is measured on its own); a day or a model counts only when runs measured
+        cleanly cover all of its calls (a model: runs of that one model). Estimates are never added in.
+        """
+        with contextlib.suppress(Exception):  # a journal without batch runs: nothing measured
+            runs = self._runs()
+            measured: dict[str, int | None] = {}
+            for key_value, group in groups.items():
+                if by == "batch":
+                    mine = [run for run in runs if run["batch"] == key_value]
+                elif by == "day":
+                    mine = [run for run in runs if run["day"] == key_value]
+                else:
+                    mine = [run for run in runs if run["models"] == [key_value]]
+                covered = sum(run["calls"] for run in mine)
+                if (
+                    mine
+                    and all(run["spent"] is not None for run in mine)
+                    and (by == "batch" or covered >= group["calls"])
+                ):
+                    measured[key_value] = sum(run["spent"] for run in mine)
+                elif mine and by == "batch":
+                    measured[key_value] = None
+            return measured
+        return {}
 
     # -- archive -------------------------------------------------------------------------------------
 

@@ -212,7 +212,11 @@ class Batch:
         self.budget = budget
         self.estimate = estimate
         self.counts_before: int | None = None
+        """The key's counts before this run (each run is measured on its own), None when not read."""
         self.counts_after: int | None = None
+        self.calls = 0
+        """Creates this run sent."""
+        self.run_id: int | None = None
         self.started_at = time.monotonic()
         self.finished_at: float | None = None
         self.error: BaseException | None = None
@@ -304,8 +308,8 @@ class Batch:
 
     @property
     def real_cost_per_call(self) -> float | None:
-        """Credits one create really took, learnt from the counts left before and after (None until known)."""
-        before, after, calls = self.store.counts(self.name)
+        """Credits one create of this run really took, from the key's counts before and after it (None until known)."""
+        before, after, calls = self.counts_before, self.counts_after, self.calls
         if before is None or after is None or not calls:
             return None
         return (before - after) / calls
@@ -478,6 +482,7 @@ class _Engine:
         self.backfill_rounds = 0
         self.committed = 0  # estimated credits of rows sent or being sent in this run
         self.key = ""  # the key's fingerprint: 429 streaks are counted per key
+        self.host = ""  # the service's v1 host: a run's window is checked against other paid calls there
 
     # -- start ---------------------------------------------------------------------------------------
 
@@ -562,6 +567,7 @@ class _Engine:
                 row.state, row.error = "unknown", "claimed by another run of this batch"
                 continue
             self.committed += cost
+            self.batch.calls += 1
             row.cost = cost
             row.started_at = now
             self.sending.add(row.index)
@@ -597,7 +603,9 @@ class _Engine:
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
         self.sending.discard(row.index)
         _ACTIVE.discard(self._key(row))
-        self.committed -= row.cost if not _is_doubtful(exc) else 0
+        if not _is_doubtful(exc):  # certainly not done (a 429, a refusal): it cost nothing
+            self.committed -= row.cost
+            self.batch.calls -= 1
         if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
             now = self.clock()
             streak = _RATE_LIMIT_STREAKS[self.key] = _RATE_LIMIT_STREAKS.get(self.key, 0) + 1
@@ -707,6 +715,7 @@ class _Engine:
         if counts_after is not None:
             self.batch.counts_after = counts_after
             self.store.record_counts(self.name, after=counts_after)
+        self.store.finish_run(self.batch.run_id, counts_after, self.batch.calls)
         self.batch.finished_at = time.monotonic()
         self.batch._done.set()
         self.batch._changed()
@@ -749,15 +758,13 @@ def _prepare(
             "nothing was sent. Use a new name for a changed batch (or leave the name out)."
         ) from None
     batch = Batch(name, rows, store=store, concurrency=concurrency, budget=budget, estimate=0)
-    batch.counts_before, batch.counts_after, _ = store.counts(name)
     return batch, stored
 
 
 def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> None:
     estimate = costs.estimate_total(r.request for r in engine.to_send())
     batch.estimate = estimate
-    if batch.counts_before is None:
-        batch.counts_before = counts_left
+    batch.counts_before = counts_left  # this run's: a re-run is measured on its own
     if batch.budget is not None and estimate > batch.budget:
         raise BatchBudgetError(
             f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
@@ -775,6 +782,8 @@ def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> Non
             counts_left=counts_left,
         )
     batch.store.record_counts(batch.name, before=counts_left)
+    if counts_left is not None:
+        batch.run_id = batch.store.start_run(batch.name, engine.host, counts_left)
 
 
 def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
@@ -812,6 +821,7 @@ def _start(
         clock=clock,
     )
     engine.key = _key_fingerprint(client)
+    engine.host = client.settings.base_url
     engine.load(stored)
     return engine
 

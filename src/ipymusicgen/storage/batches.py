@@ -183,6 +183,30 @@ class BatchStore:
             statements.append(("UPDATE batches SET counts_after = ? WHERE name = ?", (after, name)))
         self._record(statements)
 
+    def start_run(self, name: str, host: str | None, counts_before: int | None) -> int | None:
+        """A run of the batch begins (the key's counts just read); its id, or None if the file refused it."""
+        try:
+            with self._write() as db:
+                cursor = db.execute(
+                    "INSERT INTO batch_runs (batch, host, started_at, counts_before) VALUES (?, ?, ?, ?)",
+                    (name, host, time.time(), counts_before),
+                )
+                return int(cursor.lastrowid or 0) or None
+        except sqlite3.OperationalError:  # a locked file costs the measurement, never the batch
+            return None
+
+    def finish_run(self, run_id: int | None, counts_after: int | None, calls: int) -> None:
+        if run_id is None:
+            return
+        self._record(
+            [
+                (
+                    "UPDATE batch_runs SET finished_at = ?, counts_after = ?, calls = ? WHERE id = ?",
+                    (time.time(), counts_after, calls, run_id),
+                )
+            ]
+        )
+
     def counts(self, name: str) -> tuple[int | None, int | None, int]:
         """(counts left before the batch's first call, after its last, rows whose create went out)."""
         with self._lock:

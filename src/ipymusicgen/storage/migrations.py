@@ -153,6 +153,31 @@ def m005_task_lyrics(db: sqlite3.Connection) -> None:
     _add_missing_columns(db, "tasks", (("lyrics", "TEXT"),))
 
 
+@migration
+def m006_batch_runs(db: sqlite3.Connection) -> None:
+    """Each run of a batch measured on its own (the key's counts before and after, its window and calls), so a
+    re-run never adds what the key spent between runs. Batches measured before become one run each."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS batch_runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            batch TEXT NOT NULL,
+            host TEXT,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            counts_before INTEGER,
+            counts_after INTEGER,
+            calls INTEGER NOT NULL DEFAULT 0
+        )"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS batch_runs_batch ON batch_runs(batch)")
+    db.execute(
+        "INSERT INTO batch_runs (batch, started_at, finished_at, counts_before, counts_after, calls)"
+        " SELECT b.name, b.created_at, (SELECT MAX(r.updated_at) FROM batch_rows r WHERE r.batch = b.name),"
+        " b.counts_before, b.counts_after, b.calls FROM batches b WHERE b.counts_before IS NOT NULL"
+        " AND NOT EXISTS (SELECT 1 FROM batch_runs)"
+    )
+
+
 LATEST = len(MIGRATIONS)
 
 
