@@ -115,6 +115,9 @@ def _private_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     """Clients journal to the user data directory by default; tests (and their kernels) get a private one."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+        # keyed sandboxes on 127.0.0.1 play real services in many tests: poll them fast (the floor's own tests
+        # set it back); kernels and notebooks the tests start inherit it
+        patch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
         yield
 
 

@@ -445,6 +445,7 @@ def notebook_env(sandbox: Sandbox, journal: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow  # starts a kernel per notebook
 def test_notebooks_never_show_the_canary(canary: Sandbox, tmp_path: Path) -> None:
     """Every demo notebook, run with the canary as the key; the executed JSON (widget state included) is searched."""
     notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))

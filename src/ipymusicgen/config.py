@@ -18,6 +18,7 @@ ENV_BASE_URL = "MUSICGEN_BASE_URL"
 ENV_V2_BASE_URL = "MUSICGEN_V2_BASE_URL"
 ENV_JOURNAL = "MUSICGEN_JOURNAL"
 ENV_MAX_DOWNLOAD_MB = "MUSICGEN_MAX_DOWNLOAD_MB"
+ENV_MIN_POLL_INTERVAL = "MUSICGEN_MIN_POLL_INTERVAL"
 MAX_SECONDS = 1e9
 """The longest timeout or wait accepted (some 31 years): beyond it sockets and sleeps overflow."""
 DEMO_KEY = "sandbox-demo-key"
@@ -88,6 +89,9 @@ class Settings:
     journal_path: str | None = None
     max_download_mb: float = 200.0
     """Largest download accepted (Content-Length and bytes streamed), in MB."""
+    min_poll_interval: float = 0.5
+    """The shortest wait between polling rounds of a real service (`wait()`, watchers, batches): a smaller
+    interval is raised to it, so no loop hammers the service. `MUSICGEN_MIN_POLL_INTERVAL` lowers it."""
     embedded_sandbox: bool = False
     """Set by the embedded sandbox for the clients it makes (whatever key it was given); see `is_embedded_sandbox`."""
 
@@ -123,6 +127,12 @@ class Settings:
         may cost money asks and the free demo key does not."""
         return choice if choice is not None else not self.is_free
 
+    def poll_interval_for(self, interval: float | None = None) -> float:
+        """The one rule for how often to poll: the interval asked (or `poll_interval`), never below the floor
+        (`min_poll_interval`; the embedded sandbox, which costs nothing and runs here, has none)."""
+        asked = self.poll_interval if interval is None else float(interval)
+        return asked if self.is_embedded_sandbox else max(asked, self.min_poll_interval)
+
     def key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key is not None else None
 
@@ -143,6 +153,7 @@ class Settings:
             "allow_insecure_http": _env_bool("MUSICGEN_ALLOW_INSECURE_HTTP"),
             "journal_path": os.environ.get(ENV_JOURNAL) or None,
             "max_download_mb": _env_float(ENV_MAX_DOWNLOAD_MB),
+            "min_poll_interval": _env_float(ENV_MIN_POLL_INTERVAL),
         }
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**{k: v for k, v in env.items() if v is not None})

@@ -787,7 +787,7 @@ def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> Non
 
 
 def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
-    return max(0.01, min(client.settings.poll_interval, stall_timeout / 4))
+    return client.settings.poll_interval_for(max(0.01, min(client.settings.poll_interval, stall_timeout / 4)))
 
 
 def _start(

@@ -247,7 +247,14 @@ class _Core(WaitFlows):
         """Refuse, before anything is sent, hosts that are not http(s), plain http to another machine, and a
         key that cannot travel in a header (the message never shows the key)."""
         s = self.settings
-        for name in ("timeout", "connect_timeout", "poll_interval", "wait_timeout", "max_download_mb"):
+        for name in (
+            "timeout",
+            "connect_timeout",
+            "poll_interval",
+            "min_poll_interval",
+            "wait_timeout",
+            "max_download_mb",
+        ):
             value = getattr(s, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
                 raise RequestValidationError([FieldProblem(name, f"must be a finite number above 0 (got {value!r})")])

@@ -217,8 +217,8 @@ class WaitFlows:
         if not v1 and not v2:
             return []  # nothing to wait for (an empty list); None or odd ids were refused above
         timeout = self.settings.wait_timeout if timeout is None else check_seconds(timeout, "timeout", allow_zero=True)
-        interval = (
-            self.settings.poll_interval if interval is None else check_seconds(interval, "interval", allow_zero=False)
+        interval = self.settings.poll_interval_for(
+            None if interval is None else check_seconds(interval, "interval", allow_zero=False)
         )
         tasks = TaskSet(v1, v2_ids=v2)
         given = ids if isinstance(ids, list | tuple) else ()

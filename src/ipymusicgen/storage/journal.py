@@ -81,6 +81,14 @@ class JournalEntry:
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
+    def words(self) -> TaskRecord | V2Song:
+        """Only what was said of the task (title, style, lyrics): no state, no URLs."""
+        from ..models.schema import TaskRecord, V2Song
+
+        if self.version == 2:
+            return V2Song(song_id=self.id, title=self.title, tags=self.style, lyric=self.lyrics)
+        return TaskRecord(id=self.id, title=self.title, style=self.style, lyric=self.lyrics)
+
     def as_record(self) -> TaskRecord | V2Song:
         """A record with what the journal knows (no status): seeds a wait after a restart, so the title and
         style of the request outlive answers that leave them empty (the v2 query)."""
@@ -459,12 +467,13 @@ class Journal:
         return [JournalEntry(**{k: row[k] for k in row.keys()}) for row in rows]  # noqa: SIM118
 
     def known(self, ids: Iterable[str]) -> list[TaskRecord | V2Song]:
-        """What the journal knows of these tasks, as records (for seeding a wait: a v2 title the query blanks)."""
+        """The words the journal knows of these tasks (title, style, lyrics), as records with no state: they seed
+        a wait so a v2 title the query answers blank survives, while the state always comes from the service."""
         wanted = list(dict.fromkeys(ids))[:1000]
         if not wanted:
             return []
         marks = ",".join("?" * len(wanted))
-        return [entry.as_record() for entry in self._entries(f"id IN ({marks})", tuple(wanted))]
+        return [entry.words() for entry in self._entries(f"id IN ({marks})", tuple(wanted))]
 
     def unfinished(self, host: str | None = None) -> list[JournalEntry]:
         """Tasks not yet known to be complete or failed: the ones to resume after a restart.

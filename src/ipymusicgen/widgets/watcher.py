@@ -101,7 +101,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
 
             client = get_client()
         self._client = client
-        self.interval = float(client.settings.poll_interval if interval is None else interval)
+        self.interval = client.settings.poll_interval_for(interval)
         self.download_dir: str | Path = "."
         self._autostart = autostart
         self._tasks = TaskSet()
