@@ -25,13 +25,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import comm
 import ipywidgets as w
 
 from ipymusicgen.client.faces import IDS_QUERY_BUDGET
+from ipymusicgen.config import Settings
 from ipymusicgen.models.schema import AutoRequest, TaskRecord
 from ipymusicgen.models.tasks import TaskSet
 from ipymusicgen.sandbox import DEMO_KEY, Sandbox
@@ -121,7 +121,7 @@ class ReplayClient:
     """Stands in for the client: each `poll` hands the task set the next prepared list of records."""
 
     def __init__(self, rounds: list[list[TaskRecord]]) -> None:
-        self.settings = SimpleNamespace(poll_interval=5.0, timeout=30.0)
+        self.settings = Settings(poll_interval=5.0, timeout=30.0)
         self.rounds = rounds
         self.index = 0
         self.cpu = 0.0
