@@ -81,6 +81,7 @@ def test_a_sandbox_refuses_non_finite_timings_when_made(value: float) -> None:
 def test_session_says_which_sandbox_timing_is_bad(monkeypatch: pytest.MonkeyPatch) -> None:
     from ipymusicgen import session
 
-    monkeypatch.setenv("MUSICGEN_SANDBOX_STAGE_SECONDS", "abc")
-    with pytest.raises(ValueError, match="MUSICGEN_SANDBOX_STAGE_SECONDS"):
-        session._env_seconds(session.ENV_STAGE_SECONDS, 3.0)
+    for bad in ("abc", "nan", "-1", "inf"):
+        monkeypatch.setenv("MUSICGEN_SANDBOX_STAGE_SECONDS", bad)
+        with pytest.raises(ValueError, match="MUSICGEN_SANDBOX_STAGE_SECONDS"):
+            session._start_sandbox()

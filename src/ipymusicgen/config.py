@@ -33,7 +33,8 @@ def _env_bool(name: str) -> bool | None:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _env_float(name: str) -> float | None:
+def env_float(name: str) -> float | None:
+    """A positive, finite number from the environment (None when unset); anything else is one line naming it."""
     value = os.environ.get(name)
     if not value:
         return None
@@ -147,13 +148,13 @@ class Settings:
             "api_key": os.environ.get(ENV_KEY) or None,
             "base_url": os.environ.get(ENV_BASE_URL) or None,
             "v2_base_url": os.environ.get(ENV_V2_BASE_URL) or None,
-            "timeout": _env_float("MUSICGEN_TIMEOUT"),
-            "poll_interval": _env_float("MUSICGEN_POLL_INTERVAL"),
+            "timeout": env_float("MUSICGEN_TIMEOUT"),
+            "poll_interval": env_float("MUSICGEN_POLL_INTERVAL"),
             "allow_unknown_models": _env_bool("MUSICGEN_ALLOW_UNKNOWN_MODELS"),
             "allow_insecure_http": _env_bool("MUSICGEN_ALLOW_INSECURE_HTTP"),
             "journal_path": os.environ.get(ENV_JOURNAL) or None,
-            "max_download_mb": _env_float(ENV_MAX_DOWNLOAD_MB),
-            "min_poll_interval": _env_float(ENV_MIN_POLL_INTERVAL),
+            "max_download_mb": env_float(ENV_MAX_DOWNLOAD_MB),
+            "min_poll_interval": env_float(ENV_MIN_POLL_INTERVAL),
         }
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**{k: v for k, v in env.items() if v is not None})

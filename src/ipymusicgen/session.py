@@ -7,7 +7,6 @@ music without an account.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -20,7 +19,7 @@ from .archive.archiver import archiver_of
 from .archive.waveform import DEFAULT_POINTS
 from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
-from .config import Settings
+from .config import Settings, env_float
 from .library import Library
 from .lifecycle import at_exit
 from .storage.journal import Journal
@@ -75,26 +74,12 @@ def in_sandbox() -> bool:
     return not settings().has_key
 
 
-def _env_seconds(name: str, default: float) -> float:
-    """A sandbox timing from the environment: a finite number of seconds above 0, else one line naming it."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number of seconds above 0 (got {text[:40]!r})")
-    return value
-
-
 def _start_sandbox() -> Sandbox:
     from .sandbox import Sandbox
 
     if _session.sandbox is None:
-        stage = _env_seconds(ENV_STAGE_SECONDS, 3.0)
-        song = _env_seconds(ENV_SONG_SECONDS, 30.0)
+        stage = env_float(ENV_STAGE_SECONDS) or 3.0  # a bad value is one line naming the variable
+        song = env_float(ENV_SONG_SECONDS) or 30.0
         sandbox = Sandbox(stage_seconds=stage, song_seconds=song)
         sandbox.start()
         _session.sandbox = sandbox
