@@ -29,8 +29,9 @@ from ipymusicgen.errors import WaitTimeoutError
 from ipymusicgen.models.schema import TaskRecord, V2Song
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.widgets import GenerateForm, TaskCard, TaskWatcher, song_card
+from ipymusicgen.widgets import TaskCard, TaskWatcher, song_card
 from ipymusicgen.widgets._static import STATIC, css, esm
+from ipymusicgen.widgets.studio import SongPane, Studio
 from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
 
 
@@ -295,14 +296,17 @@ def test_extend_intent_prefills_a_form_that_submits_into_the_watcher(
     fields = press(finished, wire, "extend", task_id)
     assert "Extend form ready" in fields["note"]
     form = finished.extend_form
-    assert isinstance(form, GenerateForm)
+    assert isinstance(form, SongPane) and isinstance(finished.extend_studio, Studio)
+    assert form.studio.watcher is finished and form.studio.tab == "song"  # one form model: the studio's panes
     values = form.values()
     assert values["action"] == "extend" and values["continue_song_id"] == finished.card(task_id).record.song_id
     assert values["continue_at"] == 4 and values["style"] == "lo-fi piano" and values["title"] == "Rain / Night: 1"
     form.set_values(continue_at=2.5)
     form.submit()
     assert len(finished.ids) == 4 and sandbox.request_counts()["/v1/music/generate"] == 2
-    form.close()
+    assert finished.extend(task_id) is form  # the next extend reuses that studio
+    form.studio.close()
+    assert not finished._closed  # the studio did not make the watcher, so it leaves it running
 
 
 def test_actions_on_an_unfinished_or_unknown_song_are_refused_in_the_card(

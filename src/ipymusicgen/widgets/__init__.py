@@ -7,13 +7,10 @@ rules of their own (they show the request models' problems). The front end (anyw
 
 from __future__ import annotations
 
+from .aliases import GenerateForm, KeyInfoPanel, LyricsForm, V2Form
 from .card import TaskCard
-from .generate import GenerateForm
-from .keyinfo import KeyInfoPanel
-from .lyrics import LyricsForm
 from .song_data import song_card
 from .studio import Studio, studio
-from .v2 import V2Form
 from .watcher import TaskWatcher, watch_unfinished
 
 __all__ = [

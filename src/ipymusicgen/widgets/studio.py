@@ -44,9 +44,10 @@ from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
 from ._static import css, esm
 from .batch import BatchForm
-from .form import error_title, number_text, parse_number, problems_by_field, server_problems
+from .fields import error_title, number_text, parse_number, problems_by_field, server_problems
 from .library import LibraryView
 from .text import TextRepr
+from .watcher import TaskWatcher, provide_extend_studio
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
 TAB_TITLES = ("Song", "v2", "Lyrics", "Batch", "Library", "Key")
@@ -121,6 +122,7 @@ class Pane:
     """
 
     title = ""
+    tab = ""
     submit_label = "Send"
     paid = True
 
@@ -156,6 +158,15 @@ class Pane:
     @property
     def client(self) -> MusicClient:
         return self._studio.client
+
+    @property
+    def studio(self) -> Studio:
+        """The studio this pane belongs to (what a notebook shows for it)."""
+        return self._studio
+
+    def _ipython_display_(self) -> None:
+        """A pane is shown as its studio, opened on the pane's tab."""
+        self._studio.show(self.tab)
 
     def on_submitted(self, callback: Callable[[Any], Any]) -> None:
         self._callbacks.append(callback)
@@ -391,6 +402,7 @@ class SongPane(Pane):
     """A v1 song: the action decides which fields show and which are required (the models' shapes)."""
 
     title = "Song"
+    tab = "song"
     submit_label = "Make songs"
 
     def __init__(self, studio: Studio) -> None:
@@ -450,6 +462,7 @@ class V2Pane(Pane):
     """A v2 song: description mode sends prompt and model only; custom mode sends every field."""
 
     title = "v2"
+    tab = "v2"
     submit_label = "Make songs"
     AUTO_FIELDS = ("is_auto", "model_version", "prompt")
 
@@ -507,6 +520,7 @@ class LyricsPane(Pane):
     """Lyrics from a prompt; "Use in a song" puts them into the Song tab as a custom song."""
 
     title = "Lyrics"
+    tab = "lyrics"
     submit_label = "Write lyrics"
 
     def __init__(self, studio: Studio) -> None:
@@ -545,12 +559,21 @@ class LyricsPane(Pane):
 class KeyPane:
     """The Key tab: the key's status in words, its credits, the one key mask; read on demand, never raised."""
 
+    tab = "key"
+
     def __init__(self, studio: Studio) -> None:
         self._studio = studio
         self.info: KeyInfo | None = None
         self.checked: datetime | None = None
         self.problem = ""
         self.error = ""
+
+    @property
+    def studio(self) -> Studio:
+        return self._studio
+
+    def _ipython_display_(self) -> None:
+        self._studio.show(self.tab)
 
     def refresh(self) -> KeyInfo | None:
         """Read the key's credits and status again; a failure is said in the tab, never raised."""
@@ -626,7 +649,10 @@ class Studio(TextRepr, w.VBox):
     `studio.select("key")`, `studio.refresh_key()`, `studio.watcher`.
     """
 
-    def __init__(self, client: MusicClient | None = None, *, confirm: bool | None = None) -> None:
+    def __init__(
+        self, client: MusicClient | None = None, *, confirm: bool | None = None, watcher: TaskWatcher | None = None
+    ) -> None:
+        """`watcher=` makes this studio send into an existing watcher (a card's extend does that)."""
         if client is None:
             from ..session import get_client
 
@@ -642,10 +668,11 @@ class Studio(TextRepr, w.VBox):
         self.v2 = V2Pane(self)
         self.lyrics = LyricsPane(self)
         self._panes: dict[str, Pane] = {"song": self.song, "v2": self.v2, "lyrics": self.lyrics}
-        from .watcher import TaskWatcher
-
-        self.watcher = TaskWatcher(client=client)
-        self.watcher.confirm_required = confirm  # a card's concat is paid: it confirms as the panes do
+        self._owns_watcher = watcher is None
+        if watcher is None:
+            watcher = TaskWatcher(client=client)
+            watcher.confirm_required = confirm  # a card's concat is paid: it confirms as the panes do
+        self.watcher = watcher
         self.song.on_submitted(lambda ids: self.watcher.add(ids))
         self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True))
         self.watcher._form_provider = self._pane_for_extend  # a card's extend opens this studio's pane
@@ -694,6 +721,13 @@ class Studio(TextRepr, w.VBox):
             raise ValueError(f"no tab {tab!r}; tabs: {', '.join(TAB_IDS)}")
         self._view.tab = tab
 
+    def show(self, tab: str) -> None:
+        """Display the studio opened on `tab`."""
+        from IPython.display import display
+
+        self.select(tab)
+        display(self)
+
     @property
     def needs_confirm(self) -> bool:
         """A paid call is confirmed first with a real key; the embedded sandbox's demo key costs nothing."""
@@ -729,8 +763,9 @@ class Studio(TextRepr, w.VBox):
         self.select("song")
 
     def close(self) -> None:
-        """Stop the watcher's polling and close every part."""
-        self.watcher.close()
+        """Stop the watcher's polling (when the studio made it) and close every part."""
+        if self._owns_watcher:
+            self.watcher.close()
         for widget in self.embedded.values():
             widget.close()
         self._view.close()
@@ -809,6 +844,14 @@ def _when(value: datetime | None) -> str:
 def studio(client: MusicClient | None = None, *, confirm: bool | None = None) -> Studio:
     """Open the studio: Song, v2, Lyrics, Batch, Library and Key tabs above one task watcher."""
     return Studio(client, confirm=confirm)
+
+
+def _extend_studio(watcher: TaskWatcher) -> Studio:
+    """A studio for a lone watcher's extend: its panes send into that watcher."""
+    return Studio(watcher.client, confirm=watcher.confirm_required, watcher=watcher)
+
+
+provide_extend_studio(_extend_studio)  # the watcher cannot import the studio (it sits below it)
 
 
 __all__ = ["TAB_IDS", "TAB_TITLES", "LyricsPane", "Pane", "SongPane", "Studio", "StudioView", "V2Pane", "studio"]

@@ -38,8 +38,16 @@ from .text import TextRepr
 
 if TYPE_CHECKING:
     from ..batch.engine import Batch
-    from .generate import GenerateForm
-    from .v2 import V2Form
+
+_open_extend_studio: Callable[[TaskWatcher], Any] | None = None
+"""Opens a studio whose panes send into a watcher; the studio module provides it (it sits above this one)."""
+
+
+def provide_extend_studio(opener: Callable[[TaskWatcher], Any]) -> None:
+    """Install how a lone watcher's extend opens a studio (called once, by `widgets/studio.py`)."""
+    global _open_extend_studio
+    _open_extend_studio = opener
+
 
 MAX_BACKOFF = MAX_POLL_BACKOFF
 backoff = poll_backoff  # the one retry policy's polling backoff (client/retry.py)
@@ -131,8 +139,10 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         self.confirm_required: bool | None = None
         """None: with a real key a card's concat (a paid request) asks first; True/False: always/never."""
         self._concat_asked: str | None = None
-        self.extend_form: GenerateForm | V2Form | None = None
-        """The last extend form made when no studio provides one."""
+        self.extend_studio: Any = None
+        """The studio opened for an extend when this watcher is not part of one (its panes send here)."""
+        self.extend_form: Any = None
+        """The pane the last extend prefilled (the studio's Song or v2 pane)."""
         self.on_favourite: Callable[[str, bool], Any] | None = None
         """Called with (task id, favourite) when a card's favourite button is pressed (e.g. by the library)."""
         self._batch_line = ""
@@ -393,16 +403,13 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
         """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
         record = self._finished_record(task_id)
         v2 = isinstance(record, V2Song)
-        if self._form_provider is not None:
-            form = self._form_provider(v2)  # e.g. the Studio's own form, already wired to this watcher
-        else:
-            from .generate import GenerateForm
-            from .v2 import V2Form
-
-            form = V2Form(self._client) if v2 else GenerateForm(self._client)
-            form.on_submitted(lambda ids: self.add(ids, v2=v2))
-            self.extend_form = form
+        if self._form_provider is None and _open_extend_studio is not None:
+            self.extend_studio = _open_extend_studio(self)  # it sets `_form_provider` to its own panes
+        if self._form_provider is None:
+            raise MusicGenError("extend needs the studio: `import ipymusicgen.widgets` first")
+        form = self._form_provider(v2)  # the Studio's pane, already wired to this watcher
         form.set_values(**extend_fields(record))
+        self.extend_form = form
         return form
 
     def concat(self, task_id: str) -> list[str]:
@@ -448,7 +455,7 @@ class TaskWatcher(TextRepr, anywidget.AnyWidget):
                 result = None
             elif name == "extend":
                 result = self.extend(task_id)
-                where = "in the studio" if self._form_provider is not None else "as `watcher.extend_form`"
+                where = "in the studio" if self.extend_studio is None else "as `watcher.extend_studio`"
                 card.note = f"Extend form ready {where}: set the options and submit."
             elif name == "concat":
                 result = self.concat(task_id)
