@@ -1,0 +1,147 @@
+"""The watcher's actions part: what a finished song's card buttons do (extend, concat, download, ...).
+
+A card's extend opens the studio's pane (one form model). The studio sits above the watcher, so it
+installs how a lone watcher opens one (`provide_extend_studio`) instead of being imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..client.faces import MusicClient
+from ..errors import MusicGenError
+from ..models.schema import PROMPT_MAX, TITLE_MAX, V2Song
+from ..models.tasks import TaskSet, TaskState
+from .song_data import Record
+
+if TYPE_CHECKING:
+    from .card import TaskCard
+
+_open_extend_studio: Callable[[Any], Any] | None = None
+"""Opens a studio whose panes send into a watcher; the studio module provides it (it sits above this one)."""
+
+
+def provide_extend_studio(opener: Callable[[Any], Any]) -> None:
+    """Install how a lone watcher's extend opens a studio (called once, by `widgets/studio.py`)."""
+    global _open_extend_studio
+    _open_extend_studio = opener
+
+
+def extend_fields(record: Record) -> dict[str, Any]:
+    """Form values that continue a finished song at its end, in its style and under its title.
+
+    Lyrics are cleared: whatever an earlier request left in a shared form belongs to another song.
+    """
+    at = record.duration_seconds
+    common = {"title": (record.title or "")[:TITLE_MAX], "lyrics": None}
+    if isinstance(record, V2Song):
+        fields = {"is_auto": 0, "continue_song_id": record.id, "continue_at": int(at) if at else None, **common}
+        if record.style:
+            fields["prompt"] = record.style[:PROMPT_MAX]
+        return fields
+    continuation = {"continue_song_id": record.song_id or record.id, "continue_at": at, "style": record.style}
+    return {"action": "extend", **continuation, **common}
+
+
+class ActionsPart:
+    """The card buttons of finished songs; each outcome or error becomes the card's note (plain text)."""
+
+    _client: MusicClient
+    _tasks: TaskSet
+    _form_provider: Callable[[bool], Any] | None
+    confirm_required: bool | None
+    _concat_asked: str | None
+    extend_studio: Any
+    extend_form: Any
+    download_dir: str | Path
+    on_favourite: Callable[[str, bool], Any] | None
+    add: Callable[..., list[str]]
+    card: Callable[[str], TaskCard]
+    _publish: Callable[..., None]
+
+    def extend(self, task_id: str) -> Any:
+        """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
+        record = self._finished_record(task_id)
+        v2 = isinstance(record, V2Song)
+        if self._form_provider is None and _open_extend_studio is not None:
+            self.extend_studio = _open_extend_studio(self)  # it sets `_form_provider` to its own panes
+        if self._form_provider is None:
+            raise MusicGenError("extend needs the studio: `import ipymusicgen.widgets` first")
+        form = self._form_provider(v2)  # the Studio's pane, already wired to this watcher
+        form.set_values(**extend_fields(record))
+        self.extend_form = form
+        return form
+
+    def concat(self, task_id: str) -> list[str]:
+        """Merge the continuation segments of a finished v1 song; the new tasks are watched at once."""
+        record = self._finished_record(task_id)
+        if isinstance(record, V2Song):
+            raise MusicGenError("concat is a v1 action; this is a v2 song")
+        ids = list(self._client.generate(action="concat", continue_song_id=record.song_id or record.id).ids)
+        self.add(ids)
+        return ids
+
+    def _needs_confirm(self) -> bool:
+        return self._client.settings.needs_confirm(self.confirm_required)
+
+    def download(self, task_id: str, directory: str | Path | None = None) -> Path:
+        """Save the final file of a finished song, named from its title; returns the path."""
+        record = self._finished_record(task_id)
+        return self._client.download(record, self.download_dir if directory is None else directory)
+
+    def favourite(self, task_id: str) -> bool:
+        """Toggle a song's favourite mark (told to `on_favourite`, e.g. the library); the new value."""
+        card = self.card(task_id)
+        card.favourite = not card.favourite
+        if self.on_favourite is not None:
+            self.on_favourite(task_id, card.favourite)
+        return card.favourite
+
+    def copy_id(self, task_id: str) -> str:
+        """The ids of a song as text (task id, and song id when it differs)."""
+        record = self.card(task_id).record
+        song_id = getattr(record, "song_id", None) if record is not None else None
+        return ", ".join(dict.fromkeys(i for i in (task_id, song_id) if i))
+
+    def run_action(self, name: str, task_id: str) -> Any:
+        """What a card button does; the outcome or the error becomes the card's note (plain text)."""
+        card = self.card(task_id)
+        asked, self._concat_asked = self._concat_asked, None  # a confirm holds for the very next press only
+        try:
+            if name == "concat" and asked != task_id and self._needs_confirm():
+                self._finished_record(task_id)  # a song that cannot be joined says so now
+                self._concat_asked = task_id
+                card.note = "Join this song's parts into one? That is a paid request: press Concat again to send."
+                result = None
+            elif name == "extend":
+                result = self.extend(task_id)
+                where = "in the studio" if self.extend_studio is None else "as `watcher.extend_studio`"
+                card.note = f"Extend form ready {where}: set the options and submit."
+            elif name == "concat":
+                result = self.concat(task_id)
+                card.note = f"Joining started: {len(result)} new song(s) below."
+            elif name == "download":
+                result = self.download(task_id)
+                card.note = f"Saved to {result}"
+            elif name == "favourite":
+                result = self.favourite(task_id)
+                card.note = "Added to favourites." if result else "Removed from favourites."
+            elif name == "copy_id":
+                result = self.copy_id(task_id)
+                card.note = f"Id: {result}"
+            else:
+                raise MusicGenError(f"unknown action {name!r}")
+        except Exception as exc:  # shown in the card, never as a traceback from a button
+            card.note = f"{name.replace('_', ' ').capitalize()} failed: {exc}"
+            result = None
+        self._publish([task_id])
+        return result
+
+    def _finished_record(self, task_id: str) -> Record:
+        record = self._tasks.get(task_id)
+        if record is None or record.state is not TaskState.COMPLETE:
+            state = record.state.value if record is not None else "not reported yet"
+            raise MusicGenError(f"task {task_id} is {state}, not complete")
+        return record
