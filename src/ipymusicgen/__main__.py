@@ -168,6 +168,26 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _credits(text: str) -> int:
+    """A budget: a whole number of credits, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"use a whole number of credits, 0 or more (got {text!r})")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"use a port from 1 to 65535 (got {text!r})")
+    return int(text)
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    from .mcp import serve
+
+    serve(http=args.http, host=args.host, port=args.port, budget=args.budget)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ipymusicgen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -188,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--output", default="artifacts/demo", help="where the executed notebook and its MP3s go")
     demo.add_argument("--timeout", type=float, default=600, help="seconds a cell may take (default 600)")
     demo.set_defaults(run=_demo)
+    agent = commands.add_parser("mcp", help="serve the tools to an agent (MCP): stdio, or --http")
+    agent.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    agent.add_argument("--host", default="127.0.0.1", help="address to listen on with --http (default 127.0.0.1)")
+    agent.add_argument("--port", type=_port, default=8000, help="port with --http (default 8000)")
+    agent.add_argument("--budget", type=_credits, default=None, help="credits this server may spend in its lifetime")
+    agent.set_defaults(run=_mcp)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -23,11 +23,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..client.responses import is_doubtful
+from ..client.responses import create_may_have_landed
 from ..client.retry import rate_limit_delay
 from ..errors import (
-    APIResponseValidationError,
-    APIStatusError,
     AuthenticationError,
     CreateOutcomeUnknownError,
     FieldProblem,
@@ -423,13 +421,6 @@ class Batch:
 # The engine: every decision, no I/O of its own (the two drivers below do the calls).
 
 
-def _is_doubtful(exc: BaseException) -> bool:
-    """Whether a failed create may have reached the service (so it must not be resent blindly)."""
-    if isinstance(exc, CreateOutcomeUnknownError | APIResponseValidationError):
-        return True
-    return isinstance(exc, APIStatusError) and is_doubtful(exc.status_code)  # the client's own rule
-
-
 def _key_fingerprint(client: Any) -> str:
     key = client.settings.key_value() or ""
     return hashlib.sha256(f"{client.settings.base_url}|{key}".encode()).hexdigest()[:16]
@@ -603,7 +594,7 @@ class _Engine:
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
         self.sending.discard(row.index)
         _ACTIVE.discard(self._key(row))
-        if not _is_doubtful(exc):  # certainly not done (a 429, a refusal): it cost nothing
+        if not create_may_have_landed(exc):  # certainly not done (a 429, a refusal): it cost nothing
             self.committed -= row.cost
             self.batch.calls -= 1
         if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
@@ -625,7 +616,7 @@ class _Engine:
             self.queue.appendleft(row)
             return
         row.finished_at = self.clock()
-        if _is_doubtful(exc):
+        if create_may_have_landed(exc):
             row.state, row.error = "unknown", str(exc)
             self.store.set_state(self.name, row.index, "unknown", error=row.error)
         else:

@@ -56,6 +56,13 @@ DONE_ELSEWHERE = 303
 """303 See Other answers a POST that was carried out, pointing at its result: a paid one may be done and charged."""
 
 
+def create_may_have_landed(exc: BaseException) -> bool:
+    """Whether a failed paid create may have reached the service (so it must not be resent blindly)."""
+    if isinstance(exc, CreateOutcomeUnknownError | APIResponseValidationError):
+        return True
+    return isinstance(exc, APIStatusError) and is_doubtful(exc.status_code)
+
+
 def is_doubtful(status: int) -> bool:
     """Whether a paid request answered with `status` may have been carried out: a timeout, a 303 (done; the
     answer is elsewhere), or any 5xx (a proxy's 598/599 or a CDN's 52x come after the request went on) except

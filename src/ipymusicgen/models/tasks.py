@@ -23,6 +23,17 @@ class TaskState(str, enum.Enum):
     def finished(self) -> bool:
         return self in (TaskState.COMPLETE, TaskState.FAILED)
 
+    @property
+    def word(self) -> str:
+        """The state in a listener's words (views, agents): writing, preview, ready or failed."""
+        return STATE_WORDS[self.value]
+
+
+STATE_WORDS = {"processing": "writing", "preview": "preview", "complete": "ready", "failed": "failed"}
+"""Each state's word; before its first status a song is "queued" (`SONG_STATES` in order)."""
+SONG_STATES = ("queued", "writing", "preview", "ready", "failed")
+"""The states a song goes through, in order, as every view and tool words them."""
+
 
 V1_PREVIEW_STATUS = 2
 V1_COMPLETE_STATUS = 0

@@ -18,6 +18,7 @@ import traitlets
 
 from ..archive.archiver import archive_label
 from ..library import Library, LibrarySong
+from ..models.tasks import STATE_WORDS
 from ._static import css, esm
 from .song_data import STATE_LABELS, card_summary, song_card
 from .text import TextRepr
@@ -25,7 +26,6 @@ from .text import TextRepr
 PAGE_SIZE = 24
 SPEND_DAYS = 14
 ENV_SERVER_ROOT = "MUSICGEN_SERVER_ROOT"
-_STATE_OF = {"complete": "ready", "failed": "failed", "preview": "preview", "processing": "writing"}
 FILTER_KEYS = ("state", "favourite", "model", "batch")
 
 
@@ -68,7 +68,7 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
         label = archive_label(None, song.archive_error)
     else:
         label = ""
-    state = _STATE_OF.get(song.state, "writing")
+    state = STATE_WORDS.get(song.state, "writing")
     card = song_card(
         None,
         id=song.id,

@@ -13,20 +13,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..models.schema import TaskRecord, V2Song
-from ..models.tasks import TaskState
+from ..models.tasks import SONG_STATES, TaskState
 from ..safe_html import http_url
 
 Record = TaskRecord | V2Song
 """A v1 task or a v2 song: what a card shows (the widgets' one definition)."""
 
-STATES = ("queued", "writing", "preview", "ready", "failed")
+STATES = SONG_STATES
 """The card states, in the order a song goes through them."""
-STATE_OF = {
-    TaskState.PROCESSING: "writing",
-    TaskState.PREVIEW: "preview",
-    TaskState.COMPLETE: "ready",
-    TaskState.FAILED: "failed",
-}
 STATE_LABELS = {
     "queued": "Queued",
     "writing": "Writing",
@@ -64,7 +58,7 @@ def style_chips(style: object) -> list[str]:
 
 def card_state(record: Record | None) -> str:
     """The card state: "queued" before the first status, then writing / preview / ready / failed."""
-    return "queued" if record is None else STATE_OF[record.state]
+    return "queued" if record is None else record.state.word
 
 
 def compact_peaks(peaks: Iterable[Sequence[float]] | None) -> list[list[float]]:

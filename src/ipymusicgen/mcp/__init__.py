@@ -1,0 +1,34 @@
+"""`python -m ipymusicgen mcp`: the music server an agent can be trusted with (MCP, the official SDK).
+
+It asks the composition root for the same client the notebook uses (journal, archive, library), so
+what an agent pays for is recorded, archived and searchable like any other song. Layout: `desk`
+(the rules: price, consent checks, pay once, read), `songs` (a song as plain data), `server` (the
+MCP tools over the desk).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .desk import AgentDesk, AgentError
+from .server import AgentServer, build_server
+
+__all__ = ["AgentDesk", "AgentError", "AgentServer", "build_server", "serve"]
+
+
+def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = 8000, budget: int | None = None) -> None:
+    """Run the server until its transport closes: stdio by default, or streamable HTTP on `host:port`."""
+    from .. import session
+
+    session.mark_notice_shown()  # stdout is the protocol's: the one notice goes to stderr below
+    client = session.get_client()
+    desk = AgentDesk(client, budget=budget)
+    where = "the embedded sandbox (free)" if client.settings.is_embedded_sandbox else "the real service (paid)"
+    cap = "no budget" if budget is None else f"a budget of {budget} credits"
+    listen = f" on http://{host}:{port}/mcp" if http else " on stdio"
+    print(f"ipymusicgen agent server{listen}: {where}, {cap}", file=sys.stderr, flush=True)
+    server = build_server(desk)
+    if http:
+        server.run("streamable-http", host=host, port=port)
+    else:
+        server.run("stdio")

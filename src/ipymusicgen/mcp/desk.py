@@ -1,0 +1,370 @@
+"""What the agent server does, without MCP: price a paid call, check the money, send it once, read songs.
+
+The server's tools are thin async wrappers over this class, so the rules live here and in the layers
+below: the request models validate, `models.costs` prices, the batch tables (`storage.batches`) record
+each paid call under its idempotency key before it is sent, the client journals it, and the library
+and the archive keep what comes back. Every method is blocking; the server runs them off its event loop.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..batch.engine import Batch, BatchError, request_hash, validate_rows
+from ..client.faces import MusicClient
+from ..client.responses import create_may_have_landed
+from ..errors import MusicGenError, RequestValidationError
+from ..library import Library
+from ..models import costs
+from ..models.schema import LyricsResult, build_generate_request, build_lyrics_request, build_v2_request
+from ..models.tasks import TaskSet
+from ..storage.batches import NEVER_SENT, BatchStore, store_for
+from .songs import song_view
+
+NAME_PREFIX = "agent:"
+"""Paid calls of the agent server are recorded as one-row batches named `agent:<idempotency key>`."""
+MAX_KEY_LENGTH = 200
+
+
+class AgentError(MusicGenError):
+    """A tool call refused or failed; its message is one line that names the field or the reason."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A priced paid call, not sent yet: what the consent question shows is what `send` sends."""
+
+    kind: str
+    """"v1", "v2" or "lyrics"."""
+    request: Any
+    estimate: int
+    credits_left: int | None
+    name: str | None
+    """The batch name that records it (None for lyrics: nothing to follow or resend)."""
+    replay: dict[str, Any] | None = None
+    """The first call's answer when this idempotency key was sent before: nothing is paid again."""
+
+    @property
+    def free(self) -> bool:
+        return self.replay is not None
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _problem_line(exc: RequestValidationError) -> str:
+    problems = getattr(exc, "problems", None) or []
+    return "; ".join(str(p) for p in problems) or _one_line(exc)
+
+
+class AgentDesk:
+    """The agent server's state: one client (with its journal, archive and library), a lifetime budget."""
+
+    def __init__(self, client: MusicClient, *, budget: int | None = None, library_path: str | Path | None = None):
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise AgentError(f"budget: must be a whole number of credits, 0 or more (got {budget!r})")
+        self.client = client
+        self.budget = budget
+        self._library_path = library_path
+        self._lock = threading.Lock()
+        self._committed = 0
+        """Estimated credits of the calls this server sent (and that may have been charged)."""
+        self._batches: dict[str, Batch] = {}
+        journal = client.journal
+        self.store: BatchStore = store_for(getattr(journal, "path", None) if journal is not None else None)
+
+    # -- money ---------------------------------------------------------------------------------------
+
+    @property
+    def free(self) -> bool:
+        """The embedded sandbox's demo key: nothing costs real credits, so nothing asks first."""
+        return self.client.settings.is_free
+
+    def spent(self) -> int:
+        """Estimated credits this server has spent: its single calls and its batches' rows."""
+        with self._lock:
+            batches = sum(b.spent_estimate for b in self._batches.values())
+            return self._committed + batches
+
+    def budget_left(self) -> int | None:
+        return None if self.budget is None else max(0, self.budget - self.spent())
+
+    def credits_left(self) -> int:
+        return self.client.key_info().key_music_counts
+
+    def refusal(self, plan: Plan, max_credits: int | None) -> str | None:
+        """Why this call may not be paid (budget, credits left, the caller's cap), or None."""
+        if plan.free:
+            return None
+        left = self.budget_left()
+        if left is not None and plan.estimate > left:
+            return (
+                f"budget: this server may spend {left} more credit(s) of its {self.budget}, and this call costs "
+                f"about {plan.estimate}; nothing was sent"
+            )
+        if plan.credits_left is not None and plan.estimate > plan.credits_left:
+            return (
+                f"credits: the key has {plan.credits_left} left and this call costs about {plan.estimate}; "
+                "nothing was sent"
+            )
+        if max_credits is not None and plan.estimate > max_credits:
+            return f"max_credits: this call costs about {plan.estimate}, more than max_credits={max_credits}"
+        return None
+
+    def question(self, plan: Plan) -> str:
+        """The consent question: what it costs, what is left, and what would be sent."""
+        left = "unknown" if plan.credits_left is None else str(plan.credits_left)
+        what = plan.request.to_payload()
+        shown = what.get("style") or what.get("prompt") or what.get("title") or what.get("action") or ""
+        words = f" ({_one_line(shown)[:80]})" if shown else ""
+        return f"Make {plan.kind} music{words}: about {plan.estimate} credits; {left} left; send?"
+
+    # -- planning ------------------------------------------------------------------------------------
+
+    def plan(self, kind: str, fields: Mapping[str, Any], idempotency_key: str | None = None) -> Plan:
+        """Validate (the request models: one line naming the field), price, and look the key up."""
+        values = {k: v for k, v in fields.items() if v is not None}
+        allow = self.client.settings.allow_unknown_models
+        try:
+            if kind == "v1":
+                request = build_generate_request(values, allow_unknown_models=allow)
+            elif kind == "v2":
+                request = build_v2_request(values, allow_unknown_models=allow)
+            else:
+                request = build_lyrics_request(values.get("prompt"))
+        except RequestValidationError as exc:
+            raise AgentError(_problem_line(exc)) from None
+        name = None
+        if kind != "lyrics":
+            name = NAME_PREFIX + (self._key(idempotency_key) if idempotency_key is not None else uuid.uuid4().hex)
+        replay = self._replay(name, request, kind == "v2") if idempotency_key is not None and name else None
+        estimate = costs.estimate_credits(request)
+        credits_left = None if replay is not None else self.credits_left()
+        return Plan(kind, request, estimate, credits_left, name, replay)
+
+    @staticmethod
+    def _key(key: str) -> str:
+        if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
+            raise AgentError(f"idempotency_key: 1 to {MAX_KEY_LENGTH} characters, not blank")
+        return key
+
+    def _replay(self, name: str, request: Any, v2: bool) -> dict[str, Any] | None:
+        """The first call's answer under this key, an error if the key was used for other parameters,
+        or None when it was never sent."""
+        row = self.store.rows(name).get(0)
+        if row is None:
+            return None
+        if row.request_hash != request_hash(request, v2):
+            raise AgentError("idempotency_key: already used with different parameters; use a new key for a new request")
+        if row.state in NEVER_SENT:
+            return None
+        if row.state == "sending" and row.owner_alive and not row.mine:
+            state, note = "unknown", f"being sent by process {row.owner_pid}"
+        elif row.state in ("sending", "unknown"):
+            state = "unknown"
+            note = "the first call with this key may have reached the service and its answer was lost; nothing was"
+            note += " sent again (see unfinished())"
+        else:
+            state, note = "replayed", "sent before with this idempotency key: the same songs, nothing paid again"
+        return {"task_ids": list(row.ids), "state": state, "note": note}
+
+    # -- sending -------------------------------------------------------------------------------------
+
+    def send(self, plan: Plan) -> dict[str, Any]:
+        """Send a planned v1/v2 call once, recorded under its name before it leaves; the ids at once."""
+        if plan.replay is not None:
+            return self._answer(plan, **plan.replay)
+        assert plan.name is not None
+        v2 = plan.kind == "v2"
+        digest = request_hash(plan.request, v2)
+        try:
+            self.store.open_batch(plan.name, [(digest, json.dumps(plan.request.to_payload()), v2)])
+        except ValueError:
+            raise AgentError("idempotency_key: already used with different parameters") from None
+        with self._lock:  # the budget is checked and taken in one step: two calls at once cannot both fit
+            left = None if self.budget is None else self.budget - self._committed - self._batch_spend()
+            if left is not None and plan.estimate > left:
+                raise AgentError(f"budget: {max(0, left)} credit(s) left of {self.budget}; nothing was sent")
+            if not self.store.claim(plan.name, 0, plan.estimate):
+                raise AgentError("idempotency_key: this call is being sent by another request; nothing was sent")
+            self._committed += plan.estimate
+        try:
+            if v2:
+                ids = [song.id for song in self.client.submit_v2(plan.request)]
+            else:
+                ids = list(self.client.generate(plan.request).ids)
+        except BaseException as exc:
+            landed = create_may_have_landed(exc) or not isinstance(exc, Exception)
+            state = "unknown" if landed else "rejected"
+            self.store.set_state(plan.name, 0, state, error=_one_line(exc)[:500])
+            if not landed:
+                with self._lock:
+                    self._committed -= plan.estimate
+            if isinstance(exc, Exception) and landed:
+                return self._answer(plan, [], "unknown", f"{_one_line(exc)}; nothing was sent again")
+            raise
+        self.store.set_state(plan.name, 0, "submitted", ids=ids)
+        return self._answer(plan, ids, "sent", "started: call wait_for_songs with these ids")
+
+    def _batch_spend(self) -> int:
+        return sum(b.spent_estimate for b in self._batches.values())
+
+    def _answer(self, plan: Plan, task_ids: list[str], state: str, note: str) -> dict[str, Any]:
+        return {
+            "task_ids": task_ids,
+            "credits_estimate": plan.estimate,
+            "attempt": plan.name,
+            "state": state,
+            "note": note,
+        }
+
+    def write_lyrics(self, plan: Plan) -> LyricsResult:
+        with self._lock:
+            left = None if self.budget is None else self.budget - self._committed - self._batch_spend()
+            if left is not None and plan.estimate > left:
+                raise AgentError(f"budget: {max(0, left)} credit(s) left of {self.budget}; nothing was sent")
+            self._committed += plan.estimate
+        try:
+            return self.client.lyrics(plan.request.prompt)
+        except Exception as exc:
+            if not create_may_have_landed(exc):
+                with self._lock:
+                    self._committed -= plan.estimate
+            raise
+
+    # -- batches -------------------------------------------------------------------------------------
+
+    def plan_batch(self, rows: list[Mapping[str, Any]], name: str) -> tuple[int, int | None]:
+        """Validate every row (nothing is sent if one is bad) and price the rows not sent before."""
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_KEY_LENGTH:
+            raise AgentError(f"name: 1 to {MAX_KEY_LENGTH} characters, not blank")
+        try:
+            validated = validate_rows(list(rows), allow_unknown_models=self.client.settings.allow_unknown_models)
+        except RequestValidationError as exc:
+            raise AgentError(f"rows: {_problem_line(exc)}") from None
+        except (BatchError, ValueError, TypeError) as exc:
+            raise AgentError(f"rows: {_one_line(exc)}") from None
+        stored = self.store.rows(name)
+        unsent = [r for r in validated if r.index not in stored or stored[r.index].state in NEVER_SENT]
+        return costs.estimate_total(r.request for r in unsent), self.credits_left()
+
+    def run_batch(self, rows: list[Mapping[str, Any]], name: str, budget: int | None, concurrency: int) -> Batch:
+        """Start a batch in its own thread (the engine: idempotent by name, budget, 429s); returns at once."""
+        left = self.budget_left()
+        caps = [b for b in (budget, left) if b is not None]
+        try:
+            batch = self.client.batch(
+                list(rows), name=name, budget=min(caps) if caps else None, concurrency=concurrency, wait=False
+            )
+        except BatchError as exc:
+            raise AgentError(_one_line(exc)) from None
+        with self._lock:
+            self._batches[name] = batch
+        return batch
+
+    def batch_status(self, name: str) -> dict[str, Any]:
+        """A batch this server started (live), or one recorded in the journal's batch tables."""
+        batch = self._batches.get(name)
+        if batch is not None:
+            return {"name": name, "running": not batch.done, "line": batch.progress_line(), **batch.summary()}
+        stored = self.store.rows(name)
+        if not stored:
+            raise AgentError(f"name: no batch {name!r} is known")
+        states: dict[str, int] = {}
+        for row in stored.values():
+            states[row.state] = states.get(row.state, 0) + 1
+        ids = [i for row in stored.values() for i in row.ids]
+        return {"name": name, "running": False, "rows": len(stored), "states": states, "ids": ids}
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def poll(self, tasks: TaskSet) -> list[Any]:
+        return self.client.poll(tasks)
+
+    def tasks_for(self, task_ids: Iterable[str]) -> TaskSet:
+        """A task set for ids, v2 songs recognised by the journal (a v2 id is queried on its own endpoint)."""
+        ids = list(dict.fromkeys(task_ids))
+        v2 = set(self._v2_ids(ids))
+        found = TaskSet()
+        found.add([i for i in ids if i not in v2])
+        found.add([i for i in ids if i in v2], v2=True)
+        known = self.client.journal.known(ids) if self.client.journal is not None else []
+        found.update([r for r in known if r is not None])
+        return found
+
+    def _v2_ids(self, ids: list[str]) -> list[str]:
+        journal = self.client.journal
+        if journal is None:
+            return []
+        from ..models.schema import V2Song
+
+        return [r.id for r in journal.known(ids) if isinstance(r, V2Song)]
+
+    def library(self) -> Library | None:
+        journal = self.client.journal
+        path = self._library_path or (getattr(journal, "path", None) if journal is not None else None)
+        if path is None or not Path(path).exists():
+            return None
+        return Library(path)
+
+    def views(self, records: Iterable[Any], ids: Iterable[str]) -> list[dict[str, Any]]:
+        """Each id as a plain dict, in the order asked; ids with no record yet are "queued"."""
+        by_id = {r.id: r for r in records}
+        library = self.library()
+        try:
+            return [song_view(by_id.get(i), i, library) for i in ids]
+        finally:
+            if library is not None:
+                library.close()
+
+    def search(self, text: str | None, favourite: bool | None, model: str | None, limit: int) -> list[dict[str, Any]]:
+        library = self.library()
+        if library is None:
+            return []
+        try:
+            songs = library.songs(text=text or None, favourite=favourite, model=model, limit=limit)
+            return [song_view(None, s.id, library, song=s) for s in songs]
+        finally:
+            library.close()
+
+    def account(self) -> dict[str, Any]:
+        info = self.client.key_info()
+        today = None
+        library = self.library()
+        if library is not None:
+            try:
+                day = dt.date.today().isoformat()
+                row = next((r for r in library.spend(by="day").rows if r["day"] == day), None)
+                today = {"calls": 0, "credits_estimated": 0} if row is None else {
+                    "calls": row["calls"], "credits_estimated": row["credits_estimated"]
+                }  # fmt: skip
+            finally:
+                library.close()
+        return {
+            "credits_left": info.key_music_counts,
+            "spent_today": today,
+            "server_spent_estimate": self.spent(),
+            "server_budget": self.budget,
+            "server_budget_left": self.budget_left(),
+            "sandbox": self.client.settings.is_embedded_sandbox,
+        }
+
+    def unfinished(self) -> dict[str, Any]:
+        found = self.client.unfinished()
+        running = [i for i in (*found.v1_ids, *found.v2_ids)]
+        return {
+            "running_task_ids": running,
+            "unknown_attempts": [
+                {"attempt": a.id, "endpoint": a.endpoint, "what": a.describe(), "note": _one_line(a.note or "")}
+                for a in found.unknown
+            ],
+            "note": "unknown attempts may have been charged: check the service before sending them again",
+        }

@@ -1,0 +1,448 @@
+"""The agent server: the notebook's client, journal, budget and library as MCP tools (the official SDK).
+
+Every paid tool prices its call first and asks the user through MCP elicitation ("about N credits; M
+left; send?"); a host that cannot ask needs `max_credits` ≥ the estimate. `--budget` caps what the
+server may spend in its lifetime. An `idempotency_key` records the call before it is sent, so the same
+key returns the first call's ids, after a restart too. Errors are one line naming the field; the key
+is taken out of every result and error; server text stays plain data.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+from mcp.server.elicitation import render_elicitation_schema
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import (
+    AudioContent,
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp_types.version import is_version_at_least
+from pydantic import BaseModel, Field
+
+from ..errors import MusicGenError
+from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
+from ..models.tasks import TaskSet
+from .desk import AgentDesk, AgentError, Plan
+from .songs import stage, state_of
+
+T = TypeVar("T")
+AUDIO_MAX_BYTES = 8 * 1024 * 1024
+"""Largest archived song `get_songs(include_audio=true)` returns as AudioContent (base64 grows it by a third)."""
+MAX_IDS = 50
+WAIT_MAX_S = 600.0
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+PAID = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+Ids = Annotated[list[str], Field(min_length=1, max_length=MAX_IDS, description="task ids (v1) or song ids (v2)")]
+Key = Annotated[
+    str | None,
+    Field(description="Makes this paid call safe to retry: the same key and parameters return the first call's ids"),
+]
+MaxCredits = Annotated[
+    int | None,
+    Field(ge=0, description="Consent to pay up to this many credits (needed when the host cannot ask the user)"),
+]
+
+
+CONSENT = "consent"
+INPUT_REQUIRED_VERSION = "2026-07-28"
+"""From this protocol revision a tool asks the user by returning `InputRequiredResult` (no mid-call request)."""
+
+
+def _digest(question: str) -> str:
+    return hashlib.sha256(question.encode()).hexdigest()
+
+
+class Consent(BaseModel):
+    """What the user answers to a paid call's question."""
+
+    send: bool = Field(description="Send this paid request")
+
+
+def instructions(desk: AgentDesk) -> str:
+    where = (
+        "This server runs on the embedded sandbox (no MUSICGEN_API_KEY): songs are synthesized locally and "
+        "cost nothing real."
+        if desk.client.settings.is_embedded_sandbox
+        else "This server uses the real music service: paid tools cost credits and ask the user first."
+    )
+    return (
+        f"{where} Make songs with generate_song (or generate_song_v2); it returns task ids at once. Then call "
+        "wait_for_songs with the ids (it returns the ones still running when its timeout passes: call it again). "
+        "Pass an idempotency_key to make a paid call safe to retry. account() tells credits and budget left; "
+        "unfinished() lists paid calls whose songs were not received."
+    )
+
+
+class AgentServer:
+    """The MCP server over one `AgentDesk`: tool wrappers that price, ask, send and redact."""
+
+    def __init__(self, desk: AgentDesk) -> None:
+        self.desk = desk
+        tools = [
+            self._tool(self.generate_song, PAID, v1_schema()),
+            self._tool(self.generate_song_v2, PAID, model_schema(V2Request)),
+            self._tool(self.write_lyrics, PAID, model_schema(LyricsRequest)),
+            self._tool(self.wait_for_songs, READ_ONLY),
+            self._tool(self.get_songs, READ_ONLY),
+            self._tool(self.search_library, READ_ONLY),
+            self._tool(self.account, READ_ONLY),
+            self._tool(self.run_batch, PAID),
+            self._tool(self.batch_status, READ_ONLY),
+            self._tool(self.unfinished, READ_ONLY),
+        ]
+        self.mcp = MCPServer("ipymusicgen", instructions=instructions(desk), tools=tools, log_level="WARNING")
+        self.mcp.resource("song://{task_id}", mime_type="application/json", description="A song's record")(
+            self.song_resource
+        )
+
+    @staticmethod
+    def _tool(fn: Callable[..., Any], annotations: ToolAnnotations, schema: dict[str, Any] | None = None) -> Tool:
+        tool = Tool.from_function(fn, annotations=annotations)
+        if schema is not None:  # the bounds of the spec, from the request models (validation also goes through them)
+            declared = tool.parameters.get("properties", {})
+            bounds = {name: _bounds(prop) for name, prop in schema["properties"].items()}
+            properties = {name: {**prop, **bounds.get(name, {})} for name, prop in declared.items()}
+            tool.parameters = {**tool.parameters, "properties": properties, "required": schema.get("required", [])}
+        return tool
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _clean(self, value: Any) -> Any:
+        """The key out of every string of a result (a hostile service may echo it back)."""
+        if isinstance(value, str):
+            return self.desk.client.redact(value)
+        if isinstance(value, dict):
+            return {k: self._clean(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._clean(v) for v in value]
+        return value
+
+    def _error(self, exc: BaseException) -> ToolError:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, MusicGenError) and not isinstance(exc, AgentError):
+            text = f"{type(exc).__name__}: {text}"
+        return ToolError(self.desk.client.redact(text)[:1000])
+
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        """Run a blocking desk call off the event loop; its failure becomes one redacted line."""
+        try:
+            return await anyio.to_thread.run_sync(call)
+        except (MusicGenError, ValueError, KeyError) as exc:
+            raise self._error(exc) from None
+
+    async def _consent(self, ctx: Context, plan: Plan, max_credits: int | None) -> str | InputRequiredResult | None:
+        """None when the call may be sent; why not (declined); or, on a 2026-07-28 connection, the question
+        to return (the client asks the user and calls again with the answer). Refusals raise."""
+        refusal = self.desk.refusal(plan, max_credits)
+        if refusal is not None:
+            raise ToolError(refusal)
+        if plan.free or self.desk.free:
+            return None
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            if max_credits is None or max_credits < plan.estimate:
+                raise ToolError(
+                    f"max_credits: this host cannot ask the user (no elicitation), so pass max_credits >= "
+                    f"{plan.estimate} to consent to about {plan.estimate} credits"
+                )
+            return None
+        question = self.desk.question(plan)
+        if ctx.protocol_version and is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
+            answer = self._answer_in_round(ctx, question)
+            if answer is None:  # ask (again): the answer must be to this very question
+                form = ElicitRequestFormParams(message=question, requested_schema=render_elicitation_schema(Consent))
+                return InputRequiredResult(
+                    input_requests={CONSENT: ElicitRequest(params=form)}, request_state=_digest(question)
+                )
+            action, send = answer
+        else:
+            elicited = await ctx.elicit(question, Consent)
+            action, send = elicited.action, elicited.action == "accept" and elicited.data.send
+        if action == "accept" and send:
+            return None
+        return f"the user {'cancelled' if action == 'cancel' else 'declined'}: nothing was sent"
+
+    @staticmethod
+    def _answer_in_round(ctx: Context, question: str) -> tuple[str, bool] | None:
+        """The user's answer carried by this round, if it answers `question` (the state holds its digest)."""
+        responses = ctx.input_responses or {}
+        answer = responses.get(CONSENT)
+        if not isinstance(answer, ElicitResult) or ctx.request_state != _digest(question):
+            return None
+        content = answer.content or {}
+        return answer.action, answer.action == "accept" and content.get("send") is True
+
+    async def _paid_song(
+        self, ctx: Context, kind: str, fields: dict[str, Any], key: str | None, cap: int | None
+    ) -> dict[str, Any] | InputRequiredResult:
+        plan = await self._blocking(lambda: self.desk.plan(kind, fields, key))
+        declined = await self._consent(ctx, plan, cap)
+        if isinstance(declined, InputRequiredResult):
+            return declined
+        if declined is not None:
+            answer = {"task_ids": [], "credits_estimate": plan.estimate, "attempt": None, "state": "declined"}
+            return self._clean({**answer, "note": declined})
+        return self._clean(await self._blocking(lambda: self.desk.send(plan)))
+
+    # -- paid tools ----------------------------------------------------------------------------------
+
+    async def generate_song(
+        self,
+        ctx: Context,
+        action: Annotated[str, Field(description=f"one of {', '.join(ACTIONS)}")] = "auto",
+        style: Annotated[str | None, Field(description="genre, mood, instruments (auto: the description)")] = None,
+        lyrics: Annotated[str | None, Field(description="lyrics, for custom and extend")] = None,
+        title: Annotated[str | None, Field(description="the song's title")] = None,
+        mv: Annotated[str | None, Field(description="model version, e.g. MFV2.0")] = None,
+        instrumental: Annotated[int | None, Field(description="1 for music without vocals")] = None,
+        gender: Annotated[str | None, Field(description="voice: male or female")] = None,
+        continue_song_id: Annotated[str | None, Field(description="song to extend or join")] = None,
+        continue_at: Annotated[float | None, Field(description="seconds into the song to continue from")] = None,
+        audio_url: Annotated[str | None, Field(description="an uploaded audio file (upload actions)")] = None,
+        singer_id: Annotated[str | None, Field(description="a singer id (artist_consistency)")] = None,
+        idempotency_key: Key = None,
+        max_credits: MaxCredits = None,
+    ) -> dict[str, Any] | InputRequiredResult:
+        """Start a song (v1 endpoint); returns {task_ids, credits_estimate, attempt} at once, without waiting.
+        Costs credits: the user is asked first."""
+        fields = {
+            "action": action, "style": style, "lyrics": lyrics, "title": title, "mv": mv,
+            "instrumental": instrumental, "gender": gender, "continue_song_id": continue_song_id,
+            "continue_at": continue_at, "audio_url": audio_url, "singer_id": singer_id,
+        }  # fmt: skip
+        return await self._paid_song(ctx, "v1", fields, idempotency_key, max_credits)
+
+    async def generate_song_v2(
+        self,
+        ctx: Context,
+        prompt: Annotated[str, Field(description="what the song should sound like")],
+        is_auto: Annotated[int, Field(description="1: from the prompt alone; 0: with your lyrics and title")] = 1,
+        model_version: Annotated[str, Field(description="v2 model, e.g. v4.5-plus")] = "v4.5-plus",
+        lyrics: Annotated[str | None, Field(description="lyrics (is_auto=0)")] = None,
+        title: Annotated[str | None, Field(description="the song's title (is_auto=0)")] = None,
+        instrumental: Annotated[int | None, Field(description="1 for music without vocals")] = None,
+        continue_song_id: Annotated[str | None, Field(description="song to extend")] = None,
+        continue_at: Annotated[int | None, Field(description="seconds into the song to continue from")] = None,
+        idempotency_key: Key = None,
+        max_credits: MaxCredits = None,
+    ) -> dict[str, Any] | InputRequiredResult:
+        """Start a song on the v2 endpoint; returns {task_ids, credits_estimate, attempt} at once.
+        Costs credits: the user is asked first."""
+        fields = {
+            "prompt": prompt, "is_auto": is_auto, "model_version": model_version, "lyrics": lyrics, "title": title,
+            "instrumental": instrumental, "continue_song_id": continue_song_id, "continue_at": continue_at,
+        }  # fmt: skip
+        return await self._paid_song(ctx, "v2", fields, idempotency_key, max_credits)
+
+    async def write_lyrics(
+        self,
+        ctx: Context,
+        prompt: Annotated[str, Field(description="what the lyrics are about")],
+        max_credits: MaxCredits = None,
+    ) -> dict[str, Any] | InputRequiredResult:
+        """Write lyrics from a prompt; returns {title, text}. Costs a credit: the user is asked first."""
+        plan = await self._blocking(lambda: self.desk.plan("lyrics", {"prompt": prompt}))
+        declined = await self._consent(ctx, plan, max_credits)
+        if isinstance(declined, InputRequiredResult):
+            return declined
+        if declined is not None:
+            return {"title": None, "text": None, "state": "declined", "note": declined}
+        result = await self._blocking(lambda: self.desk.write_lyrics(plan))
+        return self._clean({"title": result.title, "text": result.text, "state": "written"})
+
+    async def run_batch(
+        self,
+        ctx: Context,
+        rows: Annotated[
+            list[dict[str, Any]],
+            Field(min_length=1, max_length=500, description="one request per row (generate_song's fields)"),
+        ],
+        name: Annotated[str, Field(description="the batch's name: re-running it sends only rows never sent")],
+        budget: Annotated[int | None, Field(ge=0, description="credits this batch may spend")] = None,
+        concurrency: Annotated[int, Field(ge=1, le=10, description="rows in flight at once")] = 3,
+        max_credits: MaxCredits = None,
+    ) -> dict[str, Any] | InputRequiredResult:
+        """Start a batch of songs and return at once; batch_status(name) reports on it. Costs credits."""
+        estimate, left = await self._blocking(lambda: self.desk.plan_batch(rows, name))
+        if estimate:
+            plan = Plan("batch", _BatchWords(name, len(rows)), estimate, left, name)
+            declined = await self._consent(ctx, plan, max_credits)
+            if isinstance(declined, InputRequiredResult):
+                return declined
+            if declined is not None:
+                return {"name": name, "state": "declined", "note": declined, "credits_estimate": estimate}
+        batch = await self._blocking(lambda: self.desk.run_batch(rows, name, budget, concurrency))
+        status = {"name": batch.name, "state": "started", "credits_estimate": estimate}
+        return self._clean({**status, "line": batch.progress_line()})
+
+    # -- reading tools -------------------------------------------------------------------------------
+
+    async def wait_for_songs(
+        self,
+        ctx: Context,
+        task_ids: Ids,
+        timeout_s: Annotated[float, Field(ge=0, le=WAIT_MAX_S, description="seconds to wait at most")] = 50,
+    ) -> dict[str, Any]:
+        """Wait for songs, with a progress notification at each change (queued → writing → preview → ready).
+        When timeout_s passes first, the unfinished ones come back as still running (not an error)."""
+        ids = list(dict.fromkeys(task_ids))
+        tasks = await self._blocking(lambda: self.desk.tasks_for(ids))
+        interval = self.desk.client.settings.poll_interval_for(None)
+        deadline = anyio.current_time() + timeout_s
+        shown: dict[str, str] = {}
+        error = None
+        while True:
+            try:
+                await anyio.to_thread.run_sync(lambda: self.desk.poll(tasks))
+                error = None
+            except MusicGenError as exc:  # a failed read: try again next round, say so if it lasts
+                error = self.desk.client.redact(" ".join(str(exc).split()))[:300]
+            await self._progress(ctx, tasks, ids, shown)
+            left = deadline - anyio.current_time()
+            if tasks.all_finished or left <= 0:
+                break
+            await anyio.sleep(min(interval, left))
+        result = self._songs_result(tasks, ids)
+        if error:
+            result["last_error"] = error
+        return result
+
+    async def _progress(self, ctx: Context, tasks: TaskSet, ids: list[str], shown: dict[str, str]) -> None:
+        states = {i: state_of(tasks.get(i)) for i in ids}
+        changed = [i for i in ids if shown.get(i) != states[i]]
+        if not changed:
+            return
+        shown.update(states)
+        words = "; ".join(f"{i}: {states[i]}" for i in changed)
+        done = sum(stage(s) for s in states.values())
+        await ctx.report_progress(done, 3 * len(ids), self.desk.client.redact(words)[:500])
+
+    def _songs_result(self, tasks: TaskSet, ids: list[str]) -> dict[str, Any]:
+        records = [r for r in (tasks.get(i) for i in ids) if r is not None]
+        songs = self.desk.views(records, ids)
+        running = [s["id"] for s in songs if s["state"] not in ("ready", "failed")]
+        note = "all finished" if not running else "still running: call wait_for_songs again with these ids"
+        return self._clean({"songs": songs, "all_finished": not running, "still_running": running, "note": note})
+
+    async def get_songs(
+        self,
+        task_ids: Ids,
+        include_audio: Annotated[bool, Field(description="attach archived songs as audio (size-bounded)")] = False,
+    ) -> CallToolResult:
+        """The songs' current state, without waiting (one query)."""
+        ids = list(dict.fromkeys(task_ids))
+
+        def read() -> dict[str, Any]:
+            tasks = self.desk.tasks_for(ids)
+            self.desk.poll(tasks)
+            return self._songs_result(tasks, ids)
+
+        result = await self._blocking(read)
+        content: list[Any] = [TextContent(type="text", text=json.dumps(result, ensure_ascii=False))]
+        if include_audio:
+            for song in result["songs"]:
+                audio = _audio(song.get("archived_path"))
+                if audio is not None:
+                    content.append(audio)
+                elif song.get("archived_path"):
+                    song["audio_note"] = f"larger than {AUDIO_MAX_BYTES // (1024 * 1024)} MB: not attached"
+        return CallToolResult(content=content, structured_content=result)
+
+    async def search_library(
+        self,
+        text: Annotated[
+            str | None, Field(max_length=PROMPT_MAX * 10, description="words in title, style, lyrics")
+        ] = None,
+        favourite: Annotated[bool | None, Field(description="only favourites (true) or only others (false)")] = None,
+        model: Annotated[str | None, Field(description="only songs of this model")] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> dict[str, Any]:
+        """Search the library of every paid song (newest first)."""
+        songs = await self._blocking(lambda: self.desk.search(text, favourite, model, limit))
+        return self._clean({"songs": songs, "count": len(songs)})
+
+    async def account(self) -> dict[str, Any]:
+        """Credits left on the key, spend today, and the budget left for this server."""
+        return self._clean(await self._blocking(self.desk.account))
+
+    async def batch_status(self, name: Annotated[str, Field(description="the batch's name")]) -> dict[str, Any]:
+        """How a batch is doing: rows per state, its ids, its progress line."""
+        return self._clean(await self._blocking(lambda: self.desk.batch_status(name)))
+
+    async def unfinished(self) -> dict[str, Any]:
+        """What was paid for and not yet received: unknown attempts and songs still running (as resume())."""
+        return self._clean(await self._blocking(self.desk.unfinished))
+
+    async def song_resource(self, task_id: str) -> str:
+        """The record of one song as JSON (`song://{task_id}`)."""
+
+        def read() -> dict[str, Any]:
+            tasks = self.desk.tasks_for([task_id])
+            self.desk.poll(tasks)
+            return self._songs_result(tasks, [task_id])["songs"][0]
+
+        return json.dumps(await self._blocking(read), ensure_ascii=False)
+
+
+class _BatchWords:
+    """What a batch's consent question shows (its name and rows) where a single call shows its request."""
+
+    def __init__(self, name: str, rows: int) -> None:
+        self._payload = {"title": f"batch {name!r}, {rows} row(s)"}
+
+    def to_payload(self) -> dict[str, Any]:
+        return self._payload
+
+
+def _audio(path: str | None) -> AudioContent | None:
+    if not path:
+        return None
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size > AUDIO_MAX_BYTES:
+        return None
+    mime = "audio/mpeg" if file.suffix.lower() == ".mp3" else f"audio/{file.suffix.lower().lstrip('.') or 'mpeg'}"
+    return AudioContent(type="audio", data=base64.b64encode(file.read_bytes()).decode("ascii"), mime_type=mime)
+
+
+def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
+    """A model field's schema without its own title and default (the tool's parameter keeps its own)."""
+    return {k: v for k, v in prop.items() if k not in ("title", "default", "description")}
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A request model's JSON schema (every bound of the spec)."""
+    return model.model_json_schema()
+
+
+def v1_schema() -> dict[str, Any]:
+    """The v1 fields of every action's shape, each with its bounds; `action` names the shape."""
+    properties: dict[str, Any] = {}
+    for shape in V1_SHAPES.values():
+        for name, prop in shape.model_json_schema()["properties"].items():
+            properties.setdefault(name, prop)
+    properties["action"] = {"type": "string", "enum": list(ACTIONS), "default": "auto"}
+    return {"properties": properties, "required": []}
+
+
+def build_server(desk: AgentDesk) -> MCPServer:
+    return AgentServer(desk).mcp
+
+
+Transport = Literal["stdio", "streamable-http"]
