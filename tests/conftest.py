@@ -27,6 +27,7 @@ SLOW_MODULES = frozenset(
         "test_browser_marimo",
         "test_browser_marimo_library",
         "test_kill_resume",
+        "test_mcp_transports",
         "test_notebooks",
         "test_setup_script",
         "test_widgets_cards_browser",

@@ -274,7 +274,8 @@ class AgentDesk:
         """A batch this server started (live), or one recorded in the journal's batch tables."""
         batch = self._batches.get(name)
         if batch is not None:
-            return {"name": name, "running": not batch.done, "line": batch.progress_line(), **batch.summary()}
+            summary = {"name": name, "running": not batch.done, "line": batch.progress_line(), "ids": batch.ids}
+            return {**summary, **batch.summary()}
         stored = self.store.rows(name)
         if not stored:
             raise AgentError(f"name: no batch {name!r} is known")

@@ -163,7 +163,7 @@ class AgentServer:
                     f"{plan.estimate} to consent to about {plan.estimate} credits"
                 )
             return None
-        question = self.desk.question(plan)
+        question = self.desk.client.redact(self.desk.question(plan))
         if ctx.protocol_version and is_version_at_least(ctx.protocol_version, INPUT_REQUIRED_VERSION):
             answer = self._answer_in_round(ctx, question)
             if answer is None:  # ask (again): the answer must be to this very question

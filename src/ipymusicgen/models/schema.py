@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    Strict,
     TypeAdapter,
     ValidationInfo,
     field_validator,
@@ -104,7 +105,8 @@ def _flag(value: Any) -> Any:
     return value
 
 
-Flag = Annotated[int, BeforeValidator(_flag), Field(ge=0, le=1, strict=True)]
+Flag = Annotated[int, Strict(), Field(ge=0, le=1), BeforeValidator(_flag)]
+"""0 or 1 (True/False too); in this order the JSON schema says minimum 0, maximum 1 (agents read it)."""
 Instrumental = Flag
 Title = Annotated[str, Field(max_length=TITLE_MAX)]
 Gender = Literal["male", "female", ""]
