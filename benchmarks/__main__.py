@@ -32,6 +32,7 @@ TITLES = {
     10: "batches: wall vs ideal, duplicates, lost ids, CPU per row",
     11: "library: waveform speed, search 10,000 vs 100, archive vs download",
     12: "front end in JupyterLab: 1,000-task watcher drawn, studio validation round trip",
+    13: "agent server: get_songs round trip vs the same client.tasks call direct",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -58,6 +59,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_batch import run
     elif number == 12:
         from .bench_frontend import run
+    elif number == 13:
+        from .bench_mcp import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)

@@ -227,3 +227,15 @@ def test_a_server_killed_mid_wait_comes_back_with_the_same_songs_paid_once(
     assert again["state"] == "replayed" and again["task_ids"] == first_ids
     assert service.request_counts()[GENERATE] == 1  # one paid call across both lives
     assert waited["all_finished"] and {s["title"] for s in waited["songs"]} == {"Ferry"}
+
+
+def test_the_demo_script_drives_the_server_with_the_sdks_client(tmp_path: Path) -> None:
+    env = server_env(None, tmp_path)
+    env.update(MUSICGEN_SANDBOX_STAGE_SECONDS="0.2", MUSICGEN_SANDBOX_SONG_SECONDS="4")
+    script = Path(__file__).resolve().parents[1] / "docs" / "agent_demo.py"
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "generate_song, generate_song_v2" in done.stdout and "(about 3 credits, sent)" in done.stdout
+    assert done.stdout.count("  ready: ") == 2 and "credits left:" in done.stdout

@@ -28,7 +28,10 @@ def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = 8000, budg
     listen = f" on http://{host}:{port}/mcp" if http else " on stdio"
     print(f"ipymusicgen agent server{listen}: {where}, {cap}", file=sys.stderr, flush=True)
     server = build_server(desk)
-    if http:
-        server.run("streamable-http", host=host, port=port)
-    else:
-        server.run("stdio")
+    try:
+        if http:
+            server.run("streamable-http", host=host, port=port)
+        else:
+            server.run("stdio")
+    finally:
+        desk.close()

@@ -8,8 +8,10 @@ and the archive keep what comes back. Every method is blocking; the server runs 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import sqlite3
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
@@ -23,7 +25,7 @@ from ..client.responses import create_may_have_landed
 from ..errors import MusicGenError, RequestValidationError
 from ..library import Library
 from ..models import costs
-from ..models.schema import LyricsResult, build_generate_request, build_lyrics_request, build_v2_request
+from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
 from .songs import song_view
@@ -78,6 +80,7 @@ class AgentDesk:
         self._committed = 0
         """Estimated credits of the calls this server sent (and that may have been charged)."""
         self._batches: dict[str, Batch] = {}
+        self._library: Library | None = None
         journal = client.journal
         self.store: BatchStore = store_for(getattr(journal, "path", None) if journal is not None else None)
 
@@ -291,64 +294,59 @@ class AgentDesk:
         return self.client.poll(tasks)
 
     def tasks_for(self, task_ids: Iterable[str]) -> TaskSet:
-        """A task set for ids, v2 songs recognised by the journal (a v2 id is queried on its own endpoint)."""
+        """A task set for ids, seeded with what the journal knows (a v2 id is queried on its own endpoint,
+        and its title outlives the v2 query's blanks)."""
         ids = list(dict.fromkeys(task_ids))
-        v2 = set(self._v2_ids(ids))
+        journal = self.client.journal
+        known = [r for r in journal.known(ids) if r is not None] if journal is not None else []
+        v2 = {r.id for r in known if isinstance(r, V2Song)}
         found = TaskSet()
         found.add([i for i in ids if i not in v2])
         found.add([i for i in ids if i in v2], v2=True)
-        known = self.client.journal.known(ids) if self.client.journal is not None else []
-        found.update([r for r in known if r is not None])
+        found.update(known)
         return found
 
-    def _v2_ids(self, ids: list[str]) -> list[str]:
-        journal = self.client.journal
-        if journal is None:
-            return []
-        from ..models.schema import V2Song
-
-        return [r.id for r in journal.known(ids) if isinstance(r, V2Song)]
-
     def library(self) -> Library | None:
-        journal = self.client.journal
-        path = self._library_path or (getattr(journal, "path", None) if journal is not None else None)
-        if path is None or not Path(path).exists():
-            return None
-        return Library(path)
+        """The library over the client's journal, opened once (None until the journal file exists)."""
+        with self._lock:
+            if self._library is None:
+                journal = self.client.journal
+                path = self._library_path or (getattr(journal, "path", None) if journal is not None else None)
+                if path is not None and Path(path).exists():
+                    self._library = Library(path)
+            return self._library
 
     def views(self, records: Iterable[Any], ids: Iterable[str]) -> list[dict[str, Any]]:
         """Each id as a plain dict, in the order asked; ids with no record yet are "queued"."""
         by_id = {r.id: r for r in records}
         library = self.library()
-        try:
-            return [song_view(by_id.get(i), i, library) for i in ids]
-        finally:
-            if library is not None:
-                library.close()
+        return [song_view(by_id.get(i), i, library) for i in ids]
 
     def search(self, text: str | None, favourite: bool | None, model: str | None, limit: int) -> list[dict[str, Any]]:
         library = self.library()
         if library is None:
             return []
-        try:
-            songs = library.songs(text=text or None, favourite=favourite, model=model, limit=limit)
-            return [song_view(None, s.id, library, song=s) for s in songs]
-        finally:
-            library.close()
+        with contextlib.suppress(sqlite3.OperationalError):  # another process holds the file: search what is indexed
+            library.store.sync()  # songs this server learnt of since it opened
+        songs = library.songs(text=text or None, favourite=favourite, model=model, limit=limit)
+        return [song_view(None, s.id, library, song=s) for s in songs]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._library is not None:
+                self._library.close()
+                self._library = None
 
     def account(self) -> dict[str, Any]:
         info = self.client.key_info()
         today = None
         library = self.library()
         if library is not None:
-            try:
-                day = dt.date.today().isoformat()
-                row = next((r for r in library.spend(by="day").rows if r["day"] == day), None)
-                today = {"calls": 0, "credits_estimated": 0} if row is None else {
-                    "calls": row["calls"], "credits_estimated": row["credits_estimated"]
-                }  # fmt: skip
-            finally:
-                library.close()
+            day = dt.date.today().isoformat()
+            row = next((r for r in library.spend(by="day").rows if r["day"] == day), None)
+            today = {"calls": 0, "credits_estimated": 0} if row is None else {
+                "calls": row["calls"], "credits_estimated": row["credits_estimated"]
+            }  # fmt: skip
         return {
             "credits_left": info.key_music_counts,
             "spent_today": today,
