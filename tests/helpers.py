@@ -30,6 +30,22 @@ class ManualClock:
         self.advance(count * self.stage + 0.01)
 
 
+class FakeSleep:
+    """A client's sleep that records each wait and rests only a moment (the sandbox's clock still moves on)."""
+
+    def __init__(self, rest: float = 0.02) -> None:
+        self.waits: list[float] = []
+        self.rest = rest
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        time.sleep(min(seconds, self.rest))
+
+    @property
+    def total(self) -> float:
+        return sum(self.waits)
+
+
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
     """Poll a condition with a generous bound (never a timed assertion: only a hang fails it)."""
     deadline = time.monotonic() + timeout

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import FakeSleep
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import (
@@ -63,14 +64,21 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 
 @pytest.fixture
-def make_client(sandbox: Sandbox, journal: Journal) -> Iterator[Callable[..., MusicClient]]:
-    """Clients on the sandbox with the test's journal and a short timeout; closed after the test."""
+def sleeps() -> FakeSleep:
+    """The retry and backoff waits of the test's clients, recorded instead of slept."""
+    return FakeSleep()
+
+
+@pytest.fixture
+def make_client(sandbox: Sandbox, journal: Journal, sleeps: FakeSleep) -> Iterator[Callable[..., MusicClient]]:
+    """Clients on the sandbox with the test's journal, a short timeout and a fake clock; closed after the test."""
     made: list[MusicClient] = []
 
     def factory(**kwargs: Any) -> MusicClient:
         kwargs.setdefault("timeout", CLIENT_TIMEOUT)
         kwargs.setdefault("max_retries", 2)
         client = sandbox.client(journal=journal, **kwargs)
+        client.sleep = sleeps
         made.append(client)
         return client
 
@@ -127,7 +135,12 @@ READ_FAULTS = {
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("kind", list(READ_FAULTS))
 def test_a_single_read_retries_through_the_fault(
-    sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal, kind: str, v2: bool
+    sandbox: Sandbox,
+    make_client: Callable[..., MusicClient],
+    journal: Journal,
+    sleeps: FakeSleep,
+    kind: str,
+    v2: bool,
 ) -> None:
     client = make_client()
     ids = submit(client, v2)
@@ -141,6 +154,10 @@ def test_a_single_read_retries_through_the_fault(
         assert sorted(r.id for r in records) == sorted(ids)
     assert fired(sandbox, armed) == armed
     assert sandbox.request_counts()[path] == armed + 1  # every fault was one request; then one that worked
+    retries = [w for w in sleeps.waits if w > 0]
+    assert len(retries) >= armed  # one recorded wait before each retry, none slept
+    if kind == "rate_limit":
+        assert all(w >= 1.0 for w in retries[:armed])  # at least what Retry-After: 1 asked
     assert set(journal_states(journal, [r.id for r in records]).values()) <= {"processing", "preview", "complete"}
 
 
@@ -184,16 +201,18 @@ def test_wait_polls_through_faults_beyond_the_retries(
 
 
 def test_wait_gives_up_at_its_deadline_naming_the_last_error(
-    sandbox: Sandbox, make_client: Callable[..., MusicClient]
+    sandbox: Sandbox, make_client: Callable[..., MusicClient], sleeps: FakeSleep
 ) -> None:
     client = make_client(max_retries=0)
     ids = submit(client, v2=False)
     armed = inject(sandbox, f"server_error:count=1000:path={TASKS_PATH}")
-    with pytest.raises(MusicGenError, match=r"still unfinished after 2 s.*last poll failed.*HTTP 500") as info:
-        client.wait(ids, timeout=2, interval=0.1)
+    with pytest.raises(MusicGenError, match=r"still unfinished after 0.5 s.*last poll failed.*HTTP 500") as info:
+        client.wait(ids, timeout=0.5, interval=0.1)
     assert sorted(info.value.pending) == sorted(ids)  # type: ignore[attr-defined]
     used = fired(sandbox, armed)
-    assert 1 <= used <= 10  # backed off: a handful of polls in 2 s, not a busy loop
+    assert used >= 2 and len(sleeps.waits) >= used - 1  # a recorded wait between polls: never a busy loop
+    failing = [w for w in sleeps.waits if w > 0]
+    assert failing[1] > failing[0] and max(failing) >= 4 * 0.1  # backed off: each failed poll waits longer
 
 
 def test_wait_does_not_poll_through_a_refused_key(sandbox: Sandbox, make_client: Callable[..., MusicClient]) -> None:

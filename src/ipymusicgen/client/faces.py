@@ -7,7 +7,7 @@ The faces differ only in how they send and sleep: the sync face drives flows wit
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -66,6 +66,8 @@ class MusicClient(_Core):
     def __init__(self, api_key: str | None = None, *, http_client: httpx.Client | None = None, **kwargs: Any) -> None:
         super().__init__(api_key, **kwargs)
         self._http = http_client or httpx.Client(timeout=self._timeout(), transport=bounded_transport())
+        self.sleep: Callable[[float], object] = time.sleep
+        """How the client waits between retries and polls (a test gives it a fake clock)."""
 
     def _exchange(self, step: Send) -> httpx.Response:
         """Send without following redirects (even if the http client would) and read the body within bounds.
@@ -89,7 +91,7 @@ class MusicClient(_Core):
             while True:
                 try:
                     if isinstance(step, Sleep):
-                        time.sleep(step.seconds)
+                        self.sleep(step.seconds)
                         outcome: Any = None
                     else:
                         outcome = self._exchange(step)
@@ -230,6 +232,8 @@ class AsyncMusicClient(_Core):
     ) -> None:
         super().__init__(api_key, **kwargs)
         self._http = http_client or httpx.AsyncClient(timeout=self._timeout())
+        self.sleep: Callable[[float], Awaitable[object]] = _async_sleep
+        """How the client waits between retries and polls (a test gives it a fake clock)."""
 
     async def _read(self, request: httpx.Request, deadline: float) -> httpx.Response:
         response = await self._http.send(request, stream=True, follow_redirects=False)
@@ -252,7 +256,7 @@ class AsyncMusicClient(_Core):
             while True:
                 try:
                     if isinstance(step, Sleep):
-                        await _async_sleep(step.seconds)
+                        await self.sleep(step.seconds)
                         outcome: Any = None
                     else:
                         outcome = await self._exchange(step)

@@ -91,8 +91,9 @@ def is_transient(exc: BaseException) -> bool:
 def wait_timeout_error(tasks: TaskSet, timeout: float, last_error: BaseException | None = None) -> WaitTimeoutError:
     v1, v2 = tasks.unfinished()
     problem = f" The last poll failed: {last_error}" if last_error is not None else ""
+    seconds = f"{timeout:.2f}".rstrip("0").rstrip(".")  # 0.5 s stays 0.5, not 0; 3600 stays 3600
     return WaitTimeoutError(
-        f"{len(v1) + len(v2)} task(s) still unfinished after {timeout:.0f} s; they go on server-side: wait again "
+        f"{len(v1) + len(v2)} task(s) still unfinished after {seconds} s; they go on server-side: wait again "
         f"or resume later.{problem}",
         pending=v1 + v2,
     )
