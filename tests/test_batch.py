@@ -334,9 +334,8 @@ def test_async_batch_rides_out_429s_too(sandbox: Sandbox, store: BatchStore) -> 
 @pytest.mark.parametrize(("status", "doubtful"), [(598, True), (507, True), (530, True), (500, True), (501, False)])
 def test_a_batch_row_is_in_doubt_exactly_when_the_client_journals_it_unknown(status: int, doubtful: bool) -> None:
     """One rule for both: any 5xx but 501/505 may have been carried out (a proxy's 598 after forwarding)."""
-    from ipymusicgen.batch.engine import _is_doubtful
-    from ipymusicgen.client.responses import is_doubtful
+    from ipymusicgen.client.responses import create_may_have_landed, is_doubtful
     from ipymusicgen.errors import InternalServerError
 
     error = InternalServerError(f"HTTP {status}", response=None, body=None, status_code=status)
-    assert _is_doubtful(error) is doubtful is is_doubtful(status)
+    assert create_may_have_landed(error) is doubtful is is_doubtful(status)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ipymusicgen import MusicClient
+from ipymusicgen.config import Settings
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage import migrations
 from ipymusicgen.storage.batches import BatchStore
@@ -74,6 +75,7 @@ def test_rerunning_the_old_journals_finished_batch_by_name_sends_nothing(old_jou
         with MusicClient(
             "real-looking-key", base_url=service.base_url, v2_base_url=service.v2_base_url,
             journal=Journal(old_journal), archive=False,
+            settings=Settings.from_env().with_changes(poll_interval=0.05),  # its ids are unknown here: read briefly
         ) as client:  # fmt: skip
             batch = client.batch(rows, name="fixture-batch", stall_timeout=30)
         assert service.request_counts().get("/v1/music/generate", 0) == 0
