@@ -62,6 +62,15 @@ def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
 
 
 @pytest.fixture
+def short_locks(monkeypatch: pytest.MonkeyPatch) -> float:
+    """A journal lock held by "another kernel" is waited for 0.5 s, not 10: the same path, taken sooner."""
+    from ipymusicgen.storage import db
+
+    monkeypatch.setattr(db, "DEFAULT_BUSY_TIMEOUT", 0.5)
+    return 0.5
+
+
+@pytest.fixture
 def client(sandbox: Sandbox) -> Iterator[MusicClient]:
     """A `MusicClient` for the sandbox, with a short timeout and the default read retries."""
     with sandbox.client(max_retries=2, timeout=10) as music_client:

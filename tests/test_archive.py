@@ -181,7 +181,7 @@ def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
     with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"mg-live-key-for-test": 20}) as server:
         session.configure(api_key="mg-live-key-for-test", base_url=server.base_url, v2_base_url=server.v2_base_url,
-                          journal_path=str(tmp_path / "journal.sqlite3"))  # fmt: skip
+                          journal_path=str(tmp_path / "journal.sqlite3"), poll_interval=0.05)  # fmt: skip
         try:
             client = session.get_client()
             server.set_faults("server_error:count=2:path=/files")
@@ -197,7 +197,7 @@ def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pyte
             opened.close()
         finally:
             session.shutdown()
-            session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None)
+            session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None, poll_interval=None)
 
 
 def test_a_process_that_archived_and_exits_leaves_only_the_journal_file(tmp_path: Path) -> None:

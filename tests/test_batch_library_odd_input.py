@@ -169,7 +169,7 @@ def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_ru
 
 
 def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its_ids(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, short_locks: float
 ) -> None:
     """Another kernel holds the journal (BEGIN EXCLUSIVE) as a create is answered: the batch neither raises a
     sqlite3 error nor loses the row's ids; the row's state reaches the file once the lock is let go."""
@@ -210,7 +210,7 @@ def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its
 
 
 def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and_says_why_a_choice_waits(
-    sandbox: Sandbox, tmp_path: Path
+    sandbox: Sandbox, tmp_path: Path, short_locks: float
 ) -> None:
     import sqlite3
     import warnings

@@ -291,7 +291,8 @@ def test_drip_fed_headers_are_bounded_too(face: str) -> None:
         else:
 
             async def read() -> None:
-                async with async_client_for(server, timeout=1.0) as client:
+                quick_connect = Settings.from_env().with_changes(connect_timeout=0.5)  # its bound adds the connect
+                async with async_client_for(server, timeout=1.0, settings=quick_connect) as client:
                     await client.tasks(["t1"])
 
             with pytest.raises(APITimeoutError):

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 USE_THE_SESSION = """
 import json, os, sys, tempfile
 from pathlib import Path
@@ -70,6 +72,7 @@ def test_a_process_using_the_session_leaves_no_temp_folder_and_no_user_journal(t
     assert sorted(p.name for p in private_tmp.iterdir()) == []  # exit removes the rest (journal, archived songs)
 
 
+@pytest.mark.slow  # starts a kernel
 def test_a_kernel_that_shuts_down_leaves_no_sandbox_temp_folder(tmp_path: Path) -> None:
     """As when a notebook is run with nbclient or a kernel is restarted: `%musicgen` in sandbox mode, then shutdown."""
     from jupyter_client.manager import KernelManager

@@ -69,6 +69,7 @@ def test_the_wheel_ships_types_front_end_files_and_the_demo_notebooks(wheel: Pat
     assert not any("/downloads/" in n or "checkpoint" in n for n in names), "no stray files from the tree"
 
 
+@pytest.mark.slow  # executes a notebook in a kernel
 def test_demo_from_an_installed_wheel_says_where_everything_went(wheel: Path, tmp_path: Path) -> None:
     """The demo as a newcomer runs it after `pip install .`: from another folder, not the checkout, on the sandbox.
 

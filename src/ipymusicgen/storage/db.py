@@ -38,11 +38,18 @@ def make_private(path: Path) -> None:
                 os.chmod(candidate, PRIVATE_FILE)
 
 
-def open_db(path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sqlite3.Connection:
+def busy_timeout_or_default(busy_timeout: float | None) -> float:
+    """Seconds a writer waits for another's lock: the given one, else `DEFAULT_BUSY_TIMEOUT` (read when asked,
+    so a test can shorten every wait at once)."""
+    return DEFAULT_BUSY_TIMEOUT if busy_timeout is None else busy_timeout
+
+
+def open_db(path: str | Path, *, busy_timeout: float | None = None) -> sqlite3.Connection:
     """A connection to the journal's file, set up the one way every user of the file needs.
 
     Raises `JournalVersionError` (the file untouched) when a newer version wrote it.
     """
+    busy_timeout = busy_timeout_or_default(busy_timeout)
     path = Path(path)
     make_private(path)
     db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)

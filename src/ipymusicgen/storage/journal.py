@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalUnavailableError, JournalWriteWarning
 from ..lifecycle import at_exit
-from .db import DEFAULT_BUSY_TIMEOUT, open_db, write_transaction
+from .db import busy_timeout_or_default, open_db, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
@@ -228,9 +228,9 @@ def _close_at_exit() -> None:
 class Journal:
     """Thread-safe, process-safe journal of paid requests and their tasks."""
 
-    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+    def __init__(self, path: str | Path | None = None, *, busy_timeout: float | None = None) -> None:
         self.path = Path(path) if path else default_journal_path()
-        self.busy_timeout = busy_timeout
+        self.busy_timeout = busy_timeout = busy_timeout_or_default(busy_timeout)
         self._lock = threading.RLock()
         self._backlog: list[_Unwritten] = []
         self._warned_episode = False
