@@ -14,6 +14,7 @@ from ipymusicgen.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
+    from notebook_runs import NotebookRuns
     from playwright.sync_api import Browser
 
 
@@ -34,7 +35,7 @@ SLOW_MODULES = frozenset(
     }
 )
 """Whole modules of kernels, browsers, notebooks, kill tests and setup runs: `pytest -m "not slow"` skips them."""
-SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server"})
+SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server", "notebook_runs"})
 """Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
 
 
@@ -59,6 +60,16 @@ def sandbox(sandbox_server: Sandbox) -> Iterator[Sandbox]:
     sandbox_server.reset()
     yield sandbox_server
     sandbox_server.reset()
+
+
+@pytest.fixture(scope="session")
+def notebook_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NotebookRuns]:
+    """Every demo notebook, executed once per test run with the canary key on a keyed sandbox (see notebook_runs)."""
+    from notebook_runs import CANARY, NotebookRuns
+
+    with Sandbox(stage_seconds=0.3, song_seconds=4, keys={CANARY: 100_000}, faults="") as service:
+        assert service.api_key == CANARY
+        yield NotebookRuns(service, tmp_path_factory.mktemp("notebooks"))
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
-"""Every demo notebook runs top to bottom in a real kernel against the embedded sandbox, and checks itself.
+"""Every demo notebook runs top to bottom in a real kernel with a key on a keyed sandbox, and checks itself.
 
 A notebook that only runs proves little, so each ends in a cell tagged `check` that asserts what the
 notebook showed (songs complete, audio URLs, a valid MP3 on disk); here we make sure that cell ran
 and printed its OK line, that no cell errored except those tagged `raises-exception` (which must
 show the one-line UsageError they are there to teach), and that the watchers' players were rendered.
-Executed copies are kept in artifacts/notebooks/ to look at when something fails.
+Each notebook is executed once per test run (`notebook_runs`, shared with the key-leak search of
+`test_security`). Executed copies are kept in artifacts/notebooks/ to look at when something fails.
 """
 
 from __future__ import annotations
@@ -12,42 +13,18 @@ from __future__ import annotations
 import base64
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from jupyter_utils import ARTIFACTS, NOTEBOOK_NAMES, notebook_path, sandbox_env
-from nbclient import NotebookClient
+from jupyter_utils import NOTEBOOK_NAMES, notebook_path
+from notebook_runs import NotebookRuns
 
-from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.session import SANDBOX_NOTICE
+from ipymusicgen.storage.journal import Journal
 
-CELL_TIMEOUT = 180
-"""Seconds per cell: a kernel start or a wait on a slow shared machine, never a real song."""
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
-
-def execute(
-    name: str, workdir: Path, env: dict[str, str] | None = None, saved_as: str | None = None
-) -> nbformat.NotebookNode:
-    """Run the notebook in `workdir` (downloads land there); the executed copy is saved even if a cell fails."""
-    notebook = nbformat.read(notebook_path(name), as_version=4)
-    client = NotebookClient(
-        notebook,
-        timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        store_widget_state=True,
-        resources={"metadata": {"path": str(workdir)}},
-    )
-    out = ARTIFACTS / "notebooks"
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        client.execute(env=env or sandbox_env(), cwd=str(workdir))
-    finally:
-        nbformat.write(notebook, str(out / f"{saved_as or name}.ipynb"))
-    return notebook
 
 
 def code_cells(notebook: nbformat.NotebookNode) -> list[Any]:
@@ -71,28 +48,9 @@ def widget_models(notebook: nbformat.NotebookNode) -> dict[str, Any]:
     return state.get("state", {})
 
 
-Executed = dict[str, tuple[nbformat.NotebookNode, Path]]
-
-
-@pytest.fixture(scope="module")
-def executed() -> Executed:
-    """The notebooks run so far in this module: each runs once, whichever tests ask for it first."""
-    return {}
-
-
-def run(name: str, cache: Executed, tmp: pytest.TempPathFactory) -> tuple[nbformat.NotebookNode, Path]:
-    """The executed notebook and its working directory."""
-    if name not in cache:
-        workdir = tmp.mktemp(name)
-        cache[name] = (execute(name, workdir), workdir)
-    return cache[name]
-
-
 @pytest.mark.parametrize("name", NOTEBOOK_NAMES)
-def test_notebook_runs_and_checks_itself(
-    name: str, executed: Executed, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    notebook, _workdir = run(name, executed, tmp_path_factory)
+def test_notebook_runs_and_checks_itself(name: str, notebook_runs: NotebookRuns) -> None:
+    notebook = notebook_runs[name].notebook
     cells = code_cells(notebook)
     assert all(cell.execution_count for cell in cells), "every code cell ran"
     for cell in cells:
@@ -115,16 +73,15 @@ def test_notebook_is_committed_without_outputs(name: str) -> None:
     assert "widgets" not in notebook.metadata, "no stored widget state"
 
 
-def test_quickstart_shows_players_and_saves_an_mp3(
-    executed: Executed, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_quickstart_shows_players_and_saves_an_mp3(notebook_runs: NotebookRuns) -> None:
     """The watcher's players play the finished songs the notebook printed, and the download is on disk.
 
     Deterministic under load: `%%musicgen --wait` keeps its cell running until the watcher has shown the
     final files, so every widget message is sent while a cell runs (nbclient keeps only those) and the
     saved state is the final one; nothing here depends on how fast the machine is.
     """
-    notebook, workdir = run("quickstart", executed, tmp_path_factory)
+    run = notebook_runs["quickstart"]
+    notebook, workdir = run.notebook, run.workdir
     models = widget_models(notebook)
     printed = next(cell for cell in code_cells(notebook) if "for song in songs:" in cell.source)
     final_urls = sorted(set(re.findall(r"(http://127\.0\.0\.1:\d+/files/\S+?\.mp3)", stream_text(printed))))
@@ -186,18 +143,15 @@ def _widget_views(cell: Any) -> list[str]:
 
 
 def test_quickstart_with_a_key_goes_where_the_settings_point_and_makes_one_song_pair(
-    sandbox: Sandbox, tmp_path: Path
+    notebook_runs: NotebookRuns,
 ) -> None:
     """With MUSICGEN_API_KEY and the hosts set (as for the real, paid service), no embedded sandbox is
     started, every request goes to the configured service, and the quickstart makes exactly one song request.
     """
-    env = sandbox_env(**sandbox.env(), MUSICGEN_JOURNAL=str(tmp_path / "journal.sqlite3"))
-    credits = sandbox.credits()
-    notebook = execute("quickstart", tmp_path, env=env, saved_as="quickstart-with-key")
-    outputs = "".join(stream_text(cell) for cell in code_cells(notebook))
+    run = notebook_runs["quickstart"]
+    outputs = "".join(stream_text(cell) for cell in code_cells(run.notebook))
     assert SANDBOX_NOTICE not in outputs and "quickstart OK" in outputs
-    printed = next(cell for cell in code_cells(notebook) if "for song in songs:" in cell.source)
-    assert stream_text(printed).count(f"{sandbox.base_url}/files/") == 2
-    assert sandbox.request_counts()["/v1/music/generate"] == 1
-    assert 0 < credits - sandbox.credits() <= 3, "one request's worth of credits"
-    assert (tmp_path / "journal.sqlite3").is_file()
+    printed = next(cell for cell in code_cells(run.notebook) if "for song in songs:" in cell.source)
+    assert stream_text(printed).count(f"{notebook_runs.service.base_url}/files/") == 2
+    with Journal(run.journal) as journal:
+        assert [a.endpoint for a in journal.attempts() if "lyric" not in a.endpoint] == ["generate"]

@@ -29,7 +29,9 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from nbclient import NotebookClient
+from jupyter_utils import NOTEBOOK_NAMES
+from notebook_runs import CANARY as NOTEBOOK_CANARY
+from notebook_runs import NotebookRuns
 
 from ipymusicgen import session
 from ipymusicgen.client.faces import MusicClient
@@ -40,12 +42,10 @@ from ipymusicgen.notebook.magics import KeyReport, Lyrics, Table, mask_key, reco
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets import GenerateForm, KeyInfoPanel, TaskCard, TaskWatcher, V2Form, studio
 
-CANARY = "canary-" + secrets.token_hex(16)
+CANARY = NOTEBOOK_CANARY
 NEEDLES = (CANARY, CANARY[7:19], CANARY[-12:])
 """The key, and pieces of it long enough to prove a partial leak (a masked key shows only 4 characters)."""
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 WAIT = 60.0
-CELL_TIMEOUT = 240
 SLOW = "slow:seconds=3"
 """Longer than the 1 s timeout of the error-path client."""
 LOGGERS = ("httpx", "httpcore", "ipymusicgen", "asyncio", "")
@@ -438,49 +438,26 @@ def test_client_errors_never_carry_the_canary(
     assert_clean(evidence, journal_path)
 
 
-def notebook_env(sandbox: Sandbox, journal: Path) -> dict[str, str]:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
-    env.update(sandbox.env())
-    env.update({"MUSICGEN_JOURNAL": str(journal), "MUSICGEN_POLL_INTERVAL": "0.25"})
-    return env
-
-
-@pytest.mark.slow  # starts a kernel per notebook
-def test_notebooks_never_show_the_canary(canary: Sandbox, tmp_path: Path) -> None:
-    """Every demo notebook, run with the canary as the key; the executed JSON (widget state included) is searched."""
-    notebooks = sorted(NOTEBOOKS.glob("*.ipynb"))
-    assert notebooks, f"no notebooks in {NOTEBOOKS}: nothing was checked"
+def test_notebooks_never_show_the_canary(notebook_runs: NotebookRuns) -> None:
+    """Every demo notebook, run with the canary as the key (once per test run, shared with test_notebooks);
+    the executed JSON, its widget state and the notebook's journal are searched."""
+    assert notebook_runs.key == CANARY
     evidence = Evidence()
     journals = []
-    for path in notebooks:
-        notebook = nbformat.read(path, as_version=4)
-        workdir = tmp_path / path.stem
-        workdir.mkdir()
-        # Each notebook is a fresh user: its own journal and data folder (a library's spend counts its own calls).
-        journals.append(workdir / "journal.sqlite3")
-        env = {**notebook_env(canary, journals[-1]), "XDG_DATA_HOME": str(workdir / "data")}
-        assert env["MUSICGEN_API_KEY"] == CANARY
-        client = NotebookClient(
-            notebook,
-            timeout=CELL_TIMEOUT,
-            kernel_name="python3",
-            store_widget_state=True,
-            resources={"metadata": {"path": str(workdir)}},
-        )
-        client.execute(env=env, cwd=str(workdir))
-        text = nbformat.writes(notebook)
-        assert any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), path.name
-        evidence.add(f"notebook {path.name}", text)
-        evidence.add(f"notebook {path.name} widgets", json.dumps(notebook.metadata.get("widgets", {})))
-    counts = canary.request_counts()  # the notebooks really used the canary key
-    assert counts.get("/v1/get_api_key_info", 0) >= 1 and counts.get("/v1/music/generate", 0) >= len(notebooks)
+    for name in NOTEBOOK_NAMES:
+        run = notebook_runs[name]
+        text = nbformat.writes(run.notebook)
+        assert any(cell.get("outputs") for cell in run.notebook.cells if cell.cell_type == "code"), name
+        evidence.add(f"notebook {name}", text)
+        evidence.add(f"notebook {name} widgets", json.dumps(run.notebook.metadata.get("widgets", {})))
+        journals.append(run.journal)
+    counts = notebook_runs.service.request_counts()  # the notebooks really used the canary key
+    assert counts.get("/v1/get_api_key_info", 0) >= 1 and counts.get("/v1/music/generate", 0) >= len(journals)
     for journal in journals[:-1]:
         assert journal.exists(), f"no journal at {journal}: nothing of it was checked"
         for file in journal.parent.glob(journal.name + "*"):
             evidence.add(f"journal {journal.parent.name}/{file.name}", file.read_bytes())
-    assert_clean(evidence, journals[-1], minimum=3 * len(notebooks))  # each notebook's JSON, widgets and journal
+    assert_clean(evidence, journals[-1], minimum=3 * len(journals))  # each notebook's JSON, widgets and journal
 
 
 # ---------------------------------------------------------------------------------------------------
