@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ipymusicgen import MusicClient
 from ipymusicgen.batch.engine import Batch, run_batch, run_batch_async
 from ipymusicgen.sandbox import Sandbox
@@ -31,6 +33,7 @@ def test_a_v2_rows_title_and_lyrics_survive_to_the_finished_record(client: Music
     assert batch.rows[1].state == "complete"
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 def test_the_async_face_keeps_them_too(sandbox: Sandbox) -> None:
     async def scenario() -> Batch:
         async with sandbox.async_client() as client:

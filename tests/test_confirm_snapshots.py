@@ -45,6 +45,7 @@ def form_on(client: MusicClient, namespace: dict[str, Any]) -> BatchForm:
     return form
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 def test_the_batch_tab_sends_the_rows_it_priced_not_what_the_variable_became(
     client: MusicClient, paid: Sandbox
 ) -> None:

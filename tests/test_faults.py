@@ -132,6 +132,7 @@ READ_FAULTS = {
 }
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("kind", list(READ_FAULTS))
 def test_a_single_read_retries_through_the_fault(
@@ -182,6 +183,7 @@ WAIT_FAULTS = {kind: spec.replace("count=2", "count=1") for kind, spec in READ_F
 WAIT_FAULTS["malformed"] = "malformed:count=1"
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 @pytest.mark.parametrize("kind", list(WAIT_FAULTS))
 def test_wait_polls_through_faults_beyond_the_retries(
     sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal, kind: str
@@ -200,6 +202,7 @@ def test_wait_polls_through_faults_beyond_the_retries(
     TALLY["recovered"] += len(records)
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 def test_wait_gives_up_at_its_deadline_naming_the_last_error(
     sandbox: Sandbox, make_client: Callable[..., MusicClient]
 ) -> None:
@@ -241,6 +244,7 @@ CREATE_FAULTS: dict[str, tuple[type[Exception], str, bool]] = {
 }
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("kind", list(CREATE_FAULTS))
 def test_a_create_under_a_fault_is_sent_once_and_journalled(
@@ -332,6 +336,7 @@ def poll_until_done(watcher: TaskWatcher) -> list[str | None]:
     return errors
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 @pytest.mark.parametrize("kind", list(WATCHER_FAULTS))
 def test_watcher_shows_read_faults_and_completes(
     sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal, kind: str
@@ -357,6 +362,7 @@ def test_watcher_shows_read_faults_and_completes(
         watcher.close()
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 def test_watcher_thread_backs_off_and_finishes(
     sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.studio import Studio, studio
 
@@ -221,6 +223,7 @@ def test_task_tables_keep_one_line_per_song_without_control_codes() -> None:
     assert len(shown.splitlines()) == 4  # caption, header, two rows
 
 
+@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 def test_the_batch_tab_asks_to_confirm_with_a_real_key_and_the_browser_cannot_skip_it() -> None:
     from ipymusicgen.widgets.batch import BatchForm
 
