@@ -270,6 +270,10 @@ def test_a_call_without_a_key_is_journalled_and_its_songs_listed_until_received(
         ("generate_song_v2", {"prompt": "x" * (PROMPT_MAX + 1)}, "prompt"),
         ("generate_song", {"style": "x", "idempotency_key": "  "}, "idempotency_key"),
         ("run_batch", {"rows": [{"style": "ok"}, {"action": "custom", "title": "y" * 99}], "name": "b"}, "title"),
+        ("wait_for_songs", {"task_ids": ["a"], "timeout_s": 601}, "timeout_s"),
+        ("get_songs", {"task_ids": []}, "task_ids"),
+        ("generate_song", {"style": "x", "max_credits": -1}, "max_credits"),
+        ("search_library", {"limit": 0}, "limit"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field_and_nothing_is_sent(

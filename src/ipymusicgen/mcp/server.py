@@ -32,7 +32,7 @@ from mcp.types import (
     ToolAnnotations,
 )
 from mcp_types.version import is_version_at_least
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import MusicGenError
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
@@ -90,6 +90,23 @@ def instructions(desk: AgentDesk) -> str:
     )
 
 
+class _MusicServer(MCPServer):
+    """The SDK's server, with its argument errors told in one line that names the field."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ValidationError):
+                raise
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in error['loc']) or 'arguments'}: {error['msg']}"
+                for error in cause.errors(include_url=False)
+            )
+            raise ToolError(f"Error executing tool {name}: {problems}") from None
+
+
 class AgentServer:
     """The MCP server over one `AgentDesk`: tool wrappers that price, ask, send and redact."""
 
@@ -107,7 +124,7 @@ class AgentServer:
             self._tool(self.batch_status, READ_ONLY),
             self._tool(self.unfinished, READ_ONLY),
         ]
-        self.mcp = MCPServer("ipymusicgen", instructions=instructions(desk), tools=tools, log_level="WARNING")
+        self.mcp = _MusicServer("ipymusicgen", instructions=instructions(desk), tools=tools, log_level="WARNING")
         self.mcp.resource("song://{task_id}", mime_type="application/json", description="A song's record")(
             self.song_resource
         )
