@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,7 @@ from ipymusicgen import MusicClient
 from ipymusicgen.sandbox import Sandbox
 
 if TYPE_CHECKING:
+    from hostile_server import Handler, HostileServer
     from IPython.core.interactiveshell import InteractiveShell
     from notebook_runs import NotebookRuns
     from playwright.sync_api import Browser
@@ -70,6 +71,24 @@ def notebook_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Notebook
     with Sandbox(stage_seconds=0.3, song_seconds=4, keys={CANARY: 100_000}, faults="") as service:
         assert service.api_key == CANARY
         yield NotebookRuns(service, tmp_path_factory.mktemp("notebooks"))
+
+
+@pytest.fixture
+def hostile_server() -> Iterator[Callable[[Handler], HostileServer]]:
+    """Start hostile HTTP servers on 127.0.0.1 that answer as the test's handler says (`hostile_server.py`);
+    each is stopped after the test."""
+    from hostile_server import HostileServer
+
+    started: list[HostileServer] = []
+
+    def start(handler: Handler) -> HostileServer:
+        server = HostileServer(handler).__enter__()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.__exit__(None, None, None)
 
 
 @pytest.fixture

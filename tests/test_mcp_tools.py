@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from helpers import ManualClock, wait_until
+from hostile_server import respond
 from mcp import types
 from mcp.client import Client
 
@@ -373,3 +374,37 @@ def test_the_key_never_appears_in_results_progress_or_errors(
     for text in texts:
         assert KEY not in text
     assert any("***" in text or "…" in text for text in texts)
+
+
+def test_a_service_that_echoes_the_key_never_gets_it_into_a_tool_result(
+    hostile_server: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A hostile service answers with the key in titles, fail reasons, key names and 422 messages."""
+
+    def echo(request: Any, sock: Any) -> None:
+        key = request.headers.get("x-api-key", "")
+        if request.path == "/v1/get_api_key_info":
+            data = {"key_name": key, "key_music_counts": 50, "key_status": 1}
+            respond(sock, 200, {"status": 200, "message": "ok", "data": data})
+        elif request.path == "/v1/music/generate":
+            detail = [{"loc": ["body", "style"], "msg": f"bad style for {key}", "type": "x", "input": key}]
+            respond(sock, 422, {"detail": detail})
+        else:
+            song = {"id": "t1", "status": 3, "title": f"Song of {key}", "fail_reason": f"key {key} refused"}
+            respond(sock, 200, [song])
+
+    server = hostile_server(echo)
+    settings = Settings.from_env().with_changes(
+        api_key=KEY, base_url=server.url, v2_base_url=server.url, journal_path=tmp_path / "j.sqlite3", max_retries=0
+    )
+    with build_client(settings, archive=False) as client:
+        desk = AgentDesk(client)
+        texts = [
+            call(desk, "generate_song", {"style": "x", "max_credits": 10}).content[0].text,
+            call(desk, "get_songs", {"task_ids": ["t1"]}).content[0].text,
+            call(desk, "account", {}).content[0].text,
+        ]
+        desk.close()
+    assert "Song of ***" in texts[1] and "UnprocessableEntityError" in texts[0]
+    for text in texts:
+        assert KEY not in text
