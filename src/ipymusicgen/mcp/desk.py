@@ -128,7 +128,8 @@ class AgentDesk:
         what = plan.request.to_payload()
         shown = what.get("style") or what.get("prompt") or what.get("title") or what.get("action") or ""
         words = f" ({_one_line(shown)[:80]})" if shown else ""
-        return f"Make {plan.kind} music{words}: about {plan.estimate} credits; {left} left; send?"
+        doing = {"v1": "Make songs", "v2": "Make songs (v2)", "lyrics": "Write lyrics", "batch": "Run"}[plan.kind]
+        return f"{doing}{words}: about {plan.estimate} credits; {left} left; send?"
 
     # -- planning ------------------------------------------------------------------------------------
 
