@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("models",),
     ("client",),
     ("storage",),
-    ("batch", "archive", "library", "sandbox"),
+    ("batch", "archive", "library", "lab", "sandbox"),
     ("app",),
     ("session",),
     ("notebook", "widgets"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import html
+import numbers
 import re
 import sqlite3
 import time
@@ -19,15 +20,20 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .lifecycle import at_exit
 from .storage.journal import JournalWriteWarning
 from .storage.library import LibraryStore, unpack_peaks
 
+if TYPE_CHECKING:
+    from .lab.ratings import Leaderboard
+
 SPEND_BY = ("day", "model", "batch")
 PAID_OUTCOMES = ("submitted", "unknown")
 """Attempts that may have cost credits (rejected ones did not; pending ones are being sent)."""
+ORDERS = ("newest", "rating")
+LEADERBOARD_BY = ("model", "style", "batch", "song")
 _STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
 _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.UNICODE)
 """A word as FTS5's unicode61 tokenizer sees it: combining accents stay in the word (it folds them away)."""
@@ -65,6 +71,8 @@ class LibrarySong:
     cover_path: str | None = None
     archive_error: str | None = None
     peaks: list[list[float]] = field(default_factory=list, repr=False)
+    stars: int | None = None
+    """The song's rating, 1 to 5 (`Library.rate`), or None."""
 
     @property
     def archived(self) -> Path | None:
@@ -103,6 +111,26 @@ class SongList(list[LibrarySong]):
             for s in self
         )
         return f"<table class='ipymusicgen-library-table'>{head}{rows}</table>"
+
+
+class Comparisons(list[dict[str, Any]]):
+    """The votes between songs: a list of dicts, a small table in notebooks, a DataFrame on request."""
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self, columns=["winner", "loser", "blind", "voted_at", "winner_title", "loser_title"])
+
+    def __repr__(self) -> str:
+        if not self:
+            return "Comparisons([])  # no votes yet"
+        lines = [f"{len(self)} vote(s):"]
+        for vote in self:
+            how = "blind" if vote["blind"] else "open"
+            winner = (vote["winner_title"] or vote["winner"])[:30]
+            loser = (vote["loser_title"] or vote["loser"])[:30]
+            lines.append(f"  {winner!r} over {loser!r} ({how})")
+        return "\n".join(lines)
 
 
 @dataclass
@@ -196,7 +224,7 @@ _SELECT = """
 SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url, t.cover_url, t.song_id,
        t.fail_reason, l.lyrics, l.prompt, l.model, l.action, l.batch, l.duration_s, l.parent_id,
        l.favourite, l.kept, l.note, l.archive_path, l.archive_size, l.wav_path, l.cover_path, l.archive_error,
-       l.peaks,
+       l.peaks, (SELECT r.stars FROM ratings r WHERE r.id = t.id) AS stars,
        (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
 FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
 """
@@ -214,6 +242,7 @@ def _song(row: Any) -> LibrarySong:
         parent_id=row["parent_id"], favourite=bool(row["favourite"]), kept=bool(row["kept"]), note=row["note"],
         archive_path=row["archive_path"], archive_size=row["archive_size"], wav_path=row["wav_path"],
         cover_path=row["cover_path"], archive_error=row["archive_error"], peaks=unpack_peaks(row["peaks"]),
+        stars=row["stars"],
     )  # fmt: skip
 
 
@@ -290,17 +319,22 @@ class Library:
         batch: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        order: str = "newest",
     ) -> SongList:
-        """Songs newest first (in the order the journal learnt of them).
+        """Songs newest first (in the order the journal learnt of them), or best rated first (`order="rating"`).
 
         `text` is searched in title, style, lyrics and prompt (every word, as a prefix);
         `since` is a timestamp, datetime, date, timedelta, ISO text or "7d"/"12h"."""
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)} (got {order!r})")
         where, params = self._where(text, state, favourite, since, model, batch)
         page = [_whole(limit, "limit"), _whole(offset, "offset")]
+        rowid = "library_fts.rowid" if text else "t.rowid"
+        by = f"{rowid} DESC" if order == "newest" else f"COALESCE(stars, 0) DESC, {rowid} DESC"
         if text:  # newest first straight from the full-text index (its rowids are the journal's)
-            sql = f"{_SELECT_TEXT} WHERE {where} ORDER BY library_fts.rowid DESC LIMIT ? OFFSET ?"
+            sql = f"{_SELECT_TEXT} WHERE {where} ORDER BY {by} LIMIT ? OFFSET ?"
         else:
-            sql = f"{_SELECT} WHERE {where} ORDER BY t.rowid DESC LIMIT ? OFFSET ?"
+            sql = f"{_SELECT} WHERE {where} ORDER BY {by} LIMIT ? OFFSET ?"
         return SongList(_song(r) for r in self.store.query(sql, [*params, *page]))
 
     def count(self, text: str | None = None, state: str | None = None, favourite: bool | None = None,
@@ -350,6 +384,57 @@ class Library:
         song = self.song(task_id)
         for other in self.takes(task_id):
             self.store.set_field(other.id, "kept", 1 if other.id == song.id else 0)
+
+    def rate(self, task_id: str, stars: int | None) -> None:
+        """Give a song 1 to 5 stars (None takes the rating away); kept in the journal file."""
+        if stars is not None and (
+            isinstance(stars, bool) or not isinstance(stars, numbers.Integral) or not 1 <= stars <= 5
+        ):
+            raise ValueError(f"stars must be a whole number from 1 to 5, or None (got {stars!r})")
+        self.store.rate(task_id, None if stars is None else int(stars))
+
+    def vote(self, winner: str, loser: str, *, blind: bool = True) -> None:
+        """Record that `winner` was preferred to `loser` (in a blind comparison unless `blind=False`)."""
+        if winner == loser:
+            raise ValueError("a vote needs two different songs")
+        self.store.vote(winner, loser, blind=blind)
+
+    def compare_results(self, *, blind: bool | None = None) -> Comparisons:
+        """Every vote, oldest first, with both songs' titles: `blind=True` keeps only blind ones."""
+        sql = (
+            "SELECT c.winner, c.loser, c.blind, c.voted_at, w.title AS winner_title, l.title AS loser_title"
+            " FROM comparisons c LEFT JOIN tasks w ON w.id = c.winner LEFT JOIN tasks l ON l.id = c.loser"
+        )
+        params: list[Any] = []
+        if blind is not None:
+            sql += " WHERE c.blind = ?"
+            params.append(1 if blind else 0)
+        rows = self.store.query(sql + " ORDER BY c.voted_at, c.id", params)
+        return Comparisons([dict(r) | {"blind": bool(r["blind"])} for r in rows])
+
+    def leaderboard(self, by: str = "model", *, blind_only: bool = False) -> Leaderboard:
+        """Rank models, styles, batches or songs from the pairwise votes (openskill's Plackett-Luce), with the
+        uncertainty (`sigma`) and the number of votes; `rating` is mu - 3 sigma, so few votes rank low."""
+        from .lab.ratings import Vote, leaderboard
+
+        if by not in LEADERBOARD_BY:
+            raise ValueError(f"by must be one of {', '.join(LEADERBOARD_BY)} (got {by!r})")
+        votes = [
+            Vote(r["winner"], r["loser"], r["blind"], r["voted_at"])
+            for r in self.compare_results(blind=True if blind_only else None)
+        ]
+        ids = sorted({v.winner for v in votes} | {v.loser for v in votes})
+        groups: dict[str, str] = {}
+        if ids:
+            column = {"model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id"}[by]
+            marks = ",".join("?" * len(ids))
+            rows = self.store.query(
+                f"SELECT t.id, {column} AS g FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
+                f" WHERE t.id IN ({marks})",
+                ids,
+            )
+            groups = {r["id"]: (r["g"] or "(none)") for r in rows}
+        return leaderboard(by, votes, lambda task_id: groups.get(task_id, "(none)"))
 
     def takes(self, task_id: str) -> SongList:
         """Every song the same paid call made (this one included), in take order."""

@@ -184,6 +184,41 @@ class LibraryStore:
                 "Try again in a moment."
             ) from None
 
+    def rate(self, task_id: str, stars: int | None) -> None:
+        """A song's stars (None removes them)."""
+        try:
+            with self.write() as db:
+                if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
+                    raise KeyError(task_id)
+                if stars is None:
+                    db.execute("DELETE FROM ratings WHERE id = ?", (task_id,))
+                else:
+                    db.execute(
+                        "INSERT INTO ratings (id, stars, rated_at) VALUES (?, ?, ?) ON CONFLICT(id) DO UPDATE"
+                        " SET stars = excluded.stars, rated_at = excluded.rated_at",
+                        (task_id, stars, time.time()),
+                    )
+        except sqlite3.OperationalError as exc:
+            raise LibraryWriteError(
+                f"The rating of {task_id} was not saved: the journal {self.path} cannot be written now ({exc})."
+            ) from None
+
+    def vote(self, winner: str, loser: str, *, blind: bool) -> None:
+        """One pairwise vote: `winner` was preferred to `loser`."""
+        try:
+            with self.write() as db:
+                for task_id in (winner, loser):
+                    if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
+                        raise KeyError(task_id)
+                db.execute(
+                    "INSERT INTO comparisons (winner, loser, blind, voted_at) VALUES (?, ?, ?, ?)",
+                    (winner, loser, 1 if blind else 0, time.time()),
+                )
+        except sqlite3.OperationalError as exc:
+            raise LibraryWriteError(
+                f"The vote was not saved: the journal {self.path} cannot be written now ({exc})."
+            ) from None
+
     # -- the archive ---------------------------------------------------------------------------------
 
     def archived(

@@ -178,6 +178,28 @@ def m006_batch_runs(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m007_ratings(db: sqlite3.Connection) -> None:
+    """The listening lab: a song's stars (1 to 5), and pairwise votes between songs, blind or not, in time order."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS ratings (
+            id TEXT PRIMARY KEY,
+            stars INTEGER NOT NULL CHECK (stars BETWEEN 1 AND 5),
+            rated_at REAL NOT NULL
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS comparisons (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            winner TEXT NOT NULL,
+            loser TEXT NOT NULL,
+            blind INTEGER NOT NULL DEFAULT 1,
+            voted_at REAL NOT NULL,
+            CHECK (winner != loser)
+        )"""
+    )
+
+
 LATEST = len(MIGRATIONS)
 
 
