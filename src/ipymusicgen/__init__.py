@@ -41,7 +41,7 @@ from .errors import (
 )
 from .models.schema import TaskRecord, V2Song
 from .models.tasks import TaskState
-from .session import library, waveform  # named like modules: bound after they load, so the functions win
+from .session import grid, library, waveform  # named like modules: bound after they load, so the functions win
 from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ __all__ = [
     "__version__",
     "get_async_client",
     "get_client",
+    "grid",
     "library",
     "load_ipython_extension",
     "studio",

@@ -25,6 +25,7 @@ from .lifecycle import at_exit
 from .storage.journal import Journal
 
 if TYPE_CHECKING:
+    from .lab.grid import Grid
     from .sandbox import Sandbox
 
 SANDBOX_NOTICE = "sandbox mode: songs are synthesized locally; set MUSICGEN_API_KEY for the real service"
@@ -180,6 +181,21 @@ def library(journal_path: str | Path | None = None) -> Library:
     opened = Library(get_journal().path)
     retry_archives()
     return opened
+
+
+def grid(
+    base: dict[str, Any] | None = None,
+    *,
+    repeat: int = 1,
+    name: str | None = None,
+    client: MusicClient | None = None,
+    **axes: Any,
+) -> Grid:
+    """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
+    "MFV3.0"], repeat=2)`. Shows each cell's estimate and the total; `.run()` sends it as one named batch."""
+    from .lab.grid import Grid
+
+    return Grid(client or get_client(), base, axes, repeat=repeat, name=name)
 
 
 def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> Any:

@@ -67,3 +67,52 @@ def rows_from_variable(name: str, namespace: Mapping[str, Any]) -> Any:
     if isinstance(value, list | tuple) and all(isinstance(v, Mapping) or hasattr(v, "to_payload") for v in value):
         return list(value)
     raise UsageError(f"--from {name}: expected a DataFrame or a list of dicts, not {type(value).__name__}")
+
+
+def parse_grid(text: str, namespace: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """A grid cell's `field: value` lines: values joined by `|` make an axis, one value is a base field.
+
+    action: auto
+    style: lo-fi | jazz | {third_style}
+    mv: MFV2.0 | MFV3.0
+
+    Values are text (the request models turn "1" into 1 where a number is meant); `{var}` is expanded.
+    """
+    from .interpolate import expand
+
+    base: dict[str, Any] = {}
+    axes: dict[str, list[str]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        field, colon, value = line.partition(":")
+        field = field.strip()
+        if not colon or not field.isidentifier():
+            raise UsageError(f"line {number}: write `field: value` or `field: one | two` (got {line!r})")
+        if field in base or field in axes:
+            raise UsageError(f"line {number}: {field} is given twice")
+        values = [_typed(field, expand(part.strip(), namespace)) for part in value.split("|")]
+        if any(not part for part in values):
+            raise UsageError(f"line {number}: {field} has an empty value")
+        if len(values) > 1:
+            axes[field] = values
+        else:
+            base[field] = values[0]
+    if not axes:
+        raise UsageError("a grid needs at least one axis: a line like `style: lo-fi | jazz`")
+    return base, axes
+
+
+NUMBER_FIELDS = frozenset({"instrumental", "is_auto", "continue_at"})
+"""Grid fields whose text means a number (the request models then check it like any other value)."""
+
+
+def _typed(field: str, text: str) -> Any:
+    if field not in NUMBER_FIELDS or not text:
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text  # the models name the field and say what it takes
+    return int(number) if number.is_integer() and "." not in text else number

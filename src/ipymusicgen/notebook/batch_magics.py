@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -20,7 +21,7 @@ from IPython.display import display
 from .. import session
 from ..errors import MusicGenError
 from .args import one_line, unregister_magics
-from .batch_lines import parse_lines, rows_from_variable
+from .batch_lines import parse_grid, parse_lines, rows_from_variable
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -68,20 +69,65 @@ class BatchMagics(Magics):
             requests = parse_lines(cell or "", self.shell)
         from ..batch.engine import run_batch
 
+        def start(client: Any, on_update: Any) -> Batch:
+            return run_batch(
+                client, requests, name=args.name, concurrency=args.concurrency, budget=args.budget, wait=False,
+                on_update=on_update,
+            )  # fmt: skip
+
+        batch = self._start(start, args)
+        if args.out:
+            self.shell.user_ns[args.out] = batch
+        self._finish(batch, args)
+        return batch if cell is None else None
+
+    @no_var_expand
+    @line_cell_magic
+    @magic_arguments()
+    @argument("--name", help="the grid's batch name: re-running with it sends only rows never sent")
+    @argument("--repeat", type=int, default=1, help="takes of each cell (default 1)")
+    @argument("--concurrency", type=int, default=3, help="rows in flight at once (default 3)")
+    @argument("--budget", type=int, default=None, help="most credits the grid may spend")
+    @argument("--no-watch", action="store_true", help="no song cards (the progress view still shows)")
+    @argument("--wait", action="store_true", help="block until every row is done")
+    @argument("-o", "--out", metavar="VAR", help="keep the Grid in this variable (default: _grid)")
+    def musicgen_grid(self, line: str, cell: str | None = None) -> None:
+        """A prompt grid: every combination of the `|` choices, each `--repeat` times, as one named batch.
+
+        %%musicgen_grid --repeat 2 --budget 40
+        action: auto
+        style: lo-fi | jazz | folk
+        mv: MFV2.0 | MFV3.0
+
+        The plan shows each cell's estimate and the total first; the budget and the credits left are checked
+        as for any batch, then it runs. Re-running the cell sends nothing twice. `_grid.to_pandas()` gives the
+        results (cell, take, ids, state, stars).
+        """
+        try:
+            args = parse_argstring(self.musicgen_grid, line)
+        except ValueError as exc:
+            raise UsageError(f"%%musicgen_grid: {one_line(exc)} (close the quote you opened)") from None
+        base, axes = parse_grid(cell or "", self.shell.user_ns)
+        try:
+            plan = session.grid(base, repeat=args.repeat, name=args.name, **axes)
+        except MusicGenError as exc:
+            raise UsageError(one_line(exc)) from None
+        display(plan)
+        self.shell.user_ns[args.out or "_grid"] = plan
+        batch = self._start(
+            lambda _client, on_update: plan.run(budget=args.budget, concurrency=args.concurrency, on_update=on_update),
+            args,
+        )
+        self._finish(batch, args)
+
+    def _start(self, run: Callable[[Any, Any], Batch], args: Any) -> Batch:
+        """Start a batch in the background with its progress view and song cards shown; errors as UsageError."""
         view = None
         try:
             client = session.get_client()
             watcher = None if args.no_watch else _watcher(client)
             view = _view(watcher)
-            batch = run_batch(
-                client,
-                requests,
-                name=args.name,
-                concurrency=args.concurrency,
-                budget=args.budget,
-                wait=False,
-                on_update=view.update if view is not None else None,
-            )
+            batch = run(client, view.update if view is not None else None)
         except MusicGenError as exc:
             raise UsageError(one_line(exc)) from None
         if view is not None:
@@ -89,14 +135,15 @@ class BatchMagics(Magics):
             display(view)
         if watcher is not None:
             display(watcher)
-        if args.out:
-            self.shell.user_ns[args.out] = batch
+        return batch
+
+    @staticmethod
+    def _finish(batch: Batch, args: Any) -> None:
         if args.wait:
             printer = ProgressLines()
             batch.add_listener(printer)
             batch.wait()
             printer(batch)  # the final line, unless the listener printed it already
-        return batch if cell is None else None
 
 
 class ProgressLines:

@@ -1,0 +1,176 @@
+"""Prompt grids: the cross product of a few choices (styles × models, say), each cell made `repeat` times.
+
+A grid is a plan first: its cells, each priced (`models.costs`), and the total, checked like any batch
+before anything is sent. `run()` sends it as ONE named batch (the engine: idempotent by name, a budget,
+429 back-off), so running it again sends nothing twice. `to_pandas()` gives a row per cell and take
+with its parameters, ids, state and stars.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..batch.engine import Batch, BatchError, validate_rows
+from ..models import costs
+
+if TYPE_CHECKING:
+    from ..client.faces import MusicClient
+    from ..library import Library
+
+MAX_CELLS = 200
+"""More rows than this in one grid is a typo (a list of 1,000 styles), refused before anything is priced."""
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One row of the grid: the axis values that make it, which take it is, and the whole request."""
+
+    index: int
+    params: dict[str, Any]
+    take: int
+    request: dict[str, Any]
+    estimate: int
+
+
+class Grid:
+    """A prompt grid: `base` fields, `axes` (field -> values) crossed, each cell `repeat` times."""
+
+    def __init__(
+        self,
+        client: MusicClient,
+        base: Mapping[str, Any] | None = None,
+        axes: Mapping[str, Iterable[Any]] | None = None,
+        *,
+        repeat: int = 1,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 20:
+            raise BatchError(f"repeat must be a whole number from 1 to 20 (got {repeat!r})")
+        self.client = client
+        self.base = dict(base or {})
+        self.axes = {str(field): _values(field, values) for field, values in (axes or {}).items()}
+        if not self.axes:
+            raise BatchError("a grid needs at least one axis with values, e.g. style=['lo-fi', 'jazz']")
+        clash = sorted(set(self.axes) & set(self.base))
+        if clash:
+            raise BatchError(f"{', '.join(clash)}: given both in base and as an axis; keep one")
+        self.repeat = repeat
+        combos = list(itertools.product(*self.axes.values()))
+        if len(combos) * repeat > MAX_CELLS:
+            raise BatchError(f"the grid has {len(combos) * repeat} rows, more than {MAX_CELLS}; make it smaller")
+        cells = []
+        for combo in combos:
+            params = dict(zip(self.axes, combo, strict=True))
+            for take in range(1, repeat + 1):
+                cells.append((params, take, {**self.base, **params}))
+        rows = validate_rows(
+            [request for _, _, request in cells], allow_unknown_models=client.settings.allow_unknown_models
+        )
+        self.cells = [
+            GridCell(i, params, take, request, costs.estimate_credits(row.request))
+            for i, ((params, take, request), row) in enumerate(zip(cells, rows, strict=True))
+        ]
+        self.name = name or _derived_name(self.base, self.axes, repeat)
+        self.batch: Batch | None = None
+
+    # -- the plan ------------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The requests, one per cell and take, in grid order (what `run()` sends as a batch)."""
+        return [cell.request for cell in self.cells]
+
+    @property
+    def estimate(self) -> int:
+        """Estimated credits of the whole grid (each cell priced by its model)."""
+        return sum(cell.estimate for cell in self.cells)
+
+    def run(
+        self,
+        *,
+        budget: int | None = None,
+        concurrency: int = 3,
+        wait: bool = False,
+        on_update: Callable[[Batch], None] | None = None,
+    ) -> Batch:
+        """Send the grid as one named batch (`self.name`): a re-run sends only rows never sent."""
+        self.batch = self.client.batch(
+            self.rows, name=self.name, budget=budget, concurrency=concurrency, wait=wait, on_update=on_update
+        )
+        return self.batch
+
+    # -- results -------------------------------------------------------------------------------------
+
+    def results(self, library: Library | None = None) -> list[dict[str, Any]]:
+        """A row per cell and take: its axis values, take, estimate, and (once run) ids, state and stars."""
+        rows_by_index = {row.index: row for row in self.batch.rows} if self.batch is not None else {}
+        found = []
+        for cell in self.cells:
+            row = rows_by_index.get(cell.index)
+            ids = list(row.ids) if row is not None else []
+            rated = [s for s in (_stars(library, i) for i in ids) if s is not None] if library is not None else []
+            found.append(
+                {
+                    **cell.params,
+                    "take": cell.take,
+                    "estimate": cell.estimate,
+                    "state": row.state if row is not None else "not run",
+                    "ids": ids,
+                    "stars": round(sum(rated) / len(rated), 2) if rated else None,
+                }
+            )
+        return found
+
+    def to_pandas(self, library: Library | None = None) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.results(library))
+
+    def __repr__(self) -> str:
+        axes = " × ".join(f"{field} ({len(values)})" for field, values in self.axes.items())
+        lines = [f"Grid {self.name!r}: {axes} × {self.repeat} take(s) = {len(self.cells)} rows, about "
+                 f"{self.estimate} credits"]  # fmt: skip
+        for cell in self.cells:
+            shown = ", ".join(f"{k}={v!r}" for k, v in cell.params.items())
+            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        fields = list(self.axes)
+        head = "".join(f"<th>{html.escape(f)}</th>" for f in (*fields, "take", "credits (estimate)"))
+        body = "".join(
+            "<tr>"
+            + "".join(f"<td>{html.escape(str(cell.params[f]))}</td>" for f in fields)
+            + f"<td>{cell.take}</td><td>~{cell.estimate}</td></tr>"
+            for cell in self.cells
+        )
+        total = f"<tr><td colspan='{len(fields) + 1}'>total (estimate)</td><td>~{self.estimate}</td></tr>"
+        caption = f"<caption>Grid {html.escape(self.name)}: {len(self.cells)} rows</caption>"
+        return f"<table class='ipymusicgen-grid'>{caption}<tr>{head}</tr>{body}{total}</table>"
+
+
+def _values(field: str, values: Iterable[Any]) -> list[Any]:
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        raise BatchError(f"{field}: an axis is a list of values, e.g. {field}=[...] (got {values!r})")
+    found = list(dict.fromkeys(values))  # a value given twice is one column, not two
+    if not found:
+        raise BatchError(f"{field}: an axis needs at least one value")
+    return found
+
+
+def _derived_name(base: Mapping[str, Any], axes: Mapping[str, list[Any]], repeat: int) -> str:
+    spec = json.dumps({"base": base, "axes": axes, "repeat": repeat}, sort_keys=True, default=str)
+    return f"grid-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
+
+
+def _stars(library: Library, task_id: str) -> int | None:
+    try:
+        return library.song(task_id).stars
+    except KeyError:  # not in this library (a sandbox's song, say)
+        return None
