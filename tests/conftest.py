@@ -158,6 +158,7 @@ def _private_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         # keyed sandboxes on 127.0.0.1 play real services in many tests: poll them fast (the floor's own tests
         # set it back); kernels and notebooks the tests start inherit it
         patch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+        patch.setenv("MUSICGEN_ANALYZE", "off")  # archived songs are measured only where a test turns it on
         yield
 
 

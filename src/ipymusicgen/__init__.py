@@ -41,7 +41,7 @@ from .errors import (
 )
 from .models.schema import TaskRecord, V2Song
 from .models.tasks import TaskState
-from .session import grid, library, waveform  # named like modules: bound after they load, so the functions win
+from .session import analyze, grid, library, waveform  # named like modules: bound after they load, so the functions win
 from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ __all__ = [
     "V2Song",
     "WaitTimeoutError",
     "__version__",
+    "analyze",
     "get_async_client",
     "get_client",
     "grid",

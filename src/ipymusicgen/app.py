@@ -29,14 +29,19 @@ class ClientWiring:
 
     def attach(self, client: _Core, archive: Any) -> None:
         from .archive.archiver import attach
+        from .lab.analyst import analyse_after_archive
 
         if archive is False:
             return
         if isinstance(client, MusicClient):
-            attach(client, archive, downloader=client)  # the client it was given downloads (any thread)
+            archiver = attach(client, archive, downloader=client)  # the client it was given downloads (any thread)
         else:  # an async client belongs to its event loop: the archive's thread downloads with a sync twin
             settings = client.settings
-            attach(client, archive, downloader=lambda: MusicClient(settings=settings, journal=False, archive=False))
+            archiver = attach(
+                client, archive, downloader=lambda: MusicClient(settings=settings, journal=False, archive=False)
+            )
+        if archiver is not None:
+            archiver.followers.append(analyse_after_archive)  # each kept song measured (when the extra is there)
 
     def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Any:
         from .batch.engine import run_batch

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import html
+import math
 import numbers
 import re
 import sqlite3
@@ -73,6 +74,14 @@ class LibrarySong:
     peaks: list[list[float]] = field(default_factory=list, repr=False)
     stars: int | None = None
     """The song's rating, 1 to 5 (`Library.rate`), or None."""
+    bpm: float | None = None
+    musical_key: str | None = None
+    """e.g. "A minor" (`ipymusicgen.analyze`)."""
+    lufs: float | None = None
+    true_peak_db: float | None = None
+    silence_start_s: float | None = None
+    silence_end_s: float | None = None
+    analysis_error: str | None = None
 
     @property
     def archived(self) -> Path | None:
@@ -111,6 +120,23 @@ class SongList(list[LibrarySong]):
             for s in self
         )
         return f"<table class='ipymusicgen-library-table'>{head}{rows}</table>"
+
+
+def _range_clauses(column: str, bounds: Any) -> list[tuple[str, float]]:
+    """`(low, high)` (either end None) as SQL clauses on `column`; a bad range raises ValueError naming it."""
+    if bounds is None:
+        return []
+    name = column.split(".")[-1]
+    if not isinstance(bounds, tuple | list) or len(bounds) != 2:
+        raise ValueError(f"{name} takes (low, high), either end None (got {bounds!r})")
+    clauses = []
+    for op, end in ((">=", bounds[0]), ("<=", bounds[1])):
+        if end is None:
+            continue
+        if isinstance(end, bool) or not isinstance(end, numbers.Real) or not math.isfinite(end):
+            raise ValueError(f"{name}: each end is a finite number or None (got {end!r})")
+        clauses.append((f"{column} {op} ?", float(end)))
+    return clauses
 
 
 class Comparisons(list[dict[str, Any]]):
@@ -224,7 +250,8 @@ _SELECT = """
 SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url, t.cover_url, t.song_id,
        t.fail_reason, l.lyrics, l.prompt, l.model, l.action, l.batch, l.duration_s, l.parent_id,
        l.favourite, l.kept, l.note, l.archive_path, l.archive_size, l.wav_path, l.cover_path, l.archive_error,
-       l.peaks, (SELECT r.stars FROM ratings r WHERE r.id = t.id) AS stars,
+       l.peaks, (SELECT r.stars FROM ratings r WHERE r.id = t.id) AS stars, l.bpm, l.musical_key, l.lufs,
+       l.true_peak_db, l.silence_start_s, l.silence_end_s, l.analysis_error,
        (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
 FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
 """
@@ -242,7 +269,9 @@ def _song(row: Any) -> LibrarySong:
         parent_id=row["parent_id"], favourite=bool(row["favourite"]), kept=bool(row["kept"]), note=row["note"],
         archive_path=row["archive_path"], archive_size=row["archive_size"], wav_path=row["wav_path"],
         cover_path=row["cover_path"], archive_error=row["archive_error"], peaks=unpack_peaks(row["peaks"]),
-        stars=row["stars"],
+        stars=row["stars"], bpm=row["bpm"], musical_key=row["musical_key"], lufs=row["lufs"],
+        true_peak_db=row["true_peak_db"], silence_start_s=row["silence_start_s"], silence_end_s=row["silence_end_s"],
+        analysis_error=row["analysis_error"],
     )  # fmt: skip
 
 
@@ -283,8 +312,18 @@ class Library:
         since: Any,
         model: str | None,
         batch: str | None,
+        bpm: Any = None,
+        key: str | None = None,
+        lufs: Any = None,
     ) -> tuple[str, list[Any]]:
         clauses, params = ["1=1"], []
+        for column, bounds in (("l.bpm", bpm), ("l.lufs", lufs)):
+            for sql, value in _range_clauses(column, bounds):
+                clauses.append(sql)
+                params.append(value)
+        if key:
+            clauses.append("LOWER(l.musical_key) = LOWER(?)")
+            params.append(" ".join(str(key).split()))
         query = fts_query(text) if text else None
         if text and query is None:
             clauses.append("0")
@@ -320,14 +359,20 @@ class Library:
         limit: int = 50,
         offset: int = 0,
         order: str = "newest",
+        *,
+        bpm: tuple[float | None, float | None] | None = None,
+        key: str | None = None,
+        lufs: tuple[float | None, float | None] | None = None,
     ) -> SongList:
         """Songs newest first (in the order the journal learnt of them), or best rated first (`order="rating"`).
 
         `text` is searched in title, style, lyrics and prompt (every word, as a prefix);
-        `since` is a timestamp, datetime, date, timedelta, ISO text or "7d"/"12h"."""
+        `since` is a timestamp, datetime, date, timedelta, ISO text or "7d"/"12h";
+        `bpm=(110, 130)`, `key="A minor"`, `lufs=(-16, -8)` filter on what `analyze()` measured (an end may be None).
+        """
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} (got {order!r})")
-        where, params = self._where(text, state, favourite, since, model, batch)
+        where, params = self._where(text, state, favourite, since, model, batch, bpm, key, lufs)
         page = [_whole(limit, "limit"), _whole(offset, "offset")]
         rowid = "library_fts.rowid" if text else "t.rowid"
         by = f"{rowid} DESC" if order == "newest" else f"COALESCE(stars, 0) DESC, {rowid} DESC"
@@ -338,14 +383,15 @@ class Library:
         return SongList(_song(r) for r in self.store.query(sql, [*params, *page]))
 
     def count(self, text: str | None = None, state: str | None = None, favourite: bool | None = None,
-              since: Any = None, model: str | None = None, batch: str | None = None) -> int:  # fmt: skip
+              since: Any = None, model: str | None = None, batch: str | None = None, *, bpm: Any = None,
+              key: str | None = None, lufs: Any = None) -> int:  # fmt: skip
         """How many songs `songs()` would page through with these filters."""
-        where, params = self._where(text, state, favourite, since, model, batch)
+        where, params = self._where(text, state, favourite, since, model, batch, bpm, key, lufs)
         if text and where == "1=1 AND library_fts MATCH ?":  # text alone: the full-text index counts by itself
             sql = "SELECT COUNT(*) AS n FROM library_fts WHERE library_fts MATCH ?"
             return int(self.store.query(sql, params)[0]["n"])
         joins = "library_fts JOIN tasks t ON t.rowid = library_fts.rowid" if text else "tasks t"
-        if favourite is not None or model or batch:
+        if favourite is not None or model or batch or bpm is not None or key or lufs is not None:
             joins += " LEFT JOIN library_songs l ON l.id = t.id"
         sql = f"SELECT COUNT(*) AS n FROM {joins} WHERE {where}"
         return int(self.store.query(sql, params)[0]["n"])

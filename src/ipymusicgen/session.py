@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .app import build_async_client, build_client
 from .archive.archiver import archiver_of
-from .archive.waveform import DEFAULT_POINTS
+from .archive.waveform import DEFAULT_POINTS, song_path, task_id_of
 from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings, env_float
@@ -25,6 +25,7 @@ from .lifecycle import at_exit
 from .storage.journal import Journal
 
 if TYPE_CHECKING:
+    from .lab.analysis import Analysis
     from .lab.grid import Grid
     from .sandbox import Sandbox
 
@@ -181,6 +182,23 @@ def library(journal_path: str | Path | None = None) -> Library:
     opened = Library(get_journal().path)
     retry_archives()
     return opened
+
+
+def analyze(song_or_path: Any) -> Analysis:
+    """Measure a song: tempo (BPM), key and mode, loudness (LUFS), true peak, silence at both ends.
+
+    A file path, or a record or task id the library has archived (its measures are then kept in the library,
+    where `songs(bpm=(110, 130), key="A minor", lufs=(-16, -8))` finds them). Needs `ipymusicgen[analysis]`.
+    """
+    from .lab.analysis import analyze_file
+
+    task_id = task_id_of(song_or_path)
+    opened = library() if task_id is not None else None
+    path = song_path(song_or_path, find=opened.archived_path if opened is not None else None)
+    measures = analyze_file(path)
+    if opened is not None and task_id is not None:
+        opened.store.analysed(task_id, measures.as_dict())
+    return measures
 
 
 def grid(

@@ -345,6 +345,8 @@ class Archiver:
         self.client = client
         self.choice = choice
         self._download_with = downloader
+        self.followers: list[Callable[[Path | None, str, Path], Any]] = []
+        """Called (journal path, task id, file) after each song is kept: the wiring adds the analysis here."""
         self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -492,6 +494,9 @@ class Archiver:
                 _announce(task_id, None, None, message)
             else:
                 _announce(task_id, self.archived[task_id], *_stored(store, task_id))
+                for follow in list(self.followers):
+                    with contextlib.suppress(Exception):  # a follower's trouble never stops the archive
+                        follow(self.journal_path, task_id, self.archived[task_id])
 
 
 ArchiveListener = Callable[[str, "Path | None", "list[list[float]] | None", "str | None"], None]

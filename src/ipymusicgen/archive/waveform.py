@@ -17,14 +17,24 @@ DEFAULT_POINTS = 400
 MAX_POINTS = 10_000
 
 
-def _path_of(song_or_path: Any, find: Callable[[str], Path | None] | None = None) -> Path:
+def task_id_of(song_or_path: Any) -> str | None:
+    """The task id meant (a record's, or a bare id), or None when a file path is meant (a Path, or text with a
+    `/` or a `.` in it: task ids have neither)."""
+    if isinstance(song_or_path, Path) or (
+        isinstance(song_or_path, str) and ("/" in song_or_path or "." in song_or_path)
+    ):
+        return None
+    found = song_or_path if isinstance(song_or_path, str) else getattr(song_or_path, "id", None)
+    return str(found) if found else None
+
+
+def song_path(song_or_path: Any, find: Callable[[str], Path | None] | None = None) -> Path:
     """A file path from a path, or from a record/task id that `find` knows the archived file of."""
-    looks_like_path = isinstance(song_or_path, str) and ("/" in song_or_path or "." in song_or_path)
-    if isinstance(song_or_path, Path) or looks_like_path:
+    task_id = task_id_of(song_or_path)
+    if task_id is None and isinstance(song_or_path, str | Path):
         if Path(song_or_path).is_file():
             return Path(song_or_path)
         raise FileNotFoundError(f"No audio file at {str(song_or_path)[:200]!r}")
-    task_id = song_or_path if isinstance(song_or_path, str) else getattr(song_or_path, "id", None)
     if task_id and find is not None:
         found = find(task_id)
         if found is not None:
@@ -122,4 +132,4 @@ def waveform(
     `song_or_path` is an audio file path (MP3, WAV, FLAC, Vorbis) or a song (record or task id) whose
     archived file `find(task_id)` returns (`ipymusicgen.waveform` looks in the library in use).
     """
-    return stream_peaks(_path_of(song_or_path, find), points)
+    return stream_peaks(song_path(song_or_path, find), points)

@@ -264,6 +264,29 @@ class LibraryStore:
             self._ensure_row(db, task_id)
             db.execute("UPDATE library_songs SET wav_path = ? WHERE id = ?", (str(path), task_id))
 
+    ANALYSIS_COLUMNS = ("bpm", "musical_key", "lufs", "true_peak_db", "silence_start_s", "silence_end_s")
+
+    def analysed(self, task_id: str, measures: dict[str, Any]) -> None:
+        """A song's measures (`lab.analysis.Analysis`: bpm, key, lufs, ...), kept as filterable columns."""
+        values = {
+            column: measures.get("key" if column == "musical_key" else column) for column in self.ANALYSIS_COLUMNS
+        }
+        with self.write() as db:
+            self._ensure_row(db, task_id)
+            assignments = ", ".join(f"{column} = ?" for column in values)
+            db.execute(
+                f"UPDATE library_songs SET {assignments}, analysed_at = ?, analysis_error = NULL WHERE id = ?",
+                (*values.values(), time.time(), task_id),
+            )
+
+    def analysis_failed(self, task_id: str, error: str) -> None:
+        with self.write() as db:
+            self._ensure_row(db, task_id)
+            db.execute(
+                "UPDATE library_songs SET analysis_error = ?, analysed_at = ? WHERE id = ?",
+                (error[:2000], time.time(), task_id),
+            )
+
     def to_archive(self, hosts: Iterable[str] | None = None) -> list[str]:
         """Complete songs not archived yet (never tried, or failed before): the retry list."""
         sql = (

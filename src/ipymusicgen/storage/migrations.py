@@ -200,6 +200,26 @@ def m007_ratings(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m008_analysis(db: sqlite3.Connection) -> None:
+    """What each archived song measures (tempo, key, loudness, true peak, silence at the ends), filterable."""
+    _add_missing_columns(
+        db,
+        "library_songs",
+        (
+            ("bpm", "REAL"),
+            ("musical_key", "TEXT"),
+            ("lufs", "REAL"),
+            ("true_peak_db", "REAL"),
+            ("silence_start_s", "REAL"),
+            ("silence_end_s", "REAL"),
+            ("analysed_at", "REAL"),
+            ("analysis_error", "TEXT"),
+        ),
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS library_songs_bpm ON library_songs(bpm) WHERE bpm IS NOT NULL")
+
+
 LATEST = len(MIGRATIONS)
 
 

@@ -1,0 +1,211 @@
+"""What a song measures: tempo (BPM), key and mode, integrated loudness (LUFS), true peak, silence at the ends.
+
+Tempo and key come from `librosa` (beat tracking; a chroma profile matched against the Krumhansl-Kessler
+key profiles), loudness from `pyloudnorm` (ITU-R BS.1770-4, gated). Both are the optional extra
+`ipymusicgen[analysis]`. The file is decoded once, as a stream of blocks, to 16 kHz 16-bit PCM (the
+channels kept for loudness), and decoding stops at the archive's cap, so memory is bounded by the
+longest song whatever a file claims. True peak is measured on a 4x oversampled signal.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..archive.waveform import DecodeCapError, decode_cap
+
+ANALYSIS_RATE = 16_000
+"""Hz the audio is decoded at: enough for tempo, key and loudness, a third of the memory of 48 kHz."""
+BLOCK_FRAMES = 16_384
+SILENCE_DBFS = -60.0
+"""A 10 ms window quieter than this (RMS) counts as silence at the start or end."""
+OVERSAMPLE = 4
+TEMPO_HOP = 128
+KEY_CONFIDENCE = 0.7
+"""The least correlation with a key profile that names a key: a click track or a lone sine has none."""
+ONSET_FLOOR = 0.1
+"""The least onset strength (librosa's spectral flux) at its peak for anything to count as a note starting."""
+PULSE_CONFIDENCE = 0.3
+"""The least (normalised) autocorrelation of the onset strength at a tempo that counts as a beat."""
+PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
+MAJOR_PROFILE = (6.35, 2.23, 3.48, 2.33, 4.38, 4.09, 2.52, 5.19, 2.39, 3.66, 2.29, 2.88)
+MINOR_PROFILE = (6.33, 2.68, 3.52, 5.38, 2.60, 3.53, 2.54, 4.75, 3.98, 2.69, 3.34, 3.17)
+"""Krumhansl-Kessler probe-tone profiles, from C: how well each pitch class fits a major or minor key."""
+
+
+class AnalysisUnavailableError(ImportError):
+    """The optional extra is not installed."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A song's measures. None where a measure means nothing (silence has no tempo or loudness)."""
+
+    bpm: float | None
+    key: str | None
+    """Tonic and mode, e.g. "A minor"."""
+    lufs: float | None
+    true_peak_db: float | None
+    """dBTP: the highest peak of the 4x oversampled signal, relative to full scale."""
+    silence_start_s: float
+    silence_end_s: float
+    duration_s: float
+    seconds: float
+    """How long the analysis took (CPU wall time)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        parts = [
+            f"{self.bpm:.1f} BPM" if self.bpm else "no tempo",
+            self.key or "no key",
+            f"{self.lufs:.1f} LUFS" if self.lufs is not None else "no loudness",
+            f"peak {self.true_peak_db:.1f} dBTP" if self.true_peak_db is not None else "silent",
+            f"silence {self.silence_start_s:.2f} s / {self.silence_end_s:.2f} s",
+        ]
+        return ", ".join(parts)
+
+
+def available() -> bool:
+    """Whether the extra (`pip install ipymusicgen[analysis]`) is installed; cheap, imports nothing."""
+    return all(importlib.util.find_spec(name) is not None for name in ("librosa", "pyloudnorm"))
+
+
+def decode(path: str | Path, *, max_seconds: float | None = None) -> Any:
+    """The file as int16 frames (frames x channels, at most 2) at `ANALYSIS_RATE`, decoded block by block and
+    refused (`DecodeCapError`) past the cap, so a file that claims hours never fills memory."""
+    import miniaudio
+    import numpy as np
+
+    info = miniaudio.get_file_info(str(path))
+    channels = max(1, min(2, info.nchannels))
+    limit = int((decode_cap(None) if max_seconds is None else max_seconds) * ANALYSIS_RATE)
+    buffer = bytearray()
+    stream = miniaudio.stream_file(
+        str(path),
+        output_format=miniaudio.SampleFormat.SIGNED16,
+        nchannels=channels,
+        sample_rate=ANALYSIS_RATE,
+        frames_to_read=BLOCK_FRAMES,
+    )
+    try:
+        for block in stream:
+            buffer += memoryview(block).cast("B")
+            if len(buffer) // (2 * channels) > limit:
+                raise DecodeCapError(f"not analysed: the audio runs past {limit / ANALYSIS_RATE:.0f} s")
+    finally:
+        stream.close()
+    return np.frombuffer(bytes(buffer), dtype=np.int16).reshape(-1, channels)
+
+
+def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analysis:
+    """Measure one audio file (MP3, WAV, FLAC, OGG: whatever the archive keeps)."""
+    if not available():
+        raise AnalysisUnavailableError(
+            "audio analysis needs the extra: pip install 'ipymusicgen[analysis]' (librosa and pyloudnorm)"
+        )
+    import numpy as np
+
+    started = time.perf_counter()
+    pcm = decode(path, max_seconds=max_seconds)
+    frames = pcm.astype(np.float32) / 32768.0
+    del pcm
+    mono = frames.mean(axis=1)
+    duration = len(mono) / ANALYSIS_RATE
+    lead, trail = silence_at_ends(mono)
+    audible = duration - lead - trail > 1.0
+    return Analysis(
+        bpm=tempo(mono) if audible else None,
+        key=musical_key(mono) if audible else None,
+        lufs=loudness(frames),
+        true_peak_db=true_peak(frames),
+        silence_start_s=round(lead, 3),
+        silence_end_s=round(trail, 3),
+        duration_s=round(duration, 3),
+        seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def silence_at_ends(mono: Any) -> tuple[float, float]:
+    """Seconds of silence (10 ms windows under `SILENCE_DBFS`) before the first and after the last sound."""
+    import numpy as np
+
+    window = ANALYSIS_RATE // 100
+    count = len(mono) // window
+    if count == 0:
+        return 0.0, 0.0
+    power = np.square(mono[: count * window].reshape(count, window)).mean(axis=1)
+    loud = np.flatnonzero(power > 10 ** (SILENCE_DBFS / 10))
+    if not len(loud):
+        return float(len(mono) / ANALYSIS_RATE), 0.0
+    return float(loud[0] * window / ANALYSIS_RATE), float((len(mono) - (loud[-1] + 1) * window) / ANALYSIS_RATE)
+
+
+def tempo(mono: Any) -> float | None:
+    """Beats per minute: librosa's tempo estimate (the onset strength's autocorrelation, with its prior around
+    120 BPM), on 8 ms hops so the answer is within about 1%. None when nothing repeats (a held tone, noise):
+    the onset strength's autocorrelation has no peak of `PULSE_CONFIDENCE` between 40 and 240 BPM."""
+    import librosa
+    import numpy as np
+
+    envelope = librosa.onset.onset_strength(y=mono, sr=ANALYSIS_RATE, hop_length=TEMPO_HOP)
+    centred = envelope - envelope.mean()
+    if not len(centred) or float(envelope.max()) < ONSET_FLOOR:
+        return None  # nothing starts: a held tone's envelope is a ripple, whatever its autocorrelation
+    correlation = librosa.autocorrelate(centred)
+    frames_per_minute = 60 * ANALYSIS_RATE / TEMPO_HOP
+    fastest, slowest = int(frames_per_minute / 240), int(frames_per_minute / 40)
+    window = correlation[fastest : slowest + 1]
+    if not len(window) or float(window.max()) < PULSE_CONFIDENCE * float(correlation[0]):
+        return None
+    found = librosa.feature.tempo(onset_envelope=envelope, sr=ANALYSIS_RATE, hop_length=TEMPO_HOP)
+    value = float(np.atleast_1d(found)[0])
+    return round(value, 1) if math.isfinite(value) and value > 0 else None
+
+
+def musical_key(mono: Any) -> str | None:
+    """The key whose Krumhansl-Kessler profile best matches the song's average chroma, e.g. "A minor"."""
+    import librosa
+    import numpy as np
+
+    chroma = librosa.feature.chroma_stft(y=mono, sr=ANALYSIS_RATE, n_fft=4096, hop_length=2048).mean(axis=1)
+    if not np.isfinite(chroma).all() or chroma.std() == 0:
+        return None
+    best, name = -2.0, None
+    for mode, profile in (("major", MAJOR_PROFILE), ("minor", MINOR_PROFILE)):
+        for tonic in range(12):
+            score = float(np.corrcoef(chroma, np.roll(profile, tonic))[0, 1])
+            if score > best:
+                best, name = score, f"{PITCHES[tonic]} {mode}"
+    return name if best >= KEY_CONFIDENCE else None
+
+
+def loudness(frames: Any) -> float | None:
+    """Integrated loudness in LUFS (pyloudnorm, BS.1770-4 gating); None for silence or under 0.4 s."""
+    import pyloudnorm
+
+    if len(frames) < int(0.4 * ANALYSIS_RATE) + 1:
+        return None
+    value = float(pyloudnorm.Meter(ANALYSIS_RATE).integrated_loudness(frames))
+    return round(value, 2) if math.isfinite(value) else None
+
+
+def true_peak(frames: Any) -> float | None:
+    """dBTP: the largest sample of each channel oversampled 4x (block by block, so memory stays small)."""
+    import numpy as np
+    from scipy.signal import resample_poly
+
+    block = ANALYSIS_RATE * 10
+    highest = 0.0
+    for channel in range(frames.shape[1]):
+        signal = frames[:, channel]
+        for start in range(0, len(signal), block):
+            piece = signal[max(0, start - 64) : start + block + 64]  # a little overlap: no edge effects missed
+            if len(piece):
+                highest = max(highest, float(np.abs(resample_poly(piece, OVERSAMPLE, 1)).max()))
+    return round(20 * math.log10(highest), 2) if highest > 0 else None
