@@ -33,6 +33,7 @@ TITLES = {
     11: "library: waveform speed, search 10,000 vs 100, archive vs download",
     12: "front end in JupyterLab: 1,000-task watcher drawn, studio validation round trip",
     13: "agent server: get_songs round trip vs the same client.tasks call direct",
+    14: "audio analysis: speed (x real time) and peak memory",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -61,6 +62,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_frontend import run
     elif number == 13:
         from .bench_mcp import run
+    elif number == 14:
+        from .bench_analysis import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)

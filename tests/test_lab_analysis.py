@@ -122,3 +122,12 @@ def test_an_archived_song_is_measured_in_the_background_and_by_id(
         finally:
             session.shutdown()
             session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None, poll_interval=None)
+
+
+@pytest.mark.parametrize("seed_text", ["m", "folk dawn", "jazz night", "lo-fi rain"])
+def test_the_sandboxs_own_songs_are_measured_at_the_tempo_they_were_made_at(tmp_path: Path, seed_text: str) -> None:
+    from ipymusicgen.sandbox.audio import render_song, song_params
+
+    path = tmp_path / "song.mp3"
+    path.write_bytes(render_song(seed_text, seconds=40, vocal=True)[0])
+    assert analyze_file(path).bpm == pytest.approx(song_params(seed_text).bpm, rel=0.02)

@@ -25,6 +25,10 @@ SILENCE_DBFS = -60.0
 """A 10 ms window quieter than this (RMS) counts as silence at the start or end."""
 OVERSAMPLE = 4
 TEMPO_HOP = 128
+ONSET_WINDOW = 2048
+ONSET_CHUNK_S = 10
+TEMPO_SEGMENT_S = 20
+TEMPO_WINDOW_S = 8.0
 KEY_CONFIDENCE = 0.7
 """The least correlation with a key profile that names a key: a click track or a lone sine has none."""
 ONSET_FLOOR = 0.1
@@ -153,7 +157,7 @@ def tempo(mono: Any) -> float | None:
     import librosa
     import numpy as np
 
-    envelope = librosa.onset.onset_strength(y=mono, sr=ANALYSIS_RATE, hop_length=TEMPO_HOP)
+    envelope = onset_envelope(mono)
     centred = envelope - envelope.mean()
     if not len(centred) or float(envelope.max()) < ONSET_FLOOR:
         return None  # nothing starts: a held tone's envelope is a ripple, whatever its autocorrelation
@@ -163,9 +167,37 @@ def tempo(mono: Any) -> float | None:
     window = correlation[fastest : slowest + 1]
     if not len(window) or float(window.max()) < PULSE_CONFIDENCE * float(correlation[0]):
         return None
-    found = librosa.feature.tempo(onset_envelope=envelope, sr=ANALYSIS_RATE, hop_length=TEMPO_HOP)
-    value = float(np.atleast_1d(found)[0])
+    # librosa's tempogram holds (window x frames) numbers: a few minutes at 8 ms hops would take a gigabyte,
+    # so it is estimated on segments and the median taken (a steady beat gives every segment the same answer)
+    segment = int(TEMPO_SEGMENT_S * frames_per_minute / 60)
+    estimates = [
+        float(np.atleast_1d(librosa.feature.tempo(
+            onset_envelope=envelope[start : start + segment], sr=ANALYSIS_RATE, hop_length=TEMPO_HOP,
+            ac_size=TEMPO_WINDOW_S,
+        ))[0])
+        for start in range(0, max(1, len(envelope) - segment // 2), segment)
+    ]  # fmt: skip
+    value = float(np.median(estimates))
     return round(value, 1) if math.isfinite(value) and value > 0 else None
+
+
+def onset_envelope(mono: Any) -> Any:
+    """librosa's onset strength on 8 ms hops, computed `ONSET_CHUNK_S` at a time (its spectrogram at this hop
+    would otherwise take a gigabyte for a few minutes of audio); each chunk starts a window early, so every
+    frame sees the frame before it, as in one pass."""
+    import librosa
+    import numpy as np
+
+    chunk = ONSET_CHUNK_S * ANALYSIS_RATE // TEMPO_HOP * TEMPO_HOP
+    pad = ONSET_WINDOW // TEMPO_HOP * TEMPO_HOP
+    parts = []
+    for start in range(0, len(mono), chunk):
+        lead = min(start, pad)
+        piece = mono[start - lead : start + chunk]
+        env = librosa.onset.onset_strength(y=piece, sr=ANALYSIS_RATE, hop_length=TEMPO_HOP, n_fft=ONSET_WINDOW)
+        frames = -(-min(chunk, len(mono) - start) // TEMPO_HOP)
+        parts.append(env[lead // TEMPO_HOP : lead // TEMPO_HOP + frames])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 def musical_key(mono: Any) -> str | None:
