@@ -98,3 +98,16 @@ def test_compare_takes_both_takes_of_a_call_from_the_session(sandbox_shell: Inte
     view.pick("A")
     assert session.library().compare_results()[0]["winner"] == view.order[0].id
     assert {t.id for t in compare(result, seed=1).order} == set(result.ids)
+
+
+def test_library_cards_carry_stars_and_measures_as_plain_data(takes: tuple[Library, list[LibrarySong]]) -> None:
+    from ipymusicgen.widgets.library import LibraryView
+
+    library, songs = takes
+    library.rate(songs[0].id, 4)
+    library.store.analysed(songs[0].id, {"bpm": 92.6, "key": "A minor", "lufs": -14.24})
+    view = LibraryView(library=library)
+    cards = {card["id"]: card for card in view.cards}
+    assert cards[songs[0].id]["stars"] == 4 and cards[songs[0].id]["measures"] == ["93 BPM", "A minor", "-14.2 LUFS"]
+    assert cards[songs[1].id]["stars"] is None and cards[songs[1].id]["measures"] == []
+    view.close()

@@ -20,7 +20,7 @@ from ..archive.archiver import archive_label
 from ..library import Library, LibrarySong
 from ..models.tasks import STATE_WORDS
 from ._static import css, esm
-from .song_data import STATE_LABELS, card_summary, song_card
+from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
 
 PAGE_SIZE = 24
@@ -96,6 +96,8 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
         has_lineage=bool(song.parent_id) or song.action in {"extend", "concat", "upload_extend"},
         note=(song.note or "")[:500],
         archive_failed=bool(song.archive_error and not on_disk),
+        stars=song.stars,
+        measures=measure_chips(song.bpm, song.musical_key, song.lufs),
     )
     return card
 

@@ -125,6 +125,8 @@ def song_card(record: Record | None, **extra: Any) -> dict[str, Any]:
         "favourite": False,
         "archived_path_label": "",
         "note": "",
+        "stars": None,
+        "measures": [],
         "actions": song_actions(record),
     }
     if record is not None:
@@ -169,8 +171,23 @@ def clean(card: dict[str, Any]) -> dict[str, Any]:
         "favourite": bool(card.get("favourite")),
         "archived_path_label": plain(card.get("archived_path_label"), 300),
         "note": plain(card.get("note"), 500),
+        "stars": _stars(card.get("stars")),
+        "measures": [plain(m, 40) for m in card.get("measures") or () if m][:MEASURES_MAX],
         "actions": [a for a in ALL_ACTIONS if a in actions],
     }
+
+
+MEASURES_MAX = 4
+
+
+def _stars(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5 else None
+
+
+def measure_chips(bpm: float | None, key: str | None, lufs: float | None) -> list[str]:
+    """What the analysis measured, as card chips: "93 BPM", "A minor", "-14.2 LUFS"."""
+    chips = [f"{bpm:.0f} BPM" if bpm else None, key, f"{lufs:.1f} LUFS" if lufs is not None else None]
+    return [chip for chip in chips if chip]
 
 
 def elapsed_text(seconds: float | None) -> str:

@@ -253,7 +253,17 @@ function updateSongCard(card, data, send) {
   }
   ims.badge.dataset.state = data.state;
   ims.badge.textContent = imsBadgeText(card);
-  if (changed("style_chips")) ims.chips.replaceChildren(...(data.style_chips || []).map((chip) => imsEl("span", "ims-chip", chip)));
+  if (changed("style_chips") || changed("stars") || changed("measures")) {
+    const chips = (data.style_chips || []).map((chip) => imsEl("span", "ims-chip", chip));
+    for (const measure of data.measures || []) chips.push(imsEl("span", "ims-chip ims-measure", measure));
+    if (data.stars) {
+      const stars = imsEl("span", "ims-stars", "★".repeat(data.stars) + "☆".repeat(5 - data.stars));
+      stars.setAttribute("aria-label", `${data.stars} of 5 stars`);
+      stars.title = `rated ${data.stars} of 5`;
+      chips.unshift(stars);
+    }
+    ims.chips.replaceChildren(...chips);
+  }
   if (changed("cover_url")) {
     ims.cover.classList.remove("ims-has-image");
     if (data.cover_url) ims.image.src = data.cover_url;
