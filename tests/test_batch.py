@@ -350,3 +350,81 @@ def test_a_batch_row_is_in_doubt_exactly_when_the_client_journals_it_unknown(sta
 
     error = InternalServerError(f"HTTP {status}", response=None, body=None, status_code=status)
     assert create_may_have_landed(error) is doubtful is is_doubtful(status)
+
+
+FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
+"""A row whose songs the sandbox fails (it fetches no audio from elsewhere)."""
+
+
+def test_a_finished_batch_with_failures_says_so_and_retries_only_the_failed_rows(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore
+) -> None:
+    view = BatchView()
+    batch = run_batch(client, [*rows(2), FOREIGN], name="mixed", wait=False, store=store, on_update=view.update)
+    advance_until_done(batch, clock, sandbox)
+    view.update(batch)
+    assert [r.state for r in batch.rows] == ["complete", "complete", "failed"]
+    data = view.data
+    assert [r["index"] for r in data["rows"]] == [1, 2, 3]  # numbered as people count
+    assert data["finished"] == "Finished: 1 of 3 rows failed." and data["can_retry"]
+    sent = creates(sandbox)
+    view._on_msg(view, {"kind": "retry_failed"}, [])  # the button's intent: free sandbox, sent at once
+    retry = view.batch
+    assert retry is not batch and retry.name == "mixed-retry-1"
+    assert [r.request.action for r in retry.rows] == ["upload"]  # only the failed row, nothing else
+    advance_until_done(retry, clock, sandbox)
+    assert creates(sandbox) == sent + 1
+
+
+def test_retry_of_a_paid_batch_asks_first_and_a_clean_batch_offers_none(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clean = run_batch(client, rows(1), wait=False, store=store)
+    advance_until_done(clean, clock, sandbox)
+    quiet = BatchView(clean)
+    assert quiet.data["finished"] == "Finished: every row done." and not quiet.data["can_retry"]
+    assert quiet.retry_failed() is None
+    failing = run_batch(client, [FOREIGN], wait=False, store=store)
+    advance_until_done(failing, clock, sandbox)
+    view = BatchView(failing)
+    monkeypatch.setattr(type(client.settings), "needs_confirm", lambda self, _key: True)  # as with a real key
+    sent = creates(sandbox)
+    view._on_msg(view, {"kind": "retry_failed"}, [])
+    assert creates(sandbox) == sent and view.batch is failing  # the first press only asks
+    assert "Retry 1 failed row(s)? About" in view.data["note"] and "(estimate)" in view.data["note"]
+    view._on_msg(view, {"kind": "retry_failed"}, [])  # the second sends
+    assert view.batch is not failing and view.batch.name.endswith("-retry-1")
+    advance_until_done(view.batch, clock, sandbox)
+    assert creates(sandbox) == sent + 1
+
+
+def test_the_progress_line_says_measured_and_estimated_credits_apart(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore
+) -> None:
+    batch = run_batch(client, rows(2), wait=False, store=store)
+    line = batch.progress_line()
+    assert "(estimate)" in line and "spent (measured)" not in line  # running: only the estimate exists
+    assert f"{batch.counts_before} left before this run (measured)" in line
+    advance_until_done(batch, clock, sandbox)
+    done = batch.progress_line()
+    spent = batch.counts_before - batch.counts_after
+    assert f"{spent} credits spent (measured)" in done and f"{batch.counts_after} left (measured)" in done
+    assert "~" not in done  # never an estimate added to a measure
+
+
+def test_cards_of_a_followed_batch_follow_its_table_order(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore
+) -> None:
+    from ipymusicgen.widgets.watcher import TaskWatcher
+
+    watcher = TaskWatcher(client=client, autostart=False)
+    try:
+        batch = run_batch(client, rows(4), concurrency=4, wait=False, store=store)
+        advance_until_done(batch, clock, sandbox)
+        watcher.show(list(reversed(batch.records)))  # records arrive in any order...
+        watcher.follow(batch)
+        row_of = {task_id: row.index for row in batch.rows for task_id in row.ids}
+        shown = [sorted({row_of[task_id] for task_id in group}) for group in watcher._page_groups()]
+        assert shown == [[0], [1], [2], [3]]  # ...cards read as the table: row 1 first
+    finally:
+        watcher.close()

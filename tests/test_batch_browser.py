@@ -44,7 +44,12 @@ def test_rows_and_progress_are_drawn_as_text(page: Page, client: MusicClient) ->
     page.evaluate("(next) => window.change(next)", changed)
     assert root.locator(".ims-batch-row").count() == 1
     assert root.locator(".ims-batch-more").text_content() == "... 2 more rows"
-    assert root.locator("button").count() == 0  # a finished batch has nothing to stop
+    assert root.locator("button.ims-batch-stop").count() == 0  # a finished batch has nothing to stop...
+    finished = root.locator(".ims-batch-finished")
+    assert "1 of 3 rows failed" in (finished.text_content() or "") and finished.get_attribute("data-failed") == "true"
+    finished.locator("button.ims-batch-retry").click()  # ...but its failed rows can be sent again
+    assert page.evaluate("() => window.sent") == [{"kind": "retry_failed"}]
+    page.evaluate("() => { window.sent.length = 0; }")
     page.evaluate("(next) => window.change(next)", {**view.data, "can_stop": True})
     stop = root.locator("button.ims-batch-stop")
     assert stop.get_attribute("aria-label") and stop.get_attribute("title")

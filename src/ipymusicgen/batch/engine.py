@@ -215,6 +215,8 @@ class Batch:
         self.calls = 0
         """Creates this run sent."""
         self.run_id: int | None = None
+        self.client: Any = None
+        """The client that runs it (a view's "retry failed rows" sends with it)."""
         self.started_at = time.monotonic()
         self.finished_at: float | None = None
         self.error: BaseException | None = None
@@ -350,15 +352,15 @@ class Batch:
             f"{c['failed']} failed",
             f"{c['unknown']} unknown",
             f"{c['skipped']} skipped",
-            f"~{self.spent_estimate} credits spent",
         ]
-        left = (
-            self.counts_after
-            if self.counts_after is not None
-            else (self.counts_before - self.spent_estimate if self.counts_before is not None else None)
-        )
-        if left is not None:
-            parts.append(f"{left} left")
+        # measured and estimated credits are said as such and never added together
+        if self.counts_before is not None and self.counts_after is not None:
+            parts.append(f"{self.counts_before - self.counts_after} credits spent (measured)")
+            parts.append(f"{self.counts_after} left (measured)")
+        else:
+            parts.append(f"~{self.spent_estimate} credits spent (estimate)")
+            if self.counts_before is not None:
+                parts.append(f"{self.counts_before} left before this run (measured)")
         per_call = self.real_cost_per_call
         if per_call is not None:
             parts.append(f"{per_call:g} per call (measured)")
@@ -853,6 +855,7 @@ def run_batch(
     """
     engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
+    batch.client = client
     counts_left = client.key_info().key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 
@@ -937,6 +940,7 @@ async def run_batch_async(
 
     engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
+    batch.client = client
     counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 

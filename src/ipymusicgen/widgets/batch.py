@@ -31,13 +31,19 @@ if TYPE_CHECKING:
 ROWS_SHOWN = 200
 
 
-def view_data(batch: Batch) -> dict[str, Any]:
-    """What the front end draws: plain text and numbers only."""
+def view_data(batch: Batch, note: str = "") -> dict[str, Any]:
+    """What the front end draws: plain text and numbers only. Rows are numbered from 1, as people count."""
     rows = [
-        {"index": r.index, "state": r.state, "request": r.describe(), "error": (r.error or "")[:300]}
+        {"index": r.index + 1, "state": r.state, "request": r.describe(), "error": (r.error or "")[:300]}
         for r in batch.rows[:ROWS_SHOWN]
     ]
     more = len(batch.rows) - ROWS_SHOWN
+    failed = [r for r in batch.rows if r.state == "failed"]
+    finished = ""
+    if batch.done:
+        finished = (
+            f"Finished: {len(failed)} of {len(batch.rows)} rows failed." if failed else "Finished: every row done."
+        )
     return {
         "name": batch.name,
         "line": batch.progress_line(),
@@ -46,6 +52,9 @@ def view_data(batch: Batch) -> dict[str, Any]:
         "rows": rows,
         "more": f"... {more} more rows (Batch.to_pandas() has them all)" if more > 0 else "",
         "can_stop": not batch.done and not batch.stop_requested and any(r.state == "pending" for r in batch.rows),
+        "finished": finished,
+        "can_retry": bool(batch.done and failed and batch.client is not None),
+        "note": note,
     }
 
 
@@ -63,6 +72,8 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         self.batch: Batch | None = None
         self._lock = threading.Lock()
         self._followed: list[Batch] = []
+        self._retry_asked = False
+        self._retries = 0
         self.on_msg(self._on_msg)
         if batch is not None:
             self.follow(batch)
@@ -81,11 +92,44 @@ class BatchView(TextRepr, anywidget.AnyWidget):
                 self.watcher.follow(batch)
             self.data = view_data(batch)
 
+    def retry_failed(self, *, confirmed: bool = True) -> Batch | None:
+        """Send the failed rows again as a new batch (`<name>-retry-N`), followed by this view.
+
+        Called from code, the call is the decision; the button sends `confirmed=False`, and with a real key the
+        first press only says what it costs ("press again to send"), as a card's paid button does.
+        """
+        batch = self.batch
+        failed = [r for r in batch.rows if r.state == "failed"] if batch is not None and batch.done else []
+        if batch is None or not failed or batch.client is None:
+            return None
+        cost = costs.estimate_total(r.request for r in failed)
+        if not confirmed and batch.client.settings.needs_confirm(None) and not self._retry_asked:
+            self._retry_asked = True
+            self._note(f"Retry {len(failed)} failed row(s)? About {cost} credits (estimate). Press again to send.")
+            return None
+        self._retry_asked = False
+        self._retries += 1
+        retry = batch.client.batch([r.request for r in failed], name=f"{batch.name}-retry-{self._retries}", wait=False)
+        self.follow(retry)
+        return retry
+
+    def _note(self, text: str) -> None:
+        with self._lock:
+            if self.batch is not None:
+                self.data = view_data(self.batch, text)
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """Intents from the front end: `stop` (start no more rows)."""
-        if isinstance(content, dict) and content.get("kind") == "stop" and self.batch is not None:
+        """Intents from the front end: `stop` (start no more rows), `retry_failed` (send the failed ones again)."""
+        if not isinstance(content, dict) or self.batch is None:
+            return
+        if content.get("kind") == "stop":
             self.batch.stop()
             self.update(self.batch)
+        elif content.get("kind") == "retry_failed":
+            try:
+                self.retry_failed(confirmed=False)
+            except Exception as exc:  # said in the view, never raised from a button
+                self._note(f"Retry failed: {' '.join(str(exc).split())[:300]}")
 
     def __repr__(self) -> str:
         return self.batch.progress_line() if self.batch is not None else "batch: not started"

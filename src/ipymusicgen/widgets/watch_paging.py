@@ -107,9 +107,13 @@ class PagingPart:
 
     def _page_groups(self) -> list[list[str]]:
         with self._lock:
-            newest_first = self._calls[::-1]
+            ordered = self._ordered_calls()
             start = self._page * self.page_size
-            return [list(group) for group in newest_first[start : start + self.page_size]]
+            return [list(group) for group in ordered[start : start + self.page_size]]
+
+    def _ordered_calls(self) -> list[list[str]]:
+        """Newest call first; a watcher following a batch overrides this to follow the batch's table."""
+        return self._calls[::-1]
 
     def _emit(self, message: dict[str, Any]) -> None:
         """Send one message to every view of this model (numbered, so a view can tell it missed one)."""

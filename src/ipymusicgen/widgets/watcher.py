@@ -248,6 +248,21 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self._batch_moved(batch)
         self.show(batch.records)  # what the batch knew before this watcher followed it
 
+    def _ordered_calls(self) -> list[list[str]]:
+        """Following batches, cards follow their tables (batch by batch, row 1 first), as people read them;
+        calls of no batch's come after, newest first. Called under the lock."""
+        if not self._feeders:
+            return super()._ordered_calls()
+        position = {
+            task_id: (n, row.index)
+            for n, batch in enumerate(self._feeders)
+            for row in batch.rows
+            for task_id in row.ids
+        }
+        last = (len(self._feeders), 0)
+        newest_first = self._calls[::-1]
+        return sorted(newest_first, key=lambda group: min(position.get(task_id, last) for task_id in group))
+
     def close(self) -> None:
         """Stop polling, close the widget, and let the session forget this watcher.
 

@@ -22,7 +22,7 @@ function imsBatchDraw(root, data, send) {
   bar.setAttribute("aria-valuemax", String(total));
   const done = (data.counts && data.counts.complete) || 0;
   bar.setAttribute("aria-valuenow", String(done));
-  for (const state of ["complete", "failed", "unknown", "skipped", "submitted"]) {
+  for (const state of ["complete", "failed", "unknown", "skipped"]) {  // rows still running fill no part of it
     const n = (data.counts && data.counts[state]) || 0;
     if (!n) continue;
     const part = imsEl("span", "ims-batch-part ims-batch-" + state);
@@ -46,6 +46,19 @@ function imsBatchDraw(root, data, send) {
   }
   root.appendChild(table);
   if (data.more) root.appendChild(imsEl("div", "ims-batch-more", data.more));
+  if (data.finished) {
+    const end = imsEl("div", "ims-batch-finished", data.finished);
+    end.dataset.failed = String(Boolean(data.can_retry));
+    if (data.can_retry) {
+      const retry = imsEl("button", "ims-batch-retry", "Retry failed rows");
+      retry.type = "button";
+      retry.title = "Send the failed rows again, as a new batch";
+      retry.addEventListener("click", () => send({ kind: "retry_failed" }));
+      end.appendChild(retry);
+    }
+    root.appendChild(end);
+  }
+  if (data.note) root.appendChild(imsEl("div", "ims-batch-note", data.note));
 }
 
 export default {
