@@ -41,7 +41,7 @@ from .errors import (
 )
 from .models.schema import TaskRecord, V2Song
 from .models.tasks import TaskState
-from .session import analyze, grid, library, waveform  # named like modules: bound after they load, so the functions win
+from .session import analyze, library, waveform  # named like modules: bound after they load, so the functions win
 from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
 
 if TYPE_CHECKING:
@@ -132,6 +132,27 @@ def __getattr__(name: str) -> Any:
 
         return importlib.import_module(_MODULES[name])
     raise AttributeError(f"module 'ipymusicgen' has no attribute {name!r}")
+
+
+def grid(
+    base: dict[str, Any] | None = None,
+    *,
+    repeat: int = 1,
+    name: str | None = None,
+    client: MusicClient | None = None,
+    **axes: Any,
+) -> Any:
+    """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
+    "MFV3.0"], repeat=2)`. Each cell priced and the total; `.run()` sends it as one named batch; `.to_pandas()`
+    gives the results. Shown in a notebook it is drawn as rows × columns of song cards (Run, compare blind)."""
+    import sys
+
+    from .session import grid as plan
+
+    if "IPython" in sys.modules:  # someone may display it: install the grid view (scripts load no widgets)
+        from .widgets import grid as _view  # noqa: F401
+
+    return plan(base, repeat=repeat, name=name, client=client, **axes)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

@@ -12,9 +12,10 @@ import hashlib
 import html
 import itertools
 import json
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..batch.engine import Batch, BatchError, validate_rows
 from ..models import costs
@@ -40,6 +41,10 @@ class GridCell:
 
 class Grid:
     """A prompt grid: `base` fields, `axes` (field -> values) crossed, each cell `repeat` times."""
+
+    view_factory: ClassVar[Callable[[Grid], Any] | None] = None
+    """Set by the widgets layer (`widgets.grid`): how a grid shown in a notebook is drawn. The lab never imports
+    the widgets; without one, a grid shows as its priced table."""
 
     def __init__(
         self,
@@ -78,6 +83,8 @@ class Grid:
         ]
         self.name = name or _derived_name(self.base, self.axes, repeat)
         self.batch: Batch | None = None
+        self._run_listeners: list[Callable[[Batch], None]] = []
+        self._view: Any = None
 
     # -- the plan ------------------------------------------------------------------------------------
 
@@ -100,10 +107,47 @@ class Grid:
         on_update: Callable[[Batch], None] | None = None,
     ) -> Batch:
         """Send the grid as one named batch (`self.name`): a re-run sends only rows never sent."""
-        self.batch = self.client.batch(
-            self.rows, name=self.name, budget=budget, concurrency=concurrency, wait=wait, on_update=on_update
+        told: list[Batch] = []
+        telling = threading.Lock()
+
+        def tell(batch: Batch) -> None:
+            with telling:  # once per run, from whichever thread speaks first
+                if told:
+                    return
+                told.append(batch)
+            self._run_started(batch)
+
+        def updated(batch: Batch) -> None:
+            tell(batch)  # the first word of the run (wait=True drives it in this thread): views follow from here
+            if on_update is not None:
+                on_update(batch)
+
+        batch = self.client.batch(
+            self.rows, name=self.name, budget=budget, concurrency=concurrency, wait=wait, on_update=updated
         )
-        return self.batch
+        tell(batch)
+        return batch
+
+    def _run_started(self, batch: Batch) -> None:
+        self.batch = batch
+        for listener in list(self._run_listeners):
+            listener(batch)
+
+    def add_run_listener(self, listener: Callable[[Batch], None]) -> None:
+        """Call `listener(batch)` each time the grid is run (a grid view follows the batch so)."""
+        self._run_listeners.append(listener)
+
+    @property
+    def view(self) -> Any:
+        """The grid's view (rows × columns of song cards), made once by the widgets layer; None without it."""
+        if self._view is None and Grid.view_factory is not None:
+            self._view = Grid.view_factory(self)
+        return self._view
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """In a notebook a grid is drawn by its view; None lets IPython fall back to the table below."""
+        view = self.view
+        return view._repr_mimebundle_(include=include, exclude=exclude) if view is not None else None
 
     # -- results -------------------------------------------------------------------------------------
 

@@ -112,20 +112,23 @@ class BatchMagics(Magics):
             plan = session.grid(base, repeat=args.repeat, name=args.name, **axes)
         except MusicGenError as exc:
             raise UsageError(one_line(exc)) from None
+        if not args.no_watch:
+            from ..widgets import grid as _view  # noqa: F401  the plan is drawn as its grid view (cards in cells)
         display(plan)
         self.shell.user_ns[args.out or "_grid"] = plan
         batch = self._start(
             lambda _client, on_update: plan.run(budget=args.budget, concurrency=args.concurrency, on_update=on_update),
             args,
+            watch=False,  # the grid view shows the songs in their cells
         )
         self._finish(batch, args)
 
-    def _start(self, run: Callable[[Any, Any], Batch], args: Any) -> Batch:
+    def _start(self, run: Callable[[Any, Any], Batch], args: Any, *, watch: bool = True) -> Batch:
         """Start a batch in the background with its progress view and song cards shown; errors as UsageError."""
         view = None
         try:
             client = session.get_client()
-            watcher = None if args.no_watch else _watcher(client)
+            watcher = None if args.no_watch or not watch else _watcher(client)
             view = _view(watcher)
             batch = run(client, view.update if view is not None else None)
         except MusicGenError as exc:

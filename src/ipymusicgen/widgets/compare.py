@@ -94,14 +94,13 @@ class CompareView(TextRepr, anywidget.AnyWidget):
             raise ValueError(f"pick A or B (got {label!r})")
         chosen, other = (self.order[0], self.order[1]) if label == "A" else (self.order[1], self.order[0])
         if self.mode == "ab":
+            recorded = self.library is not None
             if self.library is not None:
-                self.library.vote(chosen.id, other.id, blind=True)
-            self.result = {
-                "picked": label,
-                "winner": chosen.id,
-                "loser": other.id,
-                "recorded": self.library is not None,
-            }
+                try:
+                    self.library.vote(chosen.id, other.id, blind=True)
+                except KeyError:  # a song the library never kept (the free sandbox's): the vote is said, not kept
+                    recorded = False
+            self.result = {"picked": label, "winner": chosen.id, "loser": other.id, "recorded": recorded}
         else:
             self.result = {"picked": label, "x": self.x, "correct": label == self.x}
         self._publish()
@@ -140,7 +139,11 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         if self.mode == "abx":
             right = "right" if self.result["correct"] else "not right"
             return f"X was {self.x}: your answer was {right}."
-        saved = "kept in the library (blind vote)" if self.result["recorded"] else "not kept (no library)"
+        saved = (
+            "kept in the library (blind vote)"
+            if self.result["recorded"]
+            else "not kept (these songs are not in the library)"
+        )
         return f"You preferred {self.result['picked']}; {saved}."
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:

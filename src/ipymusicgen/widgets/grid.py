@@ -1,0 +1,279 @@
+"""`GridView`: a prompt grid as rows × columns of compact song cards, priced, run, and compared blind.
+
+The first axis makes the rows, the others the columns. Each cell says its estimate (and the grid its total),
+then its takes' songs as they cook. Run sends the grid as its one named batch: with a key that may cost
+money the first press only asks ("Send 6 rows, about 12 credits?"), the second sends what was shown (a grid
+never changes once made, so what was priced is what is sent). Pick any two songs, then "Compare blind" opens
+a `CompareView` of them under the grid.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import anywidget
+import ipywidgets as w
+import traitlets
+
+from ..lab.grid import Grid, GridCell
+from ._static import css, esm
+from .compare import CompareView
+from .song_data import Record, plain, song_card
+from .text import TextRepr
+
+if TYPE_CHECKING:
+    from ..batch.engine import Batch
+    from ..library import Library
+
+PICKS = 2
+
+
+class GridBoard(anywidget.AnyWidget):
+    """The grid's one front-end model: the table in plain data in, intents (run, confirm, pick, compare) out."""
+
+    _esm = traitlets.Unicode(esm("grid")).tag(sync=True)
+    _css = traitlets.Unicode(css("grid")).tag(sync=True)
+    data = traitlets.Dict().tag(sync=True)
+
+
+class GridView(TextRepr, w.VBox):
+    """The grid's board, and under it the blind comparison of two picked songs when asked for."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        *,
+        library: Library | None = None,
+        confirm: bool | None = None,
+        budget: int | None = None,
+        concurrency: int = 3,
+    ) -> None:
+        self.grid = grid
+        self.library = library
+        self.confirm_required = grid.client.settings.needs_confirm(confirm)
+        self.budget = budget
+        self.concurrency = concurrency
+        self.board = GridBoard()
+        self.comparison: CompareView | None = None
+        self.picked: list[str] = []
+        self.asking = ""
+        """The question a paid Run showed ("Send ...?"); the next Run (or Confirm) sends."""
+        self.note = ""
+        self._lock = threading.RLock()
+        self._records: dict[str, Record] = {}
+        self._slot = w.Box()
+        self.board.on_msg(self._on_msg)
+        grid.add_run_listener(self._follow)
+        if grid.batch is not None:
+            self._follow(grid.batch)
+        super().__init__([self.board, self._slot])
+        self.add_class("ipymusicgen-grid-view")
+        self._draw()
+
+    # -- the Python API ------------------------------------------------------------------------------
+
+    def run(self, *, confirmed: bool = True) -> Batch | None:
+        """Send the grid (its one named batch). From code the call is the decision; the button passes
+        `confirmed=False`, and then a key that may cost money is asked first."""
+        with self._lock:
+            if self.grid.batch is not None and not self.grid.batch.done:
+                return self.grid.batch
+            if not confirmed and self.confirm_required and not self.asking:
+                self.asking = (
+                    f"Send {len(self.grid.cells)} rows, about {self.grid.estimate} credits (estimate)"
+                    f"{self._credits_left()}? Press Confirm to send."
+                )
+                self._draw()
+                return None
+            self.asking = ""
+            self.note = ""
+        try:
+            return self.grid.run(budget=self.budget, concurrency=self.concurrency)
+        except Exception as exc:  # a budget or credits refusal: said on the board, nothing sent
+            self.note = " ".join(str(exc).split())[:400]
+            self._draw()
+            if confirmed:
+                raise
+            return None
+
+    def cancel(self) -> None:
+        """Drop the question a paid Run asked; nothing is sent."""
+        self.asking = ""
+        self._draw()
+
+    def pick(self, task_id: str) -> list[str]:
+        """Pick a song for a blind comparison (again to unpick); the two latest picks are kept."""
+        with self._lock:
+            if task_id not in self._records:
+                return self.picked
+            if task_id in self.picked:
+                self.picked.remove(task_id)
+            else:
+                self.picked = [*self.picked, task_id][-PICKS:]
+        self._draw()
+        return self.picked
+
+    def compare(self, *, seed: int | None = None) -> CompareView | None:
+        """Open a blind comparison of the two picked songs under the grid (None until two are picked)."""
+        songs = [self._records[task_id] for task_id in self.picked if task_id in self._records]
+        if len(songs) != PICKS:
+            return None
+        try:
+            view = CompareView(songs, library=self.library, seed=seed)
+        except ValueError as exc:  # a song with nothing to play yet
+            self.note = str(exc)
+            self._draw()
+            return None
+        if self.comparison is not None:
+            self.comparison.close()
+        self.comparison = view
+        self._slot.children = (view,)
+        self.note = "Comparing the two picked songs blind: below."
+        self._draw()
+        return view
+
+    def results(self) -> list[dict[str, Any]]:
+        return self.grid.results(self.library)
+
+    def to_pandas(self) -> Any:
+        return self.grid.to_pandas(self.library)
+
+    # -- following the run ---------------------------------------------------------------------------
+
+    def _follow(self, batch: Batch) -> None:
+        batch.add_listener(self._batch_moved)
+        batch.add_record_listener(self._records_came)
+        self._records_came(batch.records)
+        self._batch_moved(batch)
+
+    def _records_came(self, records: Any) -> None:
+        with self._lock:
+            for record in records:
+                self._records[record.id] = record
+
+    def _batch_moved(self, _batch: Batch) -> None:
+        self._draw()
+
+    # -- the board -----------------------------------------------------------------------------------
+
+    def _credits_left(self) -> str:
+        try:
+            left = self.grid.client.key_info().key_music_counts
+        except Exception:  # the question still stands without it; the batch checks the credits itself
+            return ""
+        return f"; {left} left (measured)" if left is not None else ""
+
+    def data(self) -> dict[str, Any]:
+        """What the board draws: plain text, numbers and card dicts only."""
+        with self._lock:
+            grid, batch = self.grid, self.grid.batch
+            fields = list(grid.axes)
+            row_field, column_fields = fields[0], fields[1:]
+            rows_by_index = {row.index: row for row in batch.rows} if batch is not None else {}
+            columns: list[tuple[Any, ...]] = []
+            table: dict[Any, dict[tuple[Any, ...], list[GridCell]]] = {}
+            for cell in grid.cells:
+                column = tuple(cell.params[f] for f in column_fields)
+                if column not in columns:
+                    columns.append(column)
+                table.setdefault(cell.params[row_field], {}).setdefault(column, []).append(cell)
+            rows = []
+            for value, by_column in table.items():
+                cells = []
+                for column in columns:
+                    takes = by_column.get(column, [])
+                    songs, states = [], []
+                    for cell in takes:
+                        row = rows_by_index.get(cell.index)
+                        states.append(row.state if row is not None else "not run")
+                        for task_id in row.ids if row is not None else ():
+                            songs.append(self._card(task_id, cell))
+                    errors = [r.error for c in takes if (r := rows_by_index.get(c.index)) is not None and r.error]
+                    cells.append(
+                        {
+                            "estimate": sum(c.estimate for c in takes),
+                            "state": _cell_state(states),
+                            "error": plain(errors[0] if errors else "", 300),
+                            "songs": songs,
+                        }
+                    )
+                rows.append({"label": plain(value, 120), "cells": cells})
+            return {
+                "name": plain(grid.name, 120),
+                "row_axis": plain(row_field, 40),
+                "column_axis": plain(" · ".join(column_fields), 80),
+                "columns": [plain(" · ".join(str(v) for v in column), 120) for column in columns] or ["songs"],
+                "rows": rows,
+                "total": f"{len(grid.cells)} rows, about {grid.estimate} credits in all (estimate)",
+                "status": batch.progress_line() if batch is not None else "Not run yet.",
+                "running": batch is not None and not batch.done,
+                "can_run": batch is None or (batch.done and any(r.state in ("skipped",) for r in batch.rows)),
+                "asking": self.asking,
+                "picked": list(self.picked),
+                "can_compare": len(self.picked) == PICKS,
+                "note": plain(self.note, 400),
+            }
+
+    def _card(self, task_id: str, cell: GridCell) -> dict[str, Any]:
+        record = self._records.get(task_id)
+        card = song_card(record, id=task_id, call=f"row-{cell.index}", take=1, actions=[])
+        card["picked"] = task_id in self.picked
+        card["pick_label"] = f"take {cell.take}"
+        return card
+
+    def _draw(self) -> None:
+        self.board.data = self.data()
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        """Intents from the board: run, confirm, cancel, pick (an id shown on it), compare."""
+        if not isinstance(content, dict):
+            return
+        kind = content.get("kind")
+        if kind == "run":
+            self.run(confirmed=False)
+        elif kind == "confirm" and self.asking:  # only a question the board showed
+            self._confirmed()
+        elif kind == "cancel":
+            self.cancel()
+        elif kind == "pick" and isinstance(content.get("id"), str):
+            self.pick(content["id"])
+        elif kind == "compare":
+            self.compare()
+
+    def _confirmed(self) -> None:
+        with self._lock:
+            self.asking = ""
+        try:
+            self.run(confirmed=True)
+        except Exception:  # said on the board by run()
+            return
+
+    def __repr__(self) -> str:
+        batch = self.grid.batch
+        status = batch.progress_line() if batch is not None else "not run yet"
+        return f"{self.grid!r}\n{status}"
+
+
+def _cell_state(states: list[str]) -> str:
+    """One word for a cell's takes: the least finished of them."""
+    for state in ("not run", "pending", "submitted", "unknown", "failed", "skipped"):
+        if state in states:
+            return state
+    return "complete" if states else "not run"
+
+
+def grid_view(grid: Grid) -> GridView:
+    """How a grid shown in a notebook is drawn (installed as `Grid.view_factory`): its library keeps the votes."""
+    from ..session import library
+
+    try:
+        opened = library()
+    except Exception:  # no library to keep votes in: the comparison says so after the vote
+        opened = None
+    return GridView(grid, library=opened)
+
+
+Grid.view_factory = grid_view  # the lab cannot import the widgets (it sits below them)
+
+__all__ = ["GridBoard", "GridView", "grid_view"]
