@@ -29,6 +29,7 @@ SLOW_MODULES = frozenset(
         "test_browser_marimo",
         "test_browser_marimo_library",
         "test_compare_browser",
+        "test_grid_browser",
         "test_kill_resume",
         "test_mcp_transports",
         "test_notebooks",

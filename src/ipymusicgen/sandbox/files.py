@@ -60,7 +60,8 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
 def answer(body: FileBody, range_header: str | None) -> FileAnswer:
     """The whole file (200) or the asked byte range (206), as CDNs answer, so browsers can seek the audio."""
     size = len(body.content)
-    headers = {"accept-ranges": "bytes", "cache-control": "no-store"}
+    # as a public CDN: any page may read the file (a notebook's card decodes it to draw the waveform)
+    headers = {"accept-ranges": "bytes", "cache-control": "no-store", "access-control-allow-origin": "*"}
     wanted = byte_range(range_header, size)
     if wanted is None:
         return FileAnswer(200, body.content, headers)

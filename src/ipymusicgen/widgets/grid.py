@@ -187,8 +187,8 @@ class GridView(TextRepr, w.VBox):
                     for cell in takes:
                         row = rows_by_index.get(cell.index)
                         states.append(row.state if row is not None else "not run")
-                        for task_id in row.ids if row is not None else ():
-                            songs.append(self._card(task_id, cell))
+                        for take, task_id in enumerate(row.ids if row is not None else (), 1):
+                            songs.append(self._card(task_id, cell, take))
                     errors = [r.error for c in takes if (r := rows_by_index.get(c.index)) is not None and r.error]
                     cells.append(
                         {
@@ -215,11 +215,11 @@ class GridView(TextRepr, w.VBox):
                 "note": plain(self.note, 400),
             }
 
-    def _card(self, task_id: str, cell: GridCell) -> dict[str, Any]:
+    def _card(self, task_id: str, cell: GridCell, take: int) -> dict[str, Any]:
+        """A compact card: the call's two songs are Take 1 and 2 (a repeated cell's rows follow each other)."""
         record = self._records.get(task_id)
-        card = song_card(record, id=task_id, call=f"row-{cell.index}", take=1, actions=[])
+        card = song_card(record, id=task_id, call=f"row-{cell.index}", take=take, actions=[])
         card["picked"] = task_id in self.picked
-        card["pick_label"] = f"take {cell.take}"
         return card
 
     def _draw(self) -> None:

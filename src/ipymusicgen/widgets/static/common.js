@@ -88,6 +88,77 @@ function tickSongCards(root) {
   }
 }
 
+const IMS_DECODE = { queue: Promise.resolve(), cache: new Map() };
+const IMS_DECODE_MAX_BYTES = 40 * 1024 * 1024;
+const IMS_DECODE_POINTS = 200;
+const IMS_DECODE_CACHED = 200;
+
+/**
+ * Peaks of a finished song read from its audio file, when the kernel has none (not archived yet, or the
+ * sandbox's): fetched once per URL, decoded one file at a time at 8 kHz, a bounded number kept. Rejects when
+ * the host does not let the page read the file, or it is too large; the card then says it has no waveform.
+ */
+function imsBrowserPeaks(url) {
+  if (IMS_DECODE.cache.has(url)) return IMS_DECODE.cache.get(url);
+  const job = IMS_DECODE.queue.then(async () => {
+    const response = await fetch(url, { mode: "cors", credentials: "omit" });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    if (Number(response.headers.get("content-length") || 0) > IMS_DECODE_MAX_BYTES) throw new Error("too large");
+    const bytes = await response.arrayBuffer();
+    if (bytes.byteLength > IMS_DECODE_MAX_BYTES) throw new Error("too large");
+    const Offline = window.OfflineAudioContext || window.webkitOfflineAudioContext;
+    const audio = await new Offline(1, 1, 8000).decodeAudioData(bytes);
+    const samples = audio.getChannelData(0);
+    const step = Math.max(1, Math.floor(samples.length / IMS_DECODE_POINTS));
+    const peaks = [];
+    for (let start = 0; start + step <= samples.length && peaks.length < IMS_DECODE_POINTS; start += step) {
+      let low = 0;
+      let high = 0;
+      for (let i = start; i < start + step; i++) {
+        if (samples[i] < low) low = samples[i];
+        else if (samples[i] > high) high = samples[i];
+      }
+      peaks.push([low, high]);
+    }
+    return peaks;
+  });
+  IMS_DECODE.queue = job.catch(() => {});
+  IMS_DECODE.cache.set(url, job);
+  if (IMS_DECODE.cache.size > IMS_DECODE_CACHED) IMS_DECODE.cache.delete(IMS_DECODE.cache.keys().next().value);
+  return job;
+}
+
+/** The card's waveform state: shimmer while a song runs or its peaks are being read; decode when none came. */
+function imsWaveState(card) {
+  const ims = card._ims;
+  const data = ims.data;
+  const kernelPeaks = Boolean(data.peaks && data.peaks.length);
+  if (!kernelPeaks && data.state === "ready" && data.audio_url && ims.decodedUrl !== data.audio_url) {
+    const url = data.audio_url;
+    ims.decodedUrl = url;
+    ims.browserPeaks = null;
+    ims.decodeFailed = false;
+    imsBrowserPeaks(url).then(
+      (peaks) => {
+        if (ims.decodedUrl !== url) return;
+        ims.browserPeaks = peaks;
+        imsWaveState(card);
+        imsDrawWave(card);
+      },
+      () => {
+        if (ims.decodedUrl !== url) return;
+        ims.decodeFailed = true;
+        imsWaveState(card);
+        imsDrawWave(card);
+      },
+    );
+  }
+  const reading = !kernelPeaks && data.state === "ready" && !ims.browserPeaks && !ims.decodeFailed;
+  ims.wave.classList.toggle("ims-shimmer", !kernelPeaks && (IMS_RUNNING.has(data.state) || reading));
+  ims.wave.dataset.peaks = kernelPeaks ? "kernel" : ims.browserPeaks ? "browser" : reading ? "reading" : "none";
+  ims.wave.title = ims.decodeFailed && !kernelPeaks ? "No waveform: the audio's host does not let this page read the file" : "";
+}
+
 /** Draw the waveform: peaks as bars (played part in the accent colour) or a flat line while none. */
 function imsDrawWave(card) {
   const { canvas, audio, data } = card._ims;
@@ -106,7 +177,7 @@ function imsDrawWave(card) {
   const rest = style.getPropertyValue("--ims-wave").trim() || "#9e9e9e";
   const duration = audio.duration && isFinite(audio.duration) ? audio.duration : data.duration_s || 0;
   const fraction = duration ? Math.min(1, audio.currentTime / duration) : 0;
-  const peaks = data.peaks || [];
+  const peaks = data.peaks && data.peaks.length ? data.peaks : card._ims.browserPeaks || [];
   const middle = height / 2;
   if (!peaks.length) {
     ctx.fillStyle = rest;
@@ -283,7 +354,7 @@ function updateSongCard(card, data, send) {
   }
   card.classList.toggle("ims-playable", Boolean(data.audio_url));
   ims.play.disabled = !data.audio_url;
-  ims.wave.classList.toggle("ims-shimmer", !(data.peaks && data.peaks.length) && IMS_RUNNING.has(data.state));
+  imsWaveState(card);
   if (changed("lyrics")) {
     ims.lyrics.querySelector("pre").textContent = data.lyrics || "";
     ims.lyrics.hidden = !data.lyrics;

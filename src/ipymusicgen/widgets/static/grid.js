@@ -46,7 +46,7 @@ function imsGridView(root, model) {
     }
     const picked = Boolean(data.picked);
     card._ims.pick.setAttribute("aria-pressed", String(picked));
-    card._ims.pick.textContent = picked ? "Picked" : `Pick (${data.pick_label || "take"})`;
+    card._ims.pick.textContent = picked ? "Picked to compare" : "Pick to compare";
     card.classList.toggle("ims-grid-picked", picked);
     return card;
   };
@@ -107,6 +107,7 @@ function imsGridView(root, model) {
     const asking = Boolean(data.asking);
     run.hidden = asking; // one primary button at a time
     run.disabled = !data.can_run;
+    run.classList.toggle("ims-primary", Boolean(data.can_run));
     question.textContent = data.asking || "";
     question.hidden = confirm.hidden = cancel.hidden = !asking;
     compare.disabled = !data.can_compare;
