@@ -107,6 +107,8 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     assert page.locator(".ims-chip").first.text_content() == HOSTILE
     assert page.locator(".ims-badge").first.text_content().startswith("Ready")
     assert page.locator(".ims-watcher-counts").text_content() == "2 ready"
+    # no kernel peaks yet: each card reads its own file (the sandbox's), then the shimmer ends with bars drawn
+    page.wait_for_function("() => document.querySelectorAll('[data-peaks=browser]').length === 2", timeout=STEP_MS)
     assert page.locator(".ipymusicgen-waveform.ims-shimmer").count() == 0
     watcher.annotate(watcher.ids[0], peaks=[[-0.8 * (i % 5) / 5, 0.9 * (i % 7) / 7] for i in range(120)])
     relay(page, outbox)
@@ -121,7 +123,9 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
         .first.locator(".ims-actions button")
         .evaluate_all("buttons => buttons.map(b => b.dataset.action)")
     )
-    assert labels == ["extend", "concat", "download", "favourite", "copy_id"]
+    assert labels == ["keep", "extend", "concat", "download", "favourite", "copy_id"]
+    words = page.locator(".ipymusicgen-song").first.locator(".ims-actions .ims-button-word").all_inner_texts()
+    assert words == ["Keep", "Extend", "Join", "Download", "Favourite", "Copy id"]  # a word beside each icon
     page.locator(".ipymusicgen-song").first.locator("button[data-action='copy_id']").click()
     assert browser_intents(page) == [{"kind": "copy_id", "id": watcher.ids[0]}]
     answer_intents(page, watcher, outbox)

@@ -181,7 +181,7 @@ def test_each_round_sends_one_diff_with_only_what_changed(
     fields = diff["cards"][ids[0]]
     assert fields["state"] == "ready" and fields["duration_s"] == 4.0
     assert fields["audio_url"] == watcher.card(ids[0]).record.audio_url and fields["cover_url"]
-    assert fields["actions"] == ["extend", "concat", "download", "favourite", "copy_id"]
+    assert fields["actions"] == ["keep", "extend", "concat", "download", "favourite", "copy_id"]
     assert diff["header"]["counts"] == "2 ready"
     assert watcher.done
 
@@ -288,6 +288,29 @@ def test_copy_id_and_favourite_intents(finished: TaskWatcher, wire: Wire) -> Non
     assert press(finished, wire, "favourite", task_id)["favourite"] is False
 
 
+def test_keep_marks_one_take_of_the_call_and_tells_the_library(finished: TaskWatcher, wire: Wire) -> None:
+    hello(finished, wire)
+    first, second = finished.ids
+    told: list[str] = []
+    finished.on_keep = told.append
+    wire.clear()
+    finished._handle_custom_msg({"kind": "keep", "id": second}, [])
+    (diff,) = wire.custom(finished)
+    assert diff["cards"][second]["kept"] is True and not finished.card(first).kept
+    assert diff["cards"][second]["note"] == "This take is the one to keep: kept in the library." and told == [second]
+    wire.clear()
+    finished._handle_custom_msg({"kind": "keep", "id": first}, [])  # changing one's mind moves the mark
+    (diff,) = wire.custom(finished)
+    assert diff["cards"][first]["kept"] is True and diff["cards"][second]["kept"] is False  # both cards redrawn
+    assert told == [second, first]
+
+
+def test_keep_without_a_library_that_has_the_song_holds_for_the_session(finished: TaskWatcher, wire: Wire) -> None:
+    hello(finished, wire)
+    fields = press(finished, wire, "keep", finished.ids[0])  # the free sandbox's songs are not in the library
+    assert fields["kept"] is True and "for this session (the song is not in the library)" in fields["note"]
+
+
 def test_extend_intent_prefills_a_form_that_submits_into_the_watcher(
     finished: TaskWatcher, wire: Wire, sandbox: Sandbox
 ) -> None:
@@ -317,6 +340,8 @@ def test_actions_on_an_unfinished_or_unknown_song_are_refused_in_the_card(
     hello(watcher, wire)
     fields = press(watcher, wire, "download", watcher.ids[0])  # not raised
     assert fields["note"].startswith("Download failed") and "processing, not complete" in fields["note"]
+    fields = press(watcher, wire, "keep", watcher.ids[0])  # a take still cooking cannot be the one kept
+    assert fields["note"].startswith("Keep failed") and not watcher.card(watcher.ids[0]).kept
     wire.clear()
     watcher._handle_custom_msg({"kind": "download", "id": "not-watched"}, [])
     watcher._handle_custom_msg({"kind": "download", "id": ["x"]}, [])

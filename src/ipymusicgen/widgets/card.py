@@ -31,6 +31,7 @@ class TaskCard:
         "call",
         "extra",
         "favourite",
+        "kept",
         "note",
         "started",
         "take",
@@ -47,6 +48,7 @@ class TaskCard:
         self.call = call
         self.take = take
         self.note = ""
+        self.kept = False
         self.favourite = False
         self.extra: dict[str, Any] | None = None
         """Card fields others know better (peaks and the archived path from the library); None while empty."""
@@ -97,6 +99,7 @@ class TaskCard:
             "take": self.take,
             "elapsed_s": self.elapsed(),
             "favourite": self.favourite,
+            "kept": self.kept,
             "note": self.note,
             "model": "v2" if self.v2 else "",
         }

@@ -61,9 +61,9 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
     if local:
         label = archive_label(Path(on_disk or ""), None)
     elif on_disk and not song.audio_url:
-        label = f"audio only on disk: {on_disk}"
+        label = f"audio only on disk: {Path(on_disk).name}"
     elif on_disk:
-        label = f"archived: {on_disk}"
+        label = f"archived: {Path(on_disk).name}"
     elif song.archive_error:
         label = archive_label(None, song.archive_error)
     else:
@@ -87,6 +87,7 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
         peaks=song.peaks,
         favourite=song.favourite,
         archived_path_label=label,
+        archived_path=on_disk or "",
         actions=["favourite", "copy_id"] if state == "ready" else ["copy_id"],
     )
     card.update(

@@ -28,7 +28,7 @@ STATE_LABELS = {
     "ready": "Ready",
     "failed": "Failed",
 }
-ALL_ACTIONS = ("extend", "concat", "download", "favourite", "copy_id")
+ALL_ACTIONS = ("keep", "extend", "concat", "download", "favourite", "copy_id")
 TITLE_LIMIT = 200
 LYRICS_LIMIT = 20_000
 REASON_LIMIT = 500
@@ -80,10 +80,11 @@ def compact_peaks(peaks: Iterable[Sequence[float]] | None) -> list[list[float]]:
 
 
 def song_actions(record: Record | None) -> list[str]:
-    """What a song offers: copy id always; extend, download, favourite when ready; concat for ready v1 songs."""
+    """What a song offers: copy id always; keep (this take), extend, download, favourite when ready; concat for
+    ready v1 songs."""
     if record is None or record.state is not TaskState.COMPLETE:
         return ["copy_id"]
-    actions = ["extend", "concat", "download", "favourite", "copy_id"]
+    actions = ["keep", "extend", "concat", "download", "favourite", "copy_id"]
     if isinstance(record, V2Song):
         actions.remove("concat")
     return actions
@@ -124,6 +125,8 @@ def song_card(record: Record | None, **extra: Any) -> dict[str, Any]:
         "peaks": [],
         "favourite": False,
         "archived_path_label": "",
+        "archived_path": "",
+        "kept": False,
         "note": "",
         "stars": None,
         "measures": [],
@@ -170,6 +173,8 @@ def clean(card: dict[str, Any]) -> dict[str, Any]:
         "peaks": compact_peaks(card.get("peaks")),
         "favourite": bool(card.get("favourite")),
         "archived_path_label": plain(card.get("archived_path_label"), 300),
+        "archived_path": plain(card.get("archived_path"), 1000),
+        "kept": bool(card.get("kept")),
         "note": plain(card.get("note"), 500),
         "stars": _stars(card.get("stars")),
         "measures": [plain(m, 40) for m in card.get("measures") or () if m][:MEASURES_MAX],

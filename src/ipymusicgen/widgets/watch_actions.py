@@ -57,6 +57,8 @@ class ActionsPart:
     extend_form: Any
     download_dir: str | Path
     on_favourite: Callable[[str, bool], Any] | None
+    on_keep: Callable[[str], Any] | None
+    _cards: dict[str, TaskCard]
     add: Callable[..., list[str]]
     card: Callable[[str], TaskCard]
     _publish: Callable[..., None]
@@ -99,6 +101,25 @@ class ActionsPart:
             self.on_favourite(task_id, card.favourite)
         return card.favourite
 
+    def keep(self, task_id: str) -> bool:
+        """Choose this take of its call: marked kept, the call's other take not; the library is told when it has
+        the song (True), else the choice holds in this watcher only (the free sandbox's songs, say)."""
+        self._finished_record(task_id)
+        chosen = self.card(task_id)
+        for card in self._cards.values():
+            if card.call == chosen.call:
+                card.kept = card is chosen
+        if self.on_keep is not None:
+            self.on_keep(task_id)
+            return True
+        from ..session import library
+
+        try:
+            library().keep(task_id)
+        except KeyError:  # not a song of the library
+            return False
+        return True
+
     def copy_id(self, task_id: str) -> str:
         """The ids of a song as text (task id, and song id when it differs)."""
         record = self.card(task_id).record
@@ -128,6 +149,10 @@ class ActionsPart:
             elif name == "favourite":
                 result = self.favourite(task_id)
                 card.note = "Added to favourites." if result else "Removed from favourites."
+            elif name == "keep":
+                result = self.keep(task_id)
+                where = "kept in the library" if result else "for this session (the song is not in the library)"
+                card.note = f"This take is the one to keep: {where}."
             elif name == "copy_id":
                 result = self.copy_id(task_id)
                 card.note = f"Id: {result}"
@@ -136,7 +161,8 @@ class ActionsPart:
         except Exception as exc:  # shown in the card, never as a traceback from a button
             card.note = f"{name.replace('_', ' ').capitalize()} failed: {exc}"
             result = None
-        self._publish([task_id])
+        # a keep changes the call's other take too
+        self._publish([c.task_id for c in self._cards.values() if c.call == card.call] if name == "keep" else [task_id])
         return result
 
     def _finished_record(self, task_id: str) -> Record:

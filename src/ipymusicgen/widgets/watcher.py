@@ -24,7 +24,7 @@ from ..models.tasks import TaskSet
 from ..session import register_watcher, unregister_watcher
 from ._static import css, esm
 from .card import TaskCard
-from .song_data import Record, card_state, plain
+from .song_data import ALL_ACTIONS, Record, card_state, plain
 from .text import TextRepr
 from .watch_actions import ActionsPart, extend_fields, provide_extend_studio
 from .watch_paging import PAGE_SIZE, PagingPart
@@ -33,7 +33,7 @@ from .watch_polling import MAX_BACKOFF, PollingPart, backoff
 if TYPE_CHECKING:
     from ..batch.engine import Batch
 
-ANNOTATIONS = frozenset({"peaks", "archived_path_label", "model"})
+ANNOTATIONS = frozenset({"peaks", "archived_path_label", "archived_path", "model"})
 """Card fields `annotate()` accepts from other parts (the library's waveform and file, the model name)."""
 CLOSE_JOIN = 2.0
 """Seconds `close()` waits for the polling thread: prompt even if a request hangs (the daemon thread ends after it)."""
@@ -101,6 +101,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self.extend_form: Any = None
         """The pane the last extend prefilled (the studio's Song or v2 pane)."""
         self.on_favourite: Callable[[str, bool], Any] | None = None
+        self.on_keep: Callable[[str], Any] | None = None
+        """Told which take was kept (default: the library of the session's journal, when it has the song)."""
         """Called with (task id, favourite) when a card's favourite button is pressed (e.g. by the library)."""
         self._batch_line = ""
         self._page = 0
@@ -161,7 +163,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
 
     def _archived(self, task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
         """The archive's word on a song (on the archiver's thread): its file's name, or why not yet, and peaks."""
-        fields: dict[str, Any] = {"archived_path_label": archive_label(path, error)}
+        fields: dict[str, Any] = {"archived_path_label": archive_label(path, error), "archived_path": str(path or "")}
         if peaks:
             fields["peaks"] = peaks
         self.annotate(task_id, **fields)
@@ -286,7 +288,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
             page = content.get("page")
             if isinstance(page, int) and not isinstance(page, bool):
                 self.show_page(page)
-        elif kind in ("extend", "concat", "download", "favourite", "copy_id"):
+        elif kind in ALL_ACTIONS:
             task_id = content.get("id")
             if isinstance(task_id, str) and task_id in self._cards:
                 self.run_action(kind, task_id)

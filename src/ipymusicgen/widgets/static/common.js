@@ -11,16 +11,21 @@ const IMS_ICONS = {
   concat: "M10.6 13.4a1 1 0 0 1 0-1.4l3-3a3 3 0 1 1 4.2 4.2l-1.5 1.5-1.4-1.4 1.5-1.5a1 1 0 1 0-1.4-1.4l-3 3a1 1 0 0 1-1.4 0zM13.4 10.6a1 1 0 0 1 0 1.4l-3 3a3 3 0 1 1-4.2-4.2l1.5-1.5 1.4 1.4-1.5 1.5a1 1 0 1 0 1.4 1.4l3-3a1 1 0 0 1 1.4 0z",
   download: "M11 4h2v8.2l3.3-3.3 1.4 1.4L12 16 6.3 10.3l1.4-1.4L11 12.2zM5 18h14v2H5z",
   favourite: "M12 20.5l-1.4-1.3C5.4 14.5 2 11.4 2 7.6 2 4.5 4.4 2 7.5 2c1.7 0 3.4.8 4.5 2.1C13.1 2.8 14.8 2 16.5 2 19.6 2 22 4.5 22 7.6c0 3.8-3.4 6.9-8.6 11.6z",
+  keep: "M9 16.2l-4.2-4.2-1.4 1.4L9 19 21 7l-1.4-1.4z",
   copy_id: "M16 1H4a2 2 0 0 0-2 2v14h2V3h12zm3 4H8a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h11a2 2 0 0 0 2-2V7a2 2 0 0 0-2-2zm0 16H8V7h11z",
 };
 
 const IMS_ACTION_LABELS = {
+  keep: "Keep this take (the other one of its call is not kept)",
   extend: "Extend this song",
   concat: "Join its continuations into one song",
   download: "Download the audio file",
   favourite: "Favourite",
   copy_id: "Copy the song id",
 };
+
+/** The short word shown beside each action's icon (the long label is its tooltip and accessible name). */
+const IMS_ACTION_WORDS = { keep: "Keep", extend: "Extend", concat: "Join", download: "Download", favourite: "Favourite", copy_id: "Copy id" };
 
 /** An element with a class and (optional) plain text. */
 function imsEl(tag, cls, text) {
@@ -78,7 +83,9 @@ function imsBadgeText(card) {
     seconds += (Date.now() - card._ims.receivedAt) / 1000;
   }
   const elapsed = imsElapsed(seconds);
-  return elapsed ? `${data.state_label} · ${elapsed}` : data.state_label;
+  if (!elapsed) return data.state_label;
+  if (IMS_RUNNING.has(data.state)) return `${data.state_label} · ${elapsed} so far`;
+  return data.state === "ready" ? `${data.state_label} · made in ${elapsed}` : data.state_label;
 }
 
 /** Refresh the elapsed time of every running card under `root` (views call it once a second). */
@@ -363,17 +370,21 @@ function updateSongCard(card, data, send) {
     ims.failure.textContent = data.fail_reason || "";
     ims.failure.hidden = !data.fail_reason;
   }
-  const actionKey = JSON.stringify([data.actions, data.favourite]);
+  const actionKey = JSON.stringify([data.actions, data.favourite, data.kept]);
   if (actionKey !== ims.actionKey) {
     ims.actionKey = actionKey;
     const buttons = (data.actions || []).map((kind) => {
-      const label = kind === "favourite" && data.favourite ? "Remove from favourites" : IMS_ACTION_LABELS[kind] || kind;
+      let label = kind === "favourite" && data.favourite ? "Remove from favourites" : IMS_ACTION_LABELS[kind] || kind;
+      if (kind === "keep" && data.kept) label = "This take is kept";
       const button = imsButton(kind, label, () => {
         if (kind === "copy_id" && navigator.clipboard) navigator.clipboard.writeText(ims.data.id).catch(() => {});
         ims.send({ kind, id: ims.data.id });
       });
       button.dataset.action = kind;
+      button.classList.add("ims-labelled");
+      button.appendChild(imsEl("span", "ims-button-word", kind === "keep" && data.kept ? "Kept" : IMS_ACTION_WORDS[kind] || kind));
       if (kind === "favourite") button.setAttribute("aria-pressed", String(Boolean(data.favourite)));
+      if (kind === "keep") button.setAttribute("aria-pressed", String(Boolean(data.kept)));
       return button;
     });
     ims.actions.replaceChildren(...buttons);
@@ -381,6 +392,8 @@ function updateSongCard(card, data, send) {
   const note = data.note || data.archived_path_label || "";
   ims.note.textContent = note;
   ims.note.hidden = !note;
+  ims.note.title = !data.note && data.archived_path ? data.archived_path : ""; // the file's name shown, its full path on hover
+  card.classList.toggle("ims-kept", Boolean(data.kept));
   imsDrawWave(card);
   imsUpdateTime(card);
   return card;
