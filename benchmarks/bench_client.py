@@ -21,7 +21,9 @@ from ipymusicgen.sandbox import Sandbox
 
 from ._common import Row, interleaved, median, ratio, spread
 
-TARGET = 1.10
+TARGET = 1.05
+"""Sync `tasks()` against a bare httpx call on loopback (the floor before the hardening)."""
+ASYNC_TARGET = 1.10
 CONCURRENCY = 50
 
 
@@ -144,8 +146,8 @@ def _async_rows(sandbox: Sandbox, ids: list[str], rounds: int, budget: float) ->
         f"ms/{CONCURRENCY} queries",
         baseline=round(theirs_s * 1e3, 2),
         ratio=round(value, 3),
-        target=f"<= {TARGET}",
-        passed=value <= TARGET,
+        target=f"<= {ASYNC_TARGET}",
+        passed=value <= ASYNC_TARGET,
         details={
             "batches_per_sample": used["batches"],
             "rounds": rounds,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from ._common import Row, fresh_python, interleaved, median, ratio, spread, warm_bytecode
 
-TARGET = 1.5
+TARGET = 1.2
 
 _TIMED = """
 import json, time
