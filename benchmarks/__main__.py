@@ -34,6 +34,7 @@ TITLES = {
     12: "front end in JupyterLab: 1,000-task watcher drawn, studio validation round trip",
     13: "agent server: get_songs round trip vs the same client.tasks call direct",
     14: "audio analysis: speed (x real time) and peak memory",
+    15: "prompt grid: wall vs the same rows as a batch, view redraw cost",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -64,6 +65,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_mcp import run
     elif number == 14:
         from .bench_analysis import run
+    elif number == 15:
+        from .bench_grid import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)
