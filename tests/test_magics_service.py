@@ -317,3 +317,18 @@ def test_song_table_plays_only_web_urls_and_escapes_titles() -> None:
     )
     html = Songs([hostile])._repr_html_()
     assert "<audio" not in html and "<a " not in html and "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_the_shown_watcher_is_redrawn_once_its_songs_are_finished(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notebook saved later reads true: the display's text is rewritten from "Writing" to "2 ready"."""
+    from IPython.display import DisplayHandle
+
+    updates: list[str] = []
+    monkeypatch.setattr(DisplayHandle, "update", lambda self, obj, **kw: updates.append(repr(obj)))
+    ip.run_line_magic("config", "MusicGen.auto_watch = True")
+    with capture_output() as shown:
+        ip.run_line_magic("musicgen", "--wait --timeout 20 -o made a short test tune")
+    assert "2 running" in "".join(o.data.get("text/plain", "") for o in shown.outputs)  # as first shown
+    assert len(updates) == 1 and "(2 ready)" in updates[0]  # then rewritten once, finished

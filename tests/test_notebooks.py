@@ -94,6 +94,10 @@ def test_quickstart_shows_players_and_saves_an_mp3(notebook_runs: NotebookRuns) 
     shown = [view for cell in code_cells(notebook) for view in _widget_views(cell)]
     assert len(shown) == 2 and all(view in models for view in shown), "the watcher and the studio were displayed"
     assert _widget_views(made), "the watcher is under the %%musicgen cell"
+    saved_text = "".join(
+        str(o.get("data", {}).get("text/plain", "")) for o in made.outputs if WIDGET_VIEW in o.get("data", {})
+    )
+    assert "2 ready" in saved_text and "running" not in saved_text, "the saved watcher text reads finished, not stale"
     html = "".join(str(o.get("data", {}).get("text/html", "")) for o in made.outputs)
     assert "<audio" not in html, "the table under the watcher does not play the songs a second time"
     saved = list((workdir / "downloads").glob("*.mp3"))

@@ -315,6 +315,8 @@ class MusicGen(Magics):
             return immediate
         timeout = args.timeout if args.timeout is not None else client.settings.wait_timeout
         records = list(watcher.wait(timeout)) if watcher is not None else client.wait([*ids, *songs], timeout=timeout)
+        if watcher is not None:
+            watcher._tell_done()  # the saved output says "2 ready", not what it said when first shown
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {one_line_text(record.id)} failed: {one_line_text(record.fail_reason) or 'no reason given'}")
@@ -324,7 +326,9 @@ class MusicGen(Magics):
         from ..widgets import TaskWatcher
 
         watcher = TaskWatcher(ids, v2_ids=songs, client=client)  # registers itself for shutdown()
-        display(watcher)
+        shown = display(watcher, display_id=True)
+        if shown is not None:  # its text, saved with the notebook, is rewritten once the songs are finished
+            watcher.when_done(lambda: shown.update(watcher))
         return watcher
 
     # -- %lyrics ---------------------------------------------------------------------------------------------

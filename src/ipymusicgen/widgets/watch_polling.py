@@ -7,10 +7,11 @@ in the wrong cell. It stops when every task is finished, on `stop()`/`close()`, 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..client.faces import MusicClient
 from ..client.retry import MAX_POLL_BACKOFF, poll_backoff, retry_after
@@ -46,6 +47,7 @@ class PollingPart:
     _last_error: str | None
     _retry_in: float | None
     _server_wait: float | None
+    _done_callbacks: list[Callable[[], Any]]
     batch_line: str
     done: bool
     records: list[Record]
@@ -175,14 +177,27 @@ class PollingPart:
             failures = 0 if self._last_error is None else failures + 1
             self._failures = failures
             with self._lock:
-                if self._own.all_finished or stop.is_set():
-                    if self._thread is threading.current_thread():
-                        self._thread = None
-                    return
+                finished = self._own.all_finished
+                if (finished or stop.is_set()) and self._thread is threading.current_thread():
+                    self._thread = None
+            if finished or stop.is_set():
+                if finished:
+                    self._tell_done()
+                return
             delay = max(backoff(self.interval, failures), self._server_wait or 0.0) if failures else self.interval
             if failures:
                 self._show_poll_error(self._last_error, retry_in=delay)
             stop.wait(delay)
+
+    def when_done(self, callback: Callable[[], Any]) -> None:
+        """Call `callback()` once every song it polls has finished (a display then shows the final words)."""
+        self._done_callbacks.append(callback)
+
+    def _tell_done(self) -> None:
+        callbacks, self._done_callbacks = self._done_callbacks, []
+        for callback in callbacks:
+            with contextlib.suppress(Exception):  # a closed display must not stop polling's end
+                callback()
 
     def _show_poll_error(self, message: str | None, *, retry_in: float | None = None) -> None:
         self._last_error = message

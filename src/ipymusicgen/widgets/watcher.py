@@ -75,6 +75,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         """The tasks this watcher polls itself: all but those fed in by someone who polls them (a batch)."""
         self._fed = threading.Condition()  # notified when fed records arrive or a followed batch moves
         self._feeders: list[Batch] = []
+        self._done_callbacks: list[Callable[[], Any]] = []
         self._cards: dict[str, TaskCard] = {}
         self._calls: list[list[str]] = []
         self._tally: Counter[str] = Counter()
