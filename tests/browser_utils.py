@@ -174,3 +174,78 @@ def marimo_server(app: str, home: Path, log_name: str) -> Iterator[str]:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         if log.exists():
             (SCREENSHOTS / log_name).write_bytes(log.read_bytes())
+
+
+CONTRAST = """
+(selector) => {
+  const parse = (text) => {
+    const srgb = text.match(/color\\(srgb ([^)]+)\\)/);  // what color-mix() computes to
+    if (srgb) {
+      const parts = srgb[1].split(/[ \\/]+/).filter(Boolean).map(Number);
+      return [parts[0] * 255, parts[1] * 255, parts[2] * 255, parts.length > 3 ? parts[3] : 1];
+    }
+    const m = text.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return [0, 0, 0, 0];
+    const parts = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return [parts[0], parts[1], parts[2], parts.length > 3 ? parts[3] : 1];
+  };
+  const over = (top, bottom) => {
+    const a = top[3];
+    return [0, 1, 2].map((i) => top[i] * a + bottom[i] * (1 - a)).concat([1]);
+  };
+  const background = (node) => {
+    const layers = [];
+    for (let el = node; el; el = el.parentElement) {
+      const color = parse(getComputedStyle(el).backgroundColor);
+      if (color[3] > 0) layers.push(color);
+      if (color[3] >= 1) break;
+    }
+    let result = [255, 255, 255, 1];
+    for (const layer of layers.reverse()) result = over(layer, result);
+    return result;
+  };
+  const luminance = (c) => {
+    const [r, g, b] = c.slice(0, 3).map((v) => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const found = [];
+  for (const root of document.querySelectorAll(selector)) {
+    for (const el of root.querySelectorAll("*")) {
+      const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+      const box = el.getBoundingClientRect();
+      const style = getComputedStyle(el);
+      if (!own || !box.width || style.visibility === "hidden" || el.closest("[hidden]")) continue;
+      const back = background(el);
+      const fore = over(parse(style.color), back);
+      const opacity = Number(style.opacity);
+      const shown = opacity < 1 ? over([...fore.slice(0, 3), opacity], back) : fore;
+      const [hi, lo] = [luminance(shown), luminance(back)].sort((a, b) => b - a);
+      const text = el.textContent.trim().slice(0, 40);
+      const disabled = Boolean(el.closest(":disabled"));
+      found.push({ text, ratio: (hi + 0.05) / (lo + 0.05), disabled, color: style.color });
+    }
+  }
+  return found;
+}
+"""
+"""Every visible element under `selector` that has text of its own: its text, and the contrast ratio of its colour
+against the background it is drawn on (alpha blended up the tree, WCAG 2 relative luminance)."""
+
+
+def low_contrast(page: Page, selector: str, floor: float = 4.5) -> list[dict[str, Any]]:
+    """The text under `selector` below the contrast `floor` (disabled controls are exempt, as WCAG says)."""
+    return [t for t in page.evaluate(CONTRAST, selector) if t["ratio"] < floor and not t["disabled"]]
+
+
+DARK = """() => {
+  const vars = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#111111", "--jp-layout-color2": "#292929",
+    "--jp-layout-color4": "#757575", "--jp-border-color2": "#3a3a3a", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+    "--jp-ui-font-color2": "rgba(255,255,255,0.54)", "--jp-brand-color1": "#64b5f6",
+    "--jp-ui-inverse-font-color1": "rgba(0,0,0,0.8)"};
+  for (const [name, value] of Object.entries(vars)) document.body.style.setProperty(name, value);
+  document.body.style.background = "#111111";
+}"""
+"""JupyterLab's dark theme variables set on the page (`page.evaluate(DARK)`): views follow them."""

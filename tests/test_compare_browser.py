@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_utils import blank_page, mount, shot
+from browser_utils import DARK, blank_page, low_contrast, mount, shot
 from helpers import HOSTILE
 from playwright.sync_api import Browser, Page
 
@@ -75,7 +75,11 @@ def test_a_blind_vote_by_keys_then_the_reveal(page: Page, view: CompareView) -> 
     assert titles == [f"Night {HOSTILE}"] * 2  # revealed, and a hostile title stays text
     assert page.locator(".ims-compare-title img").count() == 0 and page.locator(".ims-compare-choose").count() == 0
     assert "kept in the library" in root.inner_text()
+    assert low_contrast(page, ".ipymusicgen-compare") == []
     shot(page, "compare-revealed", root)
+    page.evaluate(DARK)
+    assert low_contrast(page, ".ipymusicgen-compare") == []  # JupyterLab's dark theme: at least 4.5:1 too
+    shot(page, "compare-revealed-dark", root)
 
 
 def test_dragging_on_a_waveform_loops_that_region(page: Page) -> None:

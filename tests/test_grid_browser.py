@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from browser_utils import blank_page, mount, shot
+from browser_utils import DARK, blank_page, low_contrast, mount, shot
 from helpers import HOSTILE
 from playwright.sync_api import Browser, Page
 
@@ -73,7 +73,11 @@ def test_the_plan_then_the_run_drawn_cell_by_cell(page: Page, view: GridView) ->
     assert compare.is_enabled() and "ims-primary" in (compare.get_attribute("class") or "")
     compare.click()
     assert page.evaluate("() => window.sent.at(-1)") == {"kind": "compare"}
+    assert low_contrast(page, ".ipymusicgen-grid") == []
     shot(page, "grid-run-picked", root)
+    page.evaluate(DARK)
+    assert low_contrast(page, ".ipymusicgen-grid") == []  # JupyterLab's dark theme: every text at least 4.5:1
+    shot(page, "grid-run-picked-dark", root)
 
 
 def test_a_paid_run_shows_its_question_with_confirm_and_cancel_only(page: Page, view: GridView) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import comm
 import pytest
-from browser_utils import blank_page, mount, shot
+from browser_utils import DARK, blank_page, low_contrast, mount, shot
 from helpers import HOSTILE, ManualClock
 from playwright.sync_api import Browser, Page
 
@@ -23,14 +23,6 @@ from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.widgets import TaskWatcher
 
 STEP_MS = 30_000
-
-DARK = """() => {
-  const vars = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#111111", "--jp-layout-color2": "#292929",
-    "--jp-layout-color4": "#757575", "--jp-border-color2": "#3a3a3a", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
-    "--jp-ui-font-color2": "rgba(255,255,255,0.54)", "--jp-brand-color1": "#64b5f6"};
-  for (const [name, value] of Object.entries(vars)) document.body.style.setProperty(name, value);
-  document.body.style.background = "#111111";
-}"""
 
 
 @pytest.fixture
@@ -130,10 +122,12 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     assert browser_intents(page) == [{"kind": "copy_id", "id": watcher.ids[0]}]
     answer_intents(page, watcher, outbox)
     assert page.locator(".ims-note").first.text_content().startswith(f"Id: {watcher.ids[0]}")
+    assert low_contrast(page, ".ipymusicgen-watcher") == []  # and light
     shot(page, "cards-watcher-light")
     page.evaluate(DARK)  # JupyterLab's dark theme variables: the card follows them
     background = page.locator(".ipymusicgen-song").first.evaluate("c => getComputedStyle(c).backgroundColor")
     assert background == "rgb(17, 17, 17)"
+    assert low_contrast(page, ".ipymusicgen-watcher") == []  # every text and button word at least 4.5:1, dark
     shot(page, "cards-watcher-dark")
 
 
