@@ -139,3 +139,22 @@ def test_ci_runs_the_readme_test_command_after_setting_up() -> None:
     assert steps[0] == "./scripts/setup" and "./scripts/setup" in ci
     assert " && ".join(steps[1:]) in ci
     assert os.access(ROOT / ".ci" / "run", os.X_OK) and os.access(ROOT / "scripts" / "setup", os.X_OK)
+
+
+def test_the_package_functions_named_like_modules_stay_functions() -> None:
+    """`ipymusicgen.library` is the function whatever loads later (a module of the same name, loaded lazily,
+    would rebind it), in a fresh process that uses the library the way a script does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ipymusicgen, ipymusicgen.session\n"
+        "from ipymusicgen import library\n"
+        "ipymusicgen.session.library  # the session's own\n"
+        "import ipymusicgen.library\n"
+        "from ipymusicgen import library as again\n"
+        "assert callable(library) and callable(again) and callable(ipymusicgen.analyze), (library, again)\n"
+        "assert callable(ipymusicgen.waveform) and callable(ipymusicgen.grid)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]

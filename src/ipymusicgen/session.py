@@ -20,13 +20,13 @@ from .archive.waveform import DEFAULT_POINTS, song_path, task_id_of
 from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings, env_float
+from .library import Library  # loaded with the session, before `ipymusicgen` binds its `library()` function
 from .lifecycle import at_exit
 from .storage.journal import Journal
 
 if TYPE_CHECKING:
     from .lab.analysis import Analysis
     from .lab.grid import Grid
-    from .library import Library
     from .sandbox import Sandbox
 
 SANDBOX_NOTICE = "sandbox mode: songs are synthesized locally; set MUSICGEN_API_KEY for the real service"
@@ -177,8 +177,6 @@ def current_client() -> MusicClient | None:
 
 def library(journal_path: str | Path | None = None) -> Library:
     """Open the library over the journal in use, and retry any song whose archiving failed before."""
-    from .library import Library  # loaded when first asked: `%load_ext` opens no library
-
     if journal_path is not None:
         return Library(journal_path)
     opened = Library(get_journal().path)
