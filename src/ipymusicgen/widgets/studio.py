@@ -50,7 +50,9 @@ from .text import TextRepr
 from .watcher import TaskWatcher, provide_extend_studio
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
-TAB_TITLES = ("Song", "v2", "Lyrics", "Batch", "Library", "Key")
+TAB_TITLES = ("Song", "Song from a prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key")
+TAB_HINTS = {"v2": "the service's v2 endpoint: a prompt and the v3.0 to v4.5-plus models"}
+"""A tab's API name, on hover: music words on the tab, the service's word in its hint."""
 TAB_BLURBS = {
     "batch": "Many songs at once: one line each, or a DataFrame. The form is right below.",
     "library": "Every song you have made: search, play, keep the take you like. It is right below.",
@@ -690,6 +692,7 @@ class Studio(TextRepr, w.VBox):
                 "title": title,
                 "available": t not in ("batch", "library") or t in self.embedded,
                 "blurb": TAB_BLURBS.get(t, ""),
+                "hint": TAB_HINTS.get(t, ""),
             }
             for t, title in zip(TAB_IDS, TAB_TITLES, strict=True)
         ]

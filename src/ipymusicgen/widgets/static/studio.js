@@ -289,6 +289,7 @@ function studioRender({ model, el }) {
   for (const tab of model.get("tabs")) {
     const button = imsEl("button", "ims-tab", tab.title);
     button.type = "button";
+    if (tab.hint) button.title = tab.hint;
     button.setAttribute("role", "tab");
     button.dataset.tab = tab.id;
     button.addEventListener("click", () => send({ kind: "tab", tab: tab.id }));
