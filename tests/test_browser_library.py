@@ -7,6 +7,7 @@ player plays the archived file through the server's files API, and search narrow
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,6 +94,11 @@ def test_library_grid_shows_cards_with_waveform_and_archived_player(lab: tuple[s
     expect(first.get_by_role("button", name="Play")).to_be_enabled()
     expect(first.locator(".ims-library-keep")).to_have_text("Keep")
     expect(library.locator(".ims-spend-day")).to_have_count(1)
+    chart = library.locator(".ims-spend-chart")  # a labelled chart: axes, a value on each bar, a description
+    expect(chart).to_have_attribute("role", "img")
+    assert "Credits spent per day (estimate)" in (chart.get_attribute("aria-label") or "")
+    expect(library.locator(".ims-spend-value")).to_have_text(re.compile(r"^~\d+$"))
+    expect(library.locator(".ims-spend-axis").first).to_contain_text("Credits per day (estimate")
     shot(page, "lab-10-library")
 
     # keep a take, favourite it, and search narrows the grid

@@ -164,16 +164,26 @@ export default {
       const total = model.get("spend_total") || {};
       const most = Math.max(1, ...rows.map((r) => r.credits_estimated || 0));
       const chart = imsEl("div", "ims-spend-chart");
+      chart.setAttribute("role", "img");
+      chart.setAttribute(
+        "aria-label",
+        `Credits spent per day (estimate): ${rows.map((r) => `${r.day}: about ${r.credits_estimated || 0}`).join("; ")}`,
+      );
       for (const row of rows) {
         const column = imsEl("div", "ims-spend-day");
         const fill = imsEl("div", "ims-spend-bar");
         fill.style.height = `${Math.round((100 * (row.credits_estimated || 0)) / most)}%`;
-        column.title = `${row.day}: ${row.calls} call(s), ${row.songs} song(s), ~${row.credits_estimated} credits`;
-        column.append(fill, imsEl("span", "ims-spend-label", String(row.day).slice(5)));
+        const measured = row.credits_measured === null || row.credits_measured === undefined ? "" : `, ${row.credits_measured} measured`;
+        column.title = `${row.day}: ${row.calls} call(s), ${row.songs} song(s), about ${row.credits_estimated} credits (estimate)${measured}`;
+        const value = imsEl("span", "ims-spend-value", `~${row.credits_estimated || 0}`);
+        column.append(value, fill, imsEl("span", "ims-spend-label", String(row.day).slice(5)));
         chart.appendChild(column);
       }
-      const line = `Spent: ${total.calls || 0} call(s), ${total.songs || 0} song(s), ~${total.credits_estimated || 0} credits (estimated)`;
-      spend.replaceChildren(imsEl("div", "ims-spend-total", line), chart);
+      const axis = imsEl("div", "ims-spend-axis", `Credits per day (estimate; tallest bar ~${most})`);
+      const days = imsEl("div", "ims-spend-axis", "Day (month-day)");
+      const measured = total.credits_measured === null || total.credits_measured === undefined ? "" : `; ${total.credits_measured} measured on the key`;
+      const line = `Spent: ${total.calls || 0} call(s), ${total.songs || 0} song(s), about ${total.credits_estimated || 0} credits (estimate)${measured}`;
+      spend.replaceChildren(imsEl("div", "ims-spend-total", line), axis, chart, days);
       spend.hidden = !rows.length && !total.calls;
     };
 
