@@ -187,7 +187,7 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
     expect(board.locator(".ipymusicgen-library").first).to_be_visible()
 
     # v2: description mode shows only what it sends; Lyrics: written, then used in the Song tab
-    studio.get_by_role("tab", name="Song from a prompt (v4.5 models)").click()
+    studio.get_by_role("tab", name="Prompt (v4.5 models)").click()
     expect(board.locator(".ipymusicgen-library").first).to_be_hidden()
     v2 = studio.locator(".ims-panel[data-tab='v2']")
     expect(v2.get_by_role("radio", name="Describe it")).to_have_attribute("aria-checked", "true")

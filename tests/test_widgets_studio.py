@@ -57,9 +57,7 @@ def test_one_front_end_model_with_tabs_and_the_watcher_below(client: MusicClient
     assert "ipymusicgen-studio" in made._dom_classes
     assert "ipymusicgen-studio" in made.view._esm and "export default" in made.view._esm
     assert ".ims-studio" in made.view._css and "--jp-" in made.view._css
-    assert repr(made).startswith("Studio [Song | Song from a prompt (v4.5 models) | Lyrics") and "(tab: song)" in repr(
-        made
-    )
+    assert repr(made).startswith("Studio [Song | Prompt (v4.5 models) | Lyrics") and "(tab: song)" in repr(made)
     v2 = next(tab for tab in made.view.tabs if tab["id"] == "v2")
     assert "v2 endpoint" in v2["hint"] and "v2" not in v2["title"].split()  # music words; the API's name on hover
 

@@ -50,7 +50,7 @@ from .text import TextRepr
 from .watcher import TaskWatcher, provide_extend_studio
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
-TAB_TITLES = ("Song", "Song from a prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key")
+TAB_TITLES = ("Song", "Prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key")
 TAB_HINTS = {"v2": "the service's v2 endpoint: a prompt and the v3.0 to v4.5-plus models"}
 """A tab's API name, on hover: music words on the tab, the service's word in its hint."""
 TAB_BLURBS = {
