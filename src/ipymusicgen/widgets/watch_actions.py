@@ -6,6 +6,7 @@ installs how a lone watcher opens one (`provide_extend_studio`) instead of being
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ class ActionsPart:
     on_favourite: Callable[[str, bool], Any] | None
     on_keep: Callable[[str], Any] | None
     _cards: dict[str, TaskCard]
+    _lock: threading.RLock
     add: Callable[..., list[str]]
     card: Callable[[str], TaskCard]
     _publish: Callable[..., None]
@@ -106,19 +108,25 @@ class ActionsPart:
         the song (True), else the choice holds in this watcher only (the free sandbox's songs, say)."""
         self._finished_record(task_id)
         chosen = self.card(task_id)
-        for card in self._cards.values():
-            if card.call == chosen.call:
-                card.kept = card is chosen
+        for card in self._call_of(task_id):
+            card.kept = card is chosen
         if self.on_keep is not None:
             self.on_keep(task_id)
             return True
         from ..session import library
 
         try:
-            library().keep(task_id)
+            with library() as opened:  # closed again: a press must not leave a connection open
+                opened.keep(task_id)
         except KeyError:  # not a song of the library
             return False
         return True
+
+    def _call_of(self, task_id: str) -> list[TaskCard]:
+        """The cards of the call a task belongs to (its takes), read under the lock polling adds cards under."""
+        call = self.card(task_id).call
+        with self._lock:
+            return [card for card in self._cards.values() if card.call == call]
 
     def copy_id(self, task_id: str) -> str:
         """The ids of a song as text (task id, and song id when it differs)."""
@@ -162,7 +170,7 @@ class ActionsPart:
             card.note = f"{name.replace('_', ' ').capitalize()} failed: {exc}"
             result = None
         # a keep changes the call's other take too
-        self._publish([c.task_id for c in self._cards.values() if c.call == card.call] if name == "keep" else [task_id])
+        self._publish([c.task_id for c in self._call_of(task_id)] if name == "keep" else [task_id])
         return result
 
     def _finished_record(self, task_id: str) -> Record:
