@@ -804,6 +804,7 @@ def _start(
     ):  # NaN would never stall, 0 or less at once
         raise BatchError(f"stall_timeout must be more than 0 seconds (got {stall_timeout!r})")
     batch, stored = _prepare(client, requests, name, concurrency, budget, store)
+    batch.client = client
     if on_update is not None:
         batch.add_listener(on_update)
     engine = _Engine(
@@ -855,7 +856,6 @@ def run_batch(
     """
     engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
-    batch.client = client
     counts_left = client.key_info().key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 
@@ -940,7 +940,6 @@ async def run_batch_async(
 
     engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
-    batch.client = client
     counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
     _check_budget(batch, engine, counts_left)
 

@@ -315,8 +315,6 @@ class MusicGen(Magics):
             return immediate
         timeout = args.timeout if args.timeout is not None else client.settings.wait_timeout
         records = list(watcher.wait(timeout)) if watcher is not None else client.wait([*ids, *songs], timeout=timeout)
-        if watcher is not None:
-            watcher._tell_done()  # the saved output says "2 ready", not what it said when first shown
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {one_line_text(record.id)} failed: {one_line_text(record.fail_reason) or 'no reason given'}")

@@ -76,18 +76,18 @@ class GridView(TextRepr, w.VBox):
     def run(self, *, confirmed: bool = True) -> Batch | None:
         """Send the grid (its one named batch). From code the call is the decision; the button passes
         `confirmed=False`, and then a key that may cost money is asked first."""
-        with self._lock:
-            if self.grid.batch is not None and not self.grid.batch.done:
-                return self.grid.batch
-            if not confirmed and self.confirm_required and not self.asking:
-                self.asking = (
-                    f"Send {len(self.grid.cells)} rows, about {self.grid.estimate} credits (estimate)"
-                    f"{self._credits_left()}? Press Confirm to send."
-                )
-                self._draw()
-                return None
-            self.asking = ""
-            self.note = ""
+        if self.grid.batch is not None and not self.grid.batch.done:
+            return self.grid.batch
+        if not confirmed and self.confirm_required and not self.asking:
+            left = self._credits_left()  # a network read: never under the lock the batch's thread draws under
+            self.asking = (
+                f"Send {len(self.grid.cells)} rows, about {self.grid.estimate} credits (estimate){left}? "
+                "Press Confirm to send."
+            )
+            self._draw()
+            return None
+        self.asking = ""
+        self.note = ""
         try:
             return self.grid.run(budget=self.budget, concurrency=self.concurrency)
         except Exception as exc:  # a budget or credits refusal: said on the board, nothing sent
@@ -208,7 +208,7 @@ class GridView(TextRepr, w.VBox):
                 "total": f"{len(grid.cells)} rows, about {grid.estimate} credits in all (estimate)",
                 "status": batch.progress_line() if batch is not None else "Not run yet.",
                 "running": batch is not None and not batch.done,
-                "can_run": batch is None or (batch.done and any(r.state in ("skipped",) for r in batch.rows)),
+                "can_run": batch is None or (batch.done and any(r.state == "skipped" for r in batch.rows)),
                 "asking": self.asking,
                 "picked": list(self.picked),
                 "can_compare": len(self.picked) == PICKS,
@@ -242,8 +242,6 @@ class GridView(TextRepr, w.VBox):
             self.compare()
 
     def _confirmed(self) -> None:
-        with self._lock:
-            self.asking = ""
         try:
             self.run(confirmed=True)
         except Exception:  # said on the board by run()

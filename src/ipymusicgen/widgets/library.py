@@ -63,7 +63,7 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
     elif on_disk and not song.audio_url:
         label = f"audio only on disk: {Path(on_disk).name}"
     elif on_disk:
-        label = f"archived: {Path(on_disk).name}"
+        label = archive_label(Path(on_disk), None)
     elif song.archive_error:
         label = archive_label(None, song.archive_error)
     else:

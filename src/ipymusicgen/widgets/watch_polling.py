@@ -121,6 +121,8 @@ class PollingPart:
                     self._retry_in = None
                     self._publish([])
             self._wait_fed(deadline, timeout)
+            if self.done:
+                self._tell_done()
         finally:
             if was_running and not self.done:
                 self.start()
@@ -194,7 +196,9 @@ class PollingPart:
         self._done_callbacks.append(callback)
 
     def _tell_done(self) -> None:
-        callbacks, self._done_callbacks = self._done_callbacks, []
+        """Once, from whichever ends first: the polling thread, or a `wait()` that polled in its place."""
+        with self._lock:
+            callbacks, self._done_callbacks = self._done_callbacks, []
         for callback in callbacks:
             with contextlib.suppress(Exception):  # a closed display must not stop polling's end
                 callback()

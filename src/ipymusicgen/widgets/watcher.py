@@ -102,9 +102,9 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self.extend_form: Any = None
         """The pane the last extend prefilled (the studio's Song or v2 pane)."""
         self.on_favourite: Callable[[str, bool], Any] | None = None
+        """Called with (task id, favourite) when a card's favourite button is pressed (e.g. by the library)."""
         self.on_keep: Callable[[str], Any] | None = None
         """Told which take was kept (default: the library of the session's journal, when it has the song)."""
-        """Called with (task id, favourite) when a card's favourite button is pressed (e.g. by the library)."""
         self._batch_line = ""
         self._page = 0
         self._rev = 0

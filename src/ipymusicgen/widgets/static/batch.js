@@ -50,11 +50,11 @@ function imsBatchDraw(root, data, send) {
     const end = imsEl("div", "ims-batch-finished", data.finished);
     end.dataset.failed = String(Boolean(data.can_retry));
     if (data.can_retry) {
-      const retry = imsEl("button", "ims-batch-retry", "Retry failed rows");
-      retry.type = "button";
-      retry.title = "Send the failed rows again, as a new batch";
-      retry.addEventListener("click", () => send({ kind: "retry_failed" }));
-      end.appendChild(retry);
+      end.appendChild(
+        imsTextButton("ims-batch-retry", "Retry failed rows", "Send the failed rows again, as a new batch", () =>
+          send({ kind: "retry_failed" }),
+        ),
+      );
     }
     root.appendChild(end);
   }

@@ -48,6 +48,15 @@ function imsIcon(name) {
   return svg;
 }
 
+/** A plain button with words on it (its name is its text) and an optional tooltip. */
+function imsTextButton(cls, text, title, onClick) {
+  const button = imsEl("button", cls, text);
+  button.type = "button";
+  if (title) button.title = title;
+  button.addEventListener("click", onClick);
+  return button;
+}
+
 /** A compact icon button with a tooltip and a label for screen readers. */
 function imsButton(icon, label, onClick) {
   const button = imsEl("button", "ims-icon-button");

@@ -1,14 +1,6 @@
 // A prompt grid: rows × columns of compact song cards, each cell priced; Run (asks first when paid), pick two
 // songs, "Compare blind". Python decides everything; this draws its plain data with textContent and sends intents.
 
-function imsGridButton(cls, text, title, onClick) {
-  const button = imsEl("button", cls, text);
-  button.type = "button";
-  if (title) button.title = title;
-  button.addEventListener("click", onClick);
-  return button;
-}
-
 function imsGridView(root, model) {
   const send = (message) => model.send(message);
   const cards = new Map(); // id -> card element, kept across draws so a playing song keeps playing
@@ -22,11 +14,11 @@ function imsGridView(root, model) {
   const table = imsEl("table", "ims-grid-table");
   scroller.appendChild(table);
   const controls = imsEl("div", "ims-grid-controls");
-  const run = imsGridButton("ims-grid-run ims-primary", "Make the grid's songs", "Send every row of the grid as one batch", () => send({ kind: "run" }));
+  const run = imsTextButton("ims-grid-run ims-primary", "Make the grid's songs", "Send every row of the grid as one batch", () => send({ kind: "run" }));
   const question = imsEl("span", "ims-grid-question");
-  const confirm = imsGridButton("ims-grid-confirm ims-primary", "Confirm", "Send exactly what was priced", () => send({ kind: "confirm" }));
-  const cancel = imsGridButton("ims-grid-cancel", "Cancel", "Send nothing", () => send({ kind: "cancel" }));
-  const compare = imsGridButton("ims-grid-compare", "Compare blind", "Listen to the two picked songs as A and B, names hidden until you vote", () => send({ kind: "compare" }));
+  const confirm = imsTextButton("ims-grid-confirm ims-primary", "Confirm", "Send exactly what was priced", () => send({ kind: "confirm" }));
+  const cancel = imsTextButton("ims-grid-cancel", "Cancel", "Send nothing", () => send({ kind: "cancel" }));
+  const compare = imsTextButton("ims-grid-compare", "Compare blind", "Listen to the two picked songs as A and B, names hidden until you vote", () => send({ kind: "compare" }));
   const picks = imsEl("span", "ims-grid-picks");
   controls.append(run, question, confirm, cancel, compare, picks);
   const note = imsEl("div", "ims-grid-note");
@@ -37,7 +29,7 @@ function imsGridView(root, model) {
     let card = cards.get(data.id);
     if (!card) {
       card = renderSongCard(document.createElement("div"), data, send);
-      const pick = imsGridButton("ims-grid-pick", "Pick", "Pick this song for a blind comparison", () => send({ kind: "pick", id: card._ims.data.id }));
+      const pick = imsTextButton("ims-grid-pick", "Pick", "Pick this song for a blind comparison", () => send({ kind: "pick", id: card._ims.data.id }));
       card.querySelector(".ims-main").appendChild(pick);
       card._ims.pick = pick;
       cards.set(data.id, card);
