@@ -75,6 +75,8 @@ def test_a_blind_vote_by_keys_then_the_reveal(page: Page, view: CompareView) -> 
     assert titles == [f"Night {HOSTILE}"] * 2  # revealed, and a hostile title stays text
     assert page.locator(".ims-compare-title img").count() == 0 and page.locator(".ims-compare-choose").count() == 0
     assert "kept in the library" in root.inner_text()
+    # the fixture's songs are not archived (no kernel peaks): each waveform is read from its audio, not a flat line
+    page.wait_for_function("() => document.querySelectorAll('.ims-compare-player[data-peaks=browser]').length === 2")
     assert low_contrast(page, ".ipymusicgen-compare") == []
     shot(page, "compare-revealed", root)
     page.evaluate(DARK)

@@ -56,6 +56,12 @@ def test_the_plan_then_the_run_drawn_cell_by_cell(page: Page, view: GridView) ->
     # no dead flat line: the kernel has no peaks for these songs, so each card reads its own file
     page.wait_for_function("() => document.querySelectorAll('[data-peaks=browser]').length === 8", timeout=60_000)
     assert root.locator(".ims-shimmer").count() == 0
+    timed = view.board.data
+    songs = timed["rows"][0]["cells"][0]["songs"]
+    songs[0]["elapsed_s"], songs[1]["elapsed_s"] = 0.4, 42.0  # seen already finished; seen cooking for 42 s
+    page.evaluate("(next) => window.change(next)", timed)
+    badges = root.locator(".ims-grid-cell").first.locator(".ims-badge")
+    assert badges.all_text_contents() == ["Ready", "Ready · made in 42 s"]  # no time claimed it did not see
     assert root.locator("button.ims-grid-run").is_disabled()
     picks = root.locator("button.ims-grid-pick")
     page.evaluate("() => { window.sent.length = 0; }")

@@ -94,7 +94,8 @@ function imsBadgeText(card) {
   const elapsed = imsElapsed(seconds);
   if (!elapsed) return data.state_label;
   if (IMS_RUNNING.has(data.state)) return `${data.state_label} · ${elapsed} so far`;
-  return data.state === "ready" ? `${data.state_label} · made in ${elapsed}` : data.state_label;
+  // under a second: it was finished before this view saw it cook, so no time is claimed
+  return data.state === "ready" && seconds >= 1 ? `${data.state_label} · made in ${elapsed}` : data.state_label;
 }
 
 /** Refresh the elapsed time of every running card under `root` (views call it once a second). */

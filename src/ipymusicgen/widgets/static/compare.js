@@ -33,7 +33,7 @@ function imsCompareWave(canvas, peaks, fraction, loop) {
 }
 
 function imsCompareView(root, model) {
-  const state = { current: "A", loop: null, data: {} };
+  const state = { current: "A", loop: null, data: {}, read: {} }; // read: peaks read from the audio, by URL
   const audio = document.createElement("audio");
   audio.preload = "metadata";
   root.tabIndex = 0;
@@ -59,7 +59,8 @@ function imsCompareView(root, model) {
       const canvas = row.querySelector("canvas");
       const label = row.dataset.label;
       const player = (state.data.players || []).find((p) => p.label === label) || {};
-      imsCompareWave(canvas, player.peaks, label === state.current ? fraction() : 0, label === state.current ? state.loop : null);
+      const peaks = player.peaks && player.peaks.length ? player.peaks : state.read[player.audio];
+      imsCompareWave(canvas, peaks, label === state.current ? fraction() : 0, label === state.current ? state.loop : null);
       row.classList.toggle("ims-compare-current", label === state.current);
     }
     time.textContent = imsClock(audio.currentTime || 0) + " · " + state.current;
@@ -131,6 +132,20 @@ function imsCompareView(root, model) {
       pick.addEventListener("click", () => select(player.label));
       const canvas = imsEl("canvas", "ims-compare-wave");
       canvas.title = "Click to seek; drag to loop a region";
+      row.dataset.peaks = player.peaks && player.peaks.length ? "kernel" : "reading";
+      if (row.dataset.peaks === "reading" && player.audio) {
+        // no dead flat line: the kernel has no peaks, so read them from the file (as a song card does)
+        imsBrowserPeaks(player.audio).then(
+          (peaks) => {
+            state.read[player.audio] = peaks;
+            row.dataset.peaks = "browser";
+            redraw();
+          },
+          () => {
+            row.dataset.peaks = "none";
+          },
+        );
+      }
       let down = null;
       canvas.addEventListener("mousedown", (event) => {
         down = event.offsetX / Math.max(1, canvas.clientWidth);
