@@ -72,8 +72,9 @@ def test_a_bad_row_refuses_the_whole_batch_before_anything_is_sent(
     with pytest.raises(BatchError) as info:
         run_batch(client, requests, store=store)
     message = str(info.value)
-    assert "row 3: instrumental" in message and "row 4: continue_song_id" in message and "nothing was sent" in message
-    assert "row 0" not in message
+    # rows are counted from 1, as the batch view numbers them
+    assert "row 4: instrumental" in message and "row 5: continue_song_id" in message and "nothing was sent" in message
+    assert "row 1:" not in message
     assert sandbox.request_counts() == {}  # not even key info
 
 
@@ -139,7 +140,7 @@ def test_a_create_in_doubt_is_unknown_and_never_resent(
     assert [r.state for r in batch.rows] == ["unknown", "complete", "complete"]
     assert "NOT resent" in (batch.rows[0].error or "")
     assert creates(sandbox) == 3
-    with pytest.raises(BatchFailedError, match="row 0 unknown"):
+    with pytest.raises(BatchFailedError, match="row 1 unknown"):
         batch.raise_for_failures()
     again = run_batch(client, rows(3), concurrency=1, name="doubt", store=store)
     assert [r.state for r in again.rows] == ["unknown", "complete", "complete"] and creates(sandbox) == 3

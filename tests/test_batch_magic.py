@@ -15,7 +15,8 @@ from ipymusicgen import session
 from ipymusicgen.batch.engine import Batch
 from ipymusicgen.models.schema import V2Request
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.widgets.batch import BatchForm, BatchView
+from ipymusicgen.widgets.batch import BatchView
+from ipymusicgen.widgets.studio import Studio
 
 RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models"))
 CREATING = ("/v1/music/generate", "/v2/submit")
@@ -101,26 +102,32 @@ def views_of(batch: Batch) -> list[BatchView]:
 
 
 @pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
-def test_batch_form_shows_the_estimate_and_refusals_then_starts(ip: InteractiveShell, sandbox: Sandbox) -> None:
-    form = BatchForm(client=session.get_client(), shell=ip)
-    form.lines.value = '--mv MFV3.0 --style "space rock" stars\nlo-fi rain\n'
-    assert "2 rows, about <b>6</b> credits" in form.estimate.value  # 3 (newest model) + 3 (no model: dearest)
-    form.budget.value = "5"
-    assert "more than the budget of 5" in form.estimate.value
-    assert form.submit() is None and "budget of 5" in form.error and creates(sandbox) == 0
-    form.lines.value = '--title "<script>x</script>' + "y" * 90 + '" words\n'
-    assert "<script>" not in form.estimate.value and "line 1" in form.error
-    form.lines.value = "lo-fi rain\n"
-    form.budget.value = ""
-    form.name.value = unique()
-    batch = form.submit()
-    assert batch is not None
-    batch.wait(timeout=20)
-    wait_until(lambda: form.view.data.get("counts", {}).get("complete") == 1, "the view caught up")
-    assert creates(sandbox) == 1 and "1/1 done" in repr(form)
-    ip.user_ns["frame"] = pd.DataFrame({"style": ["a", "b"]})
-    form.list_sources()
-    assert ("frame", "frame") in form.source.options
+def test_the_batch_tab_shows_the_estimate_and_refusals_then_starts(ip: InteractiveShell, sandbox: Sandbox) -> None:
+    studio = Studio(session.get_client())
+    form = studio.batch
+    try:
+        form.set_values(lines='--mv MFV3.0 --style "space rock" stars\nlo-fi rain\n')
+        # 3 (newest model) + 3 (no model: the dearest), said as an estimate, with the rows counted
+        assert form.state()["cost"].startswith("2 rows: uses about 6 credits (estimate)")
+        form.set_values(budget="5")
+        assert "more than this budget" in form.shown_problems["budget"] and not form.state()["can_submit"]
+        assert form.submit() is None and creates(sandbox) == 0
+        form.set_values(budget="", lines='--title "<script>x</script>' + "y" * 90 + '" words\n')
+        assert form.shown_problems["lines"].startswith("line 1:") and form.state()["cost"] == ""
+        form.set_values(lines="lo-fi rain\n", name=unique())
+        assert form.state()["can_submit"]
+        batch = form.submit()
+        assert batch is not None and studio.view.batch_view is form.view and form.state()["has_batch"]
+        batch.wait(timeout=20)
+        wait_until(lambda: form.view.data.get("counts", {}).get("complete") == 1, "the view caught up")
+        assert creates(sandbox) == 1 and "1/1 done" in repr(form)
+        ip.user_ns["frame"] = pd.DataFrame({"style": ["a", "b"]})
+        studio.select("batch")  # opening the tab lists the notebook's variables again
+        assert ["frame", "frame"] in form.fields["source"]["options"]
+        form.set_values(source="frame")
+        assert not form.fields["lines"]["shown"] and form.state()["cost"].startswith("2 rows")
+    finally:
+        studio.close()
 
 
 def test_lines_get_the_notes_of_musicgen_with_their_line_number(ip: InteractiveShell, sandbox: Sandbox) -> None:

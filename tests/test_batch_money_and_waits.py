@@ -265,7 +265,7 @@ def test_the_studio_opens_with_a_typo_in_the_price_table_and_still_asks_first(
         studio = Studio(client)
         try:
             assert studio.needs_confirm
-            words = studio.cost_words(studio.song.request_values())
+            words = studio.song.cost_words()
             assert words.startswith("cost unknown") and costs.ENV_COSTS in words
             studio.song.set_values(action="auto", style="lo-fi")
             studio.song.submit(confirmed=False)

@@ -177,18 +177,34 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
     if front_end == "lab":
         publish(studio_shot, "studio.png")
 
-    # the Batch and Library tabs show their own widgets under the tab bar, one at a time
-    for tab, hook in (("Batch", ".ipymusicgen-batch-form"), ("Library", ".ipymusicgen-library")):
-        studio.get_by_role("tab", name=tab).click()
-        expect(studio.get_by_role("tab", name=tab)).to_have_attribute("aria-selected", "true")
-        expect(board.locator(hook).first).to_be_visible()
-        to_top(studio)
-        shot(page, f"{front_end}-04-studio-{tab.lower()}-tab")
-    expect(board.locator(".ipymusicgen-library").first).to_be_visible()
+    # the Batch and Library tabs draw inside the studio (child views of its one model), one at a time
+    studio.get_by_role("tab", name="Batch").click()
+    batch = studio.locator(".ims-panel[data-tab='batch']")
+    lines = batch.get_by_label("Songs, one per line")
+    expect(lines).to_be_visible()
+    expect(batch.locator(".ipymusicgen-batch")).to_be_hidden()  # no empty table or bar before a batch
+    lines.fill('--style "sea shanty" ropes and tar\nlo-fi rain on the window')
+    lines.press("Tab")
+    expect(batch.locator(".ims-cost")).to_contain_text("2 rows: uses about")
+    expect(batch.locator(".ims-submit-row .ims-primary:visible")).to_have_count(1)
+    batch.get_by_role("button", name="Start batch").click()
+    expect(batch.locator(".ims-status")).to_contain_text("started: 2 rows", timeout=STEP_MS)
+    expect(batch.locator(".ipymusicgen-batch")).to_be_visible()
+    expect(batch.locator(".ims-batch-finished")).to_contain_text("every row done", timeout=FIRST_AUDIO_MS)
+    expect(batch.locator(".ims-batch-row td").first).to_have_text("1")  # rows counted from 1
+    to_top(studio)
+    shot(page, f"{front_end}-04-studio-batch-tab")
+    studio.get_by_role("tab", name="Library").click()
+    library = studio.locator(".ims-panel[data-tab='library']")
+    expect(library.locator(".ipymusicgen-library")).to_be_visible()
+    expect(library.locator(".ipymusicgen-song").first).to_be_visible(timeout=STEP_MS)
+    expect(batch).to_be_hidden()
+    to_top(studio)
+    shot(page, f"{front_end}-04-studio-library-tab")
 
     # v2: description mode shows only what it sends; Lyrics: written, then used in the Song tab
     studio.get_by_role("tab", name="Prompt (v4.5 models)").click()
-    expect(board.locator(".ipymusicgen-library").first).to_be_hidden()
+    expect(library).to_be_hidden()
     v2 = studio.locator(".ims-panel[data-tab='v2']")
     expect(v2.get_by_role("radio", name="Describe it")).to_have_attribute("aria-checked", "true")
     expect(v2.get_by_label("Lyrics")).to_be_hidden()
@@ -237,12 +253,13 @@ def test_real_key_confirms_before_a_paid_request(
     song = studio.locator(".ims-panel[data-tab='song']")
     song.get_by_label("Style").fill("lo-fi piano, rainy night")
     song.get_by_label("Style").press("Tab")
-    expect(song.locator(".ims-cost")).to_have_text(f"uses about 3 credits · {PAID_CREDITS} left")
+    expect(song.locator(".ims-cost")).to_have_text(f"uses about 3 credits (estimate) · {PAID_CREDITS} left")
     song.get_by_role("button", name="Make songs").focus()  # keyboard only, as a screen-reader user would
     page.keyboard.press("Enter")
     confirm = song.locator(".ims-confirm")
     expect(confirm).to_be_visible()
     expect(confirm).to_contain_text("Send this request? It uses about 3 credits")
+    expect(song.locator(".ims-primary:visible")).to_have_count(1)  # one primary button: "Confirm and send"
     assert paid.request_counts().get("/v1/music/generate", 0) == 0  # nothing sent before the confirm
     confirm_shot = shot(page, f"{front_end}-06-confirm-step", studio)
     if front_end == "lab":

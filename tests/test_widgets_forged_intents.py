@@ -225,28 +225,29 @@ def test_task_tables_keep_one_line_per_song_without_control_codes() -> None:
 
 @pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
 def test_the_batch_tab_asks_to_confirm_with_a_real_key_and_the_browser_cannot_skip_it() -> None:
-    from ipymusicgen.widgets.batch import BatchForm
-
-    def click(button: Any) -> None:  # what the browser sends when the button is pressed
-        button._handle_button_msg(None, {"event": "click"}, [])
-
     paid = Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={REAL_LOOKING_KEY: 40})
     with paid, paid.client(max_retries=0) as client:
         made = studio(client)
+
+        def press(kind: str, **more: Any) -> None:  # what the browser sends
+            made._on_msg(made.view, {"kind": kind, "form": "batch", **more}, [])
+
         try:
-            form = made.embedded["batch"]
-            assert isinstance(form, BatchForm)
-            form.lines.value = "lo-fi rain\n"
-            click(form.start)
+            form = made.batch
+            press("input", name="lines", value="lo-fi rain\n")
+            press("submit")
             assert paid.request_counts().get("/v1/music/generate", 0) == 0 and form.batch is None
-            assert "about 3 credits" in form.confirm_text and "Confirm" in form.start.description
-            form.lines.value = "lo-fi rain\nsea shanty\n"  # a changed batch must be confirmed again
-            assert form.confirm_text == ""
-            click(form.start)
-            click(form.cancel)
+            assert "about 3 credits" in form.confirm and form.state()["confirm"]
+            press("input", name="lines", value="lo-fi rain\nsea shanty\n")  # changed: must be confirmed again
+            assert form.confirm == ""
+            press("confirm")  # a confirm the view no longer shows sends nothing
             assert paid.request_counts().get("/v1/music/generate", 0) == 0 and form.batch is None
-            click(form.start)
-            click(form.start)  # the confirm
+            press("submit")
+            press("cancel")
+            assert paid.request_counts().get("/v1/music/generate", 0) == 0 and form.batch is None
+            press("input", name="concurrency", value={"forged": 1})  # not a value the browser sends
+            press("submit")
+            press("confirm")
             assert form.batch is not None
             form.batch.wait(timeout=30)
             assert paid.request_counts()["/v1/music/generate"] == 2

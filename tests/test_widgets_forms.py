@@ -215,7 +215,13 @@ def test_auth_error_is_shown_in_the_form() -> None:
     form.set_values(style="x")
     assert form.submit() is None
     assert form.error_title == "API key problem" and "invalid api key" in form.error
-    assert form.state()["can_submit"] and form.status == "nothing was started"
+    # "Make songs" waits while the error stands: dismissing it (or changing the request) is the decision
+    assert not form.state()["can_submit"] and form.status == "nothing was started"
+    form.dismiss()
+    assert form.state()["can_submit"] and not form.state()["error"]
+    form.submit()
+    form.set_values(style="y")
+    assert form.state()["can_submit"] and not form.error
 
 
 def test_no_credits_error_is_shown_as_plain_text() -> None:

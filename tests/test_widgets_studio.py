@@ -65,12 +65,18 @@ def test_one_front_end_model_with_tabs_and_the_watcher_below(client: MusicClient
 def test_no_problem_is_shown_before_a_field_is_touched(client: MusicClient, studios: Callable) -> None:
     made = studios(client)
     intent(made, kind="input", form="song", name="action", value="custom")
+    intent(made, kind="input", form="song", name="title", value="x" * 80)
+    assert fields(made, "song")["title"]["count"] == "80 of 80 characters"
+    assert not fields(made, "song")["title"]["count_over"]
     intent(made, kind="input", form="song", name="title", value="x" * 81)
     assert fields(made, "song")["title"]["problem"] == ""  # typing, not yet left the field
+    assert fields(made, "song")["title"]["count_over"]  # but the counter turns red at once
+    assert made.view.panes["song"]["can_submit"]  # nothing visible stands in the way yet
     assert not made.song.valid  # but Python knows, and says so once the field is left
     intent(made, kind="touch", form="song", name="title")
     problem = fields(made, "song")["title"]["problem"]
     assert "80" in problem
+    assert not made.view.panes["song"]["can_submit"]  # "Make songs" waits while the problem shows
     intent(made, kind="input", form="song", name="action", value="concat")  # needs the song to join
     assert fields(made, "song")["continue_song_id"]["problem"] == ""  # untouched fields stay quiet
     intent(made, kind="submit", form="song")  # a submit shows every problem and sends nothing
@@ -126,7 +132,7 @@ def test_real_key_asks_to_confirm_before_anything_is_sent(studios: Callable) -> 
         assert made.needs_confirm
         made.refresh_key()
         intent(made, kind="input", form="song", name="style", value="lo-fi piano")
-        assert made.view.panes["song"]["cost"] == "uses about 3 credits · 40 left"
+        assert made.view.panes["song"]["cost"] == "uses about 3 credits (estimate) · 40 left"
         intent(made, kind="submit", form="song")
         pane = made.view.panes["song"]
         assert pane["confirm"].startswith("Send this request? It uses about 3 credits")
@@ -227,17 +233,14 @@ def test_closing_the_studio_stops_polling(client: MusicClient, clock: ManualCloc
     assert not made.watcher.running and made.view.comm is None and made.comm is None
 
 
-def test_batch_and_library_tabs_show_their_widgets(client: MusicClient, studios: Callable) -> None:
+def test_batch_and_library_views_are_children_of_the_studios_view(client: MusicClient, studios: Callable) -> None:
+    """Drawn inside their tabs by the studio's own front end (anywidget's child views), not under it."""
     made = studios(client)
-    available = {tab["id"]: tab["available"] for tab in made.view.tabs}
-    for tab, widget in made.embedded.items():
-        assert available[tab] and widget in made.children and widget.layout.display == "none"
-        made.select(tab)
-        assert widget.layout.display is None
-        assert all(other.layout.display == "none" for name, other in made.embedded.items() if name != tab)
-    made.select("song")
-    assert all(widget.layout.display == "none" for widget in made.embedded.values())
-    assert {tab for tab, shown in available.items() if not shown} == {"batch", "library"} - set(made.embedded)
+    state = made.view.get_state()
+    assert state["batch_view"] == f"anywidget:{made.batch.view.model_id}"
+    assert state["library_view"] == f"anywidget:{made.library.model_id}"
+    assert list(made.children) == [made.view, made.watcher]  # nothing else below the tabs
+    assert made.batch.view.data == {} and not made.batch.state()["has_batch"]  # no empty table before a batch
 
 
 def test_lyrics_bring_their_title_unless_the_song_has_one(client: MusicClient, studios: Callable) -> None:

@@ -171,7 +171,7 @@ def validate_rows(requests: Any, *, allow_unknown_models: bool = False) -> list[
             try:
                 request, v2 = _validate_row(raw, allow_unknown_models)
             except RequestValidationError as exc:
-                problems.append(f"row {index}: {exc}")
+                problems.append(f"row {index + 1}: {exc}")
                 continue
             rows.append(BatchRow(index, request, v2, request_hash=request_hash(request, v2)))
     if problems:
@@ -388,7 +388,7 @@ class Batch:
     def raise_for_failures(self) -> Batch:
         bad = self.failed + self.unknown
         if bad:
-            lines = "; ".join(f"row {r.index} {r.state}: {r.error or ''}" for r in bad[:10])
+            lines = "; ".join(f"row {r.index + 1} {r.state}: {r.error or ''}" for r in bad[:10])
             raise BatchFailedError(
                 f"{len(bad)} of {len(self.rows)} rows of batch {self.name!r} did not finish: {lines}"
             )
@@ -625,7 +625,7 @@ class _Engine:
             row.state, row.error, row.cost = "failed", str(exc), 0
             self.store.set_state(self.name, row.index, "rejected", error=row.error)
             if isinstance(exc, InsufficientCreditsError | AuthenticationError):
-                self.stop_reason = f"not started: {type(exc).__name__} on row {row.index}"
+                self.stop_reason = f"not started: {type(exc).__name__} on row {row.index + 1}"
         self.batch._changed()
 
     # -- following -----------------------------------------------------------------------------------

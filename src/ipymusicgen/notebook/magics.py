@@ -291,7 +291,7 @@ class MusicGen(Magics):
         with friendly_errors():
             client = session.get_client()
             ids, songs, immediate = self._submit(client, call)
-            value = self._follow(client, args, ids, songs, immediate)
+            value = self._follow(client, args, ids, songs, immediate, call.request)
         return self._store(args, value)
 
     def _submit(self, client: MusicClient, call: MusicgenCall) -> tuple[list[str], list[V2Song], Any]:
@@ -308,9 +308,11 @@ class MusicGen(Magics):
             result = client.generate(call.request)
         return list(result.ids), [], result
 
-    def _follow(self, client: MusicClient, args: Any, ids: list[str], songs: list[V2Song], immediate: Any) -> Any:
+    def _follow(
+        self, client: MusicClient, args: Any, ids: list[str], songs: list[V2Song], immediate: Any, request: Any
+    ) -> Any:
         """Show a watcher (unless turned off) and, with --wait, block until every song is finished."""
-        watcher = self._watch(client, ids, songs) if self.auto_watch and not args.no_watch else None
+        watcher = self._watch(client, ids, songs, request) if self.auto_watch and not args.no_watch else None
         if not args.wait:
             return immediate
         timeout = args.timeout if args.timeout is not None else client.settings.wait_timeout
@@ -320,10 +322,11 @@ class MusicGen(Magics):
             print(f"Task {one_line_text(record.id)} failed: {one_line_text(record.fail_reason) or 'no reason given'}")
         return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
-    def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song]) -> TaskWatcher:
+    def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song], request: Any) -> TaskWatcher:
         from ..widgets import TaskWatcher
 
-        watcher = TaskWatcher(ids, v2_ids=songs, client=client)  # registers itself for shutdown()
+        # registers itself for shutdown(); knowing the request, a failed call offers Retry
+        watcher = TaskWatcher(ids, v2_ids=songs, client=client, request=request)
         shown = display(watcher, display_id=True)
         if shown is not None:  # its text, saved with the notebook, is rewritten once the songs are finished
             watcher.when_done(lambda: shown.update(watcher))

@@ -33,6 +33,8 @@ class TaskCard:
         "favourite",
         "kept",
         "note",
+        "retried",
+        "retryable",
         "started",
         "take",
         "task_id",
@@ -50,6 +52,10 @@ class TaskCard:
         self.note = ""
         self.kept = False
         self.favourite = False
+        self.retryable = False
+        """Its call's request is known here, so a failed call can be sent again (the watcher's `retry`)."""
+        self.retried = False
+        """Its failed call was sent again (the new songs are watched as their own call)."""
         self.extra: dict[str, Any] | None = None
         """Card fields others know better (peaks and the archived path from the library); None while empty."""
         self.started = time.monotonic()
@@ -102,6 +108,8 @@ class TaskCard:
             "kept": self.kept,
             "note": self.note,
             "model": "v2" if self.v2 else "",
+            "retryable": self.retryable and not self.retried,
+            "retried": self.retried,
         }
         fields.update(self.extra or {})
         fields.update(extra)

@@ -10,9 +10,7 @@ line says. The Batch and Library tabs show their own widgets (when their modules
 from __future__ import annotations
 
 import threading
-import warnings
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +19,6 @@ import ipywidgets as w
 import traitlets
 
 from ..client.faces import MusicClient
-from ..errors import RequestValidationError, UnprocessableEntityError
-from ..models.costs import CostTableError, estimate_credits
 from ..models.schema import (
     ACTIONS,
     PROMPT_MAX,
@@ -43,9 +39,10 @@ from ..models.schema import (
 from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
 from ._static import css, esm
-from .batch import BatchForm
-from .fields import error_title, number_text, parse_number, problems_by_field, server_problems
+from .batch_pane import BatchPane
+from .fields import error_title
 from .library import LibraryView
+from .pane import Count, FieldSpec, Pane, plural
 from .text import TextRepr
 from .watcher import TaskWatcher, provide_extend_studio
 
@@ -54,10 +51,10 @@ TAB_TITLES = ("Song", "Prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key
 TAB_HINTS = {"v2": "the service's v2 endpoint: a prompt and the v3.0 to v4.5-plus models"}
 """A tab's API name, on hover: music words on the tab, the service's word in its hint."""
 TAB_BLURBS = {
-    "batch": "Many songs at once: one line each, or a DataFrame. The form is right below.",
-    "library": "Every song you have made: search, play, keep the take you like. It is right below.",
+    "batch": "Many songs at once: one %musicgen line each, or the rows of a DataFrame.",
+    "library": "Every song you have made: search, play, keep the take you like.",
 }
-"""The embedded sandbox's key: requests with it cost nothing real, so they need no confirm step."""
+"""A line at the top of a tab that is not a single request."""
 
 ACTION_LABELS = {
     "auto": "From a description",
@@ -70,325 +67,12 @@ ACTION_LABELS = {
 }
 
 
-@dataclass(frozen=True)
-class FieldSpec:
-    """How one request field is shown: a human label, the API name as a hint, the kind of input."""
-
-    name: str
-    label: str
-    kind: str  # "text" | "textarea" | "select" | "checkbox" | "toggle" | "number"
-    placeholder: str = ""
-    options: tuple[tuple[str, Any], ...] = ()
-    wide: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "label": self.label,
-            "hint": self.name,
-            "kind": self.kind,
-            "placeholder": self.placeholder,
-            "options": [[label, value] for label, value in self.options],
-            "wide": self.wide,
-        }
-
-
-OPEN_CHOICES = frozenset({"mv", "model_version"})
-"""Select fields that take a value outside their options (a model the table does not know yet)."""
-
-
 def limits_words(limits: ModelLimits | None) -> str:
     """'songs up to 8 minutes, lyrics up to 5,000 words' for a model, in words a person reads."""
     if limits is None:
         return "limits not known for this model"
     minutes = limits.max_seconds / 60
     return f"songs up to {minutes:g} minutes, lyrics up to {limits.max_lyrics_words:,} words"
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count:,} {word}" + ("" if count == 1 else "s")
-
-
-def _quiet(call: Callable[[], Any]) -> Any:
-    """Build a request without its IgnoredFieldsWarning (the pane sends only its shape's fields)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return call()
-
-
-class Pane:
-    """One request form without any widget: values as typed, touched fields, problems, status.
-
-    Subclasses give the field specs, which fields show and which are required, the request builder,
-    the one client call, and how to say what happened.
-    """
-
-    title = ""
-    tab = ""
-    submit_label = "Send"
-    paid = True
-
-    def __init__(self, studio: Studio, specs: Iterable[FieldSpec]) -> None:
-        self._studio = studio
-        self.specs = {spec.name: spec for spec in specs}
-        self.typed: dict[str, Any] = {name: self._empty(spec) for name, spec in self.specs.items()}
-        self.touched: set[str] = set()
-        self.tried = False
-        self.problems: dict[str, str] = {}
-        self.general: list[str] = []
-        self.request: Any = None
-        self.status = ""
-        self.error_title = ""
-        self.error = ""
-        self.ids: list[str] = []
-        self.busy = False
-        self.confirm = ""
-        self.priced: Any = None
-        """The request the shown confirm priced: "Confirm and send" sends exactly it, or asks again."""
-        self._callbacks: list[Callable[[Any], Any]] = []
-
-    @staticmethod
-    def _empty(spec: FieldSpec) -> Any:
-        if spec.kind == "checkbox":
-            return False
-        if spec.options:
-            return spec.options[0][1]
-        return ""
-
-    # -- the Python API (tests, notebooks, the watcher's extend) -------------------------------------
-
-    @property
-    def client(self) -> MusicClient:
-        return self._studio.client
-
-    @property
-    def studio(self) -> Studio:
-        """The studio this pane belongs to (what a notebook shows for it)."""
-        return self._studio
-
-    def _ipython_display_(self) -> None:
-        """A pane is shown as its studio, opened on the pane's tab."""
-        self._studio.show(self.tab)
-
-    def on_submitted(self, callback: Callable[[Any], Any]) -> None:
-        self._callbacks.append(callback)
-
-    def set_values(self, **fields: Any) -> None:
-        """Prefill fields (e.g. for an extend); None clears one. Prefilled fields count as touched."""
-        unknown = sorted(set(fields) - set(self.specs))
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__} has no field(s) {', '.join(unknown)}; fields: {', '.join(self.specs)}"
-            )
-        for name, value in fields.items():
-            self._set(name, value)
-            self.touched.add(name)
-        self._studio._changed(self)
-
-    def type(self, name: str, value: Any) -> None:
-        """What the browser sends while someone types: the value changes, the field is not touched yet."""
-        if name not in self.specs:
-            return
-        self._set(name, value)
-        self._studio._changed(self)
-
-    def touch(self, name: str) -> None:
-        """The field lost focus: from now on its problem may be shown."""
-        if name in self.specs and name not in self.touched:
-            self.touched.add(name)
-            self._studio._changed(self)
-
-    @property
-    def valid(self) -> bool:
-        return self.request is not None
-
-    def values(self) -> dict[str, Any]:
-        """The request as it stands (what `submit()` would validate and send)."""
-        return self.request_values()
-
-    @property
-    def fields(self) -> dict[str, dict[str, Any]]:
-        """Each field as the browser gets it: label, hint, shown, required, count, problem…"""
-        return {item["name"]: item for item in self.state()["fields"]}
-
-    @property
-    def shown_problems(self) -> dict[str, str]:
-        """The problems a person sees: of touched fields, or of all after a submit was tried."""
-        return {n: p for n, p in self.problems.items() if self.tried or n in self.touched}
-
-    def submit(self, *, confirmed: bool = True) -> Any:
-        """Validate and send once; the result or None (problems and errors are shown, never raised).
-
-        Called from code, the call itself is the decision. The button sends `confirmed=False`: with a
-        real key a paid call then waits for the "Confirm and send" button (`confirm` says what it costs).
-        """
-        if self.busy:
-            return None
-        self.tried = True
-        self.validate()
-        if self.request is None:
-            self.status, self.confirm = "", ""
-            self._studio._changed(self, revalidate=False)
-            return None
-        if self.paid and self._studio.needs_confirm and not confirmed:
-            self.priced = self.request
-            self.confirm = f"Send this request? It {self._studio.cost_words(self.request)}."
-            self.status = "waiting for your confirmation"
-            self._studio._changed(self, revalidate=False)
-            return None
-        self.confirm = ""
-        self.busy = True
-        self.status, self.error, self.error_title = "sending…", "", ""
-        self._studio._changed(self, revalidate=False)
-        try:
-            result = self._call(self.request)
-        except UnprocessableEntityError as exc:
-            per_field, general = problems_by_field(server_problems(exc), self.visible())
-            self.problems.update(per_field)
-            self.error_title, self.error = error_title(exc), "\n".join(general)
-            self.status = "nothing was started"
-            return None
-        except Exception as exc:  # shown in the pane, never as a traceback
-            self.error_title = error_title(exc)
-            self.error = self.client.redact(str(exc)) or type(exc).__name__
-            self.status = "nothing was started"
-            return None
-        finally:
-            self.busy = False
-            self._studio._changed(self, revalidate=False)
-        self.status = self._describe(result)
-        self.tried = False
-        self._studio._changed(self, revalidate=False)
-        for callback in list(self._callbacks):
-            callback(result)
-        self._studio._after_submit(self, result)
-        return result
-
-    def confirm_priced(self) -> Any:
-        """The "Confirm and send" button: send the request the confirm priced. If the pane's request is no longer
-        that one (changed since), nothing is sent and the confirm asks again for the new one."""
-        priced, self.priced = self.priced, None
-        self.validate()
-        current = self.request
-        if priced is None or current is None or priced.to_payload() != current.to_payload():
-            return self.submit(confirmed=False)
-        return self.submit(confirmed=True)
-
-    def cancel(self) -> None:
-        self.priced = None
-        self.confirm, self.status = "", "not sent"
-        self._studio._changed(self, revalidate=False)
-
-    # -- rules ----------------------------------------------------------------------------------------
-
-    def visible(self) -> list[str]:
-        return list(self.specs)
-
-    def required(self) -> set[str]:
-        return set()
-
-    def counts(self) -> dict[str, str]:
-        return {}
-
-    def disabled(self) -> set[str]:
-        return set()
-
-    def request_values(self) -> dict[str, Any]:
-        """The request as it stands: the shown, non-empty fields as the models take them."""
-        values: dict[str, Any] = {}
-        for name in self.visible():
-            if name in self.disabled():
-                continue
-            spec, value = self.specs[name], self.typed[name]
-            if spec.kind == "checkbox":
-                value = int(bool(value))
-            elif spec.kind == "number":
-                value = parse_number(str(value))
-            if value is not None and value != "":
-                values[name] = value
-        return values
-
-    def validate(self) -> None:
-        try:
-            self.request = _quiet(self._build)
-        except RequestValidationError as exc:
-            self.request = None
-            self.problems, self.general = problems_by_field(exc.problems, self.visible())
-            return
-        self.problems, self.general = {}, []
-
-    def state(self) -> dict[str, Any]:
-        visible, required, disabled = set(self.visible()), self.required(), self.disabled()
-        shown, counts = self.shown_problems, self.counts()
-        fields = []
-        for name, spec in self.specs.items():
-            item = spec.as_dict()
-            value = self.typed[name]
-            item.update(
-                value=value if isinstance(value, bool | int | float) else str(value),
-                shown=name in visible,
-                required=name in required,
-                disabled=name in disabled,
-                count=counts.get(name, ""),
-                problem=shown.get(name, ""),
-            )
-            fields.append(item)
-        general = self.general if self.tried else []
-        cost = self._studio.cost_words(self.request) if self.paid and self.request is not None else ""
-        return {
-            "fields": fields,
-            "submit_label": self.submit_label,
-            "can_submit": not self.busy and (self.request is not None or not self.tried),
-            "busy": self.busy,
-            "cost": cost,
-            "status": self.status,
-            "ids": list(self.ids),
-            "error_title": self.error_title or ("Please check the marked fields" if general else ""),
-            "error": self.error or "\n".join(general),
-            "confirm": self.confirm,
-        }
-
-    def _set(self, name: str, value: Any) -> None:
-        spec = self.specs[name]
-        if spec.kind == "checkbox":
-            self.typed[name] = bool(value)
-        elif spec.kind == "number":
-            self.typed[name] = number_text(value) if not isinstance(value, str) else value
-        elif spec.kind in ("select", "toggle"):
-            known = [v for _label, v in spec.options]
-            if value is None:
-                value = spec.options[0][1] if spec.options else ""
-            if value not in known and isinstance(value, str) and value.isdigit() and int(value) in known:
-                value = int(value)  # a toggle's value comes back from the browser as text
-            if isinstance(value, bool) or not isinstance(value, (str, int)):
-                return  # not a choice the browser could send (a forged intent): nothing changes
-            if value not in known and not (name in OPEN_CHOICES and isinstance(value, str)):
-                return  # only a model may be one the table does not know (validation then names it)
-            if value not in known and value != "":
-                options = (*spec.options, (f"{value} (not in the model table)", value))
-                self.specs[name] = spec = FieldSpec(spec.name, spec.label, spec.kind, spec.placeholder, options)
-            self.typed[name] = value
-        else:
-            self.typed[name] = "" if value is None else str(value)
-        self.confirm, self.priced = "", None  # a changed request must be confirmed again
-
-    def _build(self) -> Any:
-        raise NotImplementedError
-
-    def _call(self, request: Any) -> Any:
-        raise NotImplementedError
-
-    def _describe(self, result: Any) -> str:
-        return "sent"
-
-    def __repr__(self) -> str:
-        state = "busy" if self.busy else ("ready" if self.valid else "incomplete")
-        values = ", ".join(f"{k}={v!r}" if len(repr(v)) < 40 else f"{k}=…" for k, v in self.request_values().items())
-        lines = [f"{type(self).__name__}({values}) [{state}]"]
-        lines += [f"  {name}: {problem}" for name, problem in self.shown_problems.items()]
-        if self.status:
-            lines.append(f"  {self.status}")
-        return "\n".join(lines)
 
 
 def model_choices(models: Mapping[str, ModelLimits], default: str | None) -> tuple[tuple[str, str], ...]:
@@ -437,15 +121,15 @@ class SongPane(Pane):
     def disabled(self) -> set[str]:
         return {"lyrics"} if self.typed["instrumental"] else set()
 
-    def counts(self) -> dict[str, str]:
+    def counts(self) -> dict[str, Count | str]:
         model = self.typed["mv"]
         limits = V1_MODELS.get(model) if model else None
         words_max = limits.max_lyrics_words if limits else max(m.max_lyrics_words for m in V1_MODELS.values())
         words = word_count(self.typed["lyrics"])
         return {
             "mv": limits_words(limits) if model else "the service picks the model",
-            "title": f"{len(self.typed['title'])} of {TITLE_MAX} characters",
-            "lyrics": "not sent: instrumental" if self.typed["instrumental"] else f"{words:,} of {words_max:,} words",
+            "title": Count.of(len(self.typed["title"]), TITLE_MAX, "characters"),
+            "lyrics": "not sent: instrumental" if self.typed["instrumental"] else Count.of(words, words_max, "words"),
         }
 
     def _build(self) -> Any:
@@ -493,16 +177,16 @@ class V2Pane(Pane):
     def disabled(self) -> set[str]:
         return {"lyrics"} if self.typed["instrumental"] else set()
 
-    def counts(self) -> dict[str, str]:
+    def counts(self) -> dict[str, Count | str]:
         model = self.typed["model_version"]
         limits = V2_MODELS.get(model)
         words_max = limits.max_lyrics_words if limits else None
         words = word_count(self.typed["lyrics"])
         return {
             "model_version": limits_words(limits),
-            "prompt": f"{len(self.typed['prompt'])} of {PROMPT_MAX} characters",
-            "title": f"{len(self.typed['title'])} of {TITLE_MAX} characters",
-            "lyrics": f"{words:,} of {words_max:,} words" if words_max else f"{words:,} words",
+            "prompt": Count.of(len(self.typed["prompt"]), PROMPT_MAX, "characters"),
+            "title": Count.of(len(self.typed["title"]), TITLE_MAX, "characters"),
+            "lyrics": Count.of(words, words_max, "words"),
         }
 
     def _build(self) -> Any:
@@ -534,8 +218,8 @@ class LyricsPane(Pane):
     def required(self) -> set[str]:
         return {"prompt"}
 
-    def counts(self) -> dict[str, str]:
-        return {"prompt": f"{len(self.typed['prompt'])} of {PROMPT_MAX} characters"}
+    def counts(self) -> dict[str, Count | str]:
+        return {"prompt": Count.of(len(self.typed["prompt"]), PROMPT_MAX, "characters")}
 
     def _build(self) -> Any:
         return build_lyrics_request(self.typed["prompt"])
@@ -642,13 +326,17 @@ class StudioView(anywidget.AnyWidget):
     tabs = traitlets.List().tag(sync=True)
     panes = traitlets.Dict().tag(sync=True)
     key = traitlets.Dict().tag(sync=True)
+    batch_view = anywidget.WidgetTrait().tag(sync=True)
+    """The Batch tab's progress view, drawn inside the tab under its form (a child view)."""
+    library_view = anywidget.WidgetTrait().tag(sync=True)
+    """The Library tab's view, drawn inside the tab (a child view)."""
 
 
 class Studio(TextRepr, w.VBox):
-    """The studio: one anywidget with the forms, the Batch/Library widgets when installed, one watcher.
+    """The studio: one anywidget with every tab (the Batch and Library views inside theirs), one watcher.
 
-    Python API: `studio.song`, `.v2`, `.lyrics` (panes with `set_values`, `submit`, `touch`),
-    `studio.select("key")`, `studio.refresh_key()`, `studio.watcher`.
+    Python API: `studio.song`, `.v2`, `.lyrics`, `.batch` (panes with `set_values`, `submit`, `touch`),
+    `studio.library`, `studio.select("key")`, `studio.refresh_key()`, `studio.watcher`.
     """
 
     def __init__(
@@ -666,34 +354,25 @@ class Studio(TextRepr, w.VBox):
         self._key_checking = False
         self._view = StudioView()
         self._view.add_class("ipymusicgen-studio-view")
-        self.song = SongPane(self)
-        self.v2 = V2Pane(self)
-        self.lyrics = LyricsPane(self)
-        self._panes: dict[str, Pane] = {"song": self.song, "v2": self.v2, "lyrics": self.lyrics}
         self._owns_watcher = watcher is None
         if watcher is None:
             watcher = TaskWatcher(client=client)
             watcher.confirm_required = confirm  # a card's concat is paid: it confirms as the panes do
         self.watcher = watcher
-        self.song.on_submitted(lambda ids: self.watcher.add(ids))
-        self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True))
+        self.song = SongPane(self)
+        self.v2 = V2Pane(self)
+        self.lyrics = LyricsPane(self)
+        self.batch = BatchPane(self)
+        self._panes: dict[str, Pane] = {"song": self.song, "v2": self.v2, "lyrics": self.lyrics, "batch": self.batch}
+        # the request sent goes with its songs: a failed call's Retry sends it again
+        self.song.on_submitted(lambda ids: self.watcher.add(ids, request=self.song.request))
+        self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True, request=self.v2.request))
         self.watcher._form_provider = self._pane_for_extend  # a card's extend opens this studio's pane
-        batch_form = BatchForm(client=client, watcher=self.watcher)
-        batch_form.confirm_required = confirm  # the Batch tab confirms as the other panes do
-        self.embedded: dict[str, w.Widget] = {
-            "batch": batch_form,
-            "library": LibraryView(client=client, watcher=self.watcher),
-        }
-        for widget in self.embedded.values():
-            widget.layout.display = "none"
+        self.library = LibraryView(client=client, watcher=self.watcher)
+        self._view.batch_view = self.batch.view
+        self._view.library_view = self.library
         self._view.tabs = [
-            {
-                "id": t,
-                "title": title,
-                "available": t not in ("batch", "library") or t in self.embedded,
-                "blurb": TAB_BLURBS.get(t, ""),
-                "hint": TAB_HINTS.get(t, ""),
-            }
+            {"id": t, "title": title, "blurb": TAB_BLURBS.get(t, ""), "hint": TAB_HINTS.get(t, "")}
             for t, title in zip(TAB_IDS, TAB_TITLES, strict=True)
         ]
         for pane in self._panes.values():
@@ -702,7 +381,7 @@ class Studio(TextRepr, w.VBox):
         self._view.key = self.key_info.state()
         self._view.on_msg(self._on_msg)
         self._view.observe(self._tab_changed, names="tab")
-        super().__init__([self._view, *self.embedded.values(), self.watcher])
+        super().__init__([self._view, self.watcher])
         self.add_class("ipymusicgen-studio")
 
     # -- public API ----------------------------------------------------------------------------------
@@ -736,15 +415,6 @@ class Studio(TextRepr, w.VBox):
         """A paid call is confirmed first with a real key; the embedded sandbox's demo key costs nothing."""
         return self._client.settings.needs_confirm(self._confirm)
 
-    def cost_words(self, request: Any) -> str:
-        """'uses about 3 credits · 97 left' (the credits left as last read from the key)."""
-        try:
-            text = f"uses about {plural(estimate_credits(request), 'credit')}"
-        except CostTableError as exc:  # a typo in the price table: say so; a paid step still asks first
-            text = f"cost unknown ({exc})"
-        left = self.key_info.credits
-        return text + (f" · {left:,} left" if left is not None else "")
-
     def refresh_key(self) -> KeyInfo | None:
         """Read the key's credits and status again (the Key tab and the cost line show them)."""
         return self.key_info.refresh()
@@ -769,7 +439,7 @@ class Studio(TextRepr, w.VBox):
         """Stop the watcher's polling (when the studio made it) and close every part."""
         if self._owns_watcher:
             self.watcher.close()
-        for widget in self.embedded.values():
+        for widget in (self.batch.view, self.library):
             widget.close()
         self._view.close()
         super().close()
@@ -800,8 +470,10 @@ class Studio(TextRepr, w.VBox):
         return self.v2 if v2 else self.song
 
     def _tab_changed(self, change: dict[str, Any]) -> None:
-        for tab, widget in self.embedded.items():
-            widget.layout.display = None if change["new"] == tab else "none"
+        if change["new"] == "batch":
+            self.batch.focus("source")  # a DataFrame made since is offered at once
+        elif change["new"] == "library":
+            self.library.refresh(everything=True)  # songs made since the studio opened are in it
         if change["new"] == "key" and self.key_info.info is None:
             self.refresh_key()  # read lazily: only when someone looks
 
@@ -823,6 +495,10 @@ class Studio(TextRepr, w.VBox):
             pane.type(str(content.get("name")), content.get("value"))
         elif kind == "touch":
             pane.touch(str(content.get("name")))
+        elif kind == "focus":
+            pane.focus(str(content.get("name")))
+        elif kind == "dismiss":
+            pane.dismiss()
         elif kind == "submit":
             pane.submit(confirmed=False)
         elif kind == "confirm" and pane.confirm:  # only a confirm step Python showed, for the request it priced
@@ -836,7 +512,7 @@ class Studio(TextRepr, w.VBox):
             self._changed(pane, revalidate=False)  # the cost line says the credits left
 
     def __repr__(self) -> str:
-        tabs = " | ".join(t["title"] for t in self._view.tabs if t["available"])
+        tabs = " | ".join(t["title"] for t in self._view.tabs)
         return f"Studio [{tabs}] (tab: {self.tab})\n{self._panes.get(self.tab, self.song)!r}\n{self.watcher!r}"
 
 

@@ -20,6 +20,12 @@ from .song_data import Record
 if TYPE_CHECKING:
     from .card import TaskCard
 
+PAID_ASKS = {
+    "concat": "Join this song's parts into one? That is a paid request: press Concat again to send.",
+    "retry": "Send this request again? That is a new paid request: press Retry again to send.",
+}
+"""Card actions that pay: with a real key the first press says so, and the very next press sends."""
+
 _open_extend_studio: Callable[[Any], Any] | None = None
 """Opens a studio whose panes send into a watcher; the studio module provides it (it sits above this one)."""
 
@@ -53,7 +59,8 @@ class ActionsPart:
     _tasks: TaskSet
     _form_provider: Callable[[bool], Any] | None
     confirm_required: bool | None
-    _concat_asked: str | None
+    _asked: tuple[str, str] | None
+    _requests: dict[str, tuple[Any, bool]]
     extend_studio: Any
     extend_form: Any
     download_dir: str | Path
@@ -64,6 +71,7 @@ class ActionsPart:
     add: Callable[..., list[str]]
     card: Callable[[str], TaskCard]
     _publish: Callable[..., None]
+    _fed_request: Callable[[str], Any]
 
     def extend(self, task_id: str) -> Any:
         """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
@@ -85,6 +93,32 @@ class ActionsPart:
             raise MusicGenError("concat is a v1 action; this is a v2 song")
         ids = list(self._client.generate(action="concat", continue_song_id=record.song_id or record.id).ids)
         self.add(ids)
+        return ids
+
+    def retry(self, task_id: str) -> list[str]:
+        """Send a failed call's request again, as it was: a new paid call, watched here as its own call.
+
+        The failed call stays (collapsed, marked retried). Only a call whose every take failed is retried, and
+        only when its request is known here (given to `add`, or a followed batch's row).
+        """
+        cards = self._call_of(task_id)
+        if any(card.state is not TaskState.FAILED for card in cards):
+            raise MusicGenError("only a call whose songs all failed can be retried")
+        if any(card.retried for card in cards):
+            raise MusicGenError("this call was retried already: its new songs are watched here")
+        found = self._requests.get(cards[0].call)
+        if found is None:
+            request = next((r for c in cards if (r := self._fed_request(c.task_id)) is not None), None)
+            found = (request, cards[0].v2) if request is not None else None
+        if found is None:
+            raise MusicGenError("this call's request is not known here: send it again from the studio or a magic")
+        request, v2 = found
+        if v2:
+            ids = self.add(self._client.submit_v2(request), v2=True, request=request)
+        else:
+            ids = self.add(list(self._client.generate(request).ids), request=request)
+        for card in cards:
+            card.retried = True
         return ids
 
     def _needs_confirm(self) -> bool:
@@ -137,12 +171,13 @@ class ActionsPart:
     def run_action(self, name: str, task_id: str) -> Any:
         """What a card button does; the outcome or the error becomes the card's note (plain text)."""
         card = self.card(task_id)
-        asked, self._concat_asked = self._concat_asked, None  # a confirm holds for the very next press only
+        asked, self._asked = self._asked, None  # a confirm holds for the very next press only
         try:
-            if name == "concat" and asked != task_id and self._needs_confirm():
-                self._finished_record(task_id)  # a song that cannot be joined says so now
-                self._concat_asked = task_id
-                card.note = "Join this song's parts into one? That is a paid request: press Concat again to send."
+            if name in PAID_ASKS and asked != (name, task_id) and self._needs_confirm():
+                if name == "concat":
+                    self._finished_record(task_id)  # a song that cannot be joined says so now
+                self._asked = (name, task_id)
+                card.note = PAID_ASKS[name]
                 result = None
             elif name == "extend":
                 result = self.extend(task_id)
@@ -151,6 +186,9 @@ class ActionsPart:
             elif name == "concat":
                 result = self.concat(task_id)
                 card.note = f"Joining started: {len(result)} new song(s) below."
+            elif name == "retry":
+                result = self.retry(task_id)
+                card.note = f"Sent again: {len(result)} new song(s), watched as their own call."
             elif name == "download":
                 result = self.download(task_id)
                 card.note = f"Saved to {result}"
@@ -169,8 +207,9 @@ class ActionsPart:
         except Exception as exc:  # shown in the card, never as a traceback from a button
             card.note = f"{name.replace('_', ' ').capitalize()} failed: {exc}"
             result = None
-        # a keep changes the call's other take too
-        self._publish([c.task_id for c in self._call_of(task_id)] if name == "keep" else [task_id])
+        # a keep or a retry changes the call's other take too
+        whole_call = name in ("keep", "retry")
+        self._publish([c.task_id for c in self._call_of(task_id)] if whole_call else [task_id])
         return result
 
     def _finished_record(self, task_id: str) -> Record:

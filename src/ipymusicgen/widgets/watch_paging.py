@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..models.tasks import TaskState
 from .song_data import plain
 
 if TYPE_CHECKING:
@@ -53,9 +54,19 @@ class PagingPart:
         """The page the browser shows (0 = newest calls)."""
         return self._page
 
+    hide_failed: bool
+
     @property
     def pages(self) -> int:
-        return max(1, -(-len(self._calls) // self.page_size))
+        shown = len(self._shown_calls()) if self.hide_failed else len(self._calls)
+        return max(1, -(-shown // self.page_size))
+
+    def set_hide_failed(self, on: bool) -> None:
+        """Leave failed calls off the pages (or show them again); the header still counts them."""
+        with self._view_lock:
+            self.hide_failed = bool(on)
+            self._page = min(self._page, self.pages - 1)
+            self._send_snapshot()
 
     @property
     def visible_ids(self) -> list[str]:
@@ -93,6 +104,8 @@ class PagingPart:
             "page": self._page,
             "pages": self.pages,
             "page_label": f"Page {self._page + 1} of {self.pages}" if self.pages > 1 else "",
+            "hide_failed": self.hide_failed,
+            "failed_calls": self._failed_calls(),
         }
 
     def snapshot(self) -> dict[str, Any]:
@@ -107,9 +120,22 @@ class PagingPart:
 
     def _page_groups(self) -> list[list[str]]:
         with self._lock:
-            ordered = self._ordered_calls()
+            shown = self._shown_calls()
             start = self._page * self.page_size
-            return [list(group) for group in ordered[start : start + self.page_size]]
+            return [list(group) for group in shown[start : start + self.page_size]]
+
+    def _call_failed(self, group: list[str]) -> bool:
+        return all(self._cards[task_id].state is TaskState.FAILED for task_id in group)
+
+    def _failed_calls(self) -> int:
+        with self._lock:
+            return sum(1 for group in self._calls if self._call_failed(group))
+
+    def _shown_calls(self) -> list[list[str]]:
+        """The calls the pages hold, in order: all of them, or all but the failed ones."""
+        with self._lock:
+            ordered = self._ordered_calls()
+            return [g for g in ordered if not self._call_failed(g)] if self.hide_failed else ordered
 
     def _ordered_calls(self) -> list[list[str]]:
         """Newest call first; a watcher following a batch overrides this to follow the batch's table."""

@@ -60,7 +60,9 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         client: MusicClient | None = None,
         interval: float | None = None,
         autostart: bool = True,
+        request: Any = None,
     ) -> None:
+        """`request`: the request that made `ids`/`v2_ids`, so a failed call offers Retry (sent again as it was)."""
         if client is None:
             from ..session import get_client
 
@@ -96,7 +98,12 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
         self.confirm_required: bool | None = None
         """None: with a real key a card's concat (a paid request) asks first; True/False: always/never."""
-        self._concat_asked: str | None = None
+        self._asked: tuple[str, str] | None = None
+        """The paid card action (name, task id) whose confirm was just shown: the very next press sends it."""
+        self._requests: dict[str, tuple[Any, bool]] = {}
+        """Each call's request and whether it is v2, when the caller gave it: what a failed call's Retry sends."""
+        self.hide_failed = False
+        """Failed calls are left off the pages (the header still counts them)."""
         self.extend_studio: Any = None
         """The studio opened for an extend when this watcher is not part of one (its panes send here)."""
         self.extend_form: Any = None
@@ -121,8 +128,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
             self.comm.on_close(self._front_end_closed)
         register_watcher(self)  # so the session's shutdown() stops this thread
         add_archive_listener(self._archived)  # held weakly: a song's card shows its file and waveform once archived
-        self.add(ids)
-        self.add(v2_ids, v2=True)
+        self.add(ids, request=request)
+        self.add(v2_ids, v2=True, request=request)
 
     @property
     def client(self) -> MusicClient:
@@ -183,7 +190,13 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self._publish([task_id])
 
     def add(
-        self, ids: Iterable[str | Record] | str, *, v2: bool = False, call: str | None = None, polled: bool = True
+        self,
+        ids: Iterable[str | Record] | str,
+        *,
+        v2: bool = False,
+        call: str | None = None,
+        polled: bool = True,
+        request: Any = None,
     ) -> list[str]:
         """Watch more tasks; polling (re)starts if autostart. Returns the ids that were new.
 
@@ -192,6 +205,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         Records (`submit_v2()`'s songs) may stand for ids: they seed the cards, so what a submit answer said
         (a v2 title, its lyrics) stays when later answers leave it empty, as the v2 query does.
         `polled=False`: someone else polls them and feeds their records in (`show`); this watcher never does.
+        `request`: the request that made them, so a failed call offers Retry (it is sent again as it was).
         """
         items = [ids] if isinstance(ids, str) else list(ids)
         records = [item for item in items if not isinstance(item, str)]
@@ -209,8 +223,12 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
             for start in range(0, len(added), size):
                 group = added[start : start + size]
                 name = call or group[0]
+                if request is not None:
+                    self._requests[name] = (request, v2)
                 for take, task_id in enumerate(group, 1):
-                    self._cards[task_id] = TaskCard(task_id, v2=v2, call=name, take=min(take, 2), watcher=self)
+                    card = TaskCard(task_id, v2=v2, call=name, take=min(take, 2), watcher=self)
+                    card.retryable = request is not None
+                    self._cards[task_id] = card
                     self._tally["queued"] += 1
                 self._calls.append(group)
             if self._autostart and not self._closed:
@@ -230,8 +248,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         records = list(records)
         for v2 in (False, True):
             new = [r.id for r in records if r.id not in self._cards and isinstance(r, V2Song) is v2]
-            if new:
-                self.add(list(dict.fromkeys(new)), v2=v2, polled=False)
+            for group in self._fed_calls(list(dict.fromkeys(new))):
+                self.add(group, v2=v2, polled=False, request=self._fed_request(group[0]))
         with self._poll_lock:
             changed = self._tasks.update(records)
             self._apply(changed)
@@ -250,6 +268,22 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         batch.add_record_listener(self.show)
         self._batch_moved(batch)
         self.show(batch.records)  # what the batch knew before this watcher followed it
+
+    def _fed_calls(self, ids: list[str]) -> list[list[str]]:
+        """New fed tasks grouped by the batch row that made them (one row's songs are one call)."""
+        row_of = {task_id: n for batch in self._feeders for n, row in enumerate(batch.rows) for task_id in row.ids}
+        groups: dict[Any, list[str]] = {}
+        for task_id in ids:
+            groups.setdefault(row_of.get(task_id, task_id), []).append(task_id)
+        return list(groups.values())
+
+    def _fed_request(self, task_id: str) -> Any:
+        """The request of the batch row a fed task came from (what its Retry sends), or None."""
+        for batch in self._feeders:
+            for row in batch.rows:
+                if task_id in row.ids:
+                    return row.request
+        return None
 
     def _ordered_calls(self) -> list[list[str]]:
         """Following batches, cards follow their tables (batch by batch, row 1 first), as people read them;
@@ -289,7 +323,9 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
             page = content.get("page")
             if isinstance(page, int) and not isinstance(page, bool):
                 self.show_page(page)
-        elif kind in ALL_ACTIONS:
+        elif kind == "hide_failed":
+            self.set_hide_failed(content.get("on") is True)
+        elif kind in (*ALL_ACTIONS, "retry"):
             task_id = content.get("id")
             if isinstance(task_id, str) and task_id in self._cards:
                 self.run_action(kind, task_id)

@@ -3,6 +3,8 @@
 
 function imsBatchDraw(root, data, send) {
   root.replaceChildren();
+  root.hidden = !data.name; // no batch yet: no empty table and no empty bar
+  if (!data.name) return;
   const head = imsEl("div", "ims-batch-head");
   head.appendChild(imsEl("strong", "ims-batch-name", data.name || "batch"));
   head.appendChild(imsEl("span", "ims-batch-line", data.line || ""));

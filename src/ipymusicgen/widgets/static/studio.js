@@ -48,6 +48,8 @@ function studioField(formName, spec, send) {
   if (spec.kind === "toggle") {
     // radio-like buttons; the choice is sent at once and counts as touched
   } else if (spec.kind === "select" || spec.kind === "checkbox") {
+    // a select's choices may be refreshed when it is opened (the Batch tab's notebook variables)
+    if (spec.kind === "select") input.addEventListener("focus", () => send({ kind: "focus", form: formName, name: spec.name }));
     input.addEventListener("change", () => {
       send({ kind: "input", form: formName, name: spec.name, value: value() });
       send({ kind: "touch", form: formName, name: spec.name });
@@ -123,6 +125,7 @@ function studioUpdateField(formName, field, data, send) {
   }
   if (input.disabled !== undefined) input.disabled = !!data.disabled;
   field.count.textContent = data.count || "";
+  field.count.classList.toggle("ims-over", !!data.count_over);
   field.problem.textContent = data.problem || "";
   field.row.classList.toggle("ims-has-problem", !!data.problem);
   if (input.setAttribute) input.setAttribute("aria-invalid", data.problem ? "true" : "false");
@@ -152,7 +155,9 @@ function studioForm(formName, state, send, extras) {
   errorBox.setAttribute("role", "alert");
   const errorTitle = imsEl("strong", "ims-error-title");
   const errorText = imsEl("div", "ims-error-text");
-  errorBox.append(errorTitle, errorText);
+  const dismiss = studioButton("Dismiss", "ims-error-dismiss", () => send({ kind: "dismiss", form: formName }));
+  dismiss.setAttribute("aria-label", "Dismiss this error");
+  errorBox.append(errorTitle, errorText, dismiss);
 
   const actions = imsEl("div", "ims-submit-row");
   const submit = studioButton(state.submit_label, "ims-primary", () => {
@@ -194,6 +199,8 @@ function studioForm(formName, state, send, extras) {
     }
     submit.textContent = data.busy ? "Sending…" : data.submit_label;
     submit.disabled = !data.can_submit;
+    // one primary button at a time: while the confirm step asks, its "Confirm and send" is the one
+    submit.hidden = !!data.confirm;
     cost.textContent = data.cost || "";
     status.textContent = data.status || "";
     idsButton.hidden = !(data.ids && data.ids.length);
@@ -204,6 +211,7 @@ function studioForm(formName, state, send, extras) {
     errorBox.hidden = !(data.error || data.error_title);
     errorTitle.textContent = data.error_title || "";
     errorText.textContent = data.error || "";
+    dismiss.hidden = !data.error; // a server's error; field problems go when the field is mended
     if (extra) extra(data);
   }
   update(state);
@@ -254,7 +262,25 @@ function studioKey(send) {
   return { root, update };
 }
 
-function studioRender({ model, el }) {
+/** A child view (the Batch tab's progress, the Library) drawn inside a tab, once, when the tab is first shown. */
+function studioChild(model, host, trait, box) {
+  let drawn = false;
+  return () => {
+    const ref = model.get(trait);
+    if (drawn || !ref) return;
+    drawn = true;
+    if (!host) {
+      box.appendChild(imsEl("p", "ims-muted", "This front end cannot show views inside views (it needs anywidget 0.11)."));
+      return;
+    }
+    host
+      .getWidget(ref)
+      .then((child) => child.render({ el: box }))
+      .catch((error) => box.appendChild(imsEl("p", "ims-muted", `Could not show this view: ${error}`)));
+  };
+}
+
+function studioRender({ model, el, host }) {
   const send = (message) => model.send(message);
   const root = imsEl("div", "ipymusicgen-studio ims-studio");
   // keys typed in the studio are the studio's (arrows in the tab bar, Enter on a button), not notebook shortcuts
@@ -269,6 +295,7 @@ function studioRender({ model, el }) {
   const panels = {};
   const tabButtons = {};
   const forms = {};
+  const children = {};
   const panes = model.get("panes");
 
   const lyricsExtra = (formRoot) => {
@@ -300,17 +327,19 @@ function studioRender({ model, el }) {
     panel.dataset.tab = tab.id;
     panels[tab.id] = panel;
     body.appendChild(panel);
+    if (tab.blurb) panel.appendChild(imsEl("p", "ims-muted ims-blurb", tab.blurb));
     if (panes[tab.id]) {
       forms[tab.id] = studioForm(tab.id, panes[tab.id], send, tab.id === "lyrics" ? lyricsExtra : null);
       panel.appendChild(forms[tab.id].root);
     } else if (tab.id === "key") {
       forms.key = studioKey(send);
       panel.appendChild(forms.key.root);
-    } else if (!tab.available) {
-      panel.appendChild(imsEl("p", "ims-muted", `${tab.title} is not installed in this version.`));
-    } else {
-      panel.appendChild(imsEl("p", "ims-muted", tab.blurb || tab.title));
-      panel.classList.add("ims-panel-embedded");
+    }
+    const trait = { batch: "batch_view", library: "library_view" }[tab.id];
+    if (trait) {
+      const box = imsEl("div", "ims-child ims-child-" + tab.id);
+      panel.appendChild(box);
+      children[tab.id] = { box, draw: studioChild(model, host, trait, box) };
     }
   }
   // arrow keys move between tabs, as in any tablist. Listened for on the window (capture) because
@@ -336,10 +365,12 @@ function studioRender({ model, el }) {
       button.tabIndex = on ? 0 : -1;
       panels[id].hidden = !on;
     }
+    if (children[current]) children[current].draw();
   };
   const showPanes = () => {
     const all = model.get("panes");
     for (const [id, state] of Object.entries(all)) if (forms[id]) forms[id].update(state);
+    if (children.batch) children.batch.box.hidden = !(all.batch && all.batch.has_batch);
   };
   const showKey = () => forms.key && forms.key.update(model.get("key"));
   showTab();

@@ -14,6 +14,52 @@ function imsWatcherHeader(parts, header) {
   parts.prev.disabled = !(header.page > 0);
   parts.next.disabled = !(header.page < header.pages - 1);
   parts.empty.hidden = header.total > 0;
+  const failed = header.failed_calls || 0;
+  parts.hideFailed.hidden = failed === 0;
+  parts.hideFailed.textContent = header.hide_failed ? `Show failed (${failed})` : `Hide failed (${failed})`;
+  parts.hideFailed.setAttribute("aria-pressed", header.hide_failed ? "true" : "false");
+}
+
+/** A call whose every take failed is one row: what, why, Retry (when its request is known) and Details. */
+function imsCallFailed(group, send) {
+  const datas = [...group._cards.values()].map((card) => card._ims.data);
+  const failed = datas.length > 0 && datas.every((data) => data.state === "failed");
+  group.classList.toggle("ims-call-failed", failed);
+  let row = group._failedRow;
+  if (!failed) {
+    if (row) row.hidden = true;
+    return;
+  }
+  if (!row) {
+    row = imsEl("div", "ims-failed-row");
+    row.setAttribute("role", "group");
+    row.setAttribute("aria-label", "A failed call");
+    const mark = imsEl("span", "ims-failed-mark", "Failed");
+    const what = imsEl("span", "ims-failed-what");
+    const why = imsEl("span", "ims-failed-why");
+    const note = imsEl("span", "ims-failed-note");
+    note.setAttribute("role", "status");
+    const retry = imsTextButton("ims-failed-button ims-failed-retry", "Retry", "Send this request again (a new paid request)", () =>
+      send({ kind: "retry", id: row._id }),
+    );
+    const details = imsTextButton("ims-failed-button ims-failed-details", "Details", "Show or hide this call's cards", () => {
+      const open = group.classList.toggle("ims-call-open");
+      details.setAttribute("aria-expanded", open ? "true" : "false");
+    });
+    details.setAttribute("aria-expanded", "false");
+    row.append(mark, what, why, retry, details, note);
+    row._parts = { what, why, note, retry };
+    group.prepend(row);
+    group._failedRow = row;
+  }
+  const first = datas[0];
+  row.hidden = false;
+  row._id = first.id;
+  const chips = Array.isArray(first.style_chips) ? first.style_chips.join(", ") : "";
+  row._parts.what.textContent = (first.title || chips || "Untitled") + (first.retried ? " · sent again" : "");
+  row._parts.why.textContent = first.fail_reason || "no reason given";
+  row._parts.note.textContent = datas.map((data) => data.note).find(Boolean) || "";
+  row._parts.retry.hidden = !first.retryable;
 }
 
 function imsWatcherButton(text, label, onClick) {
@@ -39,7 +85,10 @@ export default {
     const next = imsWatcherButton("›", "Older songs", () => model.send({ kind: "page", page: header.page + 1 }));
     const pageLabel = imsEl("span", "ims-page-label");
     pager.append(prev, pageLabel, next);
-    head.append(title, counts, pager);
+    const hideFailed = imsTextButton("ims-hide-failed", "Hide failed", "Leave failed calls out of the list (they stay counted)", () =>
+      model.send({ kind: "hide_failed", on: !header.hide_failed }),
+    );
+    head.append(title, counts, hideFailed, pager);
     const batch = imsEl("div", "ims-watcher-batch");
     const error = imsEl("div", "ims-watcher-error");
     error.setAttribute("role", "alert");
@@ -47,7 +96,7 @@ export default {
     const list = imsEl("div", "ims-watcher-list");
     root.append(head, batch, error, empty, list);
     el.appendChild(root);
-    const parts = { title, counts, error, batch, pageLabel, pager, prev, next, empty };
+    const parts = { title, counts, error, batch, pageLabel, pager, prev, next, empty, hideFailed };
 
     const send = (message) => model.send(message);
     const cards = new Map(); // task id -> card element (visible page only)
@@ -74,6 +123,7 @@ export default {
           element._cards.set(data.id, card);
           cards.set(data.id, card);
         }
+        imsCallFailed(element, send);
         return element;
       });
       for (const card of previous.values()) disposeSongCard(card);
@@ -93,6 +143,7 @@ export default {
           merged.elapsed_s = old.elapsed_s + (now - card._ims.receivedAt) / 1000;
         }
         updateSongCard(card, merged, send);
+        if (card.parentElement && card.parentElement._cards) imsCallFailed(card.parentElement, send);
       }
       if (message.header) {
         header = message.header;
