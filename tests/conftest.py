@@ -31,6 +31,7 @@ SLOW_MODULES = frozenset(
         "test_compare_browser",
         "test_grid_browser",
         "test_kill_resume",
+        "test_lab_front_ends",
         "test_mcp_transports",
         "test_notebooks",
         "test_setup_script",

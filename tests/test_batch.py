@@ -155,7 +155,7 @@ def test_one_failing_row_does_not_fail_the_others(client: MusicClient, sandbox: 
     assert [r.state for r in batch.rows] == ["complete", "complete", "failed", "complete"]
     assert batch.failed == [batch.rows[2]] and "never fetches" in (batch.rows[2].error or "")
     assert len(batch.records) == 8
-    with pytest.raises(BatchFailedError, match="row 2 failed"):
+    with pytest.raises(BatchFailedError, match="row 3 failed"):
         batch.raise_for_failures()
 
 

@@ -79,7 +79,7 @@ def test_the_magics_watcher_draws_the_batchs_rounds_without_querying_again(
     assert all(r.state.value == "complete" for r in finished.values()) and len(finished) == len(batch.ids)
     v2_row = batch.rows[2]
     assert all(watcher.card(i).record.title == "Night Drive" for i in v2_row.ids)  # the submit answer's title
-    assert "3/3 done" in watcher.batch_line
+    assert watcher.batch_line == "" and "3/3 done" in view.data["line"]  # one progress line: the view's
     watcher.close()
 
 

@@ -45,8 +45,8 @@ def test_the_cross_product_is_priced_cell_by_cell(client: MusicClient) -> None:
         ({"style": "x"}, {"style": ["a", "b"]}, 1, "both in base and as an axis"),
         ({}, {"style": ["a"]}, 0, "repeat"),
         ({}, {"style": [str(i) for i in range(MAX_CELLS + 1)]}, 1, "make it smaller"),
-        ({"action": "custom"}, {"title": ["ok", "x" * 81]}, 1, "row 1: title: at most 80"),
-        ({}, {"mv": ["MFV2.0", "MFV9.9"]}, 1, "row 1: mv"),
+        ({"action": "custom"}, {"title": ["ok", "x" * 81]}, 1, "row 2: title: at most 80"),
+        ({}, {"mv": ["MFV2.0", "MFV9.9"]}, 1, "row 2: mv"),
     ],
 )
 def test_a_bad_grid_is_refused_whole_before_anything_is_priced_or_sent(

@@ -111,3 +111,22 @@ def test_library_cards_carry_stars_and_measures_as_plain_data(takes: tuple[Libra
     assert cards[songs[0].id]["stars"] == 4 and cards[songs[0].id]["measures"] == ["93 BPM", "A minor", "-14.2 LUFS"]
     assert cards[songs[1].id]["stars"] is None and cards[songs[1].id]["measures"] == []
     view.close()
+
+
+def test_an_empty_view_draws_nothing_until_two_songs_are_loaded_then_each_load_is_a_new_blind_round(
+    takes: tuple[Library, list[LibrarySong]],
+) -> None:
+    library, songs = takes
+    view = CompareView(library=library)  # a host makes it up front (marimo cannot make one from a message)
+    assert view.data == {} and "nothing to compare yet" in repr(view)
+    view._handle_custom_msg({"kind": "pick", "label": "A"}, [])  # a stale page's pick: nothing happens
+    assert view.result is None and library.compare_results() == []
+    with pytest.raises(ValueError, match="nothing to compare yet"):
+        view.pick("A")
+    with pytest.raises(ValueError, match="two different songs"):
+        view.load([songs[0], songs[0]])
+    view.load(songs, seed=1)
+    assert view.pick("A")["recorded"] and view.data["revealed"]
+    view.load(list(reversed(songs)), seed=2)  # the next pair: blind again, no result carried over
+    assert view.result is None and view.data["revealed"] is False and "title" not in json.dumps(view.data)
+    view.close()

@@ -245,7 +245,11 @@ def test_the_batch_tab_asks_to_confirm_with_a_real_key_and_the_browser_cannot_sk
             press("submit")
             press("cancel")
             assert paid.request_counts().get("/v1/music/generate", 0) == 0 and form.batch is None
-            press("input", name="concurrency", value={"forged": 1})  # not a value the browser sends
+            press("input", name="concurrency", value={"forged": 1})  # not a value the browser sends: refused
+            press("submit")
+            press("confirm")
+            assert form.batch is None and "whole number" in form.shown_problems["concurrency"]
+            press("input", name="concurrency", value="2")
             press("submit")
             press("confirm")
             assert form.batch is not None

@@ -8,8 +8,6 @@ again, with the budget). The batch runs in the background; its progress view sho
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -142,30 +140,11 @@ class BatchMagics(Magics):
 
     @staticmethod
     def _finish(batch: Batch, args: Any) -> None:
+        """With --wait: block until the batch ends, then print its progress line once (the view above shows it
+        live, with the ETA; the printed line is what a saved notebook or a text-only front end keeps)."""
         if args.wait:
-            printer = ProgressLines()
-            batch.add_listener(printer)
             batch.wait()
-            printer(batch)  # the final line, unless the listener printed it already
-
-
-class ProgressLines:
-    """Prints the progress line when rows finish, at most every `every` seconds: progress in a text-only front end."""
-
-    def __init__(self, every: float = 2.0) -> None:
-        self.every = every
-        self.last = ""
-        self.at = 0.0
-        self._lock = threading.Lock()
-
-    def __call__(self, batch: Batch) -> None:
-        counts = batch.counts()
-        key = f"{counts['complete']}/{counts['failed']}/{counts['unknown']}/{counts['skipped']}"
-        now = time.monotonic()
-        with self._lock:
-            if key != self.last and (now - self.at >= self.every or batch.done):
-                self.last, self.at = key, now
-                print(batch.progress_line(), flush=True)
+            print(batch.progress_line(), flush=True)
 
 
 def _watcher(client: Any) -> Any:

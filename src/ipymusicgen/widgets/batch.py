@@ -85,6 +85,7 @@ class BatchView(TextRepr, anywidget.AnyWidget):
             self.batch = batch
             if self.watcher is not None and not any(b is batch for b in self._followed):
                 self._followed.append(batch)
+                self.watcher.batch_line_shown = False  # this view says the progress line, once, with the ETA
                 self.watcher.follow(batch)
             self.data = view_data(batch)
 

@@ -57,31 +57,52 @@ def take_of(song: Any) -> Take:
     )
 
 
+def two_takes(songs: list[Any]) -> list[Take]:
+    """Two different songs with audio, as takes; ValueError otherwise."""
+    takes = [take_of(song) for song in songs]
+    if len(takes) != 2 or takes[0].id == takes[1].id:
+        raise ValueError(f"a comparison takes two different songs (got {len(takes)})")
+    return takes
+
+
 class CompareView(TextRepr, anywidget.AnyWidget):
-    """Blind comparison of two songs: `CompareView([song_a, song_b], library=library)`; `mode="abx"` for ABX."""
+    """Blind comparison of two songs: `CompareView([song_a, song_b], library=library)`; `mode="abx"` for ABX.
+
+    Made without songs it draws nothing until `load()` gives it two: a view that hosts a comparison (the grid's)
+    makes it once, up front, since some front ends (marimo) cannot make a widget from a button's message.
+    """
 
     _esm = traitlets.Unicode(esm("compare")).tag(sync=True)
     _css = traitlets.Unicode(css("compare")).tag(sync=True)
     data = traitlets.Dict().tag(sync=True)
 
     def __init__(
-        self, songs: Iterable[Any], *, library: Library | None = None, mode: str = "ab", seed: int | None = None
+        self, songs: Iterable[Any] = (), *, library: Library | None = None, mode: str = "ab", seed: int | None = None
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-        takes = [take_of(song) for song in songs]
-        if len(takes) != 2 or takes[0].id == takes[1].id:
-            raise ValueError(f"a comparison takes two different songs (got {len(takes)})")
+        given = list(songs)
+        takes = two_takes(given) if given else None  # refused before any widget is made
         super().__init__()
-        chance = random.Random(seed)
         self.mode = mode
         self.library = library
-        self.order = chance.sample(takes, 2)
+        self.order: list[Take] = []
         """The takes behind A and B (shuffled: what A is, the listener learns after the vote)."""
-        self.x = chance.choice("AB") if mode == "abx" else None
+        self.x: str | None = None
         """In ABX, which of A and B the player X plays."""
         self.result: dict[str, Any] | None = None
         self.on_msg(self._on_msg)
+        self._start(takes or [], seed)
+
+    def load(self, songs: Iterable[Any], *, seed: int | None = None) -> None:
+        """Compare two other songs here: a new blind round (shuffled again, nothing revealed)."""
+        self._start(two_takes(list(songs)), seed)
+
+    def _start(self, takes: list[Take], seed: int | None) -> None:
+        chance = random.Random(seed)
+        self.order = chance.sample(takes, len(takes))
+        self.x = chance.choice("AB") if self.mode == "abx" and takes else None
+        self.result = None
         self._publish()
 
     # -- the Python API ------------------------------------------------------------------------------
@@ -90,6 +111,8 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         """The listener's choice: in A/B the take preferred ("A" or "B"); in ABX which one X is. Once only."""
         if self.result is not None:
             return self.result
+        if not self.order:
+            raise ValueError("nothing to compare yet: load two songs first")
         if label not in ("A", "B"):
             raise ValueError(f"pick A or B (got {label!r})")
         chosen, other = (self.order[0], self.order[1]) if label == "A" else (self.order[1], self.order[0])
@@ -109,6 +132,9 @@ class CompareView(TextRepr, anywidget.AnyWidget):
     # -- the browser ---------------------------------------------------------------------------------
 
     def _publish(self) -> None:
+        if not self.order:
+            self.data = {}
+            return
         labels = ("A", "B")
         players = [
             {"label": label, "audio": take.audio, "peaks": take.peaks}
@@ -147,10 +173,14 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         return f"You preferred {self.result['picked']}; {saved}."
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if isinstance(content, dict) and content.get("kind") == "pick" and content.get("label") in ("A", "B"):
+        if not (isinstance(content, dict) and content.get("kind") == "pick" and content.get("label") in ("A", "B")):
+            return
+        if self.order:  # a pick with nothing loaded (a stale page) changes nothing
             self.pick(content["label"])
 
     def __repr__(self) -> str:
+        if not self.order:
+            return f"CompareView ({self.mode}): nothing to compare yet"
         if self.result is None:
             return f"CompareView ({self.mode}): A and B, blind; pick with .pick('A') or .pick('B')"
         return f"CompareView ({self.mode}): {self._note()}"

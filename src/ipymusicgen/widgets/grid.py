@@ -35,6 +35,9 @@ class GridBoard(anywidget.AnyWidget):
     _esm = traitlets.Unicode(esm("grid")).tag(sync=True)
     _css = traitlets.Unicode(css("grid")).tag(sync=True)
     data = traitlets.Dict().tag(sync=True)
+    comparison = anywidget.WidgetTrait().tag(sync=True)
+    """The blind comparison of two picked songs, drawn under the grid by the board itself (a child view), so a
+    front end that shows one anywidget (marimo's `mo.ui.anywidget(view.board)`) shows both."""
 
 
 class GridView(TextRepr, w.VBox):
@@ -56,18 +59,19 @@ class GridView(TextRepr, w.VBox):
         self.concurrency = concurrency
         self.board = GridBoard()
         self.comparison: CompareView | None = None
+        """The blind comparison opened from two picks (None until then)."""
+        self._comparer = CompareView(library=library)  # made now: marimo cannot make a widget from a message
         self.picked: list[str] = []
         self.asking = ""
         """The question a paid Run showed ("Send ...?"); the next Run (or Confirm) sends."""
         self.note = ""
         self._lock = threading.RLock()
         self._records: dict[str, Record] = {}
-        self._slot = w.Box()
         self.board.on_msg(self._on_msg)
         grid.add_run_listener(self._follow)
         if grid.batch is not None:
             self._follow(grid.batch)
-        super().__init__([self.board, self._slot])
+        super().__init__([self.board])
         self.add_class("ipymusicgen-grid-view")
         self._draw()
 
@@ -120,15 +124,13 @@ class GridView(TextRepr, w.VBox):
         if len(songs) != PICKS:
             return None
         try:
-            view = CompareView(songs, library=self.library, seed=seed)
+            self._comparer.load(songs, seed=seed)
         except ValueError as exc:  # a song with nothing to play yet
             self.note = str(exc)
             self._draw()
             return None
-        if self.comparison is not None:
-            self.comparison.close()
-        self.comparison = view
-        self._slot.children = (view,)
+        self.comparison = view = self._comparer
+        self.board.comparison = view
         self.note = "Comparing the two picked songs blind: below."
         self._draw()
         return view
@@ -221,6 +223,12 @@ class GridView(TextRepr, w.VBox):
         card = song_card(record, id=task_id, call=f"row-{cell.index}", take=take, actions=[])
         card["picked"] = task_id in self.picked
         return card
+
+    def close(self) -> None:
+        """Close the board and the comparison with the view (the grid and its batch go on)."""
+        self._comparer.close()
+        self.board.close()
+        super().close()
 
     def _draw(self) -> None:
         self.board.data = self.data()

@@ -113,6 +113,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self.on_keep: Callable[[str], Any] | None = None
         """Told which take was kept (default: the library of the session's journal, when it has the song)."""
         self._batch_line = ""
+        self.batch_line_shown = True
+        """The header says a followed batch's progress line; off under a batch view, which says it (with the ETA)."""
         self._page = 0
         self._rev = 0
         self._sent: dict[str, dict[str, Any]] = {}
@@ -248,8 +250,11 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         records = list(records)
         for v2 in (False, True):
             new = [r.id for r in records if r.id not in self._cards and isinstance(r, V2Song) is v2]
-            for group in self._fed_calls(list(dict.fromkeys(new))):
+            by_row, loose = self._fed_calls(list(dict.fromkeys(new)))
+            for group in by_row:
                 self.add(group, v2=v2, polled=False, request=self._fed_request(group[0]))
+            if loose:  # of no followed batch's row (yet): paired as they came, as `add` pairs ids
+                self.add(loose, v2=v2, polled=False)
         with self._poll_lock:
             changed = self._tasks.update(records)
             self._apply(changed)
@@ -269,13 +274,22 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self._batch_moved(batch)
         self.show(batch.records)  # what the batch knew before this watcher followed it
 
-    def _fed_calls(self, ids: list[str]) -> list[list[str]]:
-        """New fed tasks grouped by the batch row that made them (one row's songs are one call)."""
-        row_of = {task_id: n for batch in self._feeders for n, row in enumerate(batch.rows) for task_id in row.ids}
-        groups: dict[Any, list[str]] = {}
+    def _fed_calls(self, ids: list[str]) -> tuple[list[list[str]], list[str]]:
+        """New fed tasks grouped by the followed batch row that made them (one row's songs are one call), and
+        the tasks of no known row."""
+        with self._lock:
+            feeders = list(self._feeders)
+        row_of = {
+            task_id: (b, n)
+            for b, batch in enumerate(feeders)
+            for n, row in enumerate(batch.rows)
+            for task_id in row.ids
+        }
+        groups: dict[tuple[int, int], list[str]] = {}
         for task_id in ids:
-            groups.setdefault(row_of.get(task_id, task_id), []).append(task_id)
-        return list(groups.values())
+            if task_id in row_of:
+                groups.setdefault(row_of[task_id], []).append(task_id)
+        return list(groups.values()), [task_id for task_id in ids if task_id not in row_of]
 
     def _fed_request(self, task_id: str) -> Any:
         """The request of the batch row a fed task came from (what its Retry sends), or None."""

@@ -37,6 +37,8 @@ function imsCompareView(root, model) {
   const audio = document.createElement("audio");
   audio.preload = "metadata";
   root.tabIndex = 0;
+  // its keys (1/2/3, space, arrows) are the comparison's, not JupyterLab's cell shortcuts ("2" makes a heading)
+  root.setAttribute("data-lm-suppress-shortcuts", "true");
   root.setAttribute("role", "group");
   root.setAttribute("aria-label", "Blind comparison: 1 and 2 switch, space plays, left and right choose");
   const question = imsEl("div", "ims-compare-question");
@@ -116,10 +118,21 @@ function imsCompareView(root, model) {
     else if (event.key === "ArrowRight") choose("B");
     else return;
     event.preventDefault();
+    event.stopPropagation();
   });
 
   const draw = () => {
     state.data = model.get("data") || {};
+    root.hidden = !(state.data.players || []).length; // nothing loaded yet: nothing drawn
+    const pair = (state.data.players || []).map((p) => p.audio).join(" ");
+    if (pair !== state.pair) {
+      // another pair of songs: a new blind round starts on A, from the top
+      state.pair = pair;
+      state.current = "A";
+      state.loop = null;
+      audio.pause();
+      audio.removeAttribute("src");
+    }
     question.textContent = state.data.question || "";
     players.replaceChildren();
     for (const player of state.data.players || []) {

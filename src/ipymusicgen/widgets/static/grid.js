@@ -119,10 +119,45 @@ function imsGridView(root, model) {
   };
 }
 
+/** The blind comparison the kernel opened (a child view), drawn under the grid; a new one replaces it. */
+function imsGridComparison(model, host, box) {
+  let shown = null;
+  let controller = null;
+  const draw = () => {
+    const ref = model.get("comparison");
+    if (ref === shown) return;
+    shown = ref;
+    if (controller) controller.abort();
+    box.replaceChildren();
+    if (!ref) return;
+    if (!host) {
+      box.appendChild(imsEl("p", "ims-grid-note", "This front end cannot show the comparison here (it needs anywidget 0.11)."));
+      return;
+    }
+    controller = new AbortController();
+    host
+      .getWidget(ref)
+      .then((child) => child.render({ el: box, signal: controller.signal }))
+      .catch((error) => box.appendChild(imsEl("p", "ims-grid-note", `Could not show the comparison: ${error}`)));
+  };
+  model.on("change:comparison", draw);
+  draw();
+  return () => {
+    model.off("change:comparison", draw);
+    if (controller) controller.abort();
+  };
+}
+
 export default {
-  render({ model, el }) {
+  render({ model, el, host }) {
     const root = imsEl("div", "ipymusicgen-grid");
-    el.appendChild(root);
-    return imsGridView(root, model);
+    const comparison = imsEl("div", "ims-grid-comparison");
+    el.append(root, comparison);
+    const stopGrid = imsGridView(root, model);
+    const stopComparison = imsGridComparison(model, host, comparison);
+    return () => {
+      stopGrid();
+      stopComparison();
+    };
   },
 };
