@@ -249,3 +249,35 @@ DARK = """() => {
   document.body.style.background = "#111111";
 }"""
 """JupyterLab's dark theme variables set on the page (`page.evaluate(DARK)`): views follow them."""
+
+
+NARROW = {"width": 800, "height": 900}
+"""A narrow screen (a laptop with a side panel open, a tablet): every view is tried at this viewport."""
+OVERFLOW = """
+(selector) => {
+  const found = [];
+  for (const root of document.querySelectorAll(selector)) {
+    const edge = root.getBoundingClientRect().right + 1;
+    if (root.getBoundingClientRect().width === 0) continue;  // not shown (another tab)
+    for (const element of root.querySelectorAll("*")) {
+      const box = element.getBoundingClientRect();
+      if (box.width === 0 || box.height === 0 || box.right <= edge) continue;
+      let scroller = element.parentElement;  // inside a box that scrolls sideways on purpose (a wide grid): fine
+      while (scroller && scroller !== root && !/(auto|scroll)/.test(getComputedStyle(scroller).overflowX)) {
+        scroller = scroller.parentElement;
+      }
+      if (scroller && scroller !== root) continue;
+      const name = element.className && element.className.baseVal === undefined ? element.className : "";
+      found.push({tag: element.tagName, cls: String(name).slice(0, 60), text: (element.textContent || "").slice(0, 40),
+                  over: Math.round(box.right - edge)});
+    }
+  }
+  return found.slice(0, 10);
+}
+"""
+"""Elements under `selector` that stick out past its right edge (cut off or making the page scroll sideways)."""
+
+
+def overflowing(page: Page, selector: str) -> list[dict[str, Any]]:
+    """What sticks out of the view on the right at the page's current width (empty when it all fits)."""
+    return page.evaluate(OVERFLOW, selector)

@@ -24,11 +24,13 @@ from browser_utils import (
     FINAL_AUDIO,
     FIRST_AUDIO_MS,
     KERNEL_READY_MS,
+    NARROW,
     STEP_MS,
     jupyter_server,
     notebook_page,
     one_cell_notebook,
     open_notebook,
+    overflowing,
     shot,
 )
 from jupyter_utils import ROOT, notebook_path
@@ -198,6 +200,7 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
     library = studio.locator(".ims-panel[data-tab='library']")
     expect(library.locator(".ipymusicgen-library")).to_be_visible()
     expect(library.locator(".ipymusicgen-song").first).to_be_visible(timeout=STEP_MS)
+    expect(library.locator(".ims-pager")).to_be_hidden()  # one page of songs: no dead pager (the watcher's CSS too)
     expect(batch).to_be_hidden()
     to_top(studio)
     shot(page, f"{front_end}-04-studio-library-tab")
@@ -224,6 +227,20 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
     expect(studio.get_by_role("tab", name="Song")).to_have_attribute("aria-selected", "true")
     expect(song.get_by_label("What to do")).to_have_value("custom")
     expect(song.get_by_label("Lyrics")).not_to_have_value("")
+
+    # a narrow screen: every tab, the watcher's cards and the first notebook's takes fit (nothing cut off)
+    page.set_viewport_size(NARROW)
+    for tab in ("Song", "Prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key"):
+        studio.get_by_role("tab", name=tab, exact=True).click()
+        expect(studio.get_by_role("tab", name=tab, exact=True)).to_have_attribute("aria-selected", "true")
+        assert overflowing(page, ".ims-studio") == [], tab
+    assert overflowing(page, ".ipymusicgen-watcher") == []
+    studio.get_by_role("tab", name="Library", exact=True).click()
+    to_top(studio)
+    shot(page, f"{front_end}-08-narrow-library")
+    studio.get_by_role("tab", name="Batch", exact=True).click()
+    to_top(studio)
+    shot(page, f"{front_end}-08-narrow-batch")
 
 
 def test_real_key_confirms_before_a_paid_request(
