@@ -176,3 +176,38 @@ def test_a_gap_in_the_diffs_asks_for_a_snapshot_and_paging_sends_intents(
     assert page.locator(".ims-page-label").text_content() == "Page 2 of 3"
     page.evaluate("window.deliver({kind: 'diff', rev: 10 ** 6, cards: {}})")  # a message went missing
     assert browser_intents(page) == [{"kind": "hello"}]
+
+
+def test_a_failed_call_is_one_row_with_retry_details_and_hide_failed(
+    client: MusicClient, sandbox: Any, clock: ManualClock, outbox: list[dict[str, Any]], page: Page
+) -> None:
+    from ipymusicgen.models.schema import build_generate_request
+
+    sandbox.set_faults([{"kind": "task_fail", "path": "/v1/music/generate", "count": 1, "fail_reason": HOSTILE}])
+    request = build_generate_request({"action": "auto", "style": "sea shanty"})
+    watcher = TaskWatcher(list(client.generate(request).ids), client=client, autostart=False, request=request)
+    try:
+        answer_intents(page, watcher, outbox)
+        clock.stages(2)
+        watcher.poll_once()
+        relay(page, outbox)
+        row = page.locator(".ims-failed-row")
+        assert row.is_visible() and page.locator(".ims-call .ipymusicgen-song:visible").count() == 0  # one row
+        assert row.locator(".ims-failed-why").inner_text() == HOSTILE and page.locator("img[src=x]").count() == 0
+        hide = page.locator(".ims-hide-failed")
+        assert hide.inner_text() == "Hide failed (1)" and hide.get_attribute("aria-pressed") == "false"
+        row.get_by_role("button", name="Details").click()
+        assert page.locator(".ims-call .ipymusicgen-song:visible").count() == 2  # the cards, on request
+        row.get_by_role("button", name="Retry").click()
+        assert browser_intents(page) == [{"kind": "retry", "id": watcher.ids[0]}]
+        answer_intents(page, watcher, outbox)  # the sandbox key: sent at once, watched as a new call
+        assert len(watcher.ids) == 4 and page.locator(".ims-call").count() == 2
+        assert "sent again" in page.locator(".ims-failed-what").inner_text()
+        assert page.locator(".ims-failed-retry").is_hidden()  # retried once: no second Retry
+        hide.click()
+        answer_intents(page, watcher, outbox)
+        assert page.locator(".ims-failed-row").count() == 0 and hide.inner_text() == "Show failed (1)"
+        assert low_contrast(page, ".ipymusicgen-watcher") == []
+        shot(page, "watcher-failed-hidden")
+    finally:
+        watcher.close()
