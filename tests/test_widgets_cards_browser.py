@@ -211,3 +211,16 @@ def test_a_failed_call_is_one_row_with_retry_details_and_hide_failed(
         shot(page, "watcher-failed-hidden")
     finally:
         watcher.close()
+
+
+def test_a_running_songs_badge_claims_no_time_it_has_not_seen(page: Page) -> None:
+    from ipymusicgen.widgets import song_card
+
+    cards = [
+        song_card(None, id="fresh", call="c", take=1, state="writing", state_label="Writing", elapsed_s=0.2),
+        song_card(None, id="cooking", call="c", take=2, state="writing", state_label="Writing", elapsed_s=42.0),
+    ]
+    header = {"title": "2 songs", "counts": "2 running", "total": 2, "page": 0, "pages": 1}
+    page.evaluate("m => window.deliver(m)", {"kind": "snapshot", "rev": 1, "header": header, "groups": [cards]})
+    badges = page.locator(".ims-badge").all_text_contents()
+    assert badges[0] == "Writing" and badges[1].startswith("Writing · 42 s so far")  # not "0 s so far"

@@ -185,3 +185,8 @@ class JournalUnavailableError(MusicGenError):
 
 class JournalWriteWarning(UserWarning):
     """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""
+
+
+def one_line(message: object) -> str:
+    """A message on one line (a problem list joined with '; '): for a status line, a note, a tool result."""
+    return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())

@@ -34,7 +34,7 @@ from mcp.types import (
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import MusicGenError
+from ..errors import MusicGenError, one_line
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
 from .desk import AgentDesk, AgentError, Plan
@@ -152,7 +152,7 @@ class AgentServer:
         return value
 
     def _error(self, exc: BaseException) -> ToolError:
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = one_line(exc) or type(exc).__name__
         if not isinstance(exc, AgentError):
             text = f"{type(exc).__name__}: {text}"
         return ToolError(self.desk.client.redact(text)[:1000])
@@ -330,7 +330,7 @@ class AgentServer:
                 await anyio.to_thread.run_sync(lambda: self.desk.poll(tasks))
                 error = None
             except MusicGenError as exc:  # a failed read: try again next round, say so if it lasts
-                error = self.desk.client.redact(" ".join(str(exc).split()))[:300]
+                error = self.desk.client.redact(one_line(exc))[:300]
             await self._progress(ctx, tasks, ids, shown)
             left = deadline - anyio.current_time()
             if tasks.all_finished or left <= 0:

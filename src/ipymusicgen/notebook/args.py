@@ -21,7 +21,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
-from ..errors import IgnoredFieldsWarning, RequestValidationError
+from ..errors import IgnoredFieldsWarning, RequestValidationError, one_line
 from ..models.schema import ACTIONS, V2_MODELS, V2Request, build_generate_request, build_v2_request
 from .interpolate import expand, left_verbatim
 
@@ -324,11 +324,6 @@ def unregister_magics(ipython: Any, kind: type) -> Any:
                     del registered[magic_name]
         return magics
     return None
-
-
-def one_line(message: object) -> str:
-    """A message on one line (a problem list joined with '; ')."""
-    return "; ".join(part.strip() for part in str(message).splitlines() if part.strip())
 
 
 def parse_musicgen(

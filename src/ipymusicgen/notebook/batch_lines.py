@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 
-from ..errors import MusicGenError
-from .args import one_line, parse_musicgen
+from ..errors import MusicGenError, one_line
+from .args import parse_musicgen
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell

@@ -17,8 +17,8 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .. import session
-from ..errors import MusicGenError
-from .args import one_line, unregister_magics
+from ..errors import MusicGenError, one_line
+from .args import unregister_magics
 from .batch_lines import parse_grid, parse_lines, rows_from_variable
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from ..errors import one_line
 from ..models import costs
 from ._static import css, esm
 from .text import TextRepr
@@ -126,7 +127,7 @@ class BatchView(TextRepr, anywidget.AnyWidget):
             try:
                 self.retry_failed(confirmed=False)
             except Exception as exc:  # said in the view, never raised from a button
-                self._note(f"Retry failed: {' '.join(str(exc).split())[:300]}")
+                self._note(f"Retry failed: {one_line(exc)[:300]}")
 
     def __repr__(self) -> str:
         return self.batch.progress_line() if self.batch is not None else "batch: not started"

@@ -16,6 +16,7 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
+from ..errors import one_line
 from ..lab.grid import Grid, GridCell
 from ._static import css, esm
 from .compare import CompareView
@@ -95,7 +96,7 @@ class GridView(TextRepr, w.VBox):
         try:
             return self.grid.run(budget=self.budget, concurrency=self.concurrency)
         except Exception as exc:  # a budget or credits refusal: said on the board, nothing sent
-            self.note = " ".join(str(exc).split())[:400]
+            self.note = one_line(exc)[:400]
             self._draw()
             if confirmed:
                 raise

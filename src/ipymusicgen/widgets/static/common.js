@@ -93,7 +93,7 @@ function imsBadgeText(card) {
   }
   const elapsed = imsElapsed(seconds);
   if (!elapsed) return data.state_label;
-  if (IMS_RUNNING.has(data.state)) return `${data.state_label} · ${elapsed} so far`;
+  if (IMS_RUNNING.has(data.state)) return seconds >= 1 ? `${data.state_label} · ${elapsed} so far` : data.state_label;
   // under a second: it was finished before this view saw it cook, so no time is claimed
   return data.state === "ready" && seconds >= 1 ? `${data.state_label} · made in ${elapsed}` : data.state_label;
 }
