@@ -4,7 +4,8 @@ The browser only draws and sends intents (a field's new value, "touched", "submi
 Everything else is decided here: which fields an action has, which are required, the problems (from the
 same request models the client uses), when a problem may be shown (after the field was touched or a
 submit was tried), the cost of a call, whether a paid call needs a confirm step, and what the status
-line says. The Batch and Library tabs show their own widgets (when their modules are installed).
+line says. The Batch tab is a pane too (`batch_pane`); its progress view and the Library view are drawn inside
+their tabs as child views of the studio's one model.
 """
 
 from __future__ import annotations
