@@ -140,3 +140,30 @@ def test_the_studio_gives_the_watcher_the_request_it_sent(
         assert sandbox.request_counts()[GENERATE] == 2 and len(studio.watcher.ids) == 4
     finally:
         studio.close()
+
+
+def test_a_followed_batchs_failed_row_offers_retry_with_that_rows_request(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, made: list[TaskWatcher]
+) -> None:
+    from helpers import wait_until
+
+    from ipymusicgen.batch.engine import run_batch
+    from ipymusicgen.storage.batches import BatchStore
+
+    sandbox.set_faults([{"kind": "task_fail", "path": GENERATE, "count": 1}])
+    watcher = TaskWatcher(client=client, autostart=False)
+    made.append(watcher)
+    rows = [{"style": "first row"}, {"style": "second row"}]
+    batch = run_batch(client, rows, concurrency=1, wait=False, store=BatchStore(None))  # a private store
+    watcher.follow(batch)
+    while not batch.done:
+        before = sandbox.request_counts().get("/v1/music/tasks", 0)
+        clock.stages(2)
+        wait_until(lambda b=before: batch.done or sandbox.request_counts().get("/v1/music/tasks", 0) > b, "a round")
+    failed = next(row for row in batch.rows if row.state == "failed")
+    assert all(watcher.card(i).data()["retryable"] for i in failed.ids)
+    send(watcher, kind="retry", id=failed.ids[0])
+    assert sandbox.request_counts()[GENERATE] == 3 and len(watcher.ids) == 6
+    clock.stages(2)
+    watcher.poll_once()
+    assert {watcher.card(i).record.style for i in watcher.ids[4:]} == {failed.request.style}

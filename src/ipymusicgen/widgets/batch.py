@@ -8,8 +8,6 @@ Batch tab (`batch_pane.BatchPane`) prices rows into a `PricedBatch` and shows th
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -142,17 +140,18 @@ class PricedBatch:
     budget: int | None
     name: str | None
     concurrency: int
-    fingerprint: str
-
-    @classmethod
-    def of(cls, rows: list[Any], total: int, budget: int | None, name: str | None, concurrency: int) -> PricedBatch:
-        payload = _payload(rows, total, budget, name, concurrency)
-        text = json.dumps(payload, sort_keys=True, default=str)
-        return cls(tuple(rows), total, budget, name, concurrency, hashlib.sha256(text.encode()).hexdigest())
 
     def to_payload(self) -> dict[str, Any]:
-        """What would be sent, as data: two priced batches are the same batch when their payloads are equal."""
-        return _payload(list(self.rows), self.total, self.budget, self.name, self.concurrency)
+        """What would be sent, as data: two priced batches are the same batch when their payloads are equal (what
+        a confirm compares, as it does a single request's)."""
+        rows = [[row.v2, row.request.to_payload()] for row in self.rows]
+        return {
+            "rows": rows,
+            "total": self.total,
+            "budget": self.budget,
+            "name": self.name,
+            "concurrency": self.concurrency,
+        }
 
     @property
     def rows_words(self) -> str:
@@ -161,8 +160,3 @@ class PricedBatch:
     @property
     def over_budget(self) -> bool:
         return self.budget is not None and self.total > self.budget
-
-
-def _payload(rows: list[Any], total: int, budget: int | None, name: str | None, concurrency: int) -> dict[str, Any]:
-    rows_sent = [[row.v2, row.request.to_payload()] for row in rows]
-    return {"rows": rows_sent, "total": total, "budget": budget, "name": name, "concurrency": concurrency}

@@ -147,7 +147,7 @@ class BatchPane(Pane):
         except Exception as exc:  # UsageError / BatchError name the line or row
             raise BatchProblem("source" if source else "lines", str(exc)) from None
         self.notes = [line for line in printed.getvalue().splitlines() if line.strip()]
-        priced = PricedBatch.of(rows, total, budget, self.typed["name"].strip() or None, concurrency)
+        priced = PricedBatch(tuple(rows), total, budget, self.typed["name"].strip() or None, concurrency)
         if priced.over_budget:
             raise BatchProblem("budget", f"the rows are estimated at {total} credits, more than this budget")
         return priced

@@ -59,8 +59,6 @@ class GridView(TextRepr, w.VBox):
         self.budget = budget
         self.concurrency = concurrency
         self.board = GridBoard()
-        self.comparison: CompareView | None = None
-        """The blind comparison opened from two picks (None until then)."""
         self._comparer = CompareView(library=library)  # made now: marimo cannot make a widget from a message
         self.picked: list[str] = []
         self.asking = ""
@@ -130,11 +128,15 @@ class GridView(TextRepr, w.VBox):
             self.note = str(exc)
             self._draw()
             return None
-        self.comparison = view = self._comparer
-        self.board.comparison = view
+        self.board.comparison = self._comparer
         self.note = "Comparing the two picked songs blind: below."
         self._draw()
-        return view
+        return self._comparer
+
+    @property
+    def comparison(self) -> CompareView | None:
+        """The blind comparison opened from two picks (None until then): what the board draws under the grid."""
+        return self.board.comparison
 
     def results(self) -> list[dict[str, Any]]:
         return self.grid.results(self.library)

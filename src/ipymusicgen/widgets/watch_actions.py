@@ -71,7 +71,6 @@ class ActionsPart:
     add: Callable[..., list[str]]
     card: Callable[[str], TaskCard]
     _publish: Callable[..., None]
-    _fed_request: Callable[[str], Any]
 
     def extend(self, task_id: str) -> Any:
         """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
@@ -99,7 +98,7 @@ class ActionsPart:
         """Send a failed call's request again, as it was: a new paid call, watched here as its own call.
 
         The failed call stays (collapsed, marked retried). Only a call whose every take failed is retried, and
-        only when its request is known here (given to `add`, or a followed batch's row).
+        only when its request is known here (given to `add`; a followed batch gives each row's).
         """
         cards = self._call_of(task_id)
         if any(card.state is not TaskState.FAILED for card in cards):
@@ -107,9 +106,6 @@ class ActionsPart:
         if any(card.retried for card in cards):
             raise MusicGenError("this call was retried already: its new songs are watched here")
         found = self._requests.get(cards[0].call)
-        if found is None:
-            request = next((r for c in cards if (r := self._fed_request(c.task_id)) is not None), None)
-            found = (request, cards[0].v2) if request is not None else None
         if found is None:
             raise MusicGenError("this call's request is not known here: send it again from the studio or a magic")
         request, v2 = found

@@ -105,7 +105,7 @@ class PagingPart:
             "pages": self.pages,
             "page_label": f"Page {self._page + 1} of {self.pages}" if self.pages > 1 else "",
             "hide_failed": self.hide_failed,
-            "failed_calls": self._failed_calls(),
+            "failed_calls": self._failed_calls() if counts["failed"] else 0,  # no failed song: no scan
         }
 
     def snapshot(self) -> dict[str, Any]:

@@ -250,11 +250,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         records = list(records)
         for v2 in (False, True):
             new = [r.id for r in records if r.id not in self._cards and isinstance(r, V2Song) is v2]
-            by_row, loose = self._fed_calls(list(dict.fromkeys(new)))
-            for group in by_row:
-                self.add(group, v2=v2, polled=False, request=self._fed_request(group[0]))
-            if loose:  # of no followed batch's row (yet): paired as they came, as `add` pairs ids
-                self.add(loose, v2=v2, polled=False)
+            for group, request in self._fed_calls(list(dict.fromkeys(new))):
+                self.add(group, v2=v2, polled=False, request=request)
         with self._poll_lock:
             changed = self._tasks.update(records)
             self._apply(changed)
@@ -274,30 +271,21 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self._batch_moved(batch)
         self.show(batch.records)  # what the batch knew before this watcher followed it
 
-    def _fed_calls(self, ids: list[str]) -> tuple[list[list[str]], list[str]]:
-        """New fed tasks grouped by the followed batch row that made them (one row's songs are one call), and
-        the tasks of no known row."""
+    def _fed_calls(self, ids: list[str]) -> list[tuple[list[str], Any]]:
+        """New fed tasks as calls, each with its request: one followed batch row's songs are one call (its
+        request is what a Retry sends); tasks of no known row (yet) are one group, paired as `add` pairs ids.
+        Nothing new (most rounds): no rows are read."""
+        if not ids:
+            return []
         with self._lock:
             feeders = list(self._feeders)
-        row_of = {
-            task_id: (b, n)
-            for b, batch in enumerate(feeders)
-            for n, row in enumerate(batch.rows)
-            for task_id in row.ids
-        }
-        groups: dict[tuple[int, int], list[str]] = {}
+        row_of = {task_id: row for batch in feeders for row in batch.rows for task_id in row.ids}
+        calls: dict[int, tuple[list[str], Any]] = {}
+        loose = [task_id for task_id in ids if task_id not in row_of]
         for task_id in ids:
-            if task_id in row_of:
-                groups.setdefault(row_of[task_id], []).append(task_id)
-        return list(groups.values()), [task_id for task_id in ids if task_id not in row_of]
-
-    def _fed_request(self, task_id: str) -> Any:
-        """The request of the batch row a fed task came from (what its Retry sends), or None."""
-        for batch in self._feeders:
-            for row in batch.rows:
-                if task_id in row.ids:
-                    return row.request
-        return None
+            if (row := row_of.get(task_id)) is not None:
+                calls.setdefault(id(row), ([], row.request))[0].append(task_id)
+        return [*calls.values(), *([(loose, None)] if loose else [])]
 
     def _ordered_calls(self) -> list[list[str]]:
         """Following batches, cards follow their tables (batch by batch, row 1 first), as people read them;
