@@ -57,15 +57,20 @@ def _notes(call: Any) -> list[str]:
     return notes
 
 
+def holds_rows(value: Any) -> bool:
+    """Is this a variable a batch can take its rows from: a DataFrame, or a list of dicts/request models?"""
+    if type(value).__name__ == "DataFrame" and hasattr(value, "to_dict"):
+        return True
+    return isinstance(value, list | tuple) and all(isinstance(v, Mapping) or hasattr(v, "to_payload") for v in value)
+
+
 def rows_from_variable(name: str, namespace: Mapping[str, Any]) -> Any:
     """A DataFrame or a list of dicts/request models named `name`; UsageError when it is not one."""
     if name not in namespace:
         raise UsageError(f"--from {name}: no variable named {name!r} in this notebook")
     value = namespace[name]
-    if type(value).__name__ == "DataFrame" and hasattr(value, "to_dict"):
-        return value
-    if isinstance(value, list | tuple) and all(isinstance(v, Mapping) or hasattr(v, "to_payload") for v in value):
-        return list(value)
+    if holds_rows(value):
+        return value if type(value).__name__ == "DataFrame" else list(value)
     raise UsageError(f"--from {name}: expected a DataFrame or a list of dicts, not {type(value).__name__}")
 
 

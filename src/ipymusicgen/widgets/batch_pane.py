@@ -76,12 +76,14 @@ class BatchPane(Pane):
         return getattr(self.shell, "user_ns", None) or {}
 
     def list_sources(self) -> list[str]:
-        """The notebook's DataFrame and list-of-dict variables, as the choices of "Or rows from a variable"."""
+        """The notebook's variables a batch can take rows from (`--from`'s rule), as the choices of "Or rows from
+        a variable"; empty lists are left out."""
+        from ..notebook.batch_lines import holds_rows
+
         names = sorted(
             n
             for n, v in self.namespace.items()
-            if not n.startswith("_")
-            and (type(v).__name__ == "DataFrame" or (isinstance(v, list) and v and all(isinstance(x, dict) for x in v)))
+            if not n.startswith("_") and holds_rows(v) and (type(v).__name__ == "DataFrame" or len(v) > 0)
         )
         current = self.typed["source"]
         if current and current not in names:

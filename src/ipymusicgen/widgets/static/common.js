@@ -57,6 +57,19 @@ function imsTextButton(cls, text, title, onClick) {
   return button;
 }
 
+/** Draw a child view (a `WidgetTrait` reference the kernel set) into `box`, through anywidget's host (0.11+);
+ *  what went wrong is said in the box, as text. `signal` ends the child's view (default: with the parent's). */
+function imsDrawChild(host, ref, box, signal) {
+  if (!host) {
+    box.appendChild(imsEl("p", "ims-muted", "This front end cannot show views inside views (it needs anywidget 0.11)."));
+    return;
+  }
+  host
+    .getWidget(ref)
+    .then((child) => child.render(signal ? { el: box, signal } : { el: box }))
+    .catch((error) => box.appendChild(imsEl("p", "ims-muted", `Could not show this view: ${error}`)));
+}
+
 /** A compact icon button with a tooltip and a label for screen readers. */
 function imsButton(icon, label, onClick) {
   const button = imsEl("button", "ims-icon-button");

@@ -130,15 +130,8 @@ function imsGridComparison(model, host, box) {
     if (controller) controller.abort();
     box.replaceChildren();
     if (!ref) return;
-    if (!host) {
-      box.appendChild(imsEl("p", "ims-grid-note", "This front end cannot show the comparison here (it needs anywidget 0.11)."));
-      return;
-    }
     controller = new AbortController();
-    host
-      .getWidget(ref)
-      .then((child) => child.render({ el: box, signal: controller.signal }))
-      .catch((error) => box.appendChild(imsEl("p", "ims-grid-note", `Could not show the comparison: ${error}`)));
+    imsDrawChild(host, ref, box, controller.signal);
   };
   model.on("change:comparison", draw);
   draw();

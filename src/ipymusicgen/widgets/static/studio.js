@@ -269,14 +269,7 @@ function studioChild(model, host, trait, box) {
     const ref = model.get(trait);
     if (drawn || !ref) return;
     drawn = true;
-    if (!host) {
-      box.appendChild(imsEl("p", "ims-muted", "This front end cannot show views inside views (it needs anywidget 0.11)."));
-      return;
-    }
-    host
-      .getWidget(ref)
-      .then((child) => child.render({ el: box }))
-      .catch((error) => box.appendChild(imsEl("p", "ims-muted", `Could not show this view: ${error}`)));
+    imsDrawChild(host, ref, box);
   };
 }
 
