@@ -235,12 +235,11 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
         expect(studio.get_by_role("tab", name=tab, exact=True)).to_have_attribute("aria-selected", "true")
         assert overflowing(page, ".ims-studio") == [], tab
     assert overflowing(page, ".ipymusicgen-watcher") == []
-    studio.get_by_role("tab", name="Library", exact=True).click()
-    to_top(studio)
-    shot(page, f"{front_end}-08-narrow-library")
-    studio.get_by_role("tab", name="Batch", exact=True).click()
-    to_top(studio)
-    shot(page, f"{front_end}-08-narrow-batch")
+    for tab in ("Library", "Batch"):  # the tab changes once the kernel says so: wait for that, then the picture
+        studio.get_by_role("tab", name=tab, exact=True).click()
+        expect(studio.get_by_role("tab", name=tab, exact=True)).to_have_attribute("aria-selected", "true")
+        to_top(studio)
+        shot(page, f"{front_end}-08-narrow-{tab.lower()}")
 
 
 def test_real_key_confirms_before_a_paid_request(
