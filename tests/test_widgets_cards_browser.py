@@ -196,6 +196,7 @@ def test_a_failed_call_is_one_row_with_retry_details_and_hide_failed(
         assert row.locator(".ims-failed-why").inner_text() == HOSTILE and page.locator("img[src=x]").count() == 0
         hide = page.locator(".ims-hide-failed")
         assert hide.inner_text() == "Hide failed (1)" and hide.get_attribute("aria-pressed") == "false"
+        shot(page, "watcher-failed-row", page.locator(".ipymusicgen-watcher"))
         row.get_by_role("button", name="Details").click()
         assert page.locator(".ims-call .ipymusicgen-song:visible").count() == 2  # the cards, on request
         row.get_by_role("button", name="Retry").click()
