@@ -51,3 +51,116 @@ def test_short_and_empty_inputs() -> None:
 def test_unknown_song_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         waveform(tmp_path / "missing.mp3")
+
+
+# --- peaks and time agree: 4 s of silence then 4 s of tone, in every format the archive keeps -----------------
+
+TONE_RATE = 44_100
+TONE_POINTS = 400
+LOUD = 0.4
+
+
+def silence_then_tone(seconds: float = 8.0, rate: int = TONE_RATE) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return np.where(t >= seconds / 2, 0.8 * np.sin(2 * np.pi * 440 * t), 0.0)
+
+
+def soundfile_bytes(samples: np.ndarray, rate: int, fmt: str, subtype: str | None = None) -> bytes:
+    import io
+
+    soundfile = pytest.importorskip("soundfile")
+    if fmt not in soundfile.available_formats():
+        pytest.skip(f"this libsndfile has no {fmt} encoder")
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, rate, format=fmt, subtype=subtype)
+    return buffer.getvalue()
+
+
+def written(kind: str, samples: np.ndarray, rate: int = TONE_RATE) -> bytes:
+    if kind == "mp3":  # lameenc writes no Xing/Info header: the length is known only by decoding it all
+        data = encode_mp3(samples, rate)
+        assert b"Xing" not in data[:4096] and b"Info" not in data[:4096]
+        return data
+    if kind == "mp3-xing":  # libsndfile's LAME writes a Xing header with the frame count
+        data = soundfile_bytes(samples, rate, "MP3")
+        assert b"Xing" in data[:4096] or b"Info" in data[:4096]
+        return data
+    if kind == "wav":
+        return encode_wav(samples, rate)
+    if kind == "flac":
+        return soundfile_bytes(samples, rate, "FLAC")
+    return soundfile_bytes(samples, rate, "OGG", "VORBIS")
+
+
+def loud_buckets(peaks: np.ndarray) -> np.ndarray:
+    return np.flatnonzero(np.maximum(peaks[:, 1], -peaks[:, 0]) > LOUD)
+
+
+@pytest.mark.parametrize("kind", ["mp3", "mp3-xing", "wav", "flac", "ogg"])
+def test_the_tone_starts_half_way_and_the_tail_is_drawn(tmp_path: Path, kind: str) -> None:
+    """The decoder's steps fit the song's length: no bucket is a repeat of the last one, nothing is squeezed."""
+    path = tmp_path / f"tone.{kind.split('-')[0]}"
+    path.write_bytes(written(kind, silence_then_tone()))
+    peaks = waveform(path, points=TONE_POINTS)
+    loud = loud_buckets(peaks)
+    assert len(loud), kind
+    # An MP3 without gapless info decodes ~1,100 frames of encoder and decoder delay first (25 ms here): one bucket
+    # is 20 ms, so the onset lands in bucket 200 or 201, never 172 as when the steps ran out at 43 %.
+    assert abs(int(loud[0]) - TONE_POINTS // 2) <= 1, (kind, int(loud[0]))
+    assert np.array_equal(loud, np.arange(loud[0], loud[-1] + 1)), kind  # the tone is one run, no holes
+    assert loud[-1] >= TONE_POINTS - 2, (kind, int(loud[-1]))  # no blank tail beyond the encoder's padding
+
+
+@pytest.mark.parametrize("seconds", [0.5, 3.0, 31.0, 300.0])
+def test_onset_agrees_with_time_for_short_and_long_songs(tmp_path: Path, seconds: float) -> None:
+    """Wherever the tone starts (here at 5/8 of the song), the peaks put it there, within one bucket."""
+    rate = 11_025
+    t = np.arange(int(seconds * rate)) / rate
+    samples = np.where(t >= seconds * 5 / 8, 0.8 * np.sin(2 * np.pi * 440 * t), 0.0)
+    path = tmp_path / "tone.wav"
+    path.write_bytes(encode_wav(samples, rate))
+    for points in (64, 400, 1000):
+        loud = loud_buckets(waveform(path, points=points))
+        assert abs(int(loud[0]) - points * 5 // 8) <= 1, (seconds, points, int(loud[0]))
+        assert loud[-1] == points - 1, (seconds, points)
+
+
+def test_a_five_minute_song_is_streamed_within_the_memory_bound(tmp_path: Path) -> None:
+    """Decoding a long file holds a few blocks and a few thousand min/max pairs, never the PCM (5 min of 44.1 kHz
+    mono is 26 MB as int16 at the decode rate's 4x; the bound here is well under that)."""
+    import tracemalloc
+
+    rate = 22_050
+    seconds = 300
+    path = tmp_path / "long.wav"
+    t = np.arange(seconds * rate) / rate
+    path.write_bytes(encode_wav(np.where(t >= seconds / 2, 0.5 * np.sin(2 * np.pi * 220 * t), 0.0), rate))
+    del t
+    tracemalloc.start()
+    try:
+        peaks = waveform(path, points=TONE_POINTS)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    decoded_pcm_bytes = seconds * 11_025 * 2
+    assert peak_bytes < decoded_pcm_bytes / 8, peak_bytes
+    assert abs(int(loud_buckets(peaks)[0]) - TONE_POINTS // 2) <= 1
+
+
+@pytest.mark.parametrize("block", [1, 7, 255, 256, 1000, 8192, 100_000])
+def test_the_pairs_do_not_depend_on_how_the_decoder_cuts_its_blocks(block: int) -> None:
+    """A step left partial at a block's end, or an odd pair left over by a merge, joins the next frames in order."""
+    from ipymusicgen.archive.waveform import _PairReducer
+
+    rng = np.random.default_rng(7)
+    samples = (rng.standard_normal(54_321) * 3000).astype(np.int16)
+    samples[40_000:40_010] = 32767  # one click at 73.6 % of the length
+    whole = _PairReducer(50)
+    whole.add(samples)
+    cut = _PairReducer(50)
+    for start in range(0, len(samples), block):
+        cut.add(samples[start : start + block])
+    assert cut.frames() == whole.frames() == len(samples)
+    peaks = cut.peaks(50)
+    assert np.array_equal(peaks, whole.peaks(50))
+    assert int(np.argmax(peaks[:, 1])) == 40_000 * 50 // len(samples)

@@ -48,8 +48,9 @@ DECODE_MARGIN_SECONDS = 60.0
 DECODE_RATE = 11_025
 """Peaks are drawn from a mono stream at this rate: plenty for 400 points, and a quarter of the work."""
 BLOCK_FRAMES = 8192
-STEP_FRAMES = 256
-"""Frames per kept min/max pair: 8 minutes keep about 21,000 pairs (84 KB), enough for any drawing."""
+PAIRS_PER_POINT = 4
+"""Kept min/max pairs per drawn point (at least; at most twice that): each point then gathers four to eight
+whole pairs, so a bucket's edges land within a quarter of a bucket of where the time says."""
 
 
 class DecodeCapError(ValueError):
@@ -65,18 +66,113 @@ def decode_cap(reported_seconds: float | None) -> float:
     return min(2 * float(reported_seconds) + 1.0, ceiling)
 
 
+class _PairReducer:
+    """Min/max pairs of a stream whose length is known only at its end (an MP3 without a Xing header says
+    nothing): pairs start one frame wide, and whenever they outnumber the budget, neighbours merge and the
+    step doubles. So the step always fits the length decoded so far, memory stays at the budget, and the
+    final pairs split into buckets by frames actually decoded, never by a header's claim."""
+
+    def __init__(self, points: int) -> None:
+        import numpy as np
+
+        self.budget = 2 * PAIRS_PER_POINT * max(1, points)
+        self.step = 1
+        self.lows = np.zeros(0, dtype=np.int16)
+        self.highs = np.zeros(0, dtype=np.int16)
+        self.carry: tuple[int, int, int] | None = None  # (low, high, frames) of a step not yet whole
+
+    def add(self, samples: np.ndarray) -> None:
+        import numpy as np
+
+        if self.carry is not None:  # finish the partial step with the block's first frames
+            low, high, frames = self.carry
+            head = samples[: self.step - frames]
+            low, high, frames = min(low, int(head.min())), max(high, int(head.max())), frames + len(head)
+            samples = samples[len(head) :]
+            self.carry = None if frames == self.step else (low, high, frames)
+            if self.carry is None:
+                self._append(np.array([low], dtype=np.int16), np.array([high], dtype=np.int16))
+        whole = len(samples) // self.step * self.step
+        if whole:
+            steps = samples[:whole].reshape(-1, self.step)
+            self._append(steps.min(axis=1), steps.max(axis=1))
+        rest = samples[whole:]
+        if len(rest):
+            self.carry = (int(rest.min()), int(rest.max()), len(rest))
+        while len(self.lows) > self.budget:  # only once the block is cut: the carry is then the last frames
+            self._merge()
+
+    def _append(self, lows: np.ndarray, highs: np.ndarray) -> None:
+        import numpy as np
+
+        self.lows = np.concatenate([self.lows, lows])
+        self.highs = np.concatenate([self.highs, highs])
+
+    def _merge(self) -> None:
+        """Pairs of pairs become one pair of a doubled step; an odd last pair joins the carry (still whole
+        frames in order: it came before the carry's, and together they are less than the new step)."""
+
+        if len(self.lows) % 2:
+            low, high = int(self.lows[-1]), int(self.highs[-1])
+            if self.carry is not None:
+                c_low, c_high, c_frames = self.carry
+                self.carry = (min(low, c_low), max(high, c_high), self.step + c_frames)
+            else:
+                self.carry = (low, high, self.step)
+            self.lows, self.highs = self.lows[:-1], self.highs[:-1]
+        self.lows = self.lows.reshape(-1, 2).min(axis=1)
+        self.highs = self.highs.reshape(-1, 2).max(axis=1)
+        self.step *= 2
+
+    def frames(self) -> int:
+        return len(self.lows) * self.step + (self.carry[2] if self.carry else 0)
+
+    def peaks(self, points: int) -> np.ndarray:
+        """The pairs split into `points` buckets by frame position (a partial last step counts its frames)."""
+        import numpy as np
+
+        lows, highs = self.lows, self.highs
+        ends = np.arange(1, len(lows) + 1, dtype=np.int64) * self.step
+        if self.carry is not None:
+            lows = np.append(lows, np.int16(self.carry[0]))
+            highs = np.append(highs, np.int16(self.carry[1]))
+            ends = np.append(ends, self.frames())
+        return bucket_peaks(lows, highs, ends, points)
+
+
+def bucket_peaks(lows: np.ndarray, highs: np.ndarray, ends: np.ndarray, points: int) -> np.ndarray:
+    """Min/max per bucket as floats in [-1, 1], shape (points, 2), from int16 pairs ending at frames `ends`.
+
+    Bucket i covers frames [i*total/points, (i+1)*total/points) and starts at the pair holding its first frame,
+    so buckets follow time; fewer pairs than points stretch (a pair spans several buckets), never pad.
+    """
+    import numpy as np
+
+    points = max(1, min(int(points), MAX_POINTS))
+    result = np.zeros((points, 2), dtype=np.float32)
+    total = int(ends[-1]) if len(ends) else 0
+    if total == 0:
+        return result
+    first_frames = np.arange(points, dtype=np.int64) * total // points
+    starts = np.searchsorted(ends, first_frames, side="right")
+    result[:, 0] = np.minimum.reduceat(lows, starts) / 32768.0
+    result[:, 1] = np.maximum.reduceat(highs, starts) / 32767.0
+    return np.clip(result, -1.0, 1.0)
+
+
 def stream_peaks(path: str | Path, points: int = DEFAULT_POINTS, *, max_seconds: float | None = None) -> np.ndarray:
     """Peaks computed while decoding, block by block: the PCM is never held, and decoding stops at the cap.
 
-    Memory stays a few blocks plus two numbers per block whatever the file claims; `DecodeCapError` when the
-    audio runs past `max_seconds` (by default the longest song plus a margin).
+    Buckets follow the frames actually decoded (not a header's length, which an MP3 may lack or get wrong), so
+    peaks and time agree within a bucket for a 3-second clip and an 8-minute song alike. Memory stays a few
+    blocks plus a few thousand pairs whatever the file claims; `DecodeCapError` when the audio runs past
+    `max_seconds` (by default the longest song plus a margin).
     """
     import miniaudio
     import numpy as np
 
     limit = int((decode_cap(None) if max_seconds is None else max_seconds) * DECODE_RATE)
-    lows: list[int] = []
-    highs: list[int] = []
+    reducer = _PairReducer(points)
     frames = 0
     stream = miniaudio.stream_file(
         str(path),
@@ -95,33 +191,19 @@ def stream_peaks(path: str | Path, points: int = DEFAULT_POINTS, *, max_seconds:
                 raise DecodeCapError(
                     f"no waveform: the audio runs past {limit / DECODE_RATE:.0f} s, more than the song's length allows"
                 )
-            for start in range(0, len(samples), STEP_FRAMES):  # a min/max pair per step: 23 ms of sound
-                step = samples[start : start + STEP_FRAMES]
-                lows.append(int(step.min()))
-                highs.append(int(step.max()))
+            reducer.add(samples)
     finally:
         stream.close()
-    return peaks_of_samples(np.array([lows, highs], dtype=np.int16).T.reshape(-1, 2), points)
+    return reducer.peaks(points)
 
 
 def peaks_of_samples(frames: np.ndarray, points: int = DEFAULT_POINTS) -> np.ndarray:
     """Min/max per bucket of int16 frames (frames x channels) as floats in [-1, 1], shape (points, 2)."""
     import numpy as np
 
-    points = max(1, min(int(points), MAX_POINTS))
-    result = np.zeros((points, 2), dtype=np.float32)
-    count = len(frames)
-    if count == 0:
-        return result
     low = frames.min(axis=1) if frames.ndim == 2 else frames
     high = frames.max(axis=1) if frames.ndim == 2 else frames
-    used = min(points, count)
-    starts = (np.arange(used, dtype=np.int64) * count) // used
-    result[:used, 0] = np.minimum.reduceat(low, starts) / 32768.0
-    result[:used, 1] = np.maximum.reduceat(high, starts) / 32767.0
-    if used < points:  # a file shorter than the points asked: repeat the last bucket rather than invent silence
-        result[used:] = result[used - 1]
-    return np.clip(result, -1.0, 1.0)
+    return bucket_peaks(low, high, np.arange(1, len(frames) + 1, dtype=np.int64), points)
 
 
 def waveform(
