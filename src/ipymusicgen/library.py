@@ -459,8 +459,8 @@ class Library:
         return Comparisons([dict(r) | {"blind": bool(r["blind"])} for r in rows])
 
     def leaderboard(self, by: str = "model", *, blind_only: bool = False) -> Leaderboard:
-        """Rank models, styles, batches or songs from the pairwise votes (openskill's Plackett-Luce), with the
-        uncertainty (`sigma`) and the number of votes; `rating` is mu - 3 sigma, so few votes rank low."""
+        """Rank models, styles, batches or songs from one Bradley-Terry fit of all the pairwise votes (`choix`):
+        each row's rating, its 95% interval (`low` to `high`, narrowing as votes accumulate) and its votes."""
         from .lab.ratings import Vote, leaderboard
 
         if by not in LEADERBOARD_BY:
