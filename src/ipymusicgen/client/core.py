@@ -397,6 +397,7 @@ class _Core(WaitFlows):
             doubtful = is_doubtful(exc.status_code)
             raise self._note_outcome(attempt_id, exc, unknown=doubtful, hint=doubtful) from None
         except CreateOutcomeUnknownError as exc:
+            exc.attempt_id = exc.attempt_id or attempt_id
             raise self._note_outcome(attempt_id, exc, unknown=True, hint=False) from None
         except MusicGenError as exc:
             raise self._note_outcome(attempt_id, exc, unknown=False, hint=False) from None

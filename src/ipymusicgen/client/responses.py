@@ -351,13 +351,25 @@ class Responses:
             raise APIResponseValidationError(f"The {endpoint.name} answer was empty.", request=response.request)
         return body
 
-    def redirect_error(self, endpoint: Endpoint, response: httpx.Response) -> RedirectRefusedError:
+    def redirect_error(
+        self, endpoint: Endpoint, response: httpx.Response
+    ) -> RedirectRefusedError | CreateOutcomeUnknownError:
+        """A redirect is never followed (the key must not go to another address). To a paid create it says
+        nothing of whether the create was carried out (a 303 says it was): its outcome is unknown."""
         location = response.headers.get("location", "")
         try:
             target = response.request.url.join(location).host if location else ""
         except (httpx.InvalidURL, ValueError):
             target = ""
         where = f" to {self.redact(target)!r}" if target else ""
+        if endpoint.paid:
+            return CreateOutcomeUnknownError(
+                f"The {endpoint.name} request was answered HTTP {response.status_code}, a redirect{where}, which is "
+                "never followed (the key must not go to another address). The request may have been carried out "
+                "and charged: it was NOT resent, to avoid paying twice. Check key_info() (the music count) and your "
+                "recent tasks, and base_url / v2_base_url, before trying again.",
+                request=response.request,
+            )
         return RedirectRefusedError(
             f"{endpoint.name}: the service answered HTTP {response.status_code}, a redirect{where}. API calls never "
             "follow redirects (the key must not go to another address); check base_url / v2_base_url.",

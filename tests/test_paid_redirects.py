@@ -1,0 +1,85 @@
+"""A redirect answering a paid create: the create may have been carried out (303 See Other says it was), so the
+caller is told the outcome is unknown, the attempt is journalled unknown, and nothing is resent or followed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hostile_server import HostileServer, RawRequest, respond
+
+from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
+from ipymusicgen.errors import CreateOutcomeUnknownError, RedirectRefusedError
+from ipymusicgen.storage.journal import Journal
+
+KEY = "sk-redirect-canary-7f3a"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("MUSICGEN_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    j = Journal(tmp_path / "journal.sqlite3")
+    yield j
+    j.close()
+
+
+def redirecting(status: int):
+    def handler(req: RawRequest, sock: object) -> None:
+        respond(sock, status, {"moved": True}, {"Location": f"/v1/result?k={req.headers.get('x-api-key', '')}"})  # type: ignore[arg-type]
+
+    return handler
+
+
+@pytest.mark.parametrize("status", [303, 301, 302, 307, 308])
+def test_a_redirect_to_a_paid_create_is_an_unknown_outcome_journalled_unknown(journal: Journal, status: int) -> None:
+    with (
+        HostileServer(redirecting(status)) as server,
+        MusicClient(
+            KEY, base_url=server.url, v2_base_url=server.url, journal=journal, timeout=2.0, max_retries=0
+        ) as client,
+    ):
+        with pytest.raises(CreateOutcomeUnknownError) as caught:
+            client.generate(action="auto", style="lo-fi")
+        with pytest.raises(CreateOutcomeUnknownError):
+            client.submit_v2(is_auto=1, model_version="v4.5", prompt="a v2 create")
+        assert len(server.requests) == 2  # neither followed nor resent
+    exc = caught.value
+    assert not isinstance(exc, RedirectRefusedError)
+    assert f"HTTP {status}" in str(exc) and "NOT resent" in str(exc)
+    assert KEY not in str(exc)
+    assert exc.attempt_id is not None
+    assert [a.outcome for a in journal.attempts()] == ["unknown", "unknown"]
+    assert exc.attempt_id == journal.attempts()[0].id
+
+
+def test_a_redirect_to_a_paid_create_from_the_async_client_is_unknown_too(journal: Journal) -> None:
+    async def create() -> None:
+        async with AsyncMusicClient(
+            KEY, base_url=server.url, v2_base_url=server.url, journal=journal, timeout=2.0, max_retries=0
+        ) as client:
+            await client.generate(action="auto", style="lo-fi")
+
+    with HostileServer(redirecting(303)) as server, pytest.raises(CreateOutcomeUnknownError):
+        asyncio.run(create())
+    assert [a.outcome for a in journal.attempts()] == ["unknown"]
+
+
+def test_a_redirect_to_a_read_is_still_refused_as_a_redirect(journal: Journal) -> None:
+    with (
+        HostileServer(redirecting(303)) as server,
+        MusicClient(
+            KEY, base_url=server.url, v2_base_url=server.url, journal=journal, timeout=2.0, max_retries=0
+        ) as client,
+        pytest.raises(RedirectRefusedError),
+    ):
+        client.tasks(["t1"])
+    assert journal.attempts() == []
