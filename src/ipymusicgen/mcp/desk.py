@@ -29,10 +29,13 @@ from ..models.schema import LyricsResult, V2Song, build_generate_request, build_
 from ..models.tasks import TaskSet
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
 from .songs import song_view
+from .text import quoted
 
 NAME_PREFIX = "agent:"
 """Paid calls of the agent server are recorded as one-row batches named `agent:<idempotency key>`."""
 MAX_KEY_LENGTH = 200
+SHOWN = ("name", "action", "mv", "model_version", "style", "prompt", "title", "lyrics")
+"""The request fields a consent question quotes (a batch shows its name), in this order."""
 
 
 class AgentError(MusicGenError):
@@ -65,6 +68,17 @@ def _one_line(text: object) -> str:
 def _problem_line(exc: RequestValidationError) -> str:
     problems = getattr(exc, "problems", None) or []
     return "; ".join(str(p) for p in problems) or _one_line(exc)
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """What a batch's consent question shows (its name and rows) where a single call shows its request."""
+
+    name: str
+    rows: int
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"name": self.name}
 
 
 class AgentDesk:
@@ -103,7 +117,7 @@ class AgentDesk:
     def credits_left(self) -> int:
         return self.client.key_info().key_music_counts
 
-    def refusal(self, plan: Plan, max_credits: int | None) -> str | None:
+    def refusal(self, plan: Plan, max_credits: float | None) -> str | None:
         """Why this call may not be paid (budget, credits left, the caller's cap), or None."""
         if plan.free:
             return None
@@ -119,17 +133,20 @@ class AgentDesk:
                 "nothing was sent"
             )
         if max_credits is not None and plan.estimate > max_credits:
-            return f"max_credits: this call costs about {plan.estimate}, more than max_credits={max_credits}"
+            return f"max_credits: this call costs about {plan.estimate}, more than max_credits={max_credits:g}"
         return None
 
     def question(self, plan: Plan) -> str:
-        """The consent question: what it costs, what is left, and what would be sent."""
-        left = "unknown" if plan.credits_left is None else str(plan.credits_left)
-        what = plan.request.to_payload()
-        shown = what.get("style") or what.get("prompt") or what.get("title") or what.get("action") or ""
-        words = f" ({_one_line(shown)[:80]})" if shown else ""
-        doing = {"v1": "Make songs", "v2": "Make songs (v2)", "lyrics": "Write lyrics", "batch": "Run"}[plan.kind]
-        return f"{doing}{words}: about {plan.estimate} credits; {left} left; send?"
+        """The consent question: the price and the credits left first, in the server's own words; then what
+        the agent wrote, quoted and escaped (`text.quoted`), so no style, title or name can restate the price."""
+        unit = "credit" if plan.estimate == 1 else "credits"
+        left = "an unknown number of" if plan.credits_left is None else str(plan.credits_left)
+        doing = {"v1": "Make songs", "v2": "Make songs (v2)", "lyrics": "Write lyrics", "batch": "Run a batch"}
+        payload = plan.request.to_payload()
+        words = "; ".join(f"{field} {quoted(payload[field])}" for field in SHOWN if payload.get(field))
+        what = f"{doing[plan.kind]}{f' of {plan.request.rows} row(s)' if plan.kind == 'batch' else ''}"
+        price = f"Pay about {plan.estimate} {unit} (the key has {left} credits left)?"
+        return f"{price} {what}, as the agent wrote it: {words}."
 
     # -- planning ------------------------------------------------------------------------------------
 

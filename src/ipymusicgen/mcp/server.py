@@ -1,10 +1,10 @@
 """The agent server: the notebook's client, journal, budget and library as MCP tools (the official SDK).
 
-Every paid tool prices its call first and asks the user through MCP elicitation ("about N credits; M
-left; send?"); a host that cannot ask needs `max_credits` ≥ the estimate. `--budget` caps what the
-server may spend in its lifetime. An `idempotency_key` records the call before it is sent, so the same
-key returns the first call's ids, after a restart too. Errors are one line naming the field; the key
-is taken out of every result and error; server text stays plain data.
+Every paid tool prices its call first and asks the user through MCP elicitation ("Pay about N credits (the
+key has M credits left)? ...", the agent's words after, quoted); a host that cannot ask needs `max_credits` ≥
+the estimate. `--budget` caps what the server may spend in its lifetime. An `idempotency_key` records the
+call before it is sent, so the same key returns the first call's ids, after a restart too. Errors are one
+line naming the field; the key is taken out of every result and error; server text stays plain data.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..errors import MusicGenError, one_line
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
-from .desk import AgentDesk, AgentError, Plan
+from .desk import AgentDesk, AgentError, BatchRequest, Plan
 from .songs import stage, state_of
 
 T = TypeVar("T")
@@ -55,9 +55,10 @@ Key = Annotated[
     Field(description="Makes this paid call safe to retry: the same key and parameters return the first call's ids"),
 ]
 MaxCredits = Annotated[
-    int | None,
-    Field(ge=0, description="Consent to pay up to this many credits (needed when the host cannot ask the user)"),
+    Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None,
+    Field(description="Consent to pay up to this many credits (needed when the host cannot ask the user)"),
 ]
+"""A number above 0 and finite: `true` is not a credit, nor is "5"."""
 
 
 CONSENT = "consent"
@@ -72,7 +73,7 @@ def _digest(question: str) -> str:
 class Consent(BaseModel):
     """What the user answers to a paid call's question."""
 
-    send: bool = Field(description="Send this paid request")
+    send: bool = Field(strict=True, description="Send this paid request (true only)")
 
 
 def instructions(desk: AgentDesk) -> str:
@@ -164,7 +165,7 @@ class AgentServer:
         except Exception as exc:  # a locked journal, a bug: one redacted line for the agent, never a traceback
             raise self._error(exc) from None
 
-    async def _consent(self, ctx: Context, plan: Plan, max_credits: int | None) -> str | InputRequiredResult | None:
+    async def _consent(self, ctx: Context, plan: Plan, max_credits: float | None) -> str | InputRequiredResult | None:
         """None when the call may be sent; why not (declined); or, on a 2026-07-28 connection, the question
         to return (the client asks the user and calls again with the answer). Refusals raise."""
         refusal = self.desk.refusal(plan, max_credits)
@@ -189,9 +190,11 @@ class AgentServer:
                     input_requests={CONSENT: ElicitRequest(params=form)}, request_state=_digest(question)
                 )
             action, send = answer
-        else:
-            elicited = await ctx.elicit(question, Consent)
-            action, send = elicited.action, elicited.action == "accept" and elicited.data.send
+        else:  # asked mid-call; read the answer by the same rule, not the SDK's lax model (which takes "yes")
+            schema = render_elicitation_schema(Consent)
+            session = ctx.request_context.session
+            elicited = await session.elicit_form(question, schema, related_request_id=ctx.request_id)
+            action, send = elicited.action, _consents(elicited)
         if action == "accept" and send:
             return None
         return f"the user {'cancelled' if action == 'cancel' else 'declined'}: nothing was sent"
@@ -203,11 +206,10 @@ class AgentServer:
         answer = responses.get(CONSENT)
         if not isinstance(answer, ElicitResult) or ctx.request_state != _digest(question):
             return None
-        content = answer.content or {}
-        return answer.action, answer.action == "accept" and content.get("send") is True
+        return answer.action, _consents(answer)
 
     async def _paid_song(
-        self, ctx: Context, kind: str, fields: dict[str, Any], key: str | None, cap: int | None
+        self, ctx: Context, kind: str, fields: dict[str, Any], key: str | None, cap: float | None
     ) -> dict[str, Any] | InputRequiredResult:
         plan = await self._blocking(lambda: self.desk.plan(kind, fields, key))
         declined = await self._consent(ctx, plan, cap)
@@ -292,14 +294,16 @@ class AgentServer:
             Field(min_length=1, max_length=500, description="one request per row (generate_song's fields)"),
         ],
         name: Annotated[str, Field(description="the batch's name: re-running it sends only rows never sent")],
-        budget: Annotated[int | None, Field(ge=0, description="credits this batch may spend")] = None,
+        budget: Annotated[
+            Annotated[int, Field(strict=True, ge=0)] | None, Field(description="credits this batch may spend")
+        ] = None,
         concurrency: Annotated[int, Field(ge=1, le=10, description="rows in flight at once")] = 3,
         max_credits: MaxCredits = None,
     ) -> dict[str, Any] | InputRequiredResult:
         """Start a batch of songs and return at once; batch_status(name) reports on it. Costs credits."""
         estimate, left = await self._blocking(lambda: self.desk.plan_batch(rows, name))
         if estimate:
-            plan = Plan("batch", _BatchWords(name, len(rows)), estimate, left, name)
+            plan = Plan("batch", BatchRequest(name, len(rows)), estimate, left, name)
             declined = await self._consent(ctx, plan, max_credits)
             if isinstance(declined, InputRequiredResult):
                 return declined
@@ -418,14 +422,9 @@ class AgentServer:
         return json.dumps(await self._blocking(read), ensure_ascii=False)
 
 
-class _BatchWords:
-    """What a batch's consent question shows (its name and rows) where a single call shows its request."""
-
-    def __init__(self, name: str, rows: int) -> None:
-        self._payload = {"title": f"batch {name!r}, {rows} row(s)"}
-
-    def to_payload(self) -> dict[str, Any]:
-        return self._payload
+def _consents(answer: ElicitResult) -> bool:
+    """Consent is an accepted answer whose `send` is the boolean true: not "yes", not 1."""
+    return answer.action == "accept" and (answer.content or {}).get("send") is True
 
 
 def _audio(path: str | None) -> AudioContent | None:
