@@ -66,14 +66,26 @@ class BatchStore:
             self._db.row_factory = sqlite3.Row
         else:
             self._db = open_db(self.path)
-        migrate(self._db, self.path or "memory")
+        self._ready = self._prepare()
         self._deferred: list[tuple[str, tuple[Any, ...]]] = []
         """Row states the file refused (locked by another kernel, disk full): written before the next write."""
 
     def __repr__(self) -> str:
         return f"BatchStore({str(self.path) if self.path else 'in memory'!r})"
 
+    def _prepare(self) -> bool:
+        """Bring the schema up to date; False if the file cannot be written now (read-only, locked): it still
+        opens to read, as the journal does, and the next write tries again (and says why it cannot)."""
+        try:
+            migrate(self._db, self.path or "memory")
+        except sqlite3.OperationalError:
+            return False
+        return True
+
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        if not self._ready:
+            migrate(self._db, self.path or "memory")  # raises what keeps the file from being written
+            self._ready = True
         return write_transaction(self._db, self._lock)
 
     def _record(self, statements: list[tuple[str, tuple[Any, ...]]]) -> bool:

@@ -1,9 +1,11 @@
 """The one way to open the journal's SQLite file, and the one way to write to it.
 
-Every user of the file (the journal, the batch and library stores) opens it here: private to the user
-(0600; its folder 0700 where we create it), checked for a schema from a newer version before anything
-is changed, then WAL so two kernels can share it, a busy timeout so a writer waits its turn, and
-autocommit so each user says where its transactions begin.
+Every user of the file (the journal, the batch and library stores) opens it here. Nothing is changed before
+the file is known to be a journal: its application id (or, for files written before the id, its schema), its
+schema version (a newer one is refused untouched) and its pages (a damaged file is never written to) are
+checked first. Only then is it made private to the user (group and other bits removed, none ever added; its
+folder 0700 where we create it), put in WAL so two kernels can share it, given a busy timeout so a writer
+waits its turn, and autocommit so each user says where its transactions begin.
 """
 
 from __future__ import annotations
@@ -17,25 +19,117 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from .migrations import refuse_newer
+from ..errors import JournalUnavailableError
+from .migrations import APPLICATION_ID, refuse_newer
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another kernel's transaction before the journal counts as locked."""
 PRIVATE_FILE = 0o600
 PRIVATE_FOLDER = 0o700
 SIDE_FILES = ("-wal", "-shm", "-journal")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+HEADER_SIZE = 100
+DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+OUR_ATTEMPT_COLUMNS = {"id", "endpoint", "host", "payload", "outcome"}
+"""What the first schema step made: a file without the application id is ours if its `attempts` table has these."""
+
+
+class NotAJournalError(JournalUnavailableError):
+    """The file is not an ipymusicgen journal (another program's database, a text file); it is left untouched."""
+
+
+class JournalDamagedError(JournalUnavailableError):
+    """The journal file is damaged; nothing is written to it."""
+
+
+def damaged(path: str | Path, detail: str) -> JournalDamagedError:
+    """The one line every entry point says of a damaged journal: the file, the damage, the remedy."""
+    detail = " ".join(str(detail).split())[:160] or "damaged pages"
+    return JournalDamagedError(
+        f"The journal {path} is damaged ({detail}); nothing was written to it. Move it aside or restore a backup "
+        f"(a fresh journal is then made in its place), or salvage what it holds with `sqlite3 {path} .recover`."
+    )
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether a SQLite error says the file itself is damaged (not locked, full or read-only)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in DAMAGE_CODES
+
+
+def _not_ours(path: Path, why: str) -> NotAJournalError:
+    return NotAJournalError(
+        f"{path} is not an ipymusicgen journal ({why}); it was left untouched. Point MUSICGEN_JOURNAL (or "
+        "journal=) at another file."
+    )
+
+
+def recognise(path: Path) -> None:
+    """Raise unless `path` is empty or an ipymusicgen journal this version can use; reads only, changes nothing.
+
+    The header says most (the SQLite magic, the application id, the schema version) without SQLite opening
+    the file; a file without the id (written before it existed) is read immutably to look for our schema.
+    """
+    with path.open("rb") as file:
+        header = file.read(HEADER_SIZE)
+    if not header:
+        return  # empty: ours to fill (created here, or by a process that ended before writing)
+    if not header.startswith(SQLITE_MAGIC):
+        raise _not_ours(path, "not an SQLite database")
+    if len(header) < HEADER_SIZE:
+        raise damaged(path, "the file ends inside its header")
+    application_id = int.from_bytes(header[68:72], "big", signed=True)
+    if application_id != APPLICATION_ID and (application_id != 0 or not _has_our_schema(path)):
+        raise _not_ours(path, "another program's SQLite database")
+    refuse_newer(int.from_bytes(header[60:64], "big", signed=True), path)
+
+
+def _has_our_schema(path: Path) -> bool:
+    """A file with no application id is ours if it holds the journal's tables, or no table at all (as a new
+    journal whose first step did not finish); read immutably, so nothing (not even a side file) is made."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        try:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:
+                return int(db.execute("PRAGMA user_version").fetchone()[0]) == 0
+            columns = {r[1] for r in db.execute("PRAGMA table_info(attempts)")}
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        if is_damage(exc):
+            raise damaged(path, str(exc)) from None
+        raise
+    return columns >= OUR_ATTEMPT_COLUMNS
+
+
+def check_pages(db: sqlite3.Connection, path: Path) -> None:
+    """Raise `JournalDamagedError` if the file's pages are damaged: checked before the first write."""
+    try:
+        found = [str(r[0]) for r in db.execute("PRAGMA quick_check(1)")]
+    except sqlite3.DatabaseError as exc:
+        if is_damage(exc):
+            raise damaged(path, str(exc)) from None
+        raise
+    if found != ["ok"]:
+        raise damaged(path, found[0] if found else "quick_check said nothing")
 
 
 def make_private(path: Path) -> None:
-    """Create the file if missing, readable by its owner only: it holds prompts, lyrics and payloads."""
+    """Remove group and other bits (never add any) from a file known to be a journal, and its side files."""
+    for candidate in (path, *(Path(f"{path}{suffix}") for suffix in SIDE_FILES)):
+        with contextlib.suppress(OSError):  # not ours to change (another owner, immutable), or gone: leave it
+            mode = stat.S_IMODE(candidate.stat().st_mode)
+            if mode & 0o077:
+                os.chmod(candidate, mode & ~0o077)
+
+
+def _create_if_missing(path: Path) -> None:
+    """A new journal file, private from its first byte (its folder too, if made here)."""
     if not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_FOLDER)
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
-    for candidate in (path, *(Path(f"{path}{suffix}") for suffix in SIDE_FILES)):
-        with contextlib.suppress(OSError):  # not ours, or gone: leave it
-            if candidate.exists() and stat.S_IMODE(candidate.stat().st_mode) & 0o077:
-                os.chmod(candidate, PRIVATE_FILE)
 
 
 def busy_timeout_or_default(busy_timeout: float | None) -> float:
@@ -47,21 +141,26 @@ def busy_timeout_or_default(busy_timeout: float | None) -> float:
 def open_db(path: str | Path, *, busy_timeout: float | None = None) -> sqlite3.Connection:
     """A connection to the journal's file, set up the one way every user of the file needs.
 
-    Raises `JournalVersionError` (the file untouched) when a newer version wrote it.
+    Raises, the file untouched: `NotAJournalError` (another program's file), `JournalVersionError` (a newer
+    version wrote it), `JournalDamagedError` (damaged pages).
     """
     busy_timeout = busy_timeout_or_default(busy_timeout)
     path = Path(path)
-    make_private(path)
+    _create_if_missing(path)
+    recognise(path)
     db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
-    db.row_factory = sqlite3.Row
-    db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
     try:
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
         refuse_newer(db, path)
+        check_pages(db, path)
     except BaseException:
         db.close()
         raise
+    make_private(path)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
+        if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.OperationalError:  # a read-only or busy file: still readable, writes report themselves
         pass

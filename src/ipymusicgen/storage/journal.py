@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalUnavailableError, JournalWriteWarning
 from ..lifecycle import at_exit
-from .db import busy_timeout_or_default, open_db, write_transaction
+from .db import busy_timeout_or_default, damaged, is_damage, open_db, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
@@ -352,6 +352,8 @@ class Journal:
                         ),
                     )
             except (sqlite3.Error, ValueError) as exc:
+                if is_damage(exc):
+                    raise damaged(self.path, str(exc)) from None
                 raise JournalUnavailableError(
                     f"The journal {self.path} cannot record this paid request ({_reason(exc)}), so it was not "
                     "sent and nothing was charged. Close the other program holding the journal, free disk space "
@@ -446,6 +448,8 @@ class Journal:
             try:
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
+                if is_damage(exc):
+                    raise damaged(self.path, str(exc)) from None
                 raise JournalUnavailableError(f"The journal {self.path} cannot be read ({_reason(exc)}).") from None
 
     @contextmanager

@@ -12,8 +12,8 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +69,27 @@ class LibraryStore:
             raise LibraryWriteError(
                 f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."
             ) from None
+        self._ready = self._prepare()
+
+    def _prepare(self) -> bool:
+        """Bring the schema up to date; False if the file cannot be written now (read-only, or another kernel
+        holds it): it still opens to read, as the journal does, and the next write tries again."""
         try:
             with self.lock:
                 migrate(self.db, self.path)
-        except sqlite3.OperationalError as exc:  # first open while another kernel holds the file
-            self.db.close()
-            raise LibraryWriteError(
-                f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."
-            ) from None
+        except sqlite3.OperationalError:
+            return False
+        return True
 
     def close(self) -> None:
         with self.lock:
             self.db.close()
 
     def write(self) -> AbstractContextManager[sqlite3.Connection]:
+        if not self._ready:
+            with self.lock:
+                migrate(self.db, self.path)  # raises what keeps the file from being written
+            self._ready = True
         return write_transaction(self.db, self.lock)
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
@@ -203,10 +210,25 @@ class LibraryStore:
                 f"The rating of {task_id} was not saved: the journal {self.path} cannot be written now ({exc})."
             ) from None
 
-    def vote(self, winner: str, loser: str, *, blind: bool) -> None:
-        """One pairwise vote: `winner` was preferred to `loser`."""
+    @contextmanager
+    def _waiting(self, seconds: float | None) -> Iterator[None]:
+        """Writes within wait `seconds` (not the journal's full wait) for another kernel's lock."""
+        if seconds is None:
+            yield
+            return
+        with self.lock:
+            before = self.db.execute("PRAGMA busy_timeout").fetchone()[0]
+            self.db.execute(f"PRAGMA busy_timeout={max(0, int(seconds * 1000))}")
+            try:
+                yield
+            finally:
+                self.db.execute(f"PRAGMA busy_timeout={int(before)}")
+
+    def vote(self, winner: str, loser: str, *, blind: bool, wait: float | None = None) -> None:
+        """One pairwise vote: `winner` was preferred to `loser`; `wait`: seconds to wait for another kernel's
+        write (a button's vote waits briefly), else the journal's own wait."""
         try:
-            with self.write() as db:
+            with self._waiting(wait), self.write() as db:
                 for task_id in (winner, loser):
                     if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
                         raise KeyError(task_id)

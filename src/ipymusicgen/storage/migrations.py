@@ -17,6 +17,8 @@ from pathlib import Path
 
 from ..errors import JournalUnavailableError
 
+APPLICATION_ID = 0x494D474A
+"""`PRAGMA application_id` of a journal ("IMGJ"); files written before it existed are recognised by their schema."""
 Step = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Step] = []
 
@@ -220,6 +222,12 @@ def m008_analysis(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS library_songs_bpm ON library_songs(bpm) WHERE bpm IS NOT NULL")
 
 
+@migration
+def m009_application_id(db: sqlite3.Connection) -> None:
+    """Mark the file as an ipymusicgen journal, so another program's database is never taken for one."""
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
 LATEST = len(MIGRATIONS)
 
 
@@ -227,9 +235,10 @@ def version_of(db: sqlite3.Connection) -> int:
     return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
-def refuse_newer(db: sqlite3.Connection, path: str | Path) -> None:
-    """Raise `JournalVersionError`, changing nothing, if a newer version of ipymusicgen wrote this file."""
-    found = version_of(db)
+def refuse_newer(db: sqlite3.Connection | int, path: str | Path) -> None:
+    """Raise `JournalVersionError`, changing nothing, if a newer version of ipymusicgen wrote this file (read
+    from a connection, or given as the version the file's header holds)."""
+    found = db if isinstance(db, int) else version_of(db)
     if found > LATEST:
         raise JournalVersionError(
             f"The journal {path} was written by a newer version of ipymusicgen (schema version {found}); this "

@@ -1,0 +1,295 @@
+"""Storage touches only its own files: a journal is recognised (its application id, or the schema of a journal
+written before the id existed) before anything is changed; anything else is refused in one line, untouched. A
+read-only or newer journal keeps its mode, an old journal on a read-only location opens to read in every store,
+and a damaged journal is never written to, every entry point saying the same one line with the remedy."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ipymusicgen import MusicClient
+from ipymusicgen.errors import JournalUnavailableError
+from ipymusicgen.library import Library
+from ipymusicgen.mcp.desk import AgentDesk
+from ipymusicgen.storage import db as storage_db
+from ipymusicgen.storage.batches import BatchStore
+from ipymusicgen.storage.journal import Journal
+from ipymusicgen.storage.library import LibraryStore
+from ipymusicgen.storage.migrations import LATEST, JournalVersionError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "journal-v0.sqlite3"
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _journal(path: str | Path) -> Journal:
+    return Journal(path)
+
+
+def _library(path: str | Path) -> Library:
+    return Library(path)
+
+
+OPENERS: list[Callable[[Path], object]] = [_journal, LibraryStore, BatchStore, _library]
+OPENER_IDS = ["Journal", "LibraryStore", "BatchStore", "library"]
+
+
+def close(opened: object) -> None:
+    getattr(opened, "close", lambda: None)()
+
+
+def snapshot(path: Path) -> tuple[str, int, list[str]]:
+    """Bytes, mode and side files of `path`: what must stay the same when a file is left untouched."""
+    sides = sorted(s for s in SIDE_FILES if Path(f"{path}{s}").exists())
+    return hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode), sides
+
+
+@pytest.fixture
+def old_journal(tmp_path: Path) -> Path:
+    path = tmp_path / "journal.sqlite3"
+    shutil.copyfile(FIXTURE, path)
+    return path
+
+
+@pytest.fixture
+def foreign_db(tmp_path: Path) -> Path:
+    """Another program's database (with a table named like one of ours), world-readable as it was made."""
+    path = tmp_path / "photos.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE tasks (id TEXT PRIMARY KEY, todo TEXT)")
+    db.execute("CREATE TABLE albums (id INTEGER PRIMARY KEY, name TEXT)")
+    db.execute("INSERT INTO tasks VALUES ('t1', 'buy milk')")
+    db.commit()
+    db.close()
+    path.chmod(0o644)
+    return path
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc)
+    assert "\n" not in text, text
+    return text
+
+
+# -- item 13: modes ----------------------------------------------------------------------------------------
+
+
+def test_a_read_only_journal_is_never_made_writable(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    Journal(path).close()
+    path.chmod(0o444)
+    for opener in OPENERS:
+        close(opener(path))
+        assert stat.S_IMODE(path.stat().st_mode) == 0o400, opener  # group/other read removed, nothing added
+
+
+def test_a_group_readable_journal_loses_only_group_and_other_bits(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    Journal(path).close()
+    path.chmod(0o640)
+    Journal(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.chmod(0o604)
+    LibraryStore(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("opener", OPENERS, ids=OPENER_IDS)
+def test_a_newer_journal_keeps_its_mode_bytes_and_side_files(old_journal: Path, opener: Callable) -> None:
+    db = sqlite3.connect(old_journal)
+    db.execute(f"PRAGMA user_version = {LATEST + 2}")
+    db.commit()
+    db.close()
+    old_journal.chmod(0o644)
+    before = snapshot(old_journal)
+    with pytest.raises(JournalVersionError) as refused:
+        opener(old_journal)
+    assert "left untouched" in one_line(refused.value)
+    assert snapshot(old_journal) == before
+
+
+# -- item 14: foreign files ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opener", OPENERS, ids=OPENER_IDS)
+def test_a_foreign_database_is_refused_untouched(foreign_db: Path, opener: Callable) -> None:
+    before = snapshot(foreign_db)
+    with pytest.raises(JournalUnavailableError) as refused:
+        opener(foreign_db)
+    message = one_line(refused.value)
+    assert str(foreign_db) in message and "not an ipymusicgen journal" in message and "untouched" in message
+    assert snapshot(foreign_db) == before
+    db = sqlite3.connect(f"file:{foreign_db}?mode=ro", uri=True)
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master ORDER BY name")] == [
+        "albums",
+        "sqlite_autoindex_tasks_1",
+        "tasks",
+    ]
+    db.close()
+
+
+@pytest.mark.parametrize("opener", OPENERS, ids=OPENER_IDS)
+def test_a_text_file_is_refused_before_any_chmod(tmp_path: Path, opener: Callable) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("my shopping list\n" * 200)
+    path.chmod(0o664)
+    before = snapshot(path)
+    with pytest.raises(JournalUnavailableError) as refused:
+        opener(path)
+    assert "not an ipymusicgen journal" in one_line(refused.value)
+    assert snapshot(path) == before
+
+
+def test_a_database_with_another_application_id_is_refused_even_with_our_tables(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    Journal(path).close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA application_id = 12345")
+    db.commit()
+    db.close()
+    before = snapshot(path)
+    with pytest.raises(JournalUnavailableError, match="not an ipymusicgen journal"):
+        Journal(path)
+    assert snapshot(path) == before
+
+
+def test_a_new_journal_carries_the_application_id(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    Journal(path).close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA application_id").fetchone()[0] == storage_db.APPLICATION_ID
+    db.close()
+
+
+def test_an_old_journal_without_the_id_still_opens_and_is_given_it(old_journal: Path) -> None:
+    with Journal(old_journal) as journal:
+        assert len(journal.attempts()) == 6
+    db = sqlite3.connect(old_journal)
+    assert db.execute("PRAGMA application_id").fetchone()[0] == storage_db.APPLICATION_ID
+    db.close()
+
+
+def test_an_empty_file_is_made_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    path.touch()
+    with Journal(path) as journal:
+        journal.begin("generate", "https://api.example", {"style": "s"})
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+# -- item 15: an old journal on a read-only location ---------------------------------------------------------
+
+
+@pytest.fixture
+def frozen(old_journal: Path) -> Iterator[Path]:
+    """The old journal in a folder nothing may write to (chattr +i as root, who ignores modes)."""
+    folder = old_journal.parent
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(old_journal), str(folder)], check=True)
+        undo = ["chattr", "-i", str(old_journal), str(folder)]
+    else:
+        old_journal.chmod(0o444)
+        folder.chmod(0o555)
+        undo = None
+    try:
+        yield old_journal
+    finally:
+        if undo:
+            subprocess.run(undo, check=True)
+        else:
+            folder.chmod(0o755)
+            old_journal.chmod(0o644)
+
+
+def test_an_old_journal_on_a_read_only_location_opens_to_read_in_every_store(frozen: Path) -> None:
+    before = snapshot(frozen)
+    journal = Journal(frozen)
+    assert len(journal.attempts()) == 6
+    store = BatchStore(frozen)  # the agent server's store: no traceback at start
+    assert [r.state for r in store.rows("fixture-batch").values()] == ["complete", "complete"]
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):  # the batch engine says so in one line
+        store.open_batch("new", [("h", "{}", False)])
+    store.close()
+    library = LibraryStore(frozen)
+    assert len(library.query("SELECT id FROM library_songs")) == 8
+    library.close()
+    opened = Library(frozen)
+    assert "8 songs" in repr(opened)
+    opened.close()
+    journal.close()
+    assert snapshot(frozen) == before
+
+
+def test_the_agent_desk_starts_on_an_old_read_only_journal(frozen: Path) -> None:
+    before = snapshot(frozen)
+    client = MusicClient("a-real-looking-key", base_url="http://127.0.0.1:9", journal=Journal(frozen))
+    desk = AgentDesk(client)
+    assert [r.state for r in desk.store.rows("fixture-batch").values()] == ["complete", "complete"]
+    client.close()
+    desk.store.close()
+    assert snapshot(frozen) == before
+
+
+# -- item 16: a damaged journal --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def damaged(tmp_path: Path) -> Path:
+    """A journal of this version with its second page overwritten (the header and schema page are intact)."""
+    path = tmp_path / "journal.sqlite3"
+    with Journal(path) as journal:
+        for n in range(50):
+            journal.begin("generate", "https://api.example", {"style": f"song {n}" * 20})
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    for side in SIDE_FILES:
+        Path(f"{path}{side}").unlink(missing_ok=True)
+    with path.open("r+b") as f:
+        f.seek(page)
+        f.write(b"\xa5" * page)
+    return path
+
+
+def test_a_damaged_journal_is_refused_by_every_entry_point_with_the_remedy(damaged: Path, tmp_path: Path) -> None:
+    before = snapshot(damaged)
+    messages = []
+    for opener in OPENERS:
+        with pytest.raises(JournalUnavailableError) as refused:
+            opener(damaged)
+        messages.append(one_line(refused.value))
+    client = MusicClient("a-real-looking-key", base_url="http://127.0.0.1:9", journal=False)
+    with pytest.raises(JournalUnavailableError) as from_desk:
+        BatchStore(damaged)  # what the agent desk opens for its batches
+    client.close()
+    messages.append(one_line(from_desk.value))
+    assert len(set(messages)) == 1, messages
+    message = messages[0]
+    assert str(damaged) in message and "damaged" in message
+    assert "move it aside" in message.lower() and "backup" in message and ".recover" in message
+    assert snapshot(damaged) == before
+    with Journal(tmp_path / "fresh.sqlite3") as fresh:  # a fresh journal beside it works
+        fresh.begin("generate", "https://api.example", {"style": "s"})
+
+
+def test_a_file_with_a_damaged_header_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    Journal(path).close()
+    data = bytearray(path.read_bytes())
+    data[16:18] = b"\x00\x03"  # an impossible page size
+    path.write_bytes(bytes(data))
+    path.chmod(0o600)
+    before = snapshot(path)
+    with pytest.raises(JournalUnavailableError) as refused:
+        Journal(path)
+    assert str(path) in one_line(refused.value)
+    assert snapshot(path) == before
