@@ -227,12 +227,26 @@ CONTRAST = """
       const disabled = Boolean(el.closest(":disabled"));
       found.push({ text, ratio: (hi + 0.05) / (lo + 0.05), disabled, color: style.color });
     }
+    // a placeholder is text too (WCAG asks 4.5:1 of it): its own colour and opacity, on its field's background
+    for (const el of root.querySelectorAll("input[placeholder], textarea[placeholder]")) {
+      const box = el.getBoundingClientRect();
+      if (!el.placeholder.trim() || el.value || !box.width || el.closest("[hidden]")) continue;
+      const style = getComputedStyle(el, "::placeholder");
+      const back = background(el);
+      const fore = over(parse(style.color), back);
+      const opacity = Number(style.opacity);
+      const shown = opacity < 1 ? over([...fore.slice(0, 3), opacity], back) : fore;
+      const [hi, lo] = [luminance(shown), luminance(back)].sort((a, b) => b - a);
+      const text = "placeholder: " + el.placeholder.trim().slice(0, 30);
+      found.push({ text, ratio: (hi + 0.05) / (lo + 0.05), disabled: el.disabled, color: style.color });
+    }
   }
   return found;
 }
 """
-"""Every visible element under `selector` that has text of its own: its text, and the contrast ratio of its colour
-against the background it is drawn on (alpha blended up the tree, WCAG 2 relative luminance)."""
+"""Every visible element under `selector` that has text of its own, and every shown placeholder: its text, and the
+contrast ratio of its colour against the background it is drawn on (alpha blended up the tree, WCAG 2 relative
+luminance)."""
 
 
 def low_contrast(page: Page, selector: str, floor: float = 4.5) -> list[dict[str, Any]]:

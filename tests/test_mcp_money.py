@@ -9,11 +9,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
+from helpers import wait_until
 from mcp import types
-from test_mcp_tools import GENERATE, MODES, Asker, call, data, error, make_desk, paid_sandbox, service
+from mcp.client import Client
+from test_mcp_tools import GENERATE, KEY, MODES, SUBMIT, Asker, call, data, error, make_desk, paid_sandbox, service
 
-from ipymusicgen.mcp import AgentDesk
+from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
 
 __all__ = ["make_desk", "paid_sandbox", "service"]  # the fixtures, shared with the tools' tests
@@ -117,3 +120,105 @@ def test_a_batch_budget_is_a_number_too(make_desk: Callable[..., AgentDesk], ser
 
 def test_a_float_max_credits_consents(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
     assert data(call(make_desk(), "generate_song", {"style": "x", "max_credits": 3.5}))["state"] == "sent"
+
+
+# -- 2. two batches at once share one budget -------------------------------------------------------------------------
+
+
+def test_two_batches_at_once_spend_no_more_than_the_budget(
+    make_desk: Callable[..., AgentDesk], service: Sandbox
+) -> None:
+    """Both are asked, both answered at once; the key-info read before each batch starts is slow."""
+    service.set_faults([{"kind": "slow", "path": "/v1/get_api_key_info", "seconds": 0.3}])
+    desk = make_desk(budget=30)
+    rows = [{"style": f"row {n}", "mv": "MFV3.0"} for n in range(10)]  # 3 credits each: 30
+    asked = 0
+    both_asked = anyio.Event()
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        nonlocal asked
+        asked += 1
+        if asked == 2:
+            both_asked.set()
+        await both_asked.wait()
+        return types.ElicitResult(action="accept", content={"send": True})
+
+    async def one(name: str, results: dict[str, types.CallToolResult]) -> None:
+        async with Client(build_server(desk), elicitation_callback=answer, mode="legacy") as client:
+            results[name] = await client.call_tool("run_batch", {"rows": rows, "name": name, "concurrency": 10})
+
+    async def both() -> dict[str, types.CallToolResult]:
+        results: dict[str, types.CallToolResult] = {}
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, "first", results)
+            group.start_soon(one, "second", results)
+        return results
+
+    results = anyio.run(both)
+    service.set_faults("")
+    started = [name for name, result in results.items() if not result.is_error]
+    assert len(started) == 1, {name: r.content[0].text for name, r in results.items()}
+    refused = next(r for name, r in results.items() if name not in started)
+    assert "budget" in error(refused) and "nothing was sent" in error(refused)
+    wait_until(lambda: not data(call(desk, "batch_status", {"name": started[0]}))["running"], "the batch ends")
+    assert 100 - service.credits(KEY) == 30  # one batch's 10 rows (429s from the service's running limit are free)
+    assert data(call(desk, "account", {}))["server_budget_left"] == 0
+
+
+def test_a_batch_releases_what_it_did_not_send(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
+    """A batch reserved 6; it sent one row (the other was sent before): a single call fits in what is left."""
+    desk = make_desk(budget=6)
+    data(call(desk, "generate_song", {"style": "a", "mv": "MFV3.0", "max_credits": 3, "idempotency_key": "a"}))
+    rows = [{"style": "b", "mv": "MFV3.0"}]
+    data(call(desk, "run_batch", {"rows": rows, "name": "one-row", "max_credits": 3}))
+    wait_until(lambda: not data(call(desk, "batch_status", {"name": "one-row"}))["running"], "the batch ends")
+    assert data(call(desk, "account", {}))["server_budget_left"] == 0
+    assert "budget" in error(call(desk, "generate_song", {"style": "c", "max_credits": 3}))
+
+
+# -- 3. the budget counts what the service charged -------------------------------------------------------------------
+
+
+@pytest.fixture
+def dear_service(service: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    """The service charges 6 a call; the table guesses 3 (a call naming no model: the dearest known price)."""
+    monkeypatch.setattr(service.state, "call_costs", {"": 6, "v4.5-plus": 6})
+    return service
+
+
+def test_single_calls_stop_once_the_measured_spend_reaches_the_budget(
+    make_desk: Callable[..., AgentDesk], dear_service: Sandbox
+) -> None:
+    desk = make_desk(budget=30)
+    sent = 0
+    for n in range(12):
+        result = call(desk, "generate_song", {"style": f"song {n}", "max_credits": 3})
+        if result.is_error:
+            assert "budget" in error(result) and "nothing was sent" in error(result)
+            break
+        sent += 1
+    assert sent == 5 and 100 - dear_service.credits(KEY) == 30
+    account = data(call(desk, "account", {}))
+    assert account["server_spent_measured"] == 30 and account["server_spent_estimate"] == 15
+    assert account["server_budget_left"] == 0
+
+
+def test_v2_calls_are_measured_too(make_desk: Callable[..., AgentDesk], dear_service: Sandbox) -> None:
+    desk = make_desk(budget=10)
+    assert data(call(desk, "generate_song_v2", {"prompt": "one", "max_credits": 3}))["state"] == "sent"
+    assert data(call(desk, "generate_song_v2", {"prompt": "two", "max_credits": 3}))["state"] == "sent"
+    assert "budget" in error(call(desk, "generate_song_v2", {"prompt": "three", "max_credits": 3}))
+    assert 100 - dear_service.credits(KEY) == 12 and dear_service.request_counts()[SUBMIT] == 2
+    assert data(call(desk, "account", {}))["server_spent_measured"] == 12
+
+
+def test_a_batchs_measured_spend_counts_against_the_servers_budget(
+    make_desk: Callable[..., AgentDesk], dear_service: Sandbox
+) -> None:
+    desk = make_desk(budget=12)
+    data(call(desk, "run_batch", {"rows": [{"style": "a"}], "name": "dear", "max_credits": 3}))
+    wait_until(lambda: not data(call(desk, "batch_status", {"name": "dear"}))["running"], "the batch ends")
+    assert data(call(desk, "generate_song", {"style": "b", "max_credits": 3}))["state"] == "sent"
+    assert "budget" in error(call(desk, "generate_song", {"style": "c", "max_credits": 3}))
+    account = data(call(desk, "account", {}))
+    assert account["server_spent_measured"] == 12 and account["server_spent_estimate"] == 6

@@ -1,0 +1,101 @@
+"""The studio's text in real JupyterLab and Notebook 7, light and dark: labels, field hints and the placeholders
+of its inputs and textareas all at 4.5:1 or more (WCAG asks it of placeholder text too), measured in Chromium with
+the theme's own CSS, switched from the Settings menu as a person would."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import nbformat
+import pytest
+from browser_utils import (
+    KERNEL_READY_MS,
+    STEP_MS,
+    jupyter_server,
+    low_contrast,
+    notebook_page,
+    one_cell_notebook,
+    open_notebook,
+    shot,
+)
+from playwright.sync_api import Browser, Page, expect
+
+from benchmarks._browser import run_all
+
+FRONT_ENDS = ("lab", "notebook")
+STUDIO = ".ipymusicgen-studio"
+THEMES = {"JupyterLab Light": "true", "JupyterLab Dark": "false"}
+
+
+@pytest.fixture(scope="module", params=FRONT_ENDS)
+def jupyter(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    front_end: str = request.param
+    home = tmp_path_factory.mktemp(f"contrast-{front_end}")
+    root = home / "root"
+    root.mkdir()
+    nbformat.write(one_cell_notebook("from ipymusicgen.widgets import studio\nstudio()"), root / "studio.ipynb")
+    with jupyter_server(front_end, home, root, f"{front_end}-contrast-server.log") as url:
+        yield front_end, url
+
+
+@pytest.fixture
+def page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Page]:
+    name = request.node.name.replace("[", "-").replace("]", "")
+    with notebook_page(browser, f"99-last-{name}") as current:
+        yield current
+
+
+def choose_theme(page: Page, theme: str) -> None:
+    """Settings → Theme → `theme` (JupyterLab and Notebook 7 share the menu); waits until the body says it."""
+    if page.locator("body").get_attribute("data-jp-theme-name") == theme:
+        return
+    page.locator(".lm-MenuBar-item", has_text="Settings").first.click()
+    page.locator(".lm-Menu-item", has_text="Theme").first.hover()
+    page.locator(".lm-Menu-item", has_text=theme).first.click()
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-name", theme, timeout=STEP_MS)
+    expect(page.locator("body")).to_have_attribute("data-jp-theme-light", THEMES[theme])
+
+
+def measured(page: Page) -> list[dict]:
+    from browser_utils import CONTRAST
+
+    return page.evaluate(CONTRAST, STUDIO)
+
+
+def test_every_text_of_the_studio_reads_at_4_5_to_1(jupyter: tuple[str, str], page: Page) -> None:
+    """Each tab in turn, a field's problem shown (error text), in both themes: nothing under 4.5:1."""
+    front_end, url = jupyter
+    open_notebook(page, url, front_end, "studio.ipynb")
+    run_all(page)
+    studio = page.locator(".ims-studio").first
+    song = studio.locator(".ims-panel[data-tab='song']")
+    expect(song.locator("textarea.ims-input").first).to_be_visible(timeout=KERNEL_READY_MS)
+    song.get_by_label("What to do").select_option("custom")
+    title = song.get_by_label("Title")
+    title.fill("A title that goes on and on " * 3)
+    title.press("Tab")
+    expect(song.locator(".ims-problem:visible").first).to_contain_text("at most 80 characters")
+    tabs = [name.strip() for name in studio.locator(".ims-tab").all_inner_texts()]
+    assert {"Song", "Library"} <= set(tabs), tabs
+    low: dict[str, list[dict]] = {}
+    placeholders: set[str] = set()
+    for theme in THEMES:
+        choose_theme(page, theme)
+        for tab in tabs:
+            studio.get_by_role("tab", name=tab).click()
+            expect(studio.get_by_role("tab", name=tab)).to_have_attribute("aria-selected", "true")
+            panel = studio.locator(".ims-panel:visible")
+            expect(panel).to_have_count(1)
+            if tab == "Library":  # a child view the kernel draws: wait for its search field
+                expect(panel.locator(".ims-library-search")).to_be_visible(timeout=STEP_MS)
+            studio.scroll_into_view_if_needed()
+            texts = measured(page)
+            assert any(not t["text"].startswith("placeholder:") for t in texts), (theme, tab)
+            placeholders |= {t["text"] for t in texts if t["text"].startswith("placeholder:")}
+            shown = [t["ratio"] for t in texts if not t["disabled"]]
+            print(f"{front_end}, {theme}, {tab}: lowest {min(shown):.2f}:1")  # the figure, with -s
+            low[f"{theme} / {tab}"] = [{**t, "ratio": round(t["ratio"], 2)} for t in low_contrast(page, STUDIO)]
+            shot(page, f"{front_end}-studio-contrast-{theme.split()[-1].lower()}-{tab.lower()}")
+        studio.get_by_role("tab", name="Song").click()
+    assert len(placeholders) >= 3, placeholders  # textareas, single-line inputs and the library's search
+    assert {name: found for name, found in low.items() if found} == {}, front_end
