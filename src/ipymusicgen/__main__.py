@@ -184,7 +184,7 @@ def _port(text: str) -> int:
 def _mcp(args: argparse.Namespace) -> int:
     from .mcp import serve
 
-    serve(http=args.http, host=args.host, port=args.port, budget=args.budget)
+    serve(http=args.http, host=args.host, port=args.port, budget=args.budget, allow_hosts=args.allow_host)
     return 0
 
 
@@ -209,9 +209,20 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--timeout", type=float, default=600, help="seconds a cell may take (default 600)")
     demo.set_defaults(run=_demo)
     agent = commands.add_parser("mcp", help="serve the tools to an agent (MCP): stdio, or --http")
-    agent.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio")
+    agent.add_argument(
+        "--http",
+        action="store_true",
+        help="streamable HTTP instead of stdio (bearer token: MUSICGEN_MCP_TOKEN, or one printed at start)",
+    )
     agent.add_argument("--host", default="127.0.0.1", help="address to listen on with --http (default 127.0.0.1)")
     agent.add_argument("--port", type=_port, default=8000, help="port with --http (default 8000)")
+    agent.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --http: a Host name clients may use besides loopback and the bind address (repeatable)",
+    )
     agent.add_argument("--budget", type=_credits, default=None, help="credits this server may spend in its lifetime")
     agent.set_defaults(run=_mcp)
     args = parser.parse_args(argv)

@@ -9,6 +9,7 @@ MCP tools over the desk).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from .desk import AgentDesk, AgentError
 from .server import AgentServer, build_server
@@ -16,10 +17,23 @@ from .server import AgentServer, build_server
 __all__ = ["AgentDesk", "AgentError", "AgentServer", "build_server", "serve"]
 
 
-def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = 8000, budget: int | None = None) -> None:
-    """Run the server until its transport closes: stdio by default, or streamable HTTP on `host:port`."""
+def serve(
+    *,
+    http: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    budget: int | None = None,
+    allow_hosts: Sequence[str] = (),
+) -> None:
+    """Run the server until its transport closes: stdio by default, or streamable HTTP on `host:port`
+    (bearer token required; see `mcp.http`)."""
     from .. import session
 
+    token = made = None
+    if http:
+        from .http import TOKEN_ENV, bind_warning, http_token
+
+        token, made = http_token()  # a bad MUSICGEN_MCP_TOKEN stops here, before anything starts
     session.mark_notice_shown()  # stdout is the protocol's: the one notice goes to stderr below
     client = session.get_client()
     desk = AgentDesk(client, budget=budget)
@@ -27,10 +41,23 @@ def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = 8000, budg
     cap = "no budget" if budget is None else f"a budget of {budget} credits"
     listen = f" on http://{host}:{port}/mcp" if http else " on stdio"
     print(f"ipymusicgen agent server{listen}: {where}, {cap}", file=sys.stderr, flush=True)
+    if http:
+        warning = bind_warning(host, allow_hosts)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
+        if made:
+            print(
+                f"token: {token} (send it as the header 'Authorization: Bearer <token>'; set {TOKEN_ENV} to choose it)",
+                file=sys.stderr,
+                flush=True,
+            )
     server = build_server(desk)
     try:
         if http:
-            server.run("streamable-http", host=host, port=port)
+            from .http import run_http
+
+            assert token is not None
+            run_http(server, host=host, port=port, token=token, allowed_hosts=allow_hosts)
         else:
             server.run("stdio")
     finally:
