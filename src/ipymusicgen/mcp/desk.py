@@ -28,6 +28,7 @@ from ..models import costs
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
+from .ledger import Ledger, OverBudget, Spend
 from .songs import song_view
 from .text import quoted
 
@@ -91,8 +92,8 @@ class AgentDesk:
         self.budget = budget
         self._library_path = library_path
         self._lock = threading.Lock()
-        self._committed = 0
-        """Estimated credits of the calls this server sent (and that may have been charged)."""
+        self.ledger = Ledger(budget)
+        """Every paid call and batch, reserved under one lock before it is sent, counted as measured if it can be."""
         self._batches: dict[str, Batch] = {}
         self._library: Library | None = None
         journal = client.journal
@@ -105,14 +106,9 @@ class AgentDesk:
         """The embedded sandbox's demo key: nothing costs real credits, so nothing asks first."""
         return self.client.settings.is_free
 
-    def spent(self) -> int:
-        """Estimated credits this server has spent: its single calls and its batches' rows."""
-        with self._lock:
-            batches = sum(b.spent_estimate for b in self._batches.values())
-            return self._committed + batches
-
     def budget_left(self) -> int | None:
-        return None if self.budget is None else max(0, self.budget - self.spent())
+        """Credits of the budget not spent (as measured where known) nor reserved by a call or batch under way."""
+        return self.ledger.left()
 
     def credits_left(self) -> int:
         return self.client.key_info().key_music_counts
@@ -210,13 +206,16 @@ class AgentDesk:
             self.store.open_batch(plan.name, [(digest, json.dumps(plan.request.to_payload()), v2)])
         except ValueError:
             raise AgentError("idempotency_key: already used with different parameters") from None
-        with self._lock:  # the budget is checked and taken in one step: two calls at once cannot both fit
-            left = None if self.budget is None else self.budget - self._committed - self._batch_spend()
-            if left is not None and plan.estimate > left:
-                raise AgentError(f"budget: {max(0, left)} credit(s) left of {self.budget}; nothing was sent")
-            if not self.store.claim(plan.name, 0, plan.estimate):
-                raise AgentError("idempotency_key: this call is being sent by another request; nothing was sent")
-            self._committed += plan.estimate
+        spend = self._reserve(plan.estimate)  # checked and taken in one step: two calls cannot both fit
+        try:
+            claimed = self.store.claim(plan.name, 0, plan.estimate)
+        except BaseException:
+            self.ledger.release(spend)
+            raise
+        if not claimed:
+            self.ledger.release(spend)
+            raise AgentError("idempotency_key: this call is being sent by another request; nothing was sent")
+        before = self._counts_left()
         try:
             if v2:
                 ids = [song.id for song in self.client.submit_v2(plan.request)]
@@ -225,18 +224,36 @@ class AgentDesk:
         except BaseException as exc:
             landed = create_may_have_landed(exc) or not isinstance(exc, Exception)
             state = "unknown" if landed else "rejected"
-            self.store.set_state(plan.name, 0, state, error=_one_line(exc)[:500])
+            with contextlib.suppress(sqlite3.Error):  # the client's journal holds the attempt either way
+                self.store.set_state(plan.name, 0, state, error=_one_line(exc)[:500])
             if not landed:
-                with self._lock:
-                    self._committed -= plan.estimate
+                self.ledger.release(spend)
+            else:
+                self.ledger.settle(spend, before, self._counts_left() if isinstance(exc, Exception) else None)
             if isinstance(exc, Exception) and landed:
                 return self._answer(plan, [], "unknown", f"{_one_line(exc)}; nothing was sent again")
             raise
-        self.store.set_state(plan.name, 0, "submitted", ids=ids)
+        self.ledger.settle(spend, before, self._counts_left())
+        with contextlib.suppress(sqlite3.Error):  # sent: the client's journal has the ids (or keeps them to write)
+            self.store.set_state(plan.name, 0, "submitted", ids=ids)
         return self._answer(plan, ids, "sent", "started: call wait_for_songs with these ids")
 
-    def _batch_spend(self) -> int:
-        return sum(b.spent_estimate for b in self._batches.values())
+    def _reserve(self, estimate: int, *, batch: bool = False) -> Spend:
+        try:
+            return self.ledger.reserve(estimate, batch=batch)
+        except OverBudget as exc:
+            what = "this batch" if batch else "this call"
+            raise AgentError(
+                f"budget: {exc.left} credit(s) left of {self.budget} and {what} costs about {exc.estimate}; "
+                "nothing was sent"
+            ) from None
+
+    def _counts_left(self) -> int | None:
+        """The key's music counts now, or None when they cannot be read (then a call is counted as estimated)."""
+        try:
+            return self.credits_left()
+        except MusicGenError:
+            return None
 
     def _answer(self, plan: Plan, task_ids: list[str], state: str, note: str) -> dict[str, Any]:
         return {
@@ -248,18 +265,17 @@ class AgentDesk:
         }
 
     def write_lyrics(self, plan: Plan) -> LyricsResult:
-        with self._lock:
-            left = None if self.budget is None else self.budget - self._committed - self._batch_spend()
-            if left is not None and plan.estimate > left:
-                raise AgentError(f"budget: {max(0, left)} credit(s) left of {self.budget}; nothing was sent")
-            self._committed += plan.estimate
+        spend = self._reserve(plan.estimate)
         try:
-            return self.client.lyrics(plan.request.prompt)
+            result = self.client.lyrics(plan.request.prompt)
         except Exception as exc:
-            if not create_may_have_landed(exc):
-                with self._lock:
-                    self._committed -= plan.estimate
+            if create_may_have_landed(exc):
+                self.ledger.settle(spend, None, None)
+            else:
+                self.ledger.release(spend)
             raise
+        self.ledger.settle(spend, None, None)  # music counts do not say what lyrics cost: counted as estimated
+        return result
 
     # -- batches -------------------------------------------------------------------------------------
 
@@ -278,15 +294,24 @@ class AgentDesk:
         return costs.estimate_total(r.request for r in unsent), self.credits_left()
 
     def run_batch(self, rows: list[Mapping[str, Any]], name: str, budget: int | None, concurrency: int) -> Batch:
-        """Start a batch in its own thread (the engine: idempotent by name, budget, 429s); returns at once."""
-        left = self.budget_left()
-        caps = [b for b in (budget, left) if b is not None]
+        """Start a batch in its own thread (the engine: idempotent by name, budget, 429s); returns at once.
+
+        Its estimate is reserved out of the server's budget before it starts, under the lock single calls use,
+        and the batch may spend no more than that; what it does not send is given back when it ends."""
+        estimate, _ = self.plan_batch(rows, name)
+        spend = self._reserve(estimate, batch=True)
+        caps = [b for b in (budget, estimate if self.budget is not None else None) if b is not None]
         try:
             batch = self.client.batch(
                 list(rows), name=name, budget=min(caps) if caps else None, concurrency=concurrency, wait=False
             )
         except BatchError as exc:
+            self.ledger.release(spend)
             raise AgentError(_one_line(exc)) from None
+        except BaseException:
+            self.ledger.release(spend)
+            raise
+        self.ledger.started(spend, batch)
         with self._lock:
             self._batches[name] = batch
         return batch
@@ -368,9 +393,7 @@ class AgentDesk:
         return {
             "credits_left": info.key_music_counts,
             "spent_today": today,
-            "server_spent_estimate": self.spent(),
-            "server_budget": self.budget,
-            "server_budget_left": self.budget_left(),
+            **self.ledger.report(),
             "sandbox": self.client.settings.is_embedded_sandbox,
         }
 
