@@ -27,15 +27,15 @@ def takes(sandbox: Sandbox, tmp_path: Path) -> Iterator[tuple[Library, list[Libr
     library.close()
 
 
-def test_before_the_vote_the_browser_gets_labels_audio_and_waveforms_only(
+def test_before_the_vote_the_browser_gets_labels_and_opaque_sources_only(
     takes: tuple[Library, list[LibrarySong]],
 ) -> None:
     library, songs = takes
     view = CompareView(songs, library=library, seed=1)
     data = view.data
     assert [p["label"] for p in data["players"]] == ["A", "B"] and data["revealed"] is False
-    assert all(set(p) == {"label", "audio", "peaks"} for p in data["players"])
-    assert {p["audio"] for p in data["players"]} == {s.audio_url for s in songs}
+    assert all(set(p) == {"label", "source"} for p in data["players"])  # no URL, no waveform (test_compare_blind)
+    assert {p["source"] for p in data["players"]}.isdisjoint({s.audio_url for s in songs})
     shown = json.dumps(data)
     assert "Harbour" not in shown and "harbour waltz" not in shown and "MFV" not in shown
     assert "take" not in json.dumps(data["players"])
@@ -51,8 +51,9 @@ def test_the_order_is_shuffled(takes: tuple[Library, list[LibrarySong]]) -> None
 def test_the_vote_is_kept_blind_then_the_labels_are_revealed(takes: tuple[Library, list[LibrarySong]]) -> None:
     library, songs = takes
     view = CompareView(songs, library=library, seed=3)
-    view._handle_custom_msg({"kind": "pick", "label": "C"}, [])  # not a choice: nothing happens
-    view._handle_custom_msg({"kind": "pick", "label": "B"}, [])
+    view._handle_custom_msg({"kind": "pick", "label": "C", "round": view.round}, [])  # not a choice: nothing happens
+    assert view.result is None
+    view._handle_custom_msg({"kind": "pick", "label": "B", "round": view.round}, [])
     assert view.result == {"picked": "B", "winner": view.order[1].id, "loser": view.order[0].id, "recorded": True}
     (vote,) = library.compare_results()
     assert (vote["winner"], vote["loser"], vote["blind"]) == (view.order[1].id, view.order[0].id, True)
@@ -69,8 +70,8 @@ def test_abx_asks_which_one_x_is_and_keeps_no_preference(takes: tuple[Library, l
     view = CompareView(songs, library=library, mode="abx", seed=5)
     labels = [p["label"] for p in view.data["players"]]
     assert labels == ["A", "B", "X"] and "Which one is X" in view.data["question"]
-    x_audio = view.data["players"][2]["audio"]
-    assert x_audio == view.data["players"]["AB".index(view.x)]["audio"]
+    sources = [p["source"] for p in view.data["players"]]
+    assert len(set(sources)) == 3  # X has a source of its own: not its twin's (test_compare_blind)
     result = view.pick(view.x)
     assert result["correct"] is True and library.compare_results() == []
     assert f"X was {view.x}" in view.data["note"]
@@ -119,7 +120,7 @@ def test_an_empty_view_draws_nothing_until_two_songs_are_loaded_then_each_load_i
     library, songs = takes
     view = CompareView(library=library)  # a host makes it up front (marimo cannot make one from a message)
     assert view.data == {} and "nothing to compare yet" in repr(view)
-    view._handle_custom_msg({"kind": "pick", "label": "A"}, [])  # a stale page's pick: nothing happens
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": ""}, [])  # a stale page's pick: nothing happens
     assert view.result is None and library.compare_results() == []
     with pytest.raises(ValueError, match="nothing to compare yet"):
         view.pick("A")

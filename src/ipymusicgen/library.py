@@ -439,11 +439,12 @@ class Library:
             raise ValueError(f"stars must be a whole number from 1 to 5, or None (got {stars!r})")
         self.store.rate(task_id, None if stars is None else int(stars))
 
-    def vote(self, winner: str, loser: str, *, blind: bool = True) -> None:
-        """Record that `winner` was preferred to `loser` (in a blind comparison unless `blind=False`)."""
+    def vote(self, winner: str, loser: str, *, blind: bool = True, wait: float | None = None) -> None:
+        """Record that `winner` was preferred to `loser` (in a blind comparison unless `blind=False`); `wait`:
+        seconds to wait for another kernel's write to the journal (default: the journal's own wait)."""
         if winner == loser:
             raise ValueError("a vote needs two different songs")
-        self.store.vote(winner, loser, blind=blind)
+        self.store.vote(winner, loser, blind=blind, wait=wait)
 
     def compare_results(self, *, blind: bool | None = None) -> Comparisons:
         """Every vote, oldest first, with both songs' titles: `blind=True` keeps only blind ones."""

@@ -464,3 +464,55 @@ function renderCallGroup(container, cards, send, existing) {
 function disposeCards(root) {
   for (const card of root.querySelectorAll(".ipymusicgen-song")) disposeSongCard(card);
 }
+
+/**
+ * Audio the kernel hands over the widget channel (widgets/audio_channel.py): the page knows a player only by an
+ * opaque source name. `url(source)` asks the kernel for its bytes once ({kind: "audio", source}) and resolves to
+ * a blob: URL; `keep(sources)` releases the URLs of every other source (a new round); `release()` releases them
+ * all and stops listening (call it when the view is destroyed).
+ */
+function imsKernelAudio(model) {
+  const asked = new Map(); // source -> { promise, resolve, reject, url }
+  const answer = (message, buffers) => {
+    if (!message || message.kind !== "audio" || !asked.has(message.source)) return;
+    const entry = asked.get(message.source);
+    if (entry.url) return;
+    if (message.error || !buffers || !buffers.length) {
+      asked.delete(message.source); // a later press asks again
+      entry.reject(new Error(message.error || "no audio came"));
+      return;
+    }
+    entry.url = URL.createObjectURL(new Blob(buffers, { type: message.type || "application/octet-stream" }));
+    entry.resolve(entry.url);
+  };
+  model.on("msg:custom", answer);
+  const drop = (source) => {
+    const entry = asked.get(source);
+    if (entry && entry.url) URL.revokeObjectURL(entry.url);
+    if (entry && !entry.url) entry.reject(new Error("released"));
+    asked.delete(source);
+  };
+  return {
+    url(source) {
+      if (!asked.has(source)) {
+        const entry = { url: null };
+        entry.promise = new Promise((resolve, reject) => Object.assign(entry, { resolve, reject }));
+        entry.promise.catch(() => {}); // a released or refused request is no page error
+        asked.set(source, entry);
+        model.send({ kind: "audio", source });
+      }
+      return asked.get(source).promise;
+    },
+    loaded(source) {
+      const entry = asked.get(source);
+      return entry ? entry.url : null;
+    },
+    keep(sources) {
+      for (const source of [...asked.keys()]) if (!sources.includes(source)) drop(source);
+    },
+    release() {
+      model.off("msg:custom", answer);
+      for (const source of [...asked.keys()]) drop(source);
+    },
+  };
+}

@@ -1,7 +1,8 @@
 // Blind comparison: one shared player for A, B (and X), waveforms to seek and loop, keys, and the vote.
-// Python decides what is shown: before the vote only labels, audio URLs and peaks arrive; titles come after.
+// Python decides what is shown: before the vote only labels, opaque sources and the round arrive; the sound
+// comes from the kernel when a player starts (imsKernelAudio: a blob: URL per player, released with the view),
+// and every waveform is the same neutral drawing until the vote reveals the songs (titles, their own peaks).
 // Server text goes through textContent (imsEl). Keys: 1/2/3 switch, space plays, left/right choose.
-
 function imsCompareWave(canvas, peaks, fraction, loop) {
   const width = canvas.clientWidth;
   const height = canvas.clientHeight;
@@ -32,8 +33,12 @@ function imsCompareWave(canvas, peaks, fraction, loop) {
   }
 }
 
+/** What every player draws until the vote: one band, the same for all (a song's own peaks would name it). */
+const IMS_COMPARE_NEUTRAL = [[-0.35, 0.35]];
+
 function imsCompareView(root, model) {
-  const state = { current: "A", loop: null, data: {}, read: {} }; // read: peaks read from the audio, by URL
+  const state = { current: "A", loop: null, data: {}, read: {}, round: undefined, wantPlay: false, loading: "" };
+  const kernel = imsKernelAudio(model);
   const audio = document.createElement("audio");
   audio.preload = "metadata";
   root.tabIndex = 0;
@@ -52,50 +57,103 @@ function imsCompareView(root, model) {
   clearLoop.title = "Drag across a waveform to loop a region; this plays the whole song again";
   const choices = imsEl("div", "ims-compare-choices");
   const note = imsEl("div", "ims-compare-note");
+  const trouble = imsEl("div", "ims-compare-trouble");
+  trouble.setAttribute("role", "status");
   transport.append(play, time, clearLoop);
-  root.append(question, players, transport, choices, note, audio);
+  root.append(question, players, transport, choices, note, trouble, audio);
 
+  const playerOf = (label) => (state.data.players || []).find((p) => p.label === label);
+  const rowOf = (label) => [...players.children].find((row) => row.dataset.label === label);
   const fraction = () => (audio.duration && isFinite(audio.duration) ? audio.currentTime / audio.duration : 0);
+  const peaksOf = (player) => {
+    if (!state.data.revealed) return IMS_COMPARE_NEUTRAL;
+    if (player.peaks && player.peaks.length) return player.peaks;
+    return state.read[player.source] || IMS_COMPARE_NEUTRAL;
+  };
   const redraw = () => {
     for (const row of players.children) {
-      const canvas = row.querySelector("canvas");
       const label = row.dataset.label;
-      const player = (state.data.players || []).find((p) => p.label === label) || {};
-      const peaks = player.peaks && player.peaks.length ? player.peaks : state.read[player.audio];
-      imsCompareWave(canvas, peaks, label === state.current ? fraction() : 0, label === state.current ? state.loop : null);
-      row.classList.toggle("ims-compare-current", label === state.current);
+      const here = label === state.current;
+      imsCompareWave(row.querySelector("canvas"), peaksOf(playerOf(label) || {}), here ? fraction() : 0, here ? state.loop : null);
+      row.classList.toggle("ims-compare-current", here);
     }
-    time.textContent = imsClock(audio.currentTime || 0) + " · " + state.current;
+    time.textContent = state.loading ? "Loading " + state.loading + "…" : imsClock(audio.currentTime || 0) + " · " + state.current;
     play.textContent = audio.paused ? "Play" : "Pause";
   };
+  // after the vote: a song without peaks from the kernel gets them read from the sound this page already has
+  const readPeaks = (player) => {
+    const url = kernel.loaded(player.source);
+    const row = rowOf(player.label);
+    if (!state.data.revealed || !url || !row || (player.peaks && player.peaks.length) || state.read[player.source]) return;
+    row.dataset.peaks = "reading";
+    imsBrowserPeaks(url).then(
+      (peaks) => {
+        state.read[player.source] = peaks;
+        const current = rowOf(player.label);
+        if (current) current.dataset.peaks = "browser";
+        redraw();
+      },
+      () => {
+        const current = rowOf(player.label);
+        if (current) current.dataset.peaks = "none";
+      },
+    );
+  };
   const select = (label) => {
-    const player = (state.data.players || []).find((p) => p.label === label);
+    const player = playerOf(label);
     if (!player) return;
     const at = audio.currentTime || 0;
-    const playing = !audio.paused;
+    const playing = !audio.paused || state.wantPlay;
+    state.wantPlay = false;
     state.current = label;
-    if (audio.getAttribute("src") !== player.audio) {
-      audio.setAttribute("src", player.audio);
-      audio.addEventListener(
-        "loadedmetadata",
-        () => {
-          audio.currentTime = Math.min(at, audio.duration || at);
-          if (playing) audio.play().catch(() => {});
-          redraw();
-        },
-        { once: true },
-      );
-      audio.load();
+    const round = state.round;
+    const use = (url) => {
+      if (state.round !== round || state.current !== label) return; // switched again meanwhile
+      state.loading = "";
+      trouble.textContent = "";
+      if (audio.getAttribute("src") !== url) {
+        // every player has its own blob: switching always reloads, the same way for every player
+        audio.setAttribute("src", url);
+        audio.addEventListener(
+          "loadedmetadata",
+          () => {
+            audio.currentTime = Math.min(at, audio.duration || at);
+            if (playing) audio.play().catch(() => {});
+            redraw();
+          },
+          { once: true },
+        );
+        audio.load();
+      }
+      readPeaks(player);
+      redraw();
+    };
+    const ready = kernel.loaded(player.source);
+    if (ready) use(ready);
+    else {
+      audio.pause(); // not the last player's sound while this one comes from the kernel
+      state.wantPlay = playing;
+      state.loading = label;
+      kernel.url(player.source).then(use, (error) => {
+        if (state.round !== round || state.current !== label) return;
+        state.loading = "";
+        trouble.textContent = String((error && error.message) || error);
+        redraw();
+      });
     }
     redraw();
   };
   const toggle = () => {
-    if (!audio.getAttribute("src")) select(state.current);
+    if (!audio.getAttribute("src")) {
+      state.wantPlay = true;
+      select(state.current);
+      return;
+    }
     if (audio.paused) audio.play().catch(() => {});
     else audio.pause();
   };
   const choose = (label) => {
-    if (!state.data.revealed) model.send({ kind: "pick", label });
+    if (!state.data.revealed) model.send({ kind: "pick", label, round: state.data.round });
   };
   play.addEventListener("click", toggle);
   clearLoop.addEventListener("click", () => {
@@ -123,21 +181,27 @@ function imsCompareView(root, model) {
 
   const draw = () => {
     state.data = model.get("data") || {};
-    root.hidden = !(state.data.players || []).length; // nothing loaded yet: nothing drawn
-    const pair = (state.data.players || []).map((p) => p.audio).join(" ");
-    if (pair !== state.pair) {
-      // another pair of songs: a new blind round starts on A, from the top
-      state.pair = pair;
+    const list = state.data.players || [];
+    root.hidden = !list.length; // nothing loaded yet: nothing drawn
+    if (state.data.round !== state.round) {
+      // another pair: a new blind round starts on A, from the top; the last round's sound is released
+      state.round = state.data.round;
       state.current = "A";
       state.loop = null;
+      state.wantPlay = false;
+      state.loading = "";
+      state.read = {};
       audio.pause();
       audio.removeAttribute("src");
+      trouble.textContent = "";
+      kernel.keep(list.map((p) => p.source));
     }
     question.textContent = state.data.question || "";
     players.replaceChildren();
-    for (const player of state.data.players || []) {
+    for (const player of list) {
       const row = imsEl("div", "ims-compare-player");
       row.dataset.label = player.label;
+      row.dataset.peaks = !state.data.revealed ? "neutral" : player.peaks && player.peaks.length ? "kernel" : "none";
       const pick = imsEl("button", "ims-compare-label", player.label);
       pick.type = "button";
       pick.title = "Listen to " + player.label + " (key " + ({ A: 1, B: 2, X: 3 }[player.label] || "") + ")";
@@ -145,20 +209,6 @@ function imsCompareView(root, model) {
       pick.addEventListener("click", () => select(player.label));
       const canvas = imsEl("canvas", "ims-compare-wave");
       canvas.title = "Click to seek; drag to loop a region";
-      row.dataset.peaks = player.peaks && player.peaks.length ? "kernel" : "reading";
-      if (row.dataset.peaks === "reading" && player.audio) {
-        // no dead flat line: the kernel has no peaks, so read them from the file (as a song card does)
-        imsBrowserPeaks(player.audio).then(
-          (peaks) => {
-            state.read[player.audio] = peaks;
-            row.dataset.peaks = "browser";
-            redraw();
-          },
-          () => {
-            row.dataset.peaks = "none";
-          },
-        );
-      }
       let down = null;
       canvas.addEventListener("mousedown", (event) => {
         down = event.offsetX / Math.max(1, canvas.clientWidth);
@@ -167,11 +217,12 @@ function imsCompareView(root, model) {
         const up = event.offsetX / Math.max(1, canvas.clientWidth);
         if (player.label !== state.current) select(player.label);
         if (down !== null && Math.abs(up - down) > 0.02) state.loop = [Math.min(up, down), Math.max(up, down)];
+        const looped = down !== null && Math.abs(up - down) > 0.02;
         const go = () => {
-          if (audio.duration) audio.currentTime = (state.loop && Math.abs(up - down) > 0.02 ? state.loop[0] : up) * audio.duration;
+          if (audio.duration) audio.currentTime = (state.loop && looped ? state.loop[0] : up) * audio.duration;
           redraw();
         };
-        if (audio.readyState >= 1) go();
+        if (audio.readyState >= 1 && !state.loading) go();
         else audio.addEventListener("loadedmetadata", go, { once: true });
         down = null;
       });
@@ -197,7 +248,8 @@ function imsCompareView(root, model) {
       }
     }
     note.textContent = state.data.note || "";
-    if (!audio.getAttribute("src") && (state.data.players || []).length) select(state.current);
+    if (state.data.revealed) for (const player of list) readPeaks(player);
+    if (!audio.getAttribute("src") && !state.loading && list.length) select(state.current);
     redraw();
   };
   model.on("change:data", draw);
@@ -205,6 +257,8 @@ function imsCompareView(root, model) {
   return () => {
     model.off("change:data", draw);
     audio.pause();
+    audio.removeAttribute("src");
+    kernel.release(); // the blob: URLs go with the view
   };
 }
 

@@ -1,0 +1,238 @@
+"""Audio over the widget channel: a view's players get opaque source names, and the kernel hands their bytes over.
+
+Why: a URL names a song (the task id is in it), a file the browser cannot reach plays nowhere, and the same URL
+twice tells a blind listener "these two are one song". So a view offers each player a fresh random name
+(`AudioChannel.offer`); when the player starts, the page asks with the custom message
+`{"kind": "audio", "source": name}` and the kernel answers `{"kind": "audio", "source", "type", "size"}` with
+the bytes as the message's one buffer, or `{"kind": "audio", "source", "error"}`. The page plays them from a
+`blob:` URL and releases it when the view goes (`imsKernelAudio` in common.js). Only what is asked is read,
+never more than the download cap (max_download_mb). The bytes come from the song's archived file when there is
+one, else from its http(s) URL, read by the kernel.
+
+A blind copy (`blind=True`) is the decoded sound as a 16-bit WAV with a fresh dither of one least significant
+bit: no tags, no encoder's bytes, and never the same bytes twice, so neither a card's file nor the other
+player of the same song can be matched to it by anything but listening.
+"""
+
+from __future__ import annotations
+
+import io
+import secrets
+import threading
+import wave
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..archive.sniff import audio_suffix
+from ..archive.waveform import decode_cap
+from ..safe_html import http_url
+
+BLOCK_FRAMES = 16_384
+MEDIA_TYPES = {".mp3": "audio/mpeg", ".wav": "audio/wav", ".flac": "audio/flac", ".ogg": "audio/ogg"}
+STALE = "This player's audio is from an earlier pair (or unknown here); the view offers the current pair's."
+
+
+class AudioUnavailable(Exception):
+    """The kernel cannot hand a player its audio; the message is said to the listener as it is."""
+
+
+@dataclass(frozen=True)
+class AudioSource:
+    """Where the kernel reads a song: its archived file when it is there, else its http(s) URL."""
+
+    path: str | None = None
+    url: str | None = None
+    seconds: float | None = None
+    """The length the service reported: bounds how much a blind copy decodes."""
+
+
+def download_cap() -> int:
+    """The most bytes a player is handed: the download cap of the settings in use."""
+    from ..session import settings
+
+    return int(settings().max_download_mb * 1024 * 1024)
+
+
+def _refused(size: int, limit: int) -> AudioUnavailable:
+    return AudioUnavailable(
+        f"This song's audio ({size} bytes or more) is above the limit of {limit / 2**20:g} MB "
+        "(max_download_mb, MUSICGEN_MAX_DOWNLOAD_MB); it is not played here."
+    )
+
+
+def read_audio(source: AudioSource, limit: int) -> bytes:
+    """The song's bytes, at most `limit`: from its archived file, else its URL (AudioUnavailable otherwise)."""
+    path = Path(source.path) if source.path else None
+    if path is not None and path.is_file():
+        size = path.stat().st_size
+        if size > limit:
+            raise _refused(size, limit)
+        return path.read_bytes()
+    url = http_url(source.url)
+    if not url:
+        raise AudioUnavailable("This song has no audio the kernel can read (no archived file, no http(s) URL).")
+    return _fetch(url, limit)
+
+
+def _fetch(url: str, limit: int) -> bytes:
+    import httpx
+
+    from ..client.downloads import SizeLimit
+    from ..errors import DownloadError
+    from ..session import settings
+
+    timeout = settings().timeout
+    bound = SizeLimit(limit, url, grace=timeout)
+    chunks: list[bytes] = []
+    try:
+        with (
+            httpx.Client(timeout=timeout, follow_redirects=True) as http,
+            http.stream("GET", url) as response,
+        ):
+            if not response.is_success:
+                raise AudioUnavailable(f"The song's audio could not be read: its host answered {response.status_code}.")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise _refused(int(declared), limit)
+            for chunk in response.iter_bytes():
+                chunks.append(bound.take(chunk))
+    except httpx.HTTPError as exc:
+        raise AudioUnavailable(f"The song's audio could not be read: {type(exc).__name__}.") from None
+    except DownloadError:  # said without the URL: it would name the song
+        if bound.size > limit:
+            raise _refused(bound.size, limit) from None
+        raise AudioUnavailable("The song's audio could not be read: its host is too slow.") from None
+    return b"".join(chunks)
+
+
+def _info(data: bytes) -> tuple[int, int]:
+    """Channels and sample rate of encoded audio, from its own header (sniffed, not guessed from a name)."""
+    import miniaudio
+
+    readers = {
+        ".mp3": miniaudio.mp3_get_info,
+        ".wav": miniaudio.wav_get_info,
+        ".flac": miniaudio.flac_get_info,
+        ".ogg": miniaudio.vorbis_get_info,
+    }
+    reader = readers.get(audio_suffix(data[:64]) or "")
+    if reader is None:
+        raise AudioUnavailable("The song's file is not audio the kernel can decode (MP3, WAV, FLAC or Ogg Vorbis).")
+    try:
+        info = reader(data)
+    except miniaudio.DecodeError:
+        raise AudioUnavailable("The song's file could not be decoded.") from None
+    return info.nchannels, info.sample_rate
+
+
+def blind_copy(data: bytes, *, seconds: float | None, limit: int) -> bytes:
+    """The sound of `data` as a 16-bit WAV at its own rate and channels, with a fresh one-LSB dither."""
+    import miniaudio
+    import numpy as np
+
+    channels, rate = _info(data)
+    most_frames = int(decode_cap(seconds) * rate)
+    noise = np.random.default_rng(secrets.randbits(64))
+    out = io.BytesIO()
+    frames = 0
+    with wave.open(out, "wb") as writer:
+        writer.setnchannels(channels)
+        writer.setsampwidth(2)
+        writer.setframerate(rate)
+        stream = miniaudio.stream_memory(
+            data, output_format=miniaudio.SampleFormat.SIGNED16, nchannels=channels, sample_rate=rate,
+            frames_to_read=BLOCK_FRAMES,
+        )  # fmt: skip
+        try:
+            for block in stream:
+                samples = np.frombuffer(block, dtype=np.int16).astype(np.int32)
+                frames += len(samples) // channels
+                if frames > most_frames:
+                    raise AudioUnavailable("The song's file decodes to more than its length allows; not played.")
+                if out.tell() + 2 * len(samples) > limit:
+                    raise _refused(out.tell() + 2 * len(samples), limit)
+                samples += noise.integers(-1, 2, size=len(samples), dtype=np.int32)
+                writer.writeframes(np.clip(samples, -32768, 32767).astype("<i2").tobytes())
+        except miniaudio.DecodeError:
+            raise AudioUnavailable("The song's file could not be decoded.") from None
+        finally:
+            stream.close()
+    if not frames:
+        raise AudioUnavailable("The song's file holds no sound.")
+    return out.getvalue()
+
+
+def media_type(data: bytes) -> str:
+    return MEDIA_TYPES.get(audio_suffix(data[:64]) or "", "application/octet-stream")
+
+
+@dataclass(frozen=True)
+class _Offer:
+    source: AudioSource
+    blind: bool
+
+
+class AudioChannel:
+    """A widget's players by opaque name; answers the page's requests for their bytes from a worker thread.
+
+    `offer()` names a source afresh each time (the same song offered twice gets two names); `clear()` forgets
+    every name (a new round: the last round's players no longer answer). `handle(content)` takes the page's
+    message and says whether it was an audio request; it never raises, and never blocks the kernel on a read.
+    """
+
+    def __init__(self, widget: Any, *, limit: Callable[[], int] = download_cap) -> None:
+        self.widget = widget
+        self.limit = limit
+        self._offers: dict[str, _Offer] = {}
+        self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
+
+    def offer(self, source: AudioSource, *, blind: bool = False) -> str:
+        name = secrets.token_urlsafe(18)
+        with self._lock:
+            self._offers[name] = _Offer(source, blind)
+        return name
+
+    def clear(self) -> None:
+        with self._lock:
+            self._offers.clear()
+
+    def handle(self, content: Any) -> bool:
+        if not (isinstance(content, dict) and content.get("kind") == "audio"):
+            return False
+        name = content.get("source")
+        with self._lock:
+            offer = self._offers.get(name) if isinstance(name, str) else None
+        if offer is None:
+            self._answer(name if isinstance(name, str) else "", {"error": STALE})
+            return True
+        threading.Thread(target=self._serve, args=(name, offer), name="ipymusicgen-audio", daemon=True).start()
+        return True
+
+    def _serve(self, name: str, offer: _Offer) -> None:
+        try:
+            with self._reading:
+                limit = self.limit()
+                data = read_audio(offer.source, limit)
+                if offer.blind:
+                    data = blind_copy(data, seconds=offer.source.seconds, limit=limit)
+        except AudioUnavailable as exc:
+            self._answer(name, {"error": str(exc)})
+            return
+        except Exception as exc:  # never out of a thread unsaid
+            self._answer(name, {"error": f"The song's audio could not be prepared ({type(exc).__name__})."})
+            return
+        with self._lock:
+            current = name in self._offers
+        if not current:
+            self._answer(name, {"error": STALE})
+            return
+        self._answer(name, {"type": media_type(data), "size": len(data)}, [data])
+
+    def _answer(self, name: str, fields: dict[str, Any], buffers: list[bytes] | None = None) -> None:
+        try:
+            self.widget.send({"kind": "audio", "source": name[:100], **fields}, buffers or None)
+        except Exception:  # a view closed meanwhile: nobody is listening
+            return

@@ -1,0 +1,265 @@
+"""Blind means blind: before the vote (or the ABX answer) nothing the page receives tells the players apart by
+anything but sound; a pick names its round; a vote on a journal another kernel holds is said, never raised.
+
+"What the page receives" is read off the wire: the widget's state as opened, then every update and custom
+message it sends (audio bytes included), captured at its comm, against real songs of the sandbox."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import threading
+import time
+import wave
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from mutagen.id3 import ID3, TIT2, TXXX
+
+from ipymusicgen.archive.waveform import waveform
+from ipymusicgen.library import Library, LibrarySong
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage import db
+from ipymusicgen.storage.journal import Journal
+from ipymusicgen.widgets.compare import CompareView
+from ipymusicgen.widgets.song_data import song_card
+
+TITLE = "Harbour Lights"
+STYLE = "harbour waltz"
+ANSWER_S = 60.0
+"""How long a test waits for the kernel's answer to an audio request (it comes from a thread)."""
+
+
+class Wire:
+    """Everything the widget sends the page: its state as opened, then each update and custom message with its
+    buffers, captured at the widget's comm."""
+
+    def __init__(self, view: CompareView) -> None:
+        self.view = view
+        self.sent: list[tuple[dict[str, Any], list[bytes]]] = [({"state": view.get_state()}, [])]
+        self.arrived = threading.Condition()
+        view.comm.send = self._send  # type: ignore[method-assign]
+
+    def _send(self, data: Any = None, metadata: Any = None, buffers: Any = None) -> None:
+        with self.arrived:
+            self.sent.append((data, [bytes(b) for b in buffers or ()]))
+            self.arrived.notify_all()
+
+    def ask(self, source: str) -> tuple[dict[str, Any], bytes | None]:
+        """What the page gets when a player starts: it asks for its source's bytes as an intent."""
+        start = len(self.sent)
+        self.view._handle_custom_msg({"kind": "audio", "source": source}, [])
+
+        def answer() -> tuple[dict[str, Any], bytes | None] | None:
+            for data, buffers in self.sent[start:]:
+                content = data.get("content") if data.get("method") == "custom" else None
+                if content and content.get("kind") == "audio" and content.get("source") == source:
+                    return content, buffers[0] if buffers else None
+            return None
+
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: answer() is not None, timeout=ANSWER_S), f"no answer for {source}"
+            found = answer()
+        assert found is not None
+        return found
+
+    def text(self) -> str:
+        """All of it as text: the JSON of every message, and every buffer read as Latin-1 (tags are text)."""
+        parts = [json.dumps(data, default=str) for data, _ in self.sent]
+        parts += [buffer.decode("latin-1") for _, buffers in self.sent for buffer in buffers]
+        return "\n".join(parts)
+
+
+def frames(wav: bytes) -> tuple[int, int, bytes]:
+    with wave.open(io.BytesIO(wav)) as read:
+        return read.getnchannels(), read.getframerate(), read.readframes(read.getnframes())
+
+
+@pytest.fixture
+def made(sandbox: Sandbox, tmp_path: Path) -> Iterator[tuple[Path, list[str]]]:
+    """Two takes of one call, each archived as the archiver keeps them: a tagged file, its peaks in the library."""
+    path = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(path), archive=False) as client:
+        ids = list(client.generate(action="custom", style=STYLE, title=TITLE, lyrics="la").ids)
+        records = client.wait(ids)
+        files = [client.download(record, tmp_path / "songs") for record in records]
+    with Library(path) as library:
+        for task_id, file in zip(ids, files, strict=True):
+            tags = ID3()
+            tags.add(TIT2(encoding=3, text=TITLE))
+            tags.add(TXXX(encoding=3, desc="ipymusicgen:task_id", text=task_id))
+            tags.save(file)
+            library.store.archived(task_id, file, file.stat().st_size, waveform(file, 200))
+    yield path, ids
+
+
+@pytest.fixture
+def library(made: tuple[Path, list[str]]) -> Iterator[Library]:
+    with Library(made[0]) as opened:
+        yield opened
+
+
+def songs_of(library: Library, ids: list[str]) -> list[LibrarySong]:
+    return [library.song(task_id) for task_id in ids]
+
+
+def secrets_of(songs: list[LibrarySong]) -> list[str]:
+    """What would name a song on the page: ids, title, style, its URL's host and path, its file's name."""
+    found = [TITLE, STYLE]
+    for song in songs:
+        url = urlsplit(song.audio_url or "")
+        found += [song.id, url.netloc, url.path, Path(song.archive_path or "").name]
+    return [s for s in found if s]
+
+
+def test_ab_before_the_vote_the_page_gets_nothing_but_sound(library: Library, made: tuple[Path, list[str]]) -> None:
+    songs = songs_of(library, made[1])
+    assert all(s.peaks and s.archive_path for s in songs)  # each has its own waveform and a tagged file
+    view = CompareView(songs, library=library, seed=1)
+    wire = Wire(view)
+    players = view.data["players"]
+    assert [p["label"] for p in players] == ["A", "B"] and all(set(p) == {"label", "source"} for p in players)
+    heard = {p["label"]: wire.ask(p["source"]) for p in players}
+    for content, payload in heard.values():
+        assert "error" not in content and content["type"] == "audio/wav" and payload is not None
+        assert content["size"] == len(payload) and frames(payload)[2]  # sound, as a WAV
+    cards = [song_card(None, id=s.id, audio_url=s.audio_url, peaks=s.peaks) for s in songs]
+    card_sources = {c["audio_url"] for c in cards} | {s.archive_path for s in songs}
+    sources = {p["source"] for p in players}
+    assert len(sources) == 2 and sources.isdisjoint(card_sources)
+    shown = wire.text()
+    for secret in secrets_of(songs):
+        assert secret not in shown, secret
+    for song in songs:  # no waveform of either song (the same neutral drawing for both, drawn by the page)
+        assert json.dumps(view.data).find(json.dumps(song_card(None, peaks=song.peaks)["peaks"])[1:40]) == -1
+    assert "peaks" not in json.dumps(view.data)
+    for file in (Path(s.archive_path or "") for s in songs):  # not the file's bytes either (a card may fetch them)
+        assert all(payload != file.read_bytes() for _, payload in heard.values())
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": view.data["round"]}, [])
+    assert view.data["revealed"] and {p["title"] for p in view.data["players"]} == {TITLE}
+    assert all(p["peaks"] for p in view.data["players"])  # after the vote the waveforms are the songs' own
+    view.close()
+
+
+def test_abx_before_the_answer_nothing_matches_x_to_its_twin(library: Library, made: tuple[Path, list[str]]) -> None:
+    songs = songs_of(library, made[1])
+    twins = set()
+    for seed in range(8):
+        view = CompareView(songs, library=library, mode="abx", seed=seed)
+        wire = Wire(view)
+        twins.add(view.x)
+        players = {p["label"]: p for p in view.data["players"]}
+        assert list(players) == ["A", "B", "X"] and len({p["source"] for p in players.values()}) == 3
+        assert "peaks" not in json.dumps(view.data) and '"x"' not in json.dumps(view.data)
+        payloads = {label: wire.ask(p["source"])[1] for label, p in players.items()}
+        assert len(set(payloads.values())) == 3  # not the same bytes for X and its twin
+        assert view.x is not None
+        channels, rate, x_frames = frames(payloads["X"] or b"")
+        twin_channels, twin_rate, twin_frames = frames(payloads[view.x] or b"")
+        assert (channels, rate, len(x_frames)) == (twin_channels, twin_rate, len(twin_frames))
+        import numpy as np
+
+        difference = np.frombuffer(x_frames, "<i2").astype(int) - np.frombuffer(twin_frames, "<i2").astype(int)
+        assert np.abs(difference).max() <= 2  # the same sound: they differ below hearing (a dither of 1 LSB)
+        view.close()
+    assert twins == {"A", "B"}
+
+
+def test_audio_is_capped_at_the_download_cap_and_said(
+    library: Library, made: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MUSICGEN_MAX_DOWNLOAD_MB", "0.01")  # 10 KB: less than a 4-second song
+    view = CompareView(songs_of(library, made[1]), library=library, seed=1)
+    wire = Wire(view)
+    content, payload = wire.ask(view.data["players"][0]["source"])
+    assert payload is None and "limit" in content["error"] and "MUSICGEN_MAX_DOWNLOAD_MB" in content["error"]
+    view.close()
+
+
+def test_a_song_not_archived_plays_from_its_url_through_the_kernel(sandbox: Sandbox, tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(path), archive=False) as client:
+        ids = list(client.generate(action="custom", style=STYLE, title=TITLE, lyrics="la").ids)
+        client.wait(ids)
+    with Library(path) as library:
+        songs = songs_of(library, ids)
+        assert not any(s.archive_path for s in songs)
+        view = CompareView(songs, library=library, seed=0)
+        wire = Wire(view)
+        content, payload = wire.ask(view.data["players"][1]["source"])
+        assert payload is not None and frames(payload)[2] and content["size"] == len(payload)
+        unknown, nothing = wire.ask("not-a-source")  # a forged or stale name is answered with a reason, no bytes
+        assert nothing is None and "earlier" in unknown["error"]
+        for secret in secrets_of(songs):
+            assert secret not in wire.text(), secret
+        view.close()
+
+
+def test_a_pick_names_its_round_and_a_stale_or_missing_one_is_ignored_and_said(
+    library: Library, made: tuple[Path, list[str]]
+) -> None:
+    songs = songs_of(library, made[1])
+    view = CompareView(songs, library=library, seed=1)
+    wire = Wire(view)
+    first = view.data["round"]
+    old_source = view.data["players"][0]["source"]
+    view.load(list(reversed(songs)), seed=2)  # pair 2 is loaded while pair 1's click is on its way
+    second = view.data["round"]
+    assert second != first and isinstance(second, str) and len(second) >= 16
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": first}, [])
+    assert view.result is None and list(library.compare_results()) == []
+    assert "earlier pair" in view.data["note"] and view.data["revealed"] is False
+    view._handle_custom_msg({"kind": "pick", "label": "A"}, [])  # no round at all: a page from before
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": ["not", "a", "round"]}, [])
+    assert view.result is None and list(library.compare_results()) == []
+    content, payload = wire.ask(old_source)  # pair 1's players no longer answer either
+    assert payload is None and "earlier" in content["error"]
+    view._handle_custom_msg({"kind": "pick", "label": "B", "round": second}, [])
+    assert view.result is not None and view.result["recorded"] and len(library.compare_results()) == 1
+    assert "earlier pair" not in view.data["note"]
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": second}, [])  # once only
+    assert len(library.compare_results()) == 1
+    abx = CompareView(songs, library=library, mode="abx", seed=3)  # ABX answers name their round too
+    abx._handle_custom_msg({"kind": "pick", "label": "A", "round": first}, [])
+    assert abx.result is None and "earlier pair" in abx.data["note"]
+    view.close()
+    abx.close()
+
+
+def test_a_vote_while_another_kernel_holds_the_journal_is_said_and_the_pair_kept(
+    made: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, ids = made
+    monkeypatch.setattr(db, "DEFAULT_BUSY_TIMEOUT", 30.0)  # a journal wait long enough to tell from a button's
+    with Library(path) as library:
+        view = CompareView(songs_of(library, ids), library=library, seed=4)
+        pick = {"kind": "pick", "label": "B", "round": view.data["round"]}
+        holder = sqlite3.connect(path, isolation_level=None)  # another kernel, in the middle of a write
+        holder.execute("BEGIN EXCLUSIVE")
+        started = time.monotonic()
+        try:
+            view._handle_custom_msg(pick, [])  # never raises out of the handler
+        finally:
+            waited = time.monotonic() - started
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert waited < 15.0  # not the journal's 30 s wait
+        assert view.result is None and view.data["revealed"] is False  # the pair is kept, still blind
+        assert "not saved" in view.data["note"] and "again" in view.data["note"]
+        assert all(set(p) == {"label", "source"} for p in view.data["players"])
+        view._handle_custom_msg(pick, [])  # the lock is gone: the same choice again is kept
+        assert view.result is not None and view.result["recorded"] and len(library.compare_results()) == 1
+        assert "kept in the library" in view.data["note"]
+        view.close()
+
+
+def test_a_vote_on_a_closed_library_is_said_not_raised(library: Library, made: tuple[Path, list[str]]) -> None:
+    view = CompareView(songs_of(library, made[1]), library=library, seed=4)
+    library.close()  # the notebook closed it meanwhile
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": view.data["round"]}, [])
+    assert view.result is None and "not saved" in view.data["note"]
+    view.close()
