@@ -43,6 +43,14 @@ class ClientWiring:
         if archiver is not None:
             archiver.followers.append(analyse_after_archive)  # each kept song measured (when the extra is there)
 
+    def wait_archived(self, client: _Core, records: list[Any], timeout: float) -> dict[str, Any] | None:
+        from .archive.archiver import archiver_of
+
+        archiver = archiver_of(client)
+        if archiver is None or archiver.journal_path is None or archiver.directory is None:
+            return None
+        return archiver.wait_archived(records, timeout)
+
     def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Any:
         from .batch.engine import run_batch
 

@@ -4,6 +4,11 @@
 libraries, the sandbox's temp folder, the session's watchers and client); one `atexit` handler runs
 them in reverse order of registration (the latest first, as `atexit` does), each on its own, so one
 failing never keeps the others from closing.
+
+Background workers (the archiver's and the analyst's threads) register with `add_worker`. At exit they are
+all told to stop first, then joined within one bound (`EXIT_JOIN_SECONDS`), and only then do the callbacks
+run: a worker inside a native library (an MP3 decoder, librosa) while the interpreter finalizes can abort
+the process ("terminate called without an active exception", exit code 134).
 """
 
 from __future__ import annotations
@@ -11,10 +16,27 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+import time
+import weakref
 from collections.abc import Callable
+from typing import Protocol
+
+EXIT_JOIN_SECONDS = 30.0
+"""How long the exit waits, in all, for workers to finish the one item each has in hand."""
 
 _callbacks: list[Callable[[], None]] = []
 _lock = threading.Lock()
+
+
+class Worker(Protocol):
+    """A background thread's owner: `stop()` takes no more work (at once), `join_worker` waits for the thread."""
+
+    def stop(self) -> None: ...
+
+    def join_worker(self, timeout: float) -> bool: ...
+
+
+_workers: weakref.WeakSet[Worker] = weakref.WeakSet()  # type: ignore[type-var]
 
 
 def at_exit(callback: Callable[[], None]) -> Callable[[], None]:
@@ -25,8 +47,36 @@ def at_exit(callback: Callable[[], None]) -> Callable[[], None]:
     return callback
 
 
+def add_worker(worker: Worker) -> None:
+    """Stop and join `worker` at exit, before any callback runs (held weakly: a collected worker has no thread)."""
+    with _lock:
+        _workers.add(worker)
+
+
+def stop_workers(timeout: float = EXIT_JOIN_SECONDS) -> bool:
+    """Tell every worker to stop, then wait for them all within `timeout` seconds; True when all have ended.
+
+    All are told first, so they wind down together: the bound is for the whole, not for each.
+    """
+    with _lock:
+        workers = list(_workers)
+    for worker in workers:
+        with contextlib.suppress(Exception):
+            worker.stop()
+    deadline = time.monotonic() + timeout
+    ended = True
+    for worker in workers:
+        try:
+            ended = worker.join_worker(max(0.0, deadline - time.monotonic())) and ended
+        except Exception:
+            ended = False
+    return ended
+
+
 def shutdown() -> None:
-    """Run every exit callback, latest first (at exit; tests call it to see a clean end)."""
+    """Stop and join the workers, then run every exit callback, latest first (at exit; tests call it too)."""
+    with contextlib.suppress(Exception):
+        stop_workers()
     with _lock:
         callbacks = list(reversed(_callbacks))
     for callback in callbacks:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..client.downloads import safe_filename, unique_path
-from ..lifecycle import at_exit
+from ..lifecycle import add_worker, at_exit
 from .sniff import check_audio, head_of, image_suffix
 from .waveform import decode_cap
 
@@ -355,7 +355,9 @@ class Archiver:
         self.errors: dict[str, str] = {}
         self.archived: dict[str, Path] = {}
         self._closed = False
+        self._stopping = threading.Event()
         _live_archivers.add(self)
+        add_worker(self)
 
     def __repr__(self) -> str:
         return f"Archiver(directory={str(self.directory) if self.directory else None!r})"
@@ -411,15 +413,49 @@ class Archiver:
         """Wait until everything queued so far is archived (or failed); True when idle."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._queue.unfinished_tasks:
-            if deadline is not None and time.monotonic() > deadline:
+            if self._stopping.is_set() or (deadline is not None and time.monotonic() > deadline):
                 return False
             time.sleep(0.02)
         return True
+
+    def wait_archived(self, records: Iterable[Any], timeout: float) -> dict[str, Path | str | None]:
+        """Archive these records' complete songs now (at once if they are already) and wait, at most `timeout`
+        seconds, until each is kept or its archive failed: each id's file, why it failed, or None (not yet).
+
+        The records go to the worker again, then a fence: once the worker passes the fence, every song before
+        it has been tried (archiving is idempotent, so a song already kept costs one lookup).
+        """
+        complete = [r for r in records if getattr(r.state, "value", r.state) == "complete"]
+        if complete and self.journal_path is not None and not self._stopping.is_set():
+            fence = threading.Event()
+            self._queue.put(("records", complete))
+            self._queue.put(("fence", fence))
+            self._ensure_worker()
+            fence.wait(timeout)
+            if not fence.is_set():
+                return {r.id: None for r in complete}
+        return {r.id: self.archived.get(r.id) or self.errors.get(r.id) for r in complete}
+
+    def stop(self) -> None:
+        """Start no more songs (at exit): the one in hand is finished; the rest are retried by a later session."""
+        self._stopping.set()
+        self._queue.put(("stop", None))  # wakes an idle worker at once
+
+    def join_worker(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) for the worker thread to end; True when it has (or none runs)."""
+        with self._lock:
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
 
     # -- the worker ----------------------------------------------------------------------------------
 
     def _ensure_worker(self) -> None:
         with self._lock:
+            if self._stopping.is_set():
+                return
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="ipymusicgen-archiver", daemon=True)
                 self._thread.start()
@@ -438,6 +474,11 @@ class Archiver:
                             return
                     continue
                 try:
+                    if kind == "fence":
+                        payload.set()
+                        continue
+                    if self._stopping.is_set():
+                        return
                     if downloader is None:
                         downloader, owned = self._downloader()
                     self._handle(kind, payload, downloader)
@@ -481,6 +522,8 @@ class Archiver:
         if directory is None:
             return
         for task_id in ids:
+            if self._stopping.is_set():
+                return
             try:
                 with _archiving_into(directory) as allowed:
                     if not allowed:

@@ -6,6 +6,7 @@ The faces differ only in how they send and sleep: the sync face drives flows wit
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -35,7 +36,7 @@ from .responses import (
 )
 from .retry import RETRYABLE_STATUS, backoff_delay
 from .transport import bounded, bounded_transport
-from .waiting import Resumed, is_transient
+from .waiting import Resumed, archive_outcome, archive_time_left, is_transient
 
 __all__ = [
     "DOUBTFUL_STATUS",
@@ -150,12 +151,20 @@ class MusicClient(_Core):
         interval: float | None = None,
         on_update: UpdateCallback | None = None,
         raise_on_failure: bool = False,
+        archived: bool = False,
     ) -> list[Record]:
         """Poll until every task is complete or failed (one batched query per interval).
 
         `ids` may be what `generate()` or `submit_v2()` returned, records, or task ids; v1 and v2 are routed.
+        `archived=True` also waits, within the same `timeout`, until each complete song is in the archive (or
+        its archive failed, as the library then says), so `ipymusicgen.waveform(id)` and `analyze(id)` find it.
         """
-        return self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+        started = time.monotonic()
+        records = self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+        if archived:
+            left = archive_time_left(self, timeout, started)
+            archive_outcome(wiring.installed().wait_archived(self, records, left), timeout)
+        return records
 
     def resume(
         self,
@@ -308,8 +317,15 @@ class AsyncMusicClient(_Core):
         interval: float | None = None,
         on_update: UpdateCallback | None = None,
         raise_on_failure: bool = False,
+        archived: bool = False,
     ) -> list[Record]:
-        return await self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+        started = time.monotonic()
+        records = await self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
+        if archived:  # the archive's worker is a thread: waited for off the event loop
+            left = archive_time_left(self, timeout, started)
+            found = await asyncio.to_thread(wiring.installed().wait_archived, self, records, left)
+            archive_outcome(found, timeout)
+        return records
 
     async def resume(
         self,

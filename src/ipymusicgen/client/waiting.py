@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -280,7 +280,7 @@ class WaitFlows:
         base, v2_base = self.settings.base_url, self.settings.v2_base_url
         v1 = tuple(e.id for e in journal.unfinished(base) if e.version == 1)
         v2 = tuple(e.id for e in journal.unfinished(v2_base) if e.version == 2)
-        unknown = tuple(a for a in journal.attempts(outcome="unknown") if a.host in (base, v2_base))
+        unknown = tuple(journal.attempts(outcome="unknown", hosts=(base, v2_base)))  # however each host was spelled
         return Resumed(v1, v2, unknown)
 
     def _resume_flow(
@@ -295,3 +295,24 @@ class WaitFlows:
         seeds = [e.as_record() for e in self._resume_journal().unfinished() if e.id in wanted]
         records = yield from self._wait_flow(seeds, (), timeout, interval, on_update, False)
         return replace(found, records=tuple(records))
+
+
+def archive_time_left(client: Any, timeout: float | None, started: float) -> float:
+    """What a wait's timeout leaves for the archive once the songs are finished."""
+    total = client.settings.wait_timeout if timeout is None else timeout
+    return max(0.0, total - (time.monotonic() - started))
+
+
+def archive_outcome(found: Mapping[str, Any] | None, timeout: float | None) -> None:
+    """`wait(archived=True)`'s end: refused when the client archives nothing, a timeout for songs not yet tried."""
+    if found is None:
+        raise MusicGenError(
+            "wait(archived=True): this client archives nothing (archive=False, MUSICGEN_ARCHIVE=off, or no journal)."
+        )
+    pending = [task_id for task_id, outcome in found.items() if outcome is None]
+    if pending:
+        raise WaitTimeoutError(
+            f"{len(pending)} finished song(s) not archived within the wait's timeout ({timeout} s); "
+            "they are still being archived: " + ", ".join(pending),
+            pending,
+        )

@@ -7,13 +7,13 @@ module one of them when the analysis extra is installed. A song's measures land 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
+import time
 from pathlib import Path
 
-from ..lifecycle import at_exit
+from ..lifecycle import add_worker
 from ..storage.library import LibraryStore
 from .analysis import analyze_file, available
 
@@ -34,10 +34,14 @@ class Analyst:
         self._queue: queue.Queue[tuple[str, Path] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self.errors: dict[str, str] = {}
+        add_worker(self)
 
     def submit(self, task_id: str, path: Path) -> None:
         with self._lock:
+            if self._stopping.is_set():
+                return  # at exit: the song stays unmeasured (analyze() measures it on demand)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="ipymusicgen-analysis", daemon=True)
                 self._thread.start()
@@ -45,12 +49,26 @@ class Analyst:
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every submitted song is measured (tests, scripts); True if it got there in time."""
-        done = threading.Event()
-        threading.Thread(target=lambda: (self._queue.join(), done.set()), daemon=True).start()
-        return done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._queue.unfinished_tasks and not self._stopping.is_set():
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return not self._queue.unfinished_tasks
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Measure nothing more (the song in hand is finished); songs still queued stay unmeasured."""
+        self._stopping.set()
         self._queue.put(None)
+
+    def join_worker(self, timeout: float) -> bool:
+        """Wait (at most `timeout` s) for the thread to end; True when it has (or never started)."""
+        with self._lock:
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
 
     def _work(self) -> None:
         store: LibraryStore | None = None
@@ -58,7 +76,7 @@ class Analyst:
             while True:
                 item = self._queue.get()
                 try:
-                    if item is None:
+                    if item is None or self._stopping.is_set():
                         return
                     task_id, path = item
                     if store is None:
@@ -95,13 +113,3 @@ def analyse_after_archive(journal_path: Path | None, task_id: str, path: Path) -
     """An archiver's follower: measure the song it just kept (in the background), if analysis is on."""
     if journal_path is not None and enabled():
         analyst_for(journal_path).submit(task_id, path)
-
-
-def _close_all() -> None:
-    with _analysts_lock:
-        for analyst in _analysts.values():
-            with contextlib.suppress(Exception):
-                analyst.close()
-
-
-at_exit(_close_all)
