@@ -56,6 +56,27 @@ def url_host(url: str) -> str:
     return host.lower().rstrip(".")
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def service_address(url: str) -> str:
+    """One spelling of a service's base URL, so two spellings of it compare equal: scheme and host in lower case,
+    the default port and user info dropped, no trailing slash ("HTTPS://API.x.com:443/" -> "https://api.x.com")."""
+    text = (url or "").strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return text.rstrip("/")
+    scheme, host = parts.scheme.lower(), url_host(text)
+    if not host:
+        return text.rstrip("/")
+    shown = f"[{host}]" if ":" in host else host
+    if port is not None and port != DEFAULT_PORTS.get(scheme):
+        shown += f":{port}"
+    return f"{scheme}://{shown}{parts.path.rstrip('/')}"
+
+
 def url_scheme(url: str) -> str:
     return urlsplit(url.strip()).scheme.lower()
 

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JournalUnavailableError, JournalWriteWarning
+from ..config import service_address
+from ..errors import JournalUnavailableError, JournalWriteWarning, storage_reason
 from ..lifecycle import at_exit
-from .db import busy_timeout_or_default, damaged, is_damage, open_db, write_transaction
+from .db import PRIVATE_FILE, busy_timeout_or_default, damaged, is_damage, open_db, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
@@ -310,7 +311,7 @@ class Journal:
                         item.apply(db)
                     return
                 except (sqlite3.Error, ValueError) as exc:
-                    reason = _reason(exc)
+                    reason = storage_reason(exc)
             else:
                 reason = "earlier writes are still waiting"
             self._backlog.append(item)
@@ -354,11 +355,7 @@ class Journal:
             except (sqlite3.Error, ValueError) as exc:
                 if is_damage(exc):
                     raise damaged(self.path, str(exc)) from None
-                raise JournalUnavailableError(
-                    f"The journal {self.path} cannot record this paid request ({_reason(exc)}), so it was not "
-                    "sent and nothing was charged. Close the other program holding the journal, free disk space "
-                    "or set MUSICGEN_JOURNAL to a writable file, then try again."
-                ) from None
+                raise JournalUnavailableError.cannot_record(self.path, exc) from None
         return attempt_id
 
     def submitted(self, attempt_id: str, ids: list[str], *, v2: bool = False) -> None:
@@ -416,6 +413,7 @@ class Journal:
             )
             for r in records
         ]
+        rows = self._changing(rows)
         if not rows:
             return
 
@@ -429,6 +427,28 @@ class Journal:
             )
 
         self._record(_Unwritten(apply), "task state")
+
+    def _changing(self, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """The rows of `observe` that would change what the file holds: a poll that learns nothing new writes
+        nothing (no transaction, no lock taken from another kernel). With writes still waiting in memory, all of
+        them, in order, since the file does not say yet what they will change."""
+        with self._lock:
+            if self._backlog:
+                return rows
+            held: dict[str, tuple[Any, ...]] = {}
+            ids = [row[-1] for row in rows]
+            try:
+                for start in range(0, len(ids), 500):
+                    chunk = ids[start : start + 500]
+                    for found in self._db.execute(
+                        "SELECT id, state, title, style, audio_url, cover_url, song_id, lyrics, fail_reason FROM tasks"
+                        f" WHERE id IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    ):
+                        held[found[0]] = tuple(found[1:])
+            except sqlite3.Error:
+                return rows  # the write says what is wrong, or waits in memory
+        return [row for row in rows if row[-1] in held and _observed(row, held[row[-1]]) != held[row[-1]]]
 
     def downloaded(self, task_id: str, path: str) -> None:
         def apply(db: sqlite3.Connection) -> None:
@@ -450,7 +470,8 @@ class Journal:
             except sqlite3.Error as exc:
                 if is_damage(exc):
                     raise damaged(self.path, str(exc)) from None
-                raise JournalUnavailableError(f"The journal {self.path} cannot be read ({_reason(exc)}).") from None
+                reason = storage_reason(exc)
+                raise JournalUnavailableError(f"The journal {self.path} cannot be read ({reason}).") from None
 
     @contextmanager
     def _quick(self) -> Iterator[None]:
@@ -484,13 +505,12 @@ class Journal:
 
         Tasks still waiting in memory (the file could not take them yet) are included.
         """
-        where = "state NOT IN ('complete', 'failed')"
-        found = self._entries(where, ()) if host is None else self._entries(where + " AND host = ?", (host,))
+        found = self._entries("state NOT IN ('complete', 'failed')", ())
         known = {e.id for e in found}
         with self._lock:
             waiting = [e for item in self._backlog for e in item.tasks]
-        found += [e for e in waiting if e.id not in known and (host is None or e.host == host)]
-        return found
+        found += [e for e in waiting if e.id not in known]
+        return found if host is None else [e for e in found if same_service(e.host, host)]
 
     def history(
         self, *, state: str | None = None, since: float | None = None, text: str | None = None, limit: int = 50
@@ -508,8 +528,11 @@ class Journal:
             params.extend([f"%{text}%"] * 3)
         return self._entries(" AND ".join(clauses), tuple(params), limit)
 
-    def attempts(self, outcome: str | None = None) -> list[Attempt]:
-        """Paid requests, oldest first. A `pending` one whose process died is reported (and marked) `unknown`."""
+    def attempts(self, outcome: str | None = None, *, hosts: Iterable[str] | None = None) -> list[Attempt]:
+        """Paid requests, oldest first. A `pending` one whose process died is reported (and marked) `unknown`.
+
+        `hosts`: only those sent to one of these base URLs, however each was spelled (case, default port, slash).
+        """
         sql, params = "SELECT * FROM attempts", ()
         if outcome in ("pending", "unknown"):
             sql += " WHERE outcome IN ('pending', 'unknown')"  # a pending one may turn out unknown
@@ -517,7 +540,13 @@ class Journal:
             sql, params = sql + " WHERE outcome = ?", (outcome,)
         rows = self._read(sql + " ORDER BY created_at", params)
         found = self._settle([_attempt(row) for row in rows])
-        return [a for a in found if outcome is None or a.outcome == outcome]
+        wanted = None if hosts is None else [str(h) for h in hosts]
+        return [
+            a
+            for a in found
+            if (outcome is None or a.outcome == outcome)
+            and (wanted is None or any(same_service(a.host, h) for h in wanted))
+        ]
 
     def _settle(self, attempts: list[Attempt]) -> list[Attempt]:
         """A pending attempt whose sender is gone can never be answered: its outcome is unknown.
@@ -570,11 +599,15 @@ class Journal:
         if not saved:
             return None
         target = self.path.with_name(f"{self.path.name}.unsaved-{os.getpid()}-{uuid.uuid4().hex[:8]}.json")
-        try:
-            partial = target.with_suffix(".part")
-            partial.write_text(json.dumps(saved))
+        partial = target.with_suffix(".part")
+        try:  # private from its first byte, as the journal is: it holds ids, titles and prompts
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                file.write(json.dumps(saved))
             partial.replace(target)
         except OSError:
+            with suppress(OSError):
+                partial.unlink(missing_ok=True)
             return None
         return target
 
@@ -598,13 +631,22 @@ class Journal:
         self.close()
 
 
+def _observed(row: tuple[Any, ...], held: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a task's fields (as `held`) become after `observe`'s UPDATE of `row`: the same rule as its SQL (an
+    empty field keeps what was there; an empty fail reason clears it)."""
+    state, *kept, fail = row[:8]
+    return (
+        state,
+        *(new if new not in (None, "") else old for new, old in zip(kept, held[1:7], strict=True)),
+        fail or None,
+    )
+
+
+def same_service(one: str, other: str) -> bool:
+    """Whether two base URLs name one service, however spelled (`config.service_address`)."""
+    return service_address(one) == service_address(other)
+
+
 def _id_list(ids: list[str], limit: int = 20) -> str:
     shown = ", ".join(ids[:limit])
     return shown if len(ids) <= limit else f"{shown} and {len(ids) - limit} more"
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    if "locked" in text or "busy" in text:
-        return f"{text}: another program holds it"
-    return text
