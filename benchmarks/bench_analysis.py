@@ -3,7 +3,7 @@
 The song is the sandbox's own synthesized MP3 (drums, chords, a voice). The child warms librosa up on a
 second of audio first (its first call imports and compiles for seconds, once per process), then
 measures the song: wall time against the song's length (× real time, target ≥ 20), and the peak RSS
-above the process's baseline while it decodes and measures (the decode is capped, 16 kHz, 16-bit).
+above the process's baseline while it decodes and measures (capped; full band streamed, a 16 kHz mono copy).
 """
 
 from __future__ import annotations

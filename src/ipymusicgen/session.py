@@ -195,7 +195,12 @@ def analyze(song_or_path: Any) -> Analysis:
     task_id = task_id_of(song_or_path)
     opened = library() if task_id is not None else None
     path = song_path(song_or_path, find=opened.archived_path if opened is not None else None)
-    measures = analyze_file(path)
+    try:
+        measures = analyze_file(path)
+    except (ValueError, OSError) as exc:  # not audio, past the cap, unreadable: the old numbers must not stand
+        if opened is not None and task_id is not None:
+            opened.store.analysis_failed(task_id, f"{type(exc).__name__}: {exc}")
+        raise
     if opened is not None and task_id is not None:
         opened.store.analysed(task_id, measures.as_dict())
     return measures

@@ -1,10 +1,11 @@
 """What a song measures: tempo (BPM), key and mode, integrated loudness (LUFS), true peak, silence at the ends.
 
 Tempo and key come from `librosa` (beat tracking; a chroma profile matched against the Krumhansl-Kessler
-key profiles), loudness from `pyloudnorm` (ITU-R BS.1770-4, gated). Both are the optional extra
-`ipymusicgen[analysis]`. The file is decoded once, as a stream of blocks, to 16 kHz 16-bit PCM (the
-channels kept for loudness), and decoding stops at the archive's cap, so memory is bounded by the
-longest song whatever a file claims. True peak is measured on a 4x oversampled signal.
+key profiles), loudness from `pyloudnorm`'s K-weighting (ITU-R BS.1770-4, gated). Both are the optional
+extra `ipymusicgen[analysis]`. The file is recognised by its content (`decoding`), and decoded as streams
+of blocks that stop at the archive's cap: loudness and true peak (4x oversampled) are measured on the
+full-band float samples at the file's own rate, a few blocks at a time (`levels`); tempo, key and silence
+on a 16 kHz mono float copy. Memory is bounded by the longest song whatever a file claims or its rate.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..archive.waveform import DecodeCapError, decode_cap
+from .decoding import blocks, low_rate_mono, open_audio
+from .levels import measure_levels
 
 ANALYSIS_RATE = 16_000
-"""Hz the audio is decoded at: enough for tempo, key and loudness, a third of the memory of 48 kHz."""
-BLOCK_FRAMES = 16_384
+"""Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
 """A 10 ms window quieter than this (RMS) counts as silence at the start or end."""
-OVERSAMPLE = 4
 TEMPO_HOP = 128
 ONSET_WINDOW = 2048
 ONSET_CHUNK_S = 10
@@ -80,54 +80,25 @@ def available() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("librosa", "pyloudnorm"))
 
 
-def decode(path: str | Path, *, max_seconds: float | None = None) -> Any:
-    """The file as int16 frames (frames x channels, at most 2) at `ANALYSIS_RATE`, decoded block by block and
-    refused (`DecodeCapError`) past the cap, so a file that claims hours never fills memory."""
-    import miniaudio
-    import numpy as np
-
-    info = miniaudio.get_file_info(str(path))
-    channels = max(1, min(2, info.nchannels))
-    limit = int((decode_cap(None) if max_seconds is None else max_seconds) * ANALYSIS_RATE)
-    buffer = bytearray()
-    stream = miniaudio.stream_file(
-        str(path),
-        output_format=miniaudio.SampleFormat.SIGNED16,
-        nchannels=channels,
-        sample_rate=ANALYSIS_RATE,
-        frames_to_read=BLOCK_FRAMES,
-    )
-    try:
-        for block in stream:
-            buffer += memoryview(block).cast("B")
-            if len(buffer) // (2 * channels) > limit:
-                raise DecodeCapError(f"not analysed: the audio runs past {limit / ANALYSIS_RATE:.0f} s")
-    finally:
-        stream.close()
-    return np.frombuffer(bytes(buffer), dtype=np.int16).reshape(-1, channels)
-
-
 def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analysis:
-    """Measure one audio file (MP3, WAV, FLAC, OGG: whatever the archive keeps)."""
+    """Measure one audio file (MP3, WAV, FLAC, OGG, recognised by content); `decoding.AudioFileError` names a
+    file that is not audio, `DecodeCapError` one that runs past the cap."""
     if not available():
         raise AnalysisUnavailableError(
             "audio analysis needs the extra: pip install 'ipymusicgen[analysis]' (librosa and pyloudnorm)"
         )
-    import numpy as np
-
     started = time.perf_counter()
-    pcm = decode(path, max_seconds=max_seconds)
-    frames = pcm.astype(np.float32) / 32768.0
-    del pcm
-    mono = frames.mean(axis=1)
+    audio = open_audio(path)
+    levels = measure_levels(blocks(audio, max_seconds=max_seconds), audio.sample_rate, audio.channels)
+    mono = low_rate_mono(audio, ANALYSIS_RATE, max_seconds=max_seconds)
     duration = len(mono) / ANALYSIS_RATE
     lead, trail = silence_at_ends(mono)
     audible = duration - lead - trail > 1.0
     return Analysis(
         bpm=tempo(mono) if audible else None,
         key=musical_key(mono) if audible else None,
-        lufs=loudness(frames),
-        true_peak_db=true_peak(frames),
+        lufs=levels.lufs,
+        true_peak_db=levels.true_peak_db,
         silence_start_s=round(lead, 3),
         silence_end_s=round(trail, 3),
         duration_s=round(duration, 3),
@@ -215,29 +186,3 @@ def musical_key(mono: Any) -> str | None:
             if score > best:
                 best, name = score, f"{PITCHES[tonic]} {mode}"
     return name if best >= KEY_CONFIDENCE else None
-
-
-def loudness(frames: Any) -> float | None:
-    """Integrated loudness in LUFS (pyloudnorm, BS.1770-4 gating); None for silence or under 0.4 s."""
-    import pyloudnorm
-
-    if len(frames) < int(0.4 * ANALYSIS_RATE) + 1:
-        return None
-    value = float(pyloudnorm.Meter(ANALYSIS_RATE).integrated_loudness(frames))
-    return round(value, 2) if math.isfinite(value) else None
-
-
-def true_peak(frames: Any) -> float | None:
-    """dBTP: the largest sample of each channel oversampled 4x (block by block, so memory stays small)."""
-    import numpy as np
-    from scipy.signal import resample_poly
-
-    block = ANALYSIS_RATE * 10
-    highest = 0.0
-    for channel in range(frames.shape[1]):
-        signal = frames[:, channel]
-        for start in range(0, len(signal), block):
-            piece = signal[max(0, start - 64) : start + block + 64]  # a little overlap: no edge effects missed
-            if len(piece):
-                highest = max(highest, float(np.abs(resample_poly(piece, OVERSAMPLE, 1)).max()))
-    return round(20 * math.log10(highest), 2) if highest > 0 else None

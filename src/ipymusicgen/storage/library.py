@@ -302,10 +302,12 @@ class LibraryStore:
             )
 
     def analysis_failed(self, task_id: str, error: str) -> None:
+        """The song could not be measured: its error is kept and its old measures cleared (never stale)."""
         with self.write() as db:
             self._ensure_row(db, task_id)
+            cleared = ", ".join(f"{column} = NULL" for column in self.ANALYSIS_COLUMNS)
             db.execute(
-                "UPDATE library_songs SET analysis_error = ?, analysed_at = ? WHERE id = ?",
+                f"UPDATE library_songs SET {cleared}, analysis_error = ?, analysed_at = ? WHERE id = ?",
                 (error[:2000], time.time(), task_id),
             )
 
