@@ -6,7 +6,9 @@ sandbox playing the real (paid) service."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +20,7 @@ from test_mcp_tools import GENERATE, KEY, MODES, SUBMIT, Asker, call, data, erro
 
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage import db as storage_db
 
 __all__ = ["make_desk", "paid_sandbox", "service"]  # the fixtures, shared with the tools' tests
 
@@ -222,3 +225,56 @@ def test_a_batchs_measured_spend_counts_against_the_servers_budget(
     assert "budget" in error(call(desk, "generate_song", {"style": "c", "max_credits": 3}))
     account = data(call(desk, "account", {}))
     assert account["server_spent_measured"] == 12 and account["server_spent_estimate"] == 6
+
+
+# -- 8. a journal that cannot record: the notebook's words, never SQLite's --------------------------------------------
+
+
+PAID_CALLS = [
+    ("generate_song", {"style": "x", "max_credits": 3, "idempotency_key": "held"}),
+    ("generate_song_v2", {"prompt": "x", "max_credits": 3, "idempotency_key": "held"}),
+    ("run_batch", {"rows": [{"style": "x"}], "name": "held", "max_credits": 3}),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments"), PAID_CALLS)
+def test_a_locked_journal_says_nothing_was_sent(
+    make_desk: Callable[..., AgentDesk],
+    service: Sandbox,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tool: str,
+    arguments: dict[str, Any],
+) -> None:
+    monkeypatch.setattr(storage_db, "DEFAULT_BUSY_TIMEOUT", 0.05)
+    desk = make_desk(budget=3)
+    holder = sqlite3.connect(tmp_path / "journal.sqlite3", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        text = error(call(desk, tool, arguments))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert "OperationalError" not in text and "database is locked" in text
+    if tool == "run_batch":  # the notebook's %batch says the engine's words
+        assert "The batch's rows cannot be recorded" in text and "nothing was sent" in text
+    else:
+        assert "cannot record this paid request" in text and "so it was not sent and nothing was charged" in text
+        assert "another program holds it" in text
+    assert not {GENERATE, SUBMIT} & set(service.request_counts())
+    assert data(call(desk, tool, arguments))["state"] in ("sent", "started")  # the budget was given back
+
+
+@pytest.mark.parametrize(("tool", "arguments"), PAID_CALLS)
+def test_a_read_only_journal_says_nothing_was_sent(
+    make_desk: Callable[..., AgentDesk], service: Sandbox, tmp_path: Path, tool: str, arguments: dict[str, Any]
+) -> None:
+    desk = make_desk()
+    read_only = sqlite3.connect(f"file:{tmp_path / 'journal.sqlite3'}?mode=ro", uri=True, check_same_thread=False)
+    read_only.row_factory = sqlite3.Row
+    desk.store._db = read_only  # what a store opened on a read-only file holds
+    text = error(call(desk, tool, arguments))
+    assert "(attempt to write a readonly database)" in text and "OperationalError" not in text
+    assert "nothing was " in text and not {GENERATE, SUBMIT} & set(service.request_counts())
+    if tool != "run_batch":
+        assert "cannot record this paid request" in text and "nothing was charged" in text

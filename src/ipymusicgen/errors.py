@@ -182,6 +182,24 @@ class TaskFailedError(MusicGenError):
 class JournalUnavailableError(MusicGenError):
     """The journal cannot record a paid request before it is sent, so nothing was sent (nothing paid)."""
 
+    @classmethod
+    def cannot_record(cls, path: object, exc: BaseException) -> JournalUnavailableError:
+        """The one way to say a paid request was refused because it could not be recorded first (the notebook
+        and the agent server alike): what went wrong, that nothing was sent or charged, and what to do."""
+        return cls(
+            f"The journal {path} cannot record this paid request ({storage_reason(exc)}), so it was not sent and "
+            "nothing was charged. Close the other program holding the journal, free disk space or set "
+            "MUSICGEN_JOURNAL to a writable file, then try again."
+        )
+
+
+def storage_reason(exc: BaseException) -> str:
+    """A storage error in words: a locked file says another program holds it."""
+    text = str(exc) or type(exc).__name__
+    if "locked" in text or "busy" in text:
+        return f"{text}: another program holds it"
+    return text
+
 
 class JournalWriteWarning(UserWarning):
     """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""

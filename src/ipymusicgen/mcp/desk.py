@@ -22,7 +22,7 @@ from typing import Any
 from ..batch.engine import Batch, BatchError, request_hash, validate_rows
 from ..client.faces import MusicClient
 from ..client.responses import create_may_have_landed
-from ..errors import MusicGenError, RequestValidationError
+from ..errors import JournalUnavailableError, MusicGenError, RequestValidationError
 from ..library import Library
 from ..models import costs
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
@@ -206,11 +206,15 @@ class AgentDesk:
             self.store.open_batch(plan.name, [(digest, json.dumps(plan.request.to_payload()), v2)])
         except ValueError:
             raise AgentError("idempotency_key: already used with different parameters") from None
+        except sqlite3.Error as exc:  # locked by another program, read-only, full: the notebook's words
+            raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
         spend = self._reserve(plan.estimate)  # checked and taken in one step: two calls cannot both fit
         try:
             claimed = self.store.claim(plan.name, 0, plan.estimate)
-        except BaseException:
+        except BaseException as exc:
             self.ledger.release(spend)
+            if isinstance(exc, sqlite3.Error):
+                raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
             raise
         if not claimed:
             self.ledger.release(spend)
@@ -308,6 +312,9 @@ class AgentDesk:
         except BatchError as exc:
             self.ledger.release(spend)
             raise AgentError(_one_line(exc)) from None
+        except sqlite3.Error as exc:  # its rows could not be recorded: nothing was sent
+            self.ledger.release(spend)
+            raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
         except BaseException:
             self.ledger.release(spend)
             raise
