@@ -242,7 +242,7 @@ def test_a_vote_while_another_kernel_holds_the_journal_is_said_and_the_pair_kept
         holder.execute("BEGIN EXCLUSIVE")
         started = time.monotonic()
         try:
-            view._handle_custom_msg(pick, [])  # never raises out of the handler
+            view._on_msg(view, pick, [])  # never raises out of the handler (ipywidgets would only print it)
         finally:
             waited = time.monotonic() - started
             holder.execute("ROLLBACK")
@@ -260,6 +260,29 @@ def test_a_vote_while_another_kernel_holds_the_journal_is_said_and_the_pair_kept
 def test_a_vote_on_a_closed_library_is_said_not_raised(library: Library, made: tuple[Path, list[str]]) -> None:
     view = CompareView(songs_of(library, made[1]), library=library, seed=4)
     library.close()  # the notebook closed it meanwhile
-    view._handle_custom_msg({"kind": "pick", "label": "A", "round": view.data["round"]}, [])
+    view._on_msg(view, {"kind": "pick", "label": "A", "round": view.data["round"]}, [])  # raises nothing
     assert view.result is None and "not saved" in view.data["note"]
     view.close()
+
+
+def test_a_library_button_while_another_kernel_holds_the_journal_is_said_not_raised(
+    made: tuple[Path, list[str]], short_locks: float
+) -> None:
+    """The same class as the vote: the library view's favourite and keep buttons write to the journal too."""
+    from ipymusicgen.widgets.library import LibraryView
+
+    path, ids = made
+    with Library(path) as library:  # opened after short_locks: the held lock is waited for 0.5 s
+        view = LibraryView(library=library)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        try:
+            for kind in ("favourite", "keep"):
+                view._on_msg(view, {"kind": kind, "id": ids[0]}, [])  # never raises out of the handler
+                assert "not saved" in view.status and "again" in view.status.lower()
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        view._handle_custom_msg({"kind": "favourite", "id": ids[0]}, [])
+        assert library.song(ids[0]).favourite
+        view.close()

@@ -19,6 +19,7 @@ import traitlets
 from ..archive.archiver import archive_label
 from ..library import Library, LibrarySong
 from ..models.tasks import STATE_WORDS
+from ..storage.library import LibraryWriteError
 from ._static import css, esm
 from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
@@ -268,6 +269,8 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 self.refresh(everything=True)
         except (KeyError, ValueError, TypeError, OverflowError) as exc:  # a forged intent: said, never raised
             self.status = f"Could not do that: {str(exc)[:200]}"
+        except LibraryWriteError as exc:  # another kernel holds the journal: said, never raised from a button
+            self.status = str(exc)[:400]  # "... was not saved: the journal ... cannot be written now ... Try again"
 
     def search(self, text: str) -> None:
         with self.hold_sync():
