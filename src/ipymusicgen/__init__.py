@@ -6,6 +6,7 @@ Heavy parts (the sandbox, numpy, FastAPI, the widgets) are imported only when fi
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -93,6 +94,7 @@ __all__ = [
     "__version__",
     "analyze",
     "compare",
+    "export",
     "get_async_client",
     "get_client",
     "grid",
@@ -153,6 +155,21 @@ def grid(
         from .widgets import grid as _view  # noqa: F401
 
     return plan(base, repeat=repeat, name=name, client=client, **axes)
+
+
+def export(song_or_ids: Any, folder: str | Path, *, journal_path: str | Path | None = None) -> list[Path]:
+    """Export songs as folders under `folder`: per song the tagged MP3 (and WAV/MP4 when made), the cover, the
+    lyrics as text and `song.json` (request, lineage, cost estimated and measured apart, ratings, analysis), all
+    read from the library in use (or the journal at `journal_path`). `song_or_ids`: a song, a task id or a list
+    of them. Returns the song folders; nothing is asked of the service."""
+    from .archive.export import export_songs
+    from .session import library
+
+    opened = library(journal_path)
+    try:
+        return export_songs(opened, song_or_ids, folder)
+    finally:
+        opened.close()
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

@@ -1,0 +1,175 @@
+"""Export: songs of a real sandbox run, archived into a temporary journal, written out as folders (tagged MP3,
+cover, lyrics, a JSON sidecar) whose sidecar says what the library says, with names that server text cannot
+steer outside the folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mutagen.id3 import ID3
+
+import ipymusicgen
+from ipymusicgen import MusicClient, Settings
+from ipymusicgen.archive.archiver import archiver_of, song_info
+from ipymusicgen.archive.export import SIDECAR, export_songs, exports_dir_beside, task_ids
+from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.library import Library
+from ipymusicgen.models.costs import estimate_credits
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
+
+KEY = "export-key"
+LYRICS = "[Verse]\nthe lighthouse keeper hums\n[Chorus]\nsalt and thunder"
+TRAVERSAL = "../../../escaped/../..\\evil"
+MEASURES = {"bpm": 118.0, "key": "A minor", "lufs": -14.2, "true_peak_db": -1.1, "silence_start_s": 0.0,
+            "silence_end_s": 0.3}  # fmt: skip
+
+
+@dataclass
+class Run:
+    journal: Path
+    archive: Path
+    batch_ids: list[str]
+    single_ids: list[str]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """A measured batch of one call (two takes) with a hostile title, and one more call outside any batch."""
+    home = tmp_path_factory.mktemp("export")
+    journal, archive = home / "journal.sqlite3", home / "songs"
+    settings = Settings.from_env().with_changes(poll_interval=0.05)
+    service = Sandbox(stage_seconds=0.05, song_seconds=3, faults="", keys={KEY: 500})
+    with service, MusicClient(KEY, base_url=service.base_url, v2_base_url=service.v2_base_url,
+                              journal=Journal(journal), archive=archive, settings=settings) as client:  # fmt: skip
+        request = {"action": "custom", "title": TRAVERSAL, "style": "sea shanty", "lyrics": LYRICS, "mv": "MFV2.0"}
+        batch = run_batch(client, [request], name="album", concurrency=1)
+        assert [r.state for r in batch.rows] == ["complete"]
+        single = list(client.generate(action="custom", title="Harbour Lights", style="folk", lyrics="la la").ids)
+        client.wait(single, interval=0.05)
+        archiver = archiver_of(client)
+        assert archiver is not None and archiver.join(30)
+    with Library(journal) as library:
+        batch_ids = [s.id for s in library.songs(batch="album")]
+    assert len(batch_ids) == 2 and len(single) == 2
+    yield Run(journal, archive, batch_ids, single)
+
+
+@pytest.fixture
+def library(run: Run) -> Iterator[Library]:
+    with Library(run.journal) as opened:
+        yield opened
+
+
+@pytest.mark.slow  # a sandbox run on real time (its stages, the archive's worker)
+def test_an_exported_folder_holds_the_files_and_a_sidecar_matching_the_library(
+    run: Run, library: Library, tmp_path: Path
+) -> None:
+    first, second = run.batch_ids
+    library.rate(first, 4)
+    library.favourite(first)
+    library.keep(first)
+    library.note(first, "the keeper")
+    library.vote(first, second)
+    library.store.analysed(first, MEASURES)
+    out = tmp_path / "out"
+
+    (folder,) = export_songs(library, first, out)
+
+    song = library.song(first)
+    assert folder.parent == out and folder.name.endswith(f"[{first[:8]}]")
+    names = sorted(p.name for p in folder.iterdir())
+    mp3 = f"{folder.name}.mp3"
+    assert names == sorted([mp3, "cover.svg", "lyrics.txt", SIDECAR]), names
+    assert (folder / mp3).read_bytes() == Path(song.archive_path).read_bytes()  # the tagged MP3 itself
+    assert str(ID3(folder / mp3)["TXXX:ipymusicgen:task_id"]) == first
+    assert (folder / "cover.svg").read_bytes() == Path(song.cover_path).read_bytes()
+    assert (folder / "lyrics.txt").read_text(encoding="utf-8") == LYRICS + "\n"
+
+    sidecar = json.loads((folder / SIDECAR).read_text(encoding="utf-8"))
+    assert sidecar["id"] == first and sidecar["title"] == TRAVERSAL == song.title
+    assert (sidecar["style"], sidecar["model"], sidecar["action"]) == (song.style, song.model, song.action)
+    assert (sidecar["batch"], sidecar["call"], sidecar["take"]) == ("album", song.call, song.take)
+    request = song_info(library.store, first).request
+    assert sidecar["request"] == request and request["lyrics"] == LYRICS and request["mv"] == "MFV2.0"
+    assert sidecar["lineage"] == library.lineage(first)
+    album = {r["batch"]: r for r in library.spend("batch").rows}["album"]
+    assert album["credits_measured"] is not None  # the batch read the key's counts before and after
+    assert sidecar["cost"] == {
+        "call_credits_estimated": estimate_credits(request),
+        "songs_in_call": 2,
+        "batch_credits_estimated": album["credits_estimated"],
+        "batch_credits_measured": album["credits_measured"],
+    }  # estimated and measured side by side: no field adds them
+    ratings = sidecar["ratings"]
+    assert (ratings["stars"], ratings["favourite"], ratings["kept"], ratings["note"]) == (4, True, True, "the keeper")
+    assert (ratings["votes_won"], ratings["votes_lost"]) == (1, 0) and ratings["votes"][0]["against"] == second
+    analysis = sidecar["analysis"]
+    assert (analysis["bpm"], analysis["key"], analysis["lufs"]) == (song.bpm, song.musical_key, song.lufs)
+    assert (analysis["bpm"], analysis["key"], analysis["lufs"]) == (118.0, "A minor", -14.2)
+    assert sidecar["files"] == {"audio": mp3, "wav": None, "mp4": None, "cover": "cover.svg", "lyrics": "lyrics.txt"}
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_a_hostile_title_cannot_place_a_file_outside_the_folder(run: Run, library: Library, tmp_path: Path) -> None:
+    out = tmp_path / "deep" / "out"
+    folders = export_songs(library, run.batch_ids, out)
+    assert [f.parent for f in folders] == [out, out]
+    everything = sorted(p for p in tmp_path.rglob("*"))
+    assert all(p == out.parent or p.is_relative_to(out) for p in everything), everything
+    for folder in folders:
+        assert folder.name not in (".", "..") and "/" not in folder.name and "\\" not in folder.name
+        assert not folder.name.startswith(".") and folder.name.endswith("]")  # one visible component, id kept
+    assert not (tmp_path / "escaped").exists() and not (tmp_path.parent / "escaped").exists()
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_exporting_again_refreshes_the_same_folders_and_never_writes_into_a_stranger(
+    run: Run, library: Library, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    first = export_songs(library, run.single_ids, out)
+    again = export_songs(library, [library.song(i) for i in run.single_ids], out)
+    assert again == first and len(list(out.iterdir())) == 2
+    stranger = out / "elsewhere"
+    stranger.mkdir()
+    theirs = first[0].name
+    (out / theirs).rename(stranger / theirs)
+    (out / theirs).mkdir()
+    (out / theirs / "holiday.jpg").write_bytes(b"not ours")
+    (moved,) = export_songs(library, run.single_ids[0], out)
+    assert moved != out / theirs and moved.name.startswith(theirs)
+    assert sorted(p.name for p in (out / theirs).iterdir()) == ["holiday.jpg"]
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_an_unknown_id_writes_nothing(run: Run, library: Library, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with pytest.raises(KeyError):
+        export_songs(library, [run.single_ids[0], "no-such-task"], out)
+    assert not out.exists()
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_the_package_export_reads_the_library_it_is_given(run: Run, tmp_path: Path) -> None:
+    folders = ipymusicgen.export(run.single_ids, tmp_path / "out", journal_path=run.journal)
+    assert len(folders) == 2 and all((f / SIDECAR).is_file() for f in folders)
+    sidecar = json.loads((folders[0] / SIDECAR).read_text(encoding="utf-8"))
+    assert sidecar["batch"] is None and sidecar["cost"]["batch_credits_measured"] is None
+    assert sidecar["cost"]["call_credits_estimated"] == estimate_credits(sidecar["request"])
+
+
+def test_what_export_takes() -> None:
+    assert task_ids("abc") == ["abc"]
+    assert task_ids(["a", "b", "a"]) == ["a", "b"]
+    with pytest.raises(TypeError):
+        task_ids(42)
+    with pytest.raises(TypeError):
+        task_ids([None])
+    with pytest.raises(ValueError, match="nothing to export"):
+        task_ids([])
+    assert exports_dir_beside(Path("/data/ipymusicgen/songs")) == Path("/data/ipymusicgen/songs-exports")
