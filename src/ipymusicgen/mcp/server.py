@@ -34,7 +34,8 @@ from mcp.types import (
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import MusicGenError, one_line
+from ..client.waiting import check_id
+from ..errors import MusicGenError, RequestValidationError, one_line
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
 from .desk import AgentDesk, AgentError, BatchRequest, Plan
@@ -323,7 +324,7 @@ class AgentServer:
     ) -> dict[str, Any]:
         """Wait for songs, with a progress notification at each change (queued → writing → preview → ready).
         When timeout_s passes first, the unfinished ones come back as still running (not an error)."""
-        ids = list(dict.fromkeys(task_ids))
+        ids, invalid = checked_ids(task_ids)
         tasks = await self._blocking(lambda: self.desk.tasks_for(ids))
         interval = self.desk.client.settings.poll_interval_for(None)
         deadline = anyio.current_time() + timeout_s
@@ -340,7 +341,7 @@ class AgentServer:
             if tasks.all_finished or left <= 0:
                 break
             await anyio.sleep(min(interval, left))
-        result = self._songs_result(tasks, ids)
+        result = self._songs_result(tasks, ids, invalid)
         if error:
             result["last_error"] = error
         return result
@@ -355,12 +356,18 @@ class AgentServer:
         done = sum(stage(s) for s in states.values())
         await ctx.report_progress(done, 3 * len(ids), self.desk.client.redact(words)[:500])
 
-    def _songs_result(self, tasks: TaskSet, ids: list[str]) -> dict[str, Any]:
+    def _songs_result(
+        self, tasks: TaskSet, ids: list[str], invalid: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         records = [r for r in (tasks.get(i) for i in ids) if r is not None]
         songs = self.desk.views(records, ids)
         running = [s["id"] for s in songs if s["state"] not in ("ready", "failed")]
         note = "all finished" if not running else "still running: call wait_for_songs again with these ids"
-        return self._clean({"songs": songs, "all_finished": not running, "still_running": running, "note": note})
+        result: dict[str, Any] = {"songs": songs, "all_finished": not running, "still_running": running}
+        if invalid:  # named first: the agent's mistake, then what the good ids say
+            note = "; ".join(i["problem"] for i in invalid) + f"; not read. The other ids: {note}"
+            result["invalid_ids"] = invalid
+        return self._clean({**result, "note": note})
 
     async def get_songs(
         self,
@@ -368,12 +375,12 @@ class AgentServer:
         include_audio: Annotated[bool, Field(description="attach archived songs as audio (size-bounded)")] = False,
     ) -> CallToolResult:
         """The songs' current state, without waiting (one query)."""
-        ids = list(dict.fromkeys(task_ids))
+        ids, invalid = checked_ids(task_ids)
 
         def read() -> dict[str, Any]:
             tasks = self.desk.tasks_for(ids)
             self.desk.poll(tasks)
-            return self._songs_result(tasks, ids)
+            return self._songs_result(tasks, ids, invalid)
 
         result = await self._blocking(read)
         content: list[Any] = [TextContent(type="text", text=json.dumps(result, ensure_ascii=False))]
@@ -425,6 +432,23 @@ class AgentServer:
 def _consents(answer: ElicitResult) -> bool:
     """Consent is an accepted answer whose `send` is the boolean true: not "yes", not 1."""
     return answer.action == "accept" and (answer.content or {}).get("send") is True
+
+
+def checked_ids(task_ids: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The good ids (spaces around taken off, each once) and the bad ones, each with one line naming it
+    (the client's rule: no comma, not blank, not over-long, no control characters). With no good id at
+    all, the call is refused in one line: nothing is read, nothing is waited on."""
+    good: list[str] = []
+    invalid: list[dict[str, Any]] = []
+    for index, value in enumerate(task_ids):
+        field = f"task_ids[{index}]"
+        try:
+            good.append(check_id(value, field))
+        except RequestValidationError as exc:
+            invalid.append({"index": index, "problem": one_line(exc)[:300]})  # the id itself only escaped, inside
+    if not good:
+        raise ToolError("; ".join(i["problem"] for i in invalid)[:1000] + "; nothing was read")
+    return list(dict.fromkeys(good)), invalid
 
 
 def _audio(path: str | None) -> AudioContent | None:
