@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FakeSleep
+from helpers import FakeSleep, wait_until
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import (
@@ -105,14 +105,6 @@ def submit(client: MusicClient, v2: bool) -> list[str]:
     if v2:
         return [song.id for song in client.submit_v2(is_auto=1, model_version="v4.5", prompt="rainy lo-fi")]
     return list(client.generate(action="auto", style="rainy lo-fi").ids)
-
-
-def eventually(check: Callable[[], bool], timeout: float = WAIT) -> None:
-    """Wait (bounded) for something the sandbox does in the background."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def journal_states(journal: Journal, ids: list[str]) -> dict[str, str]:
@@ -269,7 +261,7 @@ def test_a_create_under_a_fault_is_sent_once_and_journalled(
         assert "key_info()" in str(info.value)
         assert client.unfinished().unknown == (journal.attempts()[0],)
     if charged:  # the doubt was justified: the work was done (a `slow` answer is still on its way)
-        eventually(lambda: sandbox.credits() == credits - 2)
+        wait_until(lambda: sandbox.credits() == credits - 2, "the credits charged", WAIT)
     else:
         assert sandbox.credits() == credits
     assert sandbox.request_counts()[path] == 1  # and nobody resent it meanwhile
@@ -373,7 +365,7 @@ def test_watcher_thread_backs_off_and_finishes(
     watcher = TaskWatcher(ids, client=client, interval=0.05)
     try:
         records = watcher.wait(timeout=WAIT)
-        eventually(lambda: not watcher.running)
+        wait_until(lambda: not watcher.running, "the watcher stopped", WAIT)
         assert fired(sandbox, armed) == 3
         assert [r.state for r in records] == [TaskState.COMPLETE] * 2
         assert watcher.last_error is None

@@ -19,6 +19,9 @@ BASE = "http://127.0.0.1:9"
 
 
 def make_client(handler, journal: Journal, **kwargs) -> MusicClient:
+    """A client on a mock transport that archives nothing: an archiver would download from its own thread
+    after the test, into a journal the test has closed (a JournalWriteWarning in a later test)."""
+    kwargs.setdefault("archive", False)
     return MusicClient(
         api_key="journal-test-key",
         base_url=BASE,
@@ -95,8 +98,8 @@ def test_polling_updates_state_and_urls(journal: Journal) -> None:
             ],
         )
 
-    client = make_client(handler, journal)
-    client.wait(client.generate(style="x").ids, interval=0.001)
+    with make_client(handler, journal) as client:
+        client.wait(client.generate(style="x").ids, interval=0.001)
     assert journal.unfinished() == []
     states = {e.id: (e.state, e.audio_url, e.fail_reason) for e in journal.history()}
     assert states == {"a": ("complete", "http://127.0.0.1:9/a.mp3", None), "b": ("failed", None, "boom")}

@@ -12,12 +12,12 @@ import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
 
 from ipymusicgen.client.faces import MusicClient, Resumed
 from ipymusicgen.config import Settings
@@ -226,13 +226,6 @@ def tagged(output: str, tag: str) -> dict[str, Any]:
     return json.loads(line[len(tag) + 1 :])
 
 
-def wait_for(check: Any, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def test_a_killed_kernels_songs_are_finished_by_the_next_kernel(slow_sandbox: Sandbox, tmp_path: Path) -> None:
     sandbox = slow_sandbox
     sandbox.reset()
@@ -243,7 +236,9 @@ def test_a_killed_kernels_songs_are_finished_by_the_next_kernel(slow_sandbox: Sa
     try:
         submitted = tagged(first.run(FIRST_KERNEL), "IDS")
         polls_before = sandbox.request_counts().get(TASKS_PATH, 0)
-        wait_for(lambda: sandbox.request_counts().get(TASKS_PATH, 0) >= polls_before + 2)  # watchers are polling
+        wait_until(
+            lambda: sandbox.request_counts().get(TASKS_PATH, 0) >= polls_before + 2, "watchers polling", WAIT
+        )  # watchers are polling
     finally:
         first.kill()
     assert not first.alive
@@ -306,7 +301,7 @@ def test_a_kernel_killed_mid_paid_call_is_listed_unknown_by_the_next_kernel(tmp_
         first = Kernel(env)
         try:
             first.client.execute(MID_CALL)  # never answered: the kernel sits in the paid call
-            wait_for(lambda: len(silent.requests) == 1)
+            wait_until(lambda: len(silent.requests) == 1, "the request sent", WAIT)
             with Journal(journal_path) as journal:
                 (pending,) = journal.attempts(outcome="pending")  # in flight while the kernel lives
                 assert pending.title == "Killed Mid Call"
@@ -345,7 +340,7 @@ def test_an_interrupted_paid_call_is_listed_unknown_in_the_same_kernel(tmp_path:
     kernel = Kernel(env)
     try:
         msg_id = kernel.client.execute(MID_CALL, stop_on_error=False)  # the next cell is not aborted
-        wait_for(lambda: len(silent.requests) == 1)
+        wait_until(lambda: len(silent.requests) == 1, "the request sent", WAIT)
         kernel.manager.interrupt_kernel()
         while True:
             reply = kernel.client.get_shell_msg(timeout=WAIT)
