@@ -11,18 +11,25 @@ The batch size adapts to the sandbox's latency so a round stays near a fixed tim
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
 from ipymusicgen import AsyncMusicClient
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
 
 from ._common import Row, interleaved, median, ratio, spread
 
 TARGET = 1.05
 """Sync `tasks()` against a bare httpx call on loopback (the floor before the hardening)."""
+JOURNALLED_TARGET = 1.10
+"""The same with a journal, polling finished songs: a poll that changes nothing writes nothing (issue 29 item 19;
+it was 1.17-1.23 when every poll ran a write transaction)."""
 ASYNC_TARGET = 1.10
 CONCURRENCY = 50
 
@@ -159,15 +166,79 @@ def _async_rows(sandbox: Sandbox, ids: list[str], rounds: int, budget: float) ->
 def run(*, quick: bool = False) -> list[Row]:
     """Sync then async overhead ratios against one sandbox with two tasks (one generate call)."""
     rounds = 2 if quick else 7
+    budget = 0.1 if quick else 0.5
     with Sandbox(stage_seconds=60, song_seconds=4, faults="") as sandbox:
         with sandbox.client() as setup:
             ids = setup.generate(action="auto", style="benchmark").ids
-        budget = 0.1 if quick else 0.5
         sync_row = _sync_rows(sandbox, ids, rounds, budget)
         async_row = _async_rows(sandbox, ids, rounds, budget)
-    return [sync_row, async_row]
+    return [sync_row, _journalled_row(rounds, budget), async_row]
 
 
-if __name__ == "__main__":
-    for row in run():
-        print(row)
+def _journalled_row(rounds: int, budget: float) -> Row:
+    """The journalled client polling two finished songs it made (their ids, titles and state in its journal),
+    the journal-less client and bare httpx, interleaved against one sandbox: every poll is observed by the
+    journal, and one that changes nothing must write nothing."""
+    folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-bench-client-"))
+    journal = Journal(folder / "journal.sqlite3")
+    try:
+        with Sandbox(stage_seconds=0.01, song_seconds=2, faults="") as sandbox:
+            with sandbox.client(journal=journal, archive=False) as setup:
+                ids = setup.generate(action="auto", style="benchmark").ids
+                setup.wait(ids, timeout=60, interval=0.02)
+                setup.tasks(ids)  # the last answer with anything new for the journal
+            url = f"{sandbox.base_url}/v1/music/tasks"
+            params, headers = {"ids": ",".join(ids)}, _bare_headers(sandbox)
+            with (
+                sandbox.client(max_retries=0, timeout=30, journal=journal, archive=False) as journalled,
+                sandbox.client(max_retries=0, timeout=30, journal=False) as plain,
+                httpx.Client(timeout=30) as bare,
+            ):
+
+                def theirs() -> object:
+                    response = bare.get(url, params=params, headers=headers)
+                    response.raise_for_status()
+                    return response.json()
+
+                calls: dict[str, Callable[[], object]] = {
+                    "journalled MusicClient": lambda: journalled.tasks(ids),
+                    "MusicClient": lambda: plain.tasks(ids),
+                    "httpx.Client": theirs,
+                }
+                count = _batch_size(calls["journalled MusicClient"], budget, 3, 400)
+                changes_before = journal._db.total_changes
+
+                def timed(call: Callable[[], object]) -> Callable[[], float]:
+                    def sample() -> float:
+                        start = time.perf_counter()
+                        for _ in range(count):
+                            call()
+                        return (time.perf_counter() - start) / count
+
+                    return sample
+
+                theirs()
+                samples = interleaved({name: timed(call) for name, call in calls.items()}, rounds)
+                rows_written = journal._db.total_changes - changes_before
+    finally:
+        journal.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    medians = {name: median(values) for name, values in samples.items()}
+    value = ratio(medians["journalled MusicClient"], medians["httpx.Client"])
+    return Row(
+        1,
+        "MusicClient.tasks with a journal (finished songs) vs bare httpx.Client",
+        round(medians["journalled MusicClient"] * 1e6, 1),
+        "µs/query",
+        baseline=round(medians["httpx.Client"] * 1e6, 1),
+        ratio=round(value, 3),
+        target=f"<= {JOURNALLED_TARGET}",
+        passed=value <= JOURNALLED_TARGET,
+        details={
+            "queries_per_sample": count,
+            "rounds": rounds,
+            "journal_less_ratio_same_run": round(ratio(medians["MusicClient"], medians["httpx.Client"]), 3),
+            "journal_rows_written_by_polls": rows_written,
+            **{name: spread([v * 1e6 for v in values]) for name, values in samples.items()},
+        },
+    )
