@@ -35,6 +35,7 @@ class Run:
     archive: Path
     batch_ids: list[str]
     single_ids: list[str]
+    client: MusicClient
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +54,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         client.wait(single, interval=0.05)
         archiver = archiver_of(client)
         assert archiver is not None and archiver.join(30)
-    with Library(journal) as library:
-        batch_ids = [s.id for s in library.songs(batch="album")]
-    assert len(batch_ids) == 2 and len(single) == 2
-    yield Run(journal, archive, batch_ids, single)
+        with Library(journal) as library:
+            batch_ids = [s.id for s in library.songs(batch="album")]
+        assert len(batch_ids) == 2 and len(single) == 2
+        yield Run(journal, archive, batch_ids, single, client)  # the client stays open: the views' tests poll it
 
 
 @pytest.fixture
@@ -173,3 +174,50 @@ def test_what_export_takes() -> None:
     with pytest.raises(ValueError, match="nothing to export"):
         task_ids([])
     assert exports_dir_beside(Path("/data/ipymusicgen/songs")) == Path("/data/ipymusicgen/songs-exports")
+
+
+# --- the card's Export: free, one press, written beside the archive and said where ----------------------------
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_the_card_export_asks_nothing_and_says_where_it_wrote(run: Run) -> None:
+    from helpers import wait_until
+
+    from ipymusicgen.models.tasks import TaskState
+    from ipymusicgen.widgets import TaskWatcher
+    from ipymusicgen.widgets.watch_actions import PAID_ASKS
+
+    assert "export" not in PAID_ASKS
+    assert run.client.settings.needs_confirm(None)  # a real key: a paid action would ask first
+    watcher = TaskWatcher(run.single_ids, client=run.client)
+    try:
+        wait_until(lambda: all(c.state is TaskState.COMPLETE for c in map(watcher.card, run.single_ids)), "complete")
+        card = watcher.card(run.single_ids[0])
+        assert "export" in card.data()["actions"]
+        folder = card.run_action("export")  # one press
+        beside = exports_dir_beside(run.archive)
+        assert folder is not None and folder.parent == beside and (folder / SIDECAR).is_file()
+        assert card.note == f"Exported to {folder}"
+        sidecar = json.loads((folder / SIDECAR).read_text(encoding="utf-8"))
+        assert sidecar["id"] == run.single_ids[0]
+    finally:
+        watcher.close()
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_the_library_view_exports_a_song_and_says_where(run: Run) -> None:
+    from ipymusicgen.widgets.library import LibraryView
+
+    with Library(run.journal) as opened:
+        view = LibraryView(opened)
+        try:
+            ready = [c for c in view.cards if c["id"] == run.batch_ids[1]]
+            assert ready and "export" in ready[0]["actions"]
+            view._on_msg(view, {"kind": "export", "id": run.batch_ids[1]}, [])
+            folder = exports_dir_beside(run.archive)
+            (written,) = [p for p in folder.iterdir() if p.name.endswith(f"[{run.batch_ids[1][:8]}]")]
+            assert view.status == f"Exported to {written}"
+            view._on_msg(view, {"kind": "export", "id": "../../no-such-task"}, [])
+            assert view.status.startswith("Could not do that")
+        finally:
+            view.close()

@@ -81,7 +81,8 @@ class TaskCard:
         return self.note
 
     def run_action(self, name: str) -> Any:
-        """Do what a card button does ("extend", "concat", "download", "favourite", "copy_id"); the result or None."""
+        """Do what a card button does ("extend", "concat", "download", "export", "favourite", "copy_id"); the result
+        or None."""
         if self._watcher is None:
             self.note = "This card is not attached to a watcher."
             return None

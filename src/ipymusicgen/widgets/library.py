@@ -89,7 +89,7 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
         favourite=song.favourite,
         archived_path_label=label,
         archived_path=on_disk or "",
-        actions=["favourite", "copy_id"] if state == "ready" else ["copy_id"],
+        actions=(["export"] if on_disk else []) + (["favourite", "copy_id"] if state == "ready" else ["copy_id"]),
     )
     card.update(
         local_file=local or "",
@@ -263,6 +263,11 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             elif kind == "keep" and task_id:
                 self.library.keep(task_id)
                 self.refresh()
+            elif kind == "export" and task_id:
+                try:
+                    self.status = f"Exported to {self.export(task_id)}"
+                except OSError as exc:  # a full disk or a folder not ours to write: said in the view
+                    self.status = f"Export failed: {str(exc)[:200]}"
             elif kind == "lineage":
                 self.show_lineage(task_id or None)
             elif kind == "refresh":
@@ -271,6 +276,16 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             self.status = f"Could not do that: {str(exc)[:200]}"
         except LibraryWriteError as exc:  # another kernel holds the journal: said, never raised from a button
             self.status = str(exc)[:400]  # "... was not saved: the journal ... cannot be written now ... Try again"
+
+    def export(self, task_id: str) -> Path:
+        """Export an archived song as a folder beside the archive (`archive.export`, free); the song's folder."""
+        from ..archive.export import export_songs, exports_dir_beside
+
+        archived = self.library.song(task_id).archive_path
+        if not archived:
+            raise ValueError("the song is not archived, so there is nothing to export")
+        (folder,) = export_songs(self.library, task_id, exports_dir_beside(Path(archived).parent))
+        return folder
 
     def search(self, text: str) -> None:
         with self.hold_sync():

@@ -125,6 +125,33 @@ class ActionsPart:
         record = self._finished_record(task_id)
         return self._client.download(record, self.download_dir if directory is None else directory)
 
+    def export(self, task_id: str) -> Path:
+        """Export a finished, archived song as a folder (`archive.export`) beside the archive; the song's folder.
+
+        Free (nothing is asked of the service), so never asked first. Read from the library of this watcher's
+        client's journal (the session's when the client has none)."""
+        from ..archive.export import export_songs, exports_dir_beside
+
+        self._finished_record(task_id)
+        path = getattr(getattr(self._client, "journal", None), "path", None)
+        if path:
+            from ..library import Library
+
+            opened = Library(path)
+        else:
+            from ..session import library
+
+            opened = library()
+        with opened:  # closed again: a press must not leave a connection open
+            try:
+                archived = opened.song(task_id).archive_path
+            except KeyError:
+                raise MusicGenError("this song is not in the library, so there is nothing to export") from None
+            if not archived:
+                raise MusicGenError("the song is not archived yet: try again once its file is kept")
+            (folder,) = export_songs(opened, task_id, exports_dir_beside(Path(archived).parent))
+        return folder
+
     def favourite(self, task_id: str) -> bool:
         """Toggle a song's favourite mark (told to `on_favourite`, e.g. the library); the new value."""
         card = self.card(task_id)
@@ -188,6 +215,9 @@ class ActionsPart:
             elif name == "download":
                 result = self.download(task_id)
                 card.note = f"Saved to {result}"
+            elif name == "export":
+                result = self.export(task_id)
+                card.note = f"Exported to {result}"
             elif name == "favourite":
                 result = self.favourite(task_id)
                 card.note = "Added to favourites." if result else "Removed from favourites."

@@ -13,6 +13,7 @@ const IMS_ICONS = {
   favourite: "M12 20.5l-1.4-1.3C5.4 14.5 2 11.4 2 7.6 2 4.5 4.4 2 7.5 2c1.7 0 3.4.8 4.5 2.1C13.1 2.8 14.8 2 16.5 2 19.6 2 22 4.5 22 7.6c0 3.8-3.4 6.9-8.6 11.6z",
   keep: "M9 16.2l-4.2-4.2-1.4 1.4L9 19 21 7l-1.4-1.4z",
   copy_id: "M16 1H4a2 2 0 0 0-2 2v14h2V3h12zm3 4H8a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h11a2 2 0 0 0 2-2V7a2 2 0 0 0-2-2zm0 16H8V7h11z",
+  export: "M10 4l2 2h8a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H4a2 2 0 0 1-2-2V6a2 2 0 0 1 2-2zm1 6v3H8l4 4 4-4h-3v-3z",
 };
 
 const IMS_ACTION_LABELS = {
@@ -20,12 +21,13 @@ const IMS_ACTION_LABELS = {
   extend: "Extend this song",
   concat: "Join its continuations into one song",
   download: "Download the audio file",
+  export: "Export as a folder: audio, cover, lyrics and how it was made (free)",
   favourite: "Favourite",
   copy_id: "Copy the song id",
 };
 
 /** The short word shown beside each action's icon (the long label is its tooltip and accessible name). */
-const IMS_ACTION_WORDS = { keep: "Keep", extend: "Extend", concat: "Join", download: "Download", favourite: "Favourite", copy_id: "Copy id" };
+const IMS_ACTION_WORDS = { keep: "Keep", extend: "Extend", concat: "Join", download: "Download", export: "Export", favourite: "Favourite", copy_id: "Copy id" };
 
 /** An element with a class and (optional) plain text. */
 function imsEl(tag, cls, text) {
