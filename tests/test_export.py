@@ -221,3 +221,23 @@ def test_the_library_view_exports_a_song_and_says_where(run: Run) -> None:
             assert view.status.startswith("Could not do that")
         finally:
             view.close()
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_a_made_wav_and_mp4_travel_with_the_song(run: Run, tmp_path: Path) -> None:
+    from ipymusicgen.archive.archiver import archive_wav
+
+    task_id = run.single_ids[1]
+    wav = archive_wav(task_id, client=run.client)  # the WAV rendering, archived beside the MP3 and recorded
+    with Library(run.journal) as library:
+        mp3 = Path(library.song(task_id).archive_path)
+        mp4 = mp3.with_suffix(".mp4")  # an MP4 archived beside the MP3 under its name
+        mp4.write_bytes(b"\x00\x00\x00\x18ftypmp42 a video")
+        try:
+            (folder,) = export_songs(library, task_id, tmp_path / "out")
+        finally:
+            mp4.unlink()
+    sidecar = json.loads((folder / SIDECAR).read_text(encoding="utf-8"))
+    assert sidecar["files"]["wav"] == f"{folder.name}.wav" and sidecar["files"]["mp4"] == f"{folder.name}.mp4"
+    assert (folder / f"{folder.name}.wav").read_bytes() == wav.read_bytes()
+    assert (folder / f"{folder.name}.mp4").read_bytes().startswith(b"\x00\x00\x00\x18ftyp")
