@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import anyio
 from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import (
     AudioContent,
@@ -39,7 +39,8 @@ from ..errors import MusicGenError, RequestValidationError, one_line
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
 from .desk import AgentDesk, AgentError, BatchRequest, Plan
-from .songs import stage, state_of
+from .songs import SERVICE_TEXT, stage, state_of
+from .text import service_text
 
 T = TypeVar("T")
 AUDIO_MAX_BYTES = 8 * 1024 * 1024
@@ -154,7 +155,7 @@ class AgentServer:
         return value
 
     def _error(self, exc: BaseException) -> ToolError:
-        text = one_line(exc) or type(exc).__name__
+        text = service_text(one_line(exc)) or type(exc).__name__  # a service's message may carry escapes
         if not isinstance(exc, AgentError):
             text = f"{type(exc).__name__}: {text}"
         return ToolError(self.desk.client.redact(text)[:1000])
@@ -285,7 +286,8 @@ class AgentServer:
         if declined is not None:
             return {"title": None, "text": None, "state": "declined", "note": declined}
         result = await self._blocking(lambda: self.desk.write_lyrics(plan))
-        return self._clean({"title": result.title, "text": result.text, "state": "written"})
+        written = {"title": service_text(result.title or ""), "text": service_text(result.text or "", lines=True)}
+        return self._clean({**written, "state": "written", "service_text": SERVICE_TEXT})
 
     async def run_batch(
         self,
@@ -419,14 +421,18 @@ class AgentServer:
         return self._clean(await self._blocking(self.desk.unfinished))
 
     async def song_resource(self, task_id: str) -> str:
-        """The record of one song as JSON (`song://{task_id}`)."""
+        """The record of one song as JSON (`song://{task_id}`); a bad id or a failed read is one line (a
+        `ResourceError`: the SDK logs anything else with a traceback)."""
 
         def read() -> dict[str, Any]:
             tasks = self.desk.tasks_for([task_id])
             self.desk.poll(tasks)
             return self._songs_result(tasks, [task_id])["songs"][0]
 
-        return json.dumps(await self._blocking(read), ensure_ascii=False)
+        try:
+            return json.dumps(await self._blocking(read), ensure_ascii=False)
+        except ToolError as exc:
+            raise ResourceError(f"song://{{task_id}}: {exc}") from None
 
 
 def _consents(answer: ElicitResult) -> bool:
