@@ -212,3 +212,22 @@ def test_dragging_on_a_waveform_loops_that_region(page: Page) -> None:
         timeout=STEP_MS,
     )
     assert page.evaluate(f"document.querySelector('{audio}').currentTime") < 2.2
+
+
+def test_a_new_pair_releases_the_last_rounds_sound_and_picks_name_the_new_round(page: Page, view: CompareView) -> None:
+    page.wait_for_function(READY, timeout=STEP_MS)
+    old_src, old_round = audio_src(page), view.round
+    assert view.library is not None
+    view.load([view.library.song(t.id) for t in reversed(view.order)], seed=7)  # the next pair, same view
+    page.evaluate("data => window.change(data)", view.data)
+    page.wait_for_function(
+        f"old => {{ const a = document.querySelector('{AUDIO}');"
+        " return a.src.startsWith('blob:') && a.getAttribute('src') !== old && a.readyState >= 1; }",
+        arg=old_src,
+        timeout=STEP_MS,
+    )
+    assert page.evaluate("url => fetch(url).then(() => 'read', () => 'released')", old_src) == "released"
+    page.locator(".ipymusicgen-compare").focus()
+    page.keyboard.press("ArrowLeft")
+    picks = [m for m in page.evaluate("window.sent") if m["kind"] == "pick"]
+    assert picks == [{"kind": "pick", "label": "A", "round": view.round}] and view.round != old_round
