@@ -11,6 +11,7 @@ import shutil
 import sqlite3
 import stat
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -293,3 +294,72 @@ def test_a_file_with_a_damaged_header_is_refused_untouched(tmp_path: Path) -> No
         Journal(path)
     assert str(path) in one_line(refused.value)
     assert snapshot(path) == before
+
+
+def serve_an_agent(journal: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m ipymusicgen mcp` on `journal`, its stdin closed at once (a host that went away)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(MUSICGEN_JOURNAL=str(journal), MUSICGEN_API_KEY="sk-a-real-looking-key")
+    env.update(MUSICGEN_BASE_URL="http://127.0.0.1:9", MUSICGEN_V2_BASE_URL="http://127.0.0.1:9")
+    return subprocess.run(
+        [sys.executable, "-m", "ipymusicgen", "mcp"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_the_agent_server_starts_on_an_old_journal_on_a_read_only_location(frozen: Path) -> None:
+    before = snapshot(frozen)
+    done = serve_an_agent(frozen)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert snapshot(frozen) == before
+
+
+def test_the_agent_server_refuses_a_damaged_journal_in_one_line(damaged: Path) -> None:
+    before = snapshot(damaged)
+    done = serve_an_agent(damaged)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+    with pytest.raises(JournalUnavailableError) as direct:
+        Journal(damaged)
+    assert line == f"error: {direct.value}"
+    assert snapshot(damaged) == before
+
+
+def test_damage_found_after_opening_is_the_same_one_line_in_every_store(tmp_path: Path) -> None:
+    """A journal damaged while open (a disk error, another program): each store's next read says so, with the remedy."""
+    path = tmp_path / "journal.sqlite3"
+    with Journal(path) as journal:
+        for n in range(50):
+            journal.begin("generate", "https://api.example", {"style": f"song {n}" * 20})
+    opened = [Journal(path), LibraryStore(path), BatchStore(path)]
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    page = other.execute("PRAGMA page_size").fetchone()[0]
+    attempts_root = other.execute("SELECT rootpage FROM sqlite_master WHERE name = 'attempts'").fetchone()[0]
+    batches_root = other.execute("SELECT rootpage FROM sqlite_master WHERE name = 'batches'").fetchone()[0]
+    with path.open("r+b") as f:
+        for root in (attempts_root, batches_root):
+            f.seek((root - 1) * page)
+            f.write(b"\xa5" * page)
+    other.execute("PRAGMA user_version = user_version")  # a write elsewhere: every reader drops its cached pages
+    other.execute(f"PRAGMA user_version = {LATEST}")
+    other.close()
+    journal, library, batches = opened
+    reads = [
+        journal.attempts,
+        lambda: library.query("SELECT * FROM attempts"),
+        batches.names,
+    ]
+    messages = []
+    for read in reads:
+        with pytest.raises(JournalUnavailableError) as refused:
+            read()
+        messages.append(one_line(refused.value))
+    assert all("is damaged" in m and ".recover" in m and str(path) in m for m in messages), messages
+    for store in opened:
+        close(store)

@@ -8,6 +8,7 @@ never resend them). Claiming a row is one IMMEDIATE transaction, so two kernels 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -15,16 +16,18 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import JournalWriteWarning
-from .db import open_db, write_transaction
+from .db import damage_named, open_db, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
+T = TypeVar("T")
 NEVER_SENT = ("pending", "rejected", "skipped")
 """Stored states of a row whose create certainly did not happen: safe to send."""
 
@@ -53,6 +56,17 @@ class StoredRow:
     @property
     def mine(self) -> bool:
         return _owner(self.owner_pid, self.owner_start) == Owner.current()
+
+
+def _damage_named(method: Callable[..., T]) -> Callable[..., T]:
+    """A read, or a write made before anything is sent, says a damaged file's one line (`db.damaged`)."""
+
+    @functools.wraps(method)
+    def named(self: BatchStore, *args: Any, **kwargs: Any) -> T:
+        with damage_named(self.path):
+            return method(self, *args, **kwargs)
+
+    return named
 
 
 class BatchStore:
@@ -110,6 +124,7 @@ class BatchStore:
         """Write the deferred row states now; True when none are left."""
         return self._record([]) if self._deferred else True
 
+    @_damage_named
     def open_batch(self, name: str, rows: list[tuple[str, str, bool]]) -> dict[int, StoredRow]:
         """Record rows (hash, request JSON, v2) not yet known; return every row's stored state.
 
@@ -138,6 +153,7 @@ class BatchStore:
             )
         return self.rows(name)
 
+    @_damage_named
     def rows(self, name: str) -> dict[int, StoredRow]:
         with self._lock:
             found = self._db.execute("SELECT * FROM batch_rows WHERE batch = ? ORDER BY row_index", (name,)).fetchall()
@@ -156,6 +172,7 @@ class BatchStore:
             for r in found
         }
 
+    @_damage_named
     def claim(self, name: str, index: int, cost: int, *, allow_unknown: bool = False) -> bool:
         """Mark a never-sent row "sending" by this process, before its create; False if it is not ours to send."""
         allowed = NEVER_SENT + (("unknown", "sending") if allow_unknown else ())
@@ -219,6 +236,7 @@ class BatchStore:
             ]
         )
 
+    @_damage_named
     def counts(self, name: str) -> tuple[int | None, int | None, int]:
         """(counts left before the batch's first call, after its last, rows whose create went out)."""
         with self._lock:
@@ -229,6 +247,7 @@ class BatchStore:
             ).fetchone()[0]
         return (row[0], row[1], calls) if row else (None, None, 0)
 
+    @_damage_named
     def names(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._db.execute("SELECT name FROM batches ORDER BY created_at")]

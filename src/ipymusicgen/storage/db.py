@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sqlite3
 import stat
 import threading
@@ -47,7 +48,8 @@ def damaged(path: str | Path, detail: str) -> JournalDamagedError:
     detail = " ".join(str(detail).split())[:160] or "damaged pages"
     return JournalDamagedError(
         f"The journal {path} is damaged ({detail}); nothing was written to it. Move it aside or restore a backup "
-        f"(a fresh journal is then made in its place), or salvage what it holds with `sqlite3 {path} .recover`."
+        f"(a fresh journal is then made in its place), or salvage what it holds with `sqlite3 {shlex.quote(str(path))} "
+        "'.recover'`."
     )
 
 
@@ -55,6 +57,17 @@ def is_damage(exc: BaseException) -> bool:
     """Whether a SQLite error says the file itself is damaged (not locked, full or read-only)."""
     code = getattr(exc, "sqlite_errorcode", None)
     return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in DAMAGE_CODES
+
+
+@contextmanager
+def damage_named(path: str | Path | None) -> Iterator[None]:
+    """Say a damaged file's one line (`damaged`) where a SQLite error says it is damaged; other errors pass."""
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        if path is not None and is_damage(exc):
+            raise damaged(path, str(exc)) from None
+        raise
 
 
 def _not_ours(path: Path, why: str) -> NotAJournalError:

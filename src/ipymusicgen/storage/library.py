@@ -13,12 +13,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..errors import MusicGenError
-from .db import open_db, write_transaction
+from .db import damage_named, open_db, write_transaction
 from .migrations import migrate
 
 TEXT_LIMIT = 50_000
@@ -85,15 +85,18 @@ class LibraryStore:
         with self.lock:
             self.db.close()
 
-    def write(self) -> AbstractContextManager[sqlite3.Connection]:
-        if not self._ready:
-            with self.lock:
-                migrate(self.db, self.path)  # raises what keeps the file from being written
-            self._ready = True
-        return write_transaction(self.db, self.lock)
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        with damage_named(self.path):
+            if not self._ready:
+                with self.lock:
+                    migrate(self.db, self.path)  # raises what keeps the file from being written
+                self._ready = True
+            with write_transaction(self.db, self.lock) as db:
+                yield db
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self.lock:
+        with self.lock, damage_named(self.path):
             return self.db.execute(sql, tuple(params)).fetchall()
 
     # -- indexing ------------------------------------------------------------------------------------
