@@ -20,6 +20,7 @@ from mcp.client import Client
 from test_mcp_tools import GENERATE, KEY, MODES, SUBMIT, Asker, call, data, error, make_desk, paid_sandbox, service
 
 from ipymusicgen.mcp import AgentDesk, build_server
+from ipymusicgen.models.schema import build_v2_request
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage import db as storage_db
 
@@ -347,3 +348,18 @@ def test_the_song_resource_answers_a_bad_id_cleanly(
     assert "bbbbbbbbbb" not in str(answer)
     assert "Traceback" not in capfd.readouterr().err
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # the SDK logs unexpected errors with a trace
+
+
+def test_v2_with_is_auto_1_sends_only_what_it_applies() -> None:
+    request = build_v2_request({"prompt": "x", "is_auto": 1, "model_version": "v4.5-plus"})
+    assert request.to_payload() == {"is_auto": 1, "prompt": "x", "model_version": "v4.5-plus"}
+    custom = build_v2_request({"prompt": "x", "is_auto": 0, "model_version": "v4.5-plus", "title": "T"})
+    assert custom.to_payload()["title"] == "T" and "continue_at" in custom.to_payload()
+
+
+def test_a_batch_name_cannot_replay_an_idempotency_key(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
+    desk = make_desk()
+    first = data(call(desk, "generate_song", {"style": "x", "max_credits": 3, "idempotency_key": "k1"}))
+    text = error(call(desk, "run_batch", {"rows": [{"style": "x"}], "name": "agent:k1", "max_credits": 3}))
+    assert text.startswith("Error executing tool run_batch: name:") and first["task_ids"]
+    assert service.request_counts()[GENERATE] == 1

@@ -287,6 +287,8 @@ class AgentDesk:
         """Validate every row (nothing is sent if one is bad) and price the rows not sent before."""
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_KEY_LENGTH:
             raise AgentError(f"name: 1 to {MAX_KEY_LENGTH} characters, not blank")
+        if name.startswith(NAME_PREFIX):  # single calls' idempotency keys live there: a batch must not replay one
+            raise AgentError(f"name: may not start with {NAME_PREFIX!r} (kept for single calls' idempotency keys)")
         try:
             validated = validate_rows(list(rows), allow_unknown_models=self.client.settings.allow_unknown_models)
         except RequestValidationError as exc:

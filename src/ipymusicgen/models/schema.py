@@ -258,6 +258,10 @@ def shape_fields(action: str) -> dict[str, bool]:
     return {name: f.is_required() for name, f in model.model_fields.items() if name != "action"}
 
 
+V2_AUTO_FIELDS = ("is_auto", "prompt", "model_version")
+"""What the v2 endpoint applies with is_auto=1 (description mode): the rest is ignored, so it is not sent."""
+
+
 class V2Request(_Request):
     """Body of POST {v2_base_url}/v2/submit."""
 
@@ -279,11 +283,19 @@ class V2Request(_Request):
     def is_extension(self) -> bool:
         return bool(self.continue_song_id)
 
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON body; with is_auto=1 only what the service applies (rule 1): no continue_at, lyrics or title
+        that a default or a leftover would otherwise send."""
+        payload = super().to_payload()
+        if self.is_auto == 1:
+            return {k: v for k, v in payload.items() if k in V2_AUTO_FIELDS}
+        return payload
+
     @model_validator(mode="after")
     def _rules(self) -> V2Request:
         _check_lyrics_words(self.lyrics, self.model_version, V2_MODELS)
         if self.is_auto == 1:
-            ignored = sorted(self.model_fields_set - {"is_auto", "prompt", "model_version"})
+            ignored = sorted(self.model_fields_set - set(V2_AUTO_FIELDS))
             _warn_ignored(ignored, "with is_auto=1 only prompt and model_version are applied")
             return self
         if self.is_extension:
