@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import nbformat
 import pytest
 from browser_utils import (
+    CONTRAST,
     KERNEL_READY_MS,
     STEP_MS,
     jupyter_server,
@@ -25,6 +26,19 @@ from benchmarks._browser import run_all
 FRONT_ENDS = ("lab", "notebook")
 STUDIO = ".ipymusicgen-studio"
 THEMES = {"JupyterLab Light": "true", "JupyterLab Dark": "false"}
+SONGS = """\
+import ipymusicgen
+from ipymusicgen import MusicClient
+from ipymusicgen.archive.archiver import archiver_of
+from ipymusicgen.widgets.library import LibraryView
+
+shared = ipymusicgen.get_client()  # the embedded sandbox (no key in this kernel)
+client = MusicClient(settings=shared.settings, journal=shared.journal, archive="songs")
+ids = client.generate(action="custom", title="Harbour lights", style="harp, rain", lyrics="[Verse]\\ndrizzle").ids
+client.wait(ids)
+assert archiver_of(client).join(60)
+LibraryView(ipymusicgen.library())"""
+"""Two archived songs of the sandbox, shown in the library view, then watched in a second cell."""
 
 
 @pytest.fixture(scope="module", params=FRONT_ENDS)
@@ -34,6 +48,9 @@ def jupyter(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     root = home / "root"
     root.mkdir()
     nbformat.write(one_cell_notebook("from ipymusicgen.widgets import studio\nstudio()"), root / "studio.ipynb")
+    cards = one_cell_notebook(SONGS)
+    cards.cells.append(nbformat.v4.new_code_cell("from ipymusicgen.widgets import TaskWatcher\nTaskWatcher(ids)"))
+    nbformat.write(cards, root / "cards.ipynb")
     with jupyter_server(front_end, home, root, f"{front_end}-contrast-server.log") as url:
         yield front_end, url
 
@@ -57,8 +74,6 @@ def choose_theme(page: Page, theme: str) -> None:
 
 
 def measured(page: Page) -> list[dict]:
-    from browser_utils import CONTRAST
-
     return page.evaluate(CONTRAST, STUDIO)
 
 
@@ -98,4 +113,25 @@ def test_every_text_of_the_studio_reads_at_4_5_to_1(jupyter: tuple[str, str], pa
             shot(page, f"{front_end}-studio-contrast-{theme.split()[-1].lower()}-{tab.lower()}")
         studio.get_by_role("tab", name="Song").click()
     assert len(placeholders) >= 3, placeholders  # textareas, single-line inputs and the library's search
+    assert {name: found for name, found in low.items() if found} == {}, front_end
+
+
+def test_the_cards_of_the_watcher_and_the_library_read_at_4_5_to_1(jupyter: tuple[str, str], page: Page) -> None:
+    """Finished songs' cards (title, chips, state, note, the word beside each action) in both themes."""
+    front_end, url = jupyter
+    open_notebook(page, url, front_end, "cards.ipynb")
+    run_all(page)
+    views = ".ipymusicgen-library, .ipymusicgen-watcher"
+    for view in (".ipymusicgen-library", ".ipymusicgen-watcher"):
+        done = page.locator(f"{view} .ipymusicgen-song [data-action='export']")
+        expect(done).to_have_count(2, timeout=KERNEL_READY_MS)
+    low: dict[str, list[dict]] = {}
+    for theme in THEMES:
+        choose_theme(page, theme)
+        page.locator(".ipymusicgen-watcher").first.scroll_into_view_if_needed()
+        shown = [t["ratio"] for t in page.evaluate(CONTRAST, views) if not t["disabled"]]
+        assert len(shown) > 10, shown
+        print(f"{front_end}, {theme}, cards: lowest {min(shown):.2f}:1")  # the figure, with -s
+        low[theme] = [{**t, "ratio": round(t["ratio"], 2)} for t in low_contrast(page, views)]
+        shot(page, f"{front_end}-cards-contrast-{theme.split()[-1].lower()}")
     assert {name: found for name, found in low.items() if found} == {}, front_end
