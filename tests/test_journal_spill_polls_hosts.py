@@ -110,16 +110,16 @@ def test_observing_what_the_journal_already_knows_writes_nothing(journal_path: P
         attempt = journal.begin("generate", "https://api.example", {"title": "T", "style": "s"})
         journal.submitted(attempt, ["a", "b"])
         done = [
-            TaskRecord(id=i, status=2, title="T", style="s", audio_url=f"https://x/{i}.mp3", lyric="la")
+            TaskRecord(id=i, status=0, title="T", style="s", audio_url=f"https://x/{i}.mp3", lyric="la")
             for i in ("a", "b")
         ]
         assert writes_during(journal, lambda: journal.observe(done))  # new state: written
         data_version = sqlite3.connect(journal_path).execute("PRAGMA data_version").fetchone()
         assert writes_during(journal, lambda: journal.observe(done)) == []
-        assert writes_during(journal, lambda: journal.observe([TaskRecord(id="a", status=2)])) == []  # blanks
+        assert writes_during(journal, lambda: journal.observe([TaskRecord(id="a", status=0)])) == []  # blanks
         assert writes_during(journal, lambda: journal.observe([TaskRecord(id="never-seen", status=1)])) == []
         assert data_version is not None
-        changed = [TaskRecord(id="a", status=2, title="New title")]
+        changed = [TaskRecord(id="a", status=0, title="New title")]
         assert writes_during(journal, lambda: journal.observe(changed))  # a change is still written
         assert journal.history(text="New title")[0].id == "a"
         failed = [TaskRecord(id="b", status=3, fail_reason="too loud")]
@@ -204,3 +204,52 @@ def test_a_client_lists_unknown_attempts_made_through_another_spelling_of_its_ho
         found = client.unfinished()
         client.close()
     assert [a.id for a in found.unknown] == [doubtful]
+
+
+# -- neighbours in the library's tables ------------------------------------------------------------------------
+
+
+def test_indexing_records_the_library_already_holds_writes_nothing(journal_path: Path) -> None:
+    from ipymusicgen.storage.library import LibraryStore
+
+    with Journal(journal_path) as journal:
+        attempt = journal.begin("generate", "https://api.example", {"title": "T", "style": "s", "lyrics": "la la"})
+        journal.submitted(attempt, ["a", "b"])
+        done = [
+            TaskRecord(id=i, status=0, title="T", style="s", audio_url=f"https://x/{i}.mp3", lyric="la la", duration=60)
+            for i in ("a", "b")
+        ]
+        journal.observe(done)
+    store = LibraryStore(journal_path)
+    try:
+        seen: list[str] = []
+        store.db.set_trace_callback(seen.append)
+        store.index_records(done)
+        assert any(s.startswith("INSERT INTO library_fts") for s in seen)
+        seen.clear()
+        store.index_records(done)  # the next poll's answer: nothing new
+        store.index_records([TaskRecord(id="a", status=0)])  # blanks never erase, so nothing to write either
+        assert [s for s in seen if s.split()[0].upper() in ("BEGIN", "UPDATE", "INSERT", "DELETE", "COMMIT")] == []
+        store.index_records([TaskRecord(id="a", status=0, title="Renamed", lyric="new words")])  # still indexed
+        assert [r["id"] for r in store.query("SELECT id FROM library_fts WHERE library_fts MATCH 'Renamed'")] == ["a"]
+        assert store.query("SELECT lyrics FROM library_songs WHERE id = 'a'")[0]["lyrics"] == "new words"
+    finally:
+        store.db.set_trace_callback(None)
+        store.close()
+
+
+def test_the_archive_retry_list_matches_its_hosts_however_spelled(journal_path: Path) -> None:
+    from ipymusicgen.storage.library import LibraryStore
+
+    with Journal(journal_path) as journal:
+        attempt = journal.begin("generate", "HTTPS://API.example.com:443/", {"style": "s"})
+        journal.submitted(attempt, ["a"])
+        other = journal.begin("generate", "https://elsewhere.example", {"style": "s"})
+        journal.submitted(other, ["b"])
+        journal.observe([TaskRecord(id=i, status=0, audio_url=f"https://x/{i}.mp3") for i in ("a", "b")])
+    store = LibraryStore(journal_path)
+    try:
+        assert store.to_archive(["https://api.example.com"]) == ["a"]
+        assert sorted(store.to_archive()) == ["a", "b"]
+    finally:
+        store.close()

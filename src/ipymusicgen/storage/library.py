@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..config import service_address
 from ..errors import MusicGenError
 from .db import damage_named, open_db, write_transaction
 from .migrations import migrate
@@ -107,6 +108,7 @@ class LibraryStore:
             (r.id, _bounded(getattr(r, "lyrics", None)), getattr(r, "duration_seconds", None), r.title, r.style)
             for r in records
         ]
+        rows = [row for row in rows if self._would_change(*row)]  # a poll that tells nothing new writes nothing
         if not rows:
             return
         with self.write() as db:
@@ -118,6 +120,29 @@ class LibraryStore:
                     (lyrics, duration, task_id),
                 )
                 self._reindex(db, task_id, title, style)
+
+    def _would_change(
+        self, task_id: str, lyrics: str | None, duration: float | None, title: str | None, style: str | None
+    ) -> bool:
+        """Whether indexing this record changes its library row or search text (the rules of `index_records`)."""
+        try:
+            found = self.query(
+                "SELECT l.lyrics, l.duration_s, l.prompt, t.title AS t_title, t.style AS t_style, f.rowid AS f_rowid,"
+                " f.title AS f_title, f.style AS f_style, f.lyrics AS f_lyrics, f.prompt AS f_prompt"
+                " FROM library_songs l JOIN tasks t ON t.id = l.id LEFT JOIN library_fts f ON f.rowid = t.rowid"
+                " WHERE l.id = ?",
+                (task_id,),
+            )
+        except sqlite3.OperationalError:  # not indexed yet (tables still to be made): the write says what is wrong
+            return True
+        if not found:
+            return True
+        row = found[0]
+        kept_lyrics = lyrics if lyrics else row["lyrics"]
+        if kept_lyrics != row["lyrics"] or (duration is not None and duration != row["duration_s"]):
+            return True
+        searched = (title or row["t_title"], style or row["t_style"], kept_lyrics, row["prompt"])
+        return row["f_rowid"] is None or searched != (row["f_title"], row["f_style"], row["f_lyrics"], row["f_prompt"])
 
     def sync(self) -> int:
         """Give every journalled task not yet in the library its row and search text; returns how many."""
@@ -320,12 +345,9 @@ class LibraryStore:
             "SELECT t.id FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE t.state = 'complete'"
             " AND t.audio_url IS NOT NULL AND (l.archive_path IS NULL)"
         )
-        params: list[Any] = []
-        host_list = list(hosts or ())
-        if host_list:
-            sql += f" AND t.host IN ({','.join('?' * len(host_list))})"
-            params.extend(host_list)
-        return [r["id"] for r in self.query(sql + " ORDER BY t.created_at", params)]
+        wanted = {service_address(h) for h in hosts or ()}
+        found = self.query(sql.replace("SELECT t.id", "SELECT t.id, t.host") + " ORDER BY t.created_at")
+        return [r["id"] for r in found if not wanted or service_address(r["host"]) in wanted]  # however spelled
 
 
 def _batch_of(db: sqlite3.Connection, task_id: str) -> str | None:
