@@ -6,7 +6,6 @@ The faces differ only in how they send and sleep: the sync face drives flows wit
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -322,6 +321,8 @@ class AsyncMusicClient(_Core):
         started = time.monotonic()
         records = await self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
         if archived:  # the archive's worker is a thread: waited for off the event loop
+            import asyncio  # here: importing the package leaves asyncio for later
+
             left = archive_time_left(self, timeout, started)
             found = await asyncio.to_thread(wiring.installed().wait_archived, self, records, left)
             archive_outcome(found, timeout)
