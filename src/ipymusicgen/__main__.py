@@ -11,6 +11,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -115,6 +116,15 @@ def _service_in_use() -> str:
     return f"the real service at {public_address(current.base_url)} (your MUSICGEN_API_KEY; songs cost credits)"
 
 
+def fresh_downloads(out: Path) -> Path:
+    """The demo's `<output>/downloads/`, emptied: each run keeps its own songs, so a second run leaves one
+    `Songs of Lighthouse.mp3`, not a `(2)` beside the first (the folder is the demo's own)."""
+    downloads = out / "downloads"
+    shutil.rmtree(downloads, ignore_errors=True)
+    downloads.mkdir(parents=True, exist_ok=True)
+    return downloads
+
+
 def _demo(args: argparse.Namespace) -> int:
     """Execute a demo notebook (on the sandbox when no key is set) and say where everything went.
 
@@ -129,8 +139,7 @@ def _demo(args: argparse.Namespace) -> int:
     out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / source.name
-    downloads = out / "downloads"
-    before = {p: p.stat().st_mtime for p in downloads.glob("*.mp3")} if downloads.is_dir() else {}
+    downloads = fresh_downloads(out)
     notebook = nbformat.read(source, as_version=4)
     print(f"Running {source.name} (every cell, as in a fresh kernel) ...", flush=True)
     failed: BaseException | None = None
@@ -151,8 +160,7 @@ def _demo(args: argparse.Namespace) -> int:
             nbformat.write(notebook, target)
             if kernel.has_kernel:  # a kernel manager passed in is ours to shut down, not nbclient's
                 kernel.shutdown_kernel()
-    found = downloads.glob("*.mp3") if downloads.is_dir() else []
-    songs = sorted(p for p in found if before.get(p) != p.stat().st_mtime)  # this run's files
+    songs = sorted(downloads.glob("*.mp3")) if downloads.is_dir() else []  # the folder is this run's alone
     print()
     print(f"Service:   {_service_in_use()}")
     print(f"Notebook:  {target} ({len(notebook.cells)} cells, executed{', with an error' if failed else ''})")
@@ -191,21 +199,37 @@ def _mcp(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ipymusicgen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    generate = commands.add_parser("generate", help="make two songs from a description and wait for them")
-    generate.add_argument("description")
+    generate = commands.add_parser(
+        "generate",
+        help="make two songs from a description and wait for them",
+        description="Make two songs from a description, wait for them and save them: "
+        'python -m ipymusicgen generate "lo-fi rain". Without MUSICGEN_API_KEY it runs on the local sandbox.',
+    )
+    generate.add_argument("description", help='what the song is, e.g. "lo-fi rain" (the style of an auto song)')
     generate.add_argument("--mv", help="model version, e.g. MFV3.0")
     generate.add_argument("--instrumental", action="store_true")
     generate.add_argument("--interval", type=_seconds, default=None, help="seconds between polls")
-    generate.add_argument("--download", metavar="DIR", default="songs", help="where to save finished songs")
+    generate.add_argument(
+        "--download", metavar="DIR", default="songs", help="folder for the finished songs (default: songs/)"
+    )
     generate.set_defaults(run=_generate)
-    demo = commands.add_parser("demo", help="execute a demo notebook end to end")
+    demo = commands.add_parser(
+        "demo",
+        help="execute a demo notebook end to end",
+        description="Execute a demo notebook in a fresh kernel: python -m ipymusicgen demo magics-tour",
+    )
     demo.add_argument(
         "notebook",
         nargs="?",
         default="quickstart",
         help="quickstart (default), magics-tour, widgets-studio, python-api, batch, library",
     )
-    demo.add_argument("--output", default="artifacts/demo", help="where the executed notebook and its MP3s go")
+    demo.add_argument(
+        "--output",
+        default="artifacts/demo",
+        help="the demo's own folder for the executed notebook and downloads/ (default: artifacts/demo); "
+        "each run replaces downloads/",
+    )
     demo.add_argument("--timeout", type=float, default=600, help="seconds a cell may take (default 600)")
     demo.set_defaults(run=_demo)
     agent = commands.add_parser("mcp", help="serve the tools to an agent (MCP): stdio, or --http")
