@@ -171,3 +171,10 @@ def _clean_env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+
+
+def test_a_song_not_archived_yet_says_how_to_wait_for_it() -> None:
+    from ipymusicgen.archive.waveform import song_path
+
+    with pytest.raises(FileNotFoundError, match=r"wait\(ids, archived=True\)"):
+        song_path("e3e70682-c209-4cac-a29f-6fbed82c07cd", find=lambda task_id: None)

@@ -39,7 +39,10 @@ def song_path(song_or_path: Any, find: Callable[[str], Path | None] | None = Non
         found = find(task_id)
         if found is not None:
             return found
-    raise FileNotFoundError(f"No audio file for {str(song_or_path)[:200]!r}: give a path or an archived song.")
+    raise FileNotFoundError(
+        f"No audio file for {str(song_or_path)[:200]!r}: give a path or an archived song (a song is archived a "
+        "moment after it finishes: client.wait(ids, archived=True) waits for that)."
+    )
 
 
 MAX_SONG_SECONDS = 8 * 60
