@@ -15,10 +15,13 @@ from typing import Any
 import anyio
 import pytest
 from helpers import wait_until
+from hostile_server import respond
 from mcp import types
 from mcp.client import Client
 from test_mcp_tools import GENERATE, KEY, MODES, SUBMIT, Asker, call, data, error, make_desk, paid_sandbox, service
 
+from ipymusicgen.app import build_client
+from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.models.schema import build_v2_request
 from ipymusicgen.sandbox import Sandbox
@@ -363,3 +366,78 @@ def test_a_batch_name_cannot_replay_an_idempotency_key(make_desk: Callable[..., 
     text = error(call(desk, "run_batch", {"rows": [{"style": "x"}], "name": "agent:k1", "max_credits": 3}))
     assert text.startswith("Error executing tool run_batch: name:") and first["task_ids"]
     assert service.request_counts()[GENERATE] == 1
+
+
+# -- neighbours ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [("generate_song_v2", {"prompt": "x"}), ("write_lyrics", {"prompt": "x"})],
+)
+@pytest.mark.parametrize("cap", [True, 0, float("inf"), "3"])
+def test_every_paid_tool_takes_max_credits_as_a_positive_number(
+    make_desk: Callable[..., AgentDesk], service: Sandbox, tool: str, arguments: dict[str, Any], cap: Any
+) -> None:
+    text = error(call(make_desk(), tool, {**arguments, "max_credits": cap}))
+    assert "max_credits" in text
+    assert not {GENERATE, SUBMIT, "/v1/lyrics"} & set(service.request_counts())
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "field"),
+    [
+        ("batch_status", {"name": "n" * 100_000}, "name"),
+        ("run_batch", {"rows": [{"style": "x"}], "name": "n" * 100_000}, "name"),
+        ("generate_song", {"style": "x", "idempotency_key": "k" * 100_000}, "idempotency_key"),
+        ("generate_song_v2", {"prompt": "x", "idempotency_key": "k" * 100_000}, "idempotency_key"),
+        ("search_library", {"model": "m" * 100_000}, "model"),
+    ],
+)
+def test_huge_names_and_keys_are_refused_without_being_echoed(
+    make_desk: Callable[..., AgentDesk], service: Sandbox, tool: str, arguments: dict[str, Any], field: str
+) -> None:
+    text = error(call(make_desk(), tool, arguments))
+    assert field in text and len(text) < 300
+    assert not {GENERATE, SUBMIT, "/v1/get_api_key_info"} & set(service.request_counts())
+
+
+def test_a_journal_that_cannot_be_read_is_one_line_without_sqlites_words(
+    make_desk: Callable[..., AgentDesk], service: Sandbox
+) -> None:
+    desk = make_desk()
+    data(call(desk, "generate_song", {"style": "x", "max_credits": 3, "idempotency_key": "read-me"}))
+    desk.store._db.close()  # the file's connection is gone: every read fails
+    for tool, arguments in [
+        ("batch_status", {"name": "agent:read-me"}),
+        ("generate_song", {"style": "x", "max_credits": 3, "idempotency_key": "read-me"}),
+    ]:
+        text = error(call(desk, tool, arguments))
+        assert "ProgrammingError" not in text and "journal" in text, text
+    assert service.request_counts()[GENERATE] == 1
+
+
+def test_a_services_error_text_reaches_the_agent_cleaned(hostile_server: Callable[..., Any], tmp_path: Path) -> None:
+    """A create answered 500 with escapes in its message: the agent's "unknown" note and unfinished() are plain."""
+
+    def steering(request: Any, sock: Any) -> None:
+        if request.path == "/v1/get_api_key_info":
+            respond(sock, 200, {"status": 200, "message": "ok", "data": {"key_name": "k", "key_music_counts": 50}})
+        else:
+            respond(sock, 500, {"status": 500, "message": "\x1b[2J\x1b]0;pwned\x07busy \u202eyrt won"})
+
+    server = hostile_server(steering)
+    settings = Settings.from_env().with_changes(
+        api_key=KEY, base_url=server.url, v2_base_url=server.url, journal_path=tmp_path / "j.sqlite3", max_retries=0
+    )
+    with build_client(settings, archive=False) as client:
+        desk = AgentDesk(client)
+        texts = [
+            call(desk, "generate_song", {"style": "x", "max_credits": 10}).content[0].text,
+            call(desk, "unfinished", {}).content[0].text,
+        ]
+        desk.close()
+    assert "unknown" in texts[0]
+    for text in texts:
+        shown = json.dumps(json.loads(text), ensure_ascii=False)
+        assert not any(ch in shown for ch in "\x1b\x07\u202e"), shown

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -35,10 +36,10 @@ from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
 from ..client.waiting import check_id
-from ..errors import MusicGenError, RequestValidationError, one_line
+from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
-from .desk import AgentDesk, AgentError, BatchRequest, Plan
+from .desk import MAX_KEY_LENGTH, AgentDesk, AgentError, BatchRequest, Plan
 from .songs import SERVICE_TEXT, stage, state_of
 from .text import service_text
 
@@ -46,6 +47,8 @@ T = TypeVar("T")
 AUDIO_MAX_BYTES = 8 * 1024 * 1024
 """Largest archived song `get_songs(include_audio=true)` returns as AudioContent (base64 grows it by a third)."""
 MAX_IDS = 50
+MODEL_MAX = 100
+"""Longest model name a search takes (the known ones are under 20 characters)."""
 WAIT_MAX_S = 600.0
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
@@ -53,7 +56,7 @@ PAID = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_
 
 Ids = Annotated[list[str], Field(min_length=1, max_length=MAX_IDS, description="task ids (v1) or song ids (v2)")]
 Key = Annotated[
-    str | None,
+    Annotated[str, Field(max_length=MAX_KEY_LENGTH)] | None,
     Field(description="Makes this paid call safe to retry: the same key and parameters return the first call's ids"),
 ]
 MaxCredits = Annotated[
@@ -145,9 +148,10 @@ class AgentServer:
     # -- helpers -------------------------------------------------------------------------------------
 
     def _clean(self, value: Any) -> Any:
-        """The key out of every string of a result (a hostile service may echo it back)."""
+        """The key out of every string of a result (a hostile service may echo it back), and no terminal escape,
+        control or format character in any (a service's words in a note or a batch's errors are plain too)."""
         if isinstance(value, str):
-            return self.desk.client.redact(value)
+            return self.desk.client.redact(service_text(value, lines=True))
         if isinstance(value, dict):
             return {k: self._clean(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
@@ -156,7 +160,10 @@ class AgentServer:
 
     def _error(self, exc: BaseException) -> ToolError:
         text = service_text(one_line(exc)) or type(exc).__name__  # a service's message may carry escapes
-        if not isinstance(exc, AgentError):
+        if isinstance(exc, sqlite3.Error):  # never SQLite's own words: what the journal cannot do, and what to do
+            where = self.desk.store.path or "in memory"
+            text = f"The journal {where} cannot be read or written now ({storage_reason(exc)}); try again"
+        elif not isinstance(exc, AgentError):
             text = f"{type(exc).__name__}: {text}"
         return ToolError(self.desk.client.redact(text)[:1000])
 
@@ -296,7 +303,10 @@ class AgentServer:
             list[dict[str, Any]],
             Field(min_length=1, max_length=500, description="one request per row (generate_song's fields)"),
         ],
-        name: Annotated[str, Field(description="the batch's name: re-running it sends only rows never sent")],
+        name: Annotated[
+            str,
+            Field(max_length=MAX_KEY_LENGTH, description="the batch's name: re-running it sends only rows never sent"),
+        ],
         budget: Annotated[
             Annotated[int, Field(strict=True, ge=0)] | None, Field(description="credits this batch may spend")
         ] = None,
@@ -401,7 +411,9 @@ class AgentServer:
             str | None, Field(max_length=PROMPT_MAX * 10, description="words in title, style, lyrics")
         ] = None,
         favourite: Annotated[bool | None, Field(description="only favourites (true) or only others (false)")] = None,
-        model: Annotated[str | None, Field(description="only songs of this model")] = None,
+        model: Annotated[
+            Annotated[str, Field(max_length=MODEL_MAX)] | None, Field(description="only songs of this model")
+        ] = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
     ) -> dict[str, Any]:
         """Search the library of every paid song (newest first)."""
@@ -412,7 +424,9 @@ class AgentServer:
         """Credits left on the key, spend today, and the budget left for this server."""
         return self._clean(await self._blocking(self.desk.account))
 
-    async def batch_status(self, name: Annotated[str, Field(description="the batch's name")]) -> dict[str, Any]:
+    async def batch_status(
+        self, name: Annotated[str, Field(max_length=MAX_KEY_LENGTH, description="the batch's name")]
+    ) -> dict[str, Any]:
         """How a batch is doing: rows per state, its ids, its progress line."""
         return self._clean(await self._blocking(lambda: self.desk.batch_status(name)))
 

@@ -36,10 +36,12 @@ def quoted(text: object, limit: int = 80) -> str:
 
 def service_text(text: object, *, lines: bool = False) -> str:
     """A service's text without terminal escapes, control or format characters; line breaks kept if `lines`."""
-    plain = _TERMINAL.sub("", str(text))
+    plain = str(text)
+    if plain.isprintable() or (lines and plain.replace("\n", "").replace("\t", "").isprintable()):
+        return plain  # the common case, checked in C: nothing hidden (a space other than " " takes the long way)
+    plain = _TERMINAL.sub("", plain)
     kept = "\n\t" if lines else ""
-    cleaned = "".join(
+    return "".join(
         ch if ch in kept or unicodedata.category(ch) not in HIDDEN else ("" if ch not in "\r\n\t" else " ")
         for ch in plain.replace("\r\n", "\n")
     )
-    return cleaned
