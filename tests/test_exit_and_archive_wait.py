@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -97,7 +98,8 @@ class _Stuck(_Worker):
         pass  # never ends: the exit gives up on it at the bound
 
 
-def test_at_exit_every_worker_is_told_first_then_joined_within_one_bound() -> None:
+def test_at_exit_every_worker_is_told_first_then_joined_within_one_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle, "_workers", weakref.WeakSet())  # this test's workers only, not the suite's
     workers = [_Worker(), _Worker()]
     for worker in workers:
         lifecycle.add_worker(worker)
