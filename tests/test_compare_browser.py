@@ -201,17 +201,22 @@ def test_dragging_on_a_waveform_loops_that_region(page: Page) -> None:
     page.mouse.down()
     page.mouse.move(box["x"] + box["width"] * 0.5, y)
     page.mouse.up()
+    # the round's players last 5 s (the 4 s songs and a second of silence: one length for both), so the
+    # region is 1.25 s to 2.5 s
+    duration = page.evaluate(f"document.querySelector('{audio}').duration")
+    start, end = duration * 0.25, duration * 0.5
     page.wait_for_function(
-        f"() => Math.abs(document.querySelector('{audio}').currentTime - 1.0) < 0.3", timeout=STEP_MS
+        f"s => Math.abs(document.querySelector('{audio}').currentTime - s) < 0.3", arg=start, timeout=STEP_MS
     )
     page.evaluate(f"() => {{ const a = document.querySelector('{audio}'); a.muted = true; return a.play(); }}")
-    page.wait_for_function(  # it plays past the region's end (2 s of the 4 s song) and comes back to its start
-        f"() => {{ const a = document.querySelector('{audio}');"
+    page.wait_for_function(  # it plays past the region's end and comes back to its start
+        f"([start, end]) => {{ const a = document.querySelector('{audio}');"
         " window.seen = Math.max(window.seen || 0, a.currentTime);"
-        " return window.seen > 1.5 && a.currentTime < 1.5 && !a.paused; }",
+        " return window.seen > (start + end) / 2 && a.currentTime < (start + end) / 2 && !a.paused; }",
+        arg=[start, end],
         timeout=STEP_MS,
     )
-    assert page.evaluate(f"document.querySelector('{audio}').currentTime") < 2.2
+    assert page.evaluate(f"document.querySelector('{audio}').currentTime") < end + 0.2
 
 
 def test_a_new_pair_releases_the_last_rounds_sound_and_picks_name_the_new_round(page: Page, view: CompareView) -> None:

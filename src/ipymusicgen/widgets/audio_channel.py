@@ -17,6 +17,7 @@ player of the same song can be matched to it by anything but listening.
 from __future__ import annotations
 
 import io
+import math
 import secrets
 import threading
 import wave
@@ -30,6 +31,8 @@ from ..archive.waveform import decode_cap
 from ..safe_html import http_url
 
 BLOCK_FRAMES = 16_384
+LENGTH_STEP = 15
+"""Seconds a blind copy's length is rounded up to when the round's common length is unknown."""
 MEDIA_TYPES = {".mp3": "audio/mpeg", ".wav": "audio/wav", ".flac": "audio/flac", ".ogg": "audio/ogg"}
 STALE = "This player's audio is from an earlier pair (or unknown here); the view offers the current pair's."
 
@@ -127,8 +130,9 @@ def _info(data: bytes) -> tuple[int, int]:
     return info.nchannels, info.sample_rate
 
 
-def blind_copy(data: bytes, *, seconds: float | None, limit: int) -> bytes:
-    """The sound of `data` as a 16-bit WAV at its own rate and channels, with a fresh one-LSB dither."""
+def blind_copy(data: bytes, *, seconds: float | None, limit: int, last_for: float | None = None) -> bytes:
+    """The sound of `data` as a 16-bit WAV at its own rate and channels, with a fresh one-LSB dither, lasting
+    `last_for` seconds (silence after the song; never cut), else its own length rounded up to `LENGTH_STEP`."""
     import miniaudio
     import numpy as np
 
@@ -155,12 +159,21 @@ def blind_copy(data: bytes, *, seconds: float | None, limit: int) -> bytes:
                     raise _refused(out.tell() + 2 * len(samples), limit)
                 samples += noise.integers(-1, 2, size=len(samples), dtype=np.int32)
                 writer.writeframes(np.clip(samples, -32768, 32767).astype("<i2").tobytes())
+            if not frames:
+                raise AudioUnavailable("The song's file holds no sound.")
+            step = LENGTH_STEP * rate
+            target = math.ceil(last_for * rate) if last_for else math.ceil(frames / step) * step
+            rest = max(0, target - frames) * channels
+            if out.tell() + 2 * rest > limit:
+                raise _refused(out.tell() + 2 * rest, limit)
+            while rest > 0:  # the tail: silence, dithered like the rest
+                size = min(rest, BLOCK_FRAMES * channels)
+                writer.writeframes(noise.integers(-1, 2, size=size, dtype=np.int32).astype("<i2").tobytes())
+                rest -= size
         except miniaudio.DecodeError:
             raise AudioUnavailable("The song's file could not be decoded.") from None
         finally:
             stream.close()
-    if not frames:
-        raise AudioUnavailable("The song's file holds no sound.")
     return out.getvalue()
 
 
@@ -172,6 +185,7 @@ def media_type(data: bytes) -> str:
 class _Offer:
     source: AudioSource
     blind: bool
+    last_for: float | None
 
 
 class AudioChannel:
@@ -189,10 +203,11 @@ class AudioChannel:
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
 
-    def offer(self, source: AudioSource, *, blind: bool = False) -> str:
+    def offer(self, source: AudioSource, *, blind: bool = False, last_for: float | None = None) -> str:
+        """A fresh name for `source`; `blind`: hand a blind copy lasting `last_for` seconds (see `blind_copy`)."""
         name = secrets.token_urlsafe(18)
         with self._lock:
-            self._offers[name] = _Offer(source, blind)
+            self._offers[name] = _Offer(source, blind, last_for)
         return name
 
     def clear(self) -> None:
@@ -217,7 +232,7 @@ class AudioChannel:
                 limit = self.limit()
                 data = read_audio(offer.source, limit)
                 if offer.blind:
-                    data = blind_copy(data, seconds=offer.source.seconds, limit=limit)
+                    data = blind_copy(data, seconds=offer.source.seconds, limit=limit, last_for=offer.last_for)
         except AudioUnavailable as exc:
             self._answer(name, {"error": str(exc)})
             return

@@ -11,6 +11,7 @@ Python records it (`Library.vote`, blind) and only then reveals the labels and t
 
 from __future__ import annotations
 
+import math
 import random
 import secrets
 import sqlite3
@@ -82,6 +83,16 @@ def take_of(song: Any, library: Library | None = None) -> Take:
     )
 
 
+def common_length(takes: list[Take]) -> float | None:
+    """How long every player of a round lasts: past the longer song's reported length (its sound is never cut;
+    the shorter one ends in silence), so a player's length names no song and X's does not match its twin's.
+    None when a length is unknown (each copy is then rounded up to whole steps of `LENGTH_STEP` seconds)."""
+    seconds = [take.source.seconds for take in takes]
+    if not seconds or any(not s or s <= 0 for s in seconds):
+        return None
+    return float(math.ceil(max(s for s in seconds if s)) + 1)
+
+
 def two_takes(songs: list[Any], library: Library | None = None) -> list[Take]:
     """Two different songs with audio, as takes; ValueError otherwise."""
     takes = [take_of(song, library) for song in songs]
@@ -137,7 +148,8 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         self.round = secrets.token_hex(12) if takes else ""
         self.channel.clear()  # the last round's players answer no more
         played = [*self.order, *([self.order["AB".index(self.x)]] if self.x else [])]
-        self._sources = [self.channel.offer(take.source, blind=True) for take in played]  # X: a name of its own
+        last_for = common_length(takes)
+        self._sources = [self.channel.offer(take.source, blind=True, last_for=last_for) for take in played]
         self._publish()
 
     # -- the Python API ------------------------------------------------------------------------------
