@@ -363,3 +363,17 @@ def test_damage_found_after_opening_is_the_same_one_line_in_every_store(tmp_path
     assert all("is damaged" in m and ".recover" in m and str(path) in m for m in messages), messages
     for store in opened:
         close(store)
+
+
+@pytest.mark.parametrize("opener", OPENERS, ids=OPENER_IDS)
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, opener: Callable, kind: str) -> None:
+    path = tmp_path / "journal.sqlite3"
+    if kind == "fifo":
+        os.mkfifo(path, 0o644)  # reading it would wait forever for a writer
+    else:
+        path.mkdir(mode=0o755)
+    with pytest.raises(JournalUnavailableError) as refused:
+        opener(path)
+    assert str(path) in one_line(refused.value)
+    assert stat.S_IMODE(path.stat().st_mode) == (0o644 if kind == "fifo" else 0o755)

@@ -83,6 +83,8 @@ def recognise(path: Path) -> None:
     The header says most (the SQLite magic, the application id, the schema version) without SQLite opening
     the file; a file without the id (written before it existed) is read immutably to look for our schema.
     """
+    if not stat.S_ISREG(path.stat().st_mode):  # a folder, a FIFO (reading it would wait forever), a device
+        raise _not_ours(path, "not a regular file")
     with path.open("rb") as file:
         header = file.read(HEADER_SIZE)
     if not header:
