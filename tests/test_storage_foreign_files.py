@@ -60,11 +60,13 @@ def old_journal(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def foreign_db(tmp_path: Path) -> Path:
-    """Another program's database (with a table named like one of ours), world-readable as it was made."""
+@pytest.fixture(params=["delete", "wal"])
+def foreign_db(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """Another program's database (with a table named like one of ours), world-readable as it was made; in
+    rollback or WAL mode (where even reading it the ordinary way would make its -shm file)."""
     path = tmp_path / "photos.db"
     db = sqlite3.connect(path)
+    db.execute(f"PRAGMA journal_mode={request.param}")
     db.execute("CREATE TABLE tasks (id TEXT PRIMARY KEY, todo TEXT)")
     db.execute("CREATE TABLE albums (id INTEGER PRIMARY KEY, name TEXT)")
     db.execute("INSERT INTO tasks VALUES ('t1', 'buy milk')")

@@ -264,7 +264,7 @@ class Journal:
         """A connection opened on a read-only file stays read-only: open it again once the file may be writable."""
         try:
             fresh = open_db(self.path, busy_timeout=self.busy_timeout)
-        except sqlite3.Error:
+        except (sqlite3.Error, OSError, JournalUnavailableError):  # replaced, damaged: the ids wait in memory
             return
         self._db.close()
         self._db = fresh
