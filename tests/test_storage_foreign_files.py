@@ -379,3 +379,24 @@ def test_a_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path: Path, op
         opener(path)
     assert str(path) in one_line(refused.value)
     assert stat.S_IMODE(path.stat().st_mode) == (0o644 if kind == "fifo" else 0o755)
+
+
+def test_a_client_on_a_damaged_journal_sends_nothing_and_says_the_same_line(
+    damaged: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ipymusicgen.sandbox import Sandbox
+
+    before = snapshot(damaged)
+    with pytest.raises(JournalUnavailableError) as direct:
+        Journal(damaged)
+    monkeypatch.setenv("MUSICGEN_JOURNAL", str(damaged))
+    with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={"real-looking-key": 50}) as service:
+        with (
+            MusicClient("real-looking-key", base_url=service.base_url, v2_base_url=service.v2_base_url) as client,
+            pytest.raises(JournalUnavailableError) as refused,
+        ):
+            client.generate(action="auto", style="never sent")
+        assert service.request_counts().get("/v1/music/generate", 0) == 0
+        assert service.credits("real-looking-key") == 50
+    assert one_line(refused.value) == str(direct.value)
+    assert snapshot(damaged) == before
