@@ -288,30 +288,33 @@ def test_a_library_button_while_another_kernel_holds_the_journal_is_said_not_rai
         view.close()
 
 
-def test_every_player_of_a_round_lasts_as_long_so_a_length_names_no_song(
+def test_every_player_of_a_round_has_one_format_and_one_length_so_neither_names_a_song(
     library: Library, made: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
-    """A player's length is on the page (the audio's duration) and on each song's card: two songs of different
-    lengths would name themselves, and X would match its twin by length. Each round's players last as long."""
+    """A player's length, rate and channels are on the page (the audio's duration, the WAV's header), and a length
+    on each song's card: two songs that differ in them would name themselves, and X would match its twin. Each
+    round's players share one rate, one channel count and one length (the longer song's, never cut)."""
     import miniaudio
 
     ids = made[1]
     original = Path(library.song(ids[1]).archive_path or "")
-    decoded = miniaudio.decode(original.read_bytes(), nchannels=1, sample_rate=22_050)
-    shorter = tmp_path / "shorter.wav"
-    with wave.open(str(shorter), "wb") as writer:  # take 2 is 2.5 s long; take 1 is the sandbox's 4 s
-        writer.setnchannels(1)
+    decoded = miniaudio.decode(original.read_bytes(), nchannels=2, sample_rate=48_000)
+    other = tmp_path / "other.wav"
+    with wave.open(str(other), "wb") as writer:  # take 2: 2.5 s of 48 kHz stereo; take 1: the sandbox's MP3
+        writer.setnchannels(2)
         writer.setsampwidth(2)
-        writer.setframerate(22_050)
-        writer.writeframes(decoded.samples.tobytes()[: 2 * int(2.5 * 22_050)])
-    library.store.archived(ids[1], shorter, shorter.stat().st_size, waveform(shorter, 200))
+        writer.setframerate(48_000)
+        writer.writeframes(decoded.samples.tobytes()[: 2 * 2 * int(2.5 * 48_000)])
+    library.store.archived(ids[1], other, other.stat().st_size, waveform(other, 200))
     songs = songs_of(library, ids)
     for mode in ("ab", "abx"):
         view = CompareView(songs, library=library, mode=mode, seed=1)
         wire = Wire(view)
-        lengths = set()
+        shapes = set()
         for player in view.data["players"]:
             channels, rate, sound = frames(wire.ask(player["source"])[1] or b"")
-            lengths.add(len(sound) / (2 * channels * rate))
-        assert len(lengths) == 1 and min(lengths) >= 4.0, lengths  # one length for all, none cut short
+            shapes.add((channels, rate, round(len(sound) / (2 * channels * rate), 3)))
+        assert len(shapes) == 1, shapes  # one rate, one channel count, one length for all
+        (channels, rate, seconds) = shapes.pop()
+        assert (channels, rate) == (2, 48_000) and seconds >= 4.0  # the richer format, none cut short
         view.close()

@@ -9,9 +9,10 @@ the bytes as the message's one buffer, or `{"kind": "audio", "source", "error"}`
 never more than the download cap (max_download_mb). The bytes come from the song's archived file when there is
 one, else from its http(s) URL, read by the kernel.
 
-A blind copy (`blind=True`) is the decoded sound as a 16-bit WAV with a fresh dither of one least significant
+A blind copy (`offer_blind`) is the decoded sound as a 16-bit WAV with a fresh dither of one least significant
 bit: no tags, no encoder's bytes, and never the same bytes twice, so neither a card's file nor the other
-player of the same song can be matched to it by anything but listening.
+player of the same song can be matched to it by anything but listening. Every player of a round (`BlindRound`)
+has one channel count, one rate and one length, so neither a header nor a duration tells the songs apart.
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ def _fetch(url: str, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _info(data: bytes) -> tuple[int, int]:
-    """Channels and sample rate of encoded audio, from its own header (sniffed, not guessed from a name)."""
+def _info(data: bytes) -> tuple[int, int, float]:
+    """Channels, sample rate and seconds of encoded audio, from the file itself (sniffed, not guessed from a name)."""
     import miniaudio
 
     readers = {
@@ -127,16 +128,24 @@ def _info(data: bytes) -> tuple[int, int]:
         info = reader(data)
     except miniaudio.DecodeError:
         raise AudioUnavailable("The song's file could not be decoded.") from None
-    return info.nchannels, info.sample_rate
+    return info.nchannels, info.sample_rate, float(info.duration or 0.0)
 
 
-def blind_copy(data: bytes, *, seconds: float | None, limit: int, last_for: float | None = None) -> bytes:
-    """The sound of `data` as a 16-bit WAV at its own rate and channels, with a fresh one-LSB dither, lasting
-    `last_for` seconds (silence after the song; never cut), else its own length rounded up to `LENGTH_STEP`."""
+def blind_copy(
+    data: bytes,
+    *,
+    seconds: float | None,
+    limit: int,
+    shape: tuple[int, int] | None = None,
+    last_for: float | None = None,
+) -> bytes:
+    """The sound of `data` as a 16-bit WAV with a fresh one-LSB dither: in `shape` (channels, rate; else its own),
+    lasting `last_for` seconds (silence after the song; never cut), else its own length rounded up to
+    `LENGTH_STEP`. `seconds`, the reported length, bounds the decode (a crafted file can claim hours)."""
     import miniaudio
     import numpy as np
 
-    channels, rate = _info(data)
+    channels, rate = shape or _info(data)[:2]
     most_frames = int(decode_cap(seconds) * rate)
     noise = np.random.default_rng(secrets.randbits(64))
     out = io.BytesIO()
@@ -181,11 +190,40 @@ def media_type(data: bytes) -> str:
     return MEDIA_TYPES.get(audio_suffix(data[:64]) or "", "application/octet-stream")
 
 
+class BlindRound:
+    """The players of one blind round: one shape for all (the most channels and the highest rate among its songs)
+    and one length (the longest song's, and a second), found from the songs themselves, so no header and no
+    duration on the page tells one song from the other. Each song's bytes are read once a round."""
+
+    def __init__(self, sources: list[AudioSource]) -> None:
+        self.sources = sources
+        self._bytes: dict[int, bytes] = {}
+        self._common: tuple[tuple[int, int], float | None] | None = None
+
+    def read(self, index: int, limit: int) -> bytes:
+        if index not in self._bytes:
+            self._bytes[index] = read_audio(self.sources[index], limit)
+        return self._bytes[index]
+
+    def common(self, limit: int) -> tuple[tuple[int, int], float | None]:
+        if self._common is None:
+            infos = [_info(self.read(index, limit)) for index in range(len(self.sources))]
+            longest = max(info[2] for info in infos)
+            shape = (max(info[0] for info in infos), max(info[1] for info in infos))
+            self._common = shape, (math.ceil(longest) + 1.0 if longest > 0 else None)
+        return self._common
+
+    def copy(self, index: int, limit: int) -> bytes:
+        shape, last_for = self.common(limit)
+        seconds = self.sources[index].seconds
+        return blind_copy(self.read(index, limit), seconds=seconds, limit=limit, shape=shape, last_for=last_for)
+
+
 @dataclass(frozen=True)
 class _Offer:
     source: AudioSource
-    blind: bool
-    last_for: float | None
+    blind: BlindRound | None = None
+    index: int = 0
 
 
 class AudioChannel:
@@ -203,11 +241,18 @@ class AudioChannel:
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
 
-    def offer(self, source: AudioSource, *, blind: bool = False, last_for: float | None = None) -> str:
-        """A fresh name for `source`; `blind`: hand a blind copy lasting `last_for` seconds (see `blind_copy`)."""
+    def offer(self, source: AudioSource) -> str:
+        """A fresh name for `source`: the page gets its bytes as they are."""
+        return self._named(_Offer(source))
+
+    def offer_blind(self, blind: BlindRound, index: int) -> str:
+        """A fresh name for a blind copy of the round's song `index` (see `BlindRound`, `blind_copy`)."""
+        return self._named(_Offer(blind.sources[index], blind, index))
+
+    def _named(self, offer: _Offer) -> str:
         name = secrets.token_urlsafe(18)
         with self._lock:
-            self._offers[name] = _Offer(source, blind, last_for)
+            self._offers[name] = offer
         return name
 
     def clear(self) -> None:
@@ -230,9 +275,10 @@ class AudioChannel:
         try:
             with self._reading:
                 limit = self.limit()
-                data = read_audio(offer.source, limit)
-                if offer.blind:
-                    data = blind_copy(data, seconds=offer.source.seconds, limit=limit, last_for=offer.last_for)
+                if offer.blind is not None:
+                    data = offer.blind.copy(offer.index, limit)
+                else:
+                    data = read_audio(offer.source, limit)
         except AudioUnavailable as exc:
             self._answer(name, {"error": str(exc)})
             return

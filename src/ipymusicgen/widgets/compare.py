@@ -11,7 +11,6 @@ Python records it (`Library.vote`, blind) and only then reveals the labels and t
 
 from __future__ import annotations
 
-import math
 import random
 import secrets
 import sqlite3
@@ -27,7 +26,7 @@ from ..errors import one_line
 from ..safe_html import http_url
 from ..storage.library import LibraryWriteError
 from ._static import css, esm
-from .audio_channel import AudioChannel, AudioSource
+from .audio_channel import AudioChannel, AudioSource, BlindRound
 from .song_data import compact_peaks, plain
 from .text import TextRepr
 
@@ -81,16 +80,6 @@ def take_of(song: Any, library: Library | None = None) -> Take:
         source=AudioSource(path=path, url=audio, seconds=seconds),
         peaks=compact_peaks(peaks),
     )
-
-
-def common_length(takes: list[Take]) -> float | None:
-    """How long every player of a round lasts: past the longer song's reported length (its sound is never cut;
-    the shorter one ends in silence), so a player's length names no song and X's does not match its twin's.
-    None when a length is unknown (each copy is then rounded up to whole steps of `LENGTH_STEP` seconds)."""
-    seconds = [take.source.seconds for take in takes]
-    if not seconds or any(not s or s <= 0 for s in seconds):
-        return None
-    return float(math.ceil(max(s for s in seconds if s)) + 1)
 
 
 def two_takes(songs: list[Any], library: Library | None = None) -> list[Take]:
@@ -147,9 +136,9 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         self.note = ""
         self.round = secrets.token_hex(12) if takes else ""
         self.channel.clear()  # the last round's players answer no more
-        played = [*self.order, *([self.order["AB".index(self.x)]] if self.x else [])]
-        last_for = common_length(takes)
-        self._sources = [self.channel.offer(take.source, blind=True, last_for=last_for) for take in played]
+        blind = BlindRound([take.source for take in self.order])  # one shape and one length for every player
+        played = [0, 1, *(["AB".index(self.x)] if self.x else [])]
+        self._sources = [self.channel.offer_blind(blind, index) for index in played if index < len(self.order)]
         self._publish()
 
     # -- the Python API ------------------------------------------------------------------------------
