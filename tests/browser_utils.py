@@ -255,14 +255,19 @@ def low_contrast(page: Page, selector: str, floor: float = 4.5) -> list[dict[str
 
 
 DARK = """() => {
-  const vars = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#111111", "--jp-layout-color2": "#292929",
-    "--jp-layout-color4": "#757575", "--jp-border-color2": "#3a3a3a", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
-    "--jp-ui-font-color2": "rgba(255,255,255,0.54)", "--jp-brand-color1": "#64b5f6",
+  const vars = {"--jp-layout-color0": "#111111", "--jp-layout-color1": "#212121", "--jp-layout-color2": "#424242",
+    "--jp-layout-color3": "#616161", "--jp-layout-color4": "#757575", "--jp-border-color1": "#616161",
+    "--jp-border-color2": "#424242", "--jp-ui-font-color0": "#ffffff", "--jp-ui-font-color1": "rgba(255,255,255,0.87)",
+    "--jp-ui-font-color2": "rgba(255,255,255,0.54)", "--jp-ui-font-color3": "rgba(255,255,255,0.38)",
+    "--jp-brand-color1": "#2196f3", "--jp-error-color1": "#f44336", "--jp-warn-color1": "#ff9800",
+    "--jp-success-color1": "#4caf50", "--jp-input-background": "#424242",
     "--jp-ui-inverse-font-color1": "rgba(0,0,0,0.8)"};
   for (const [name, value] of Object.entries(vars)) document.body.style.setProperty(name, value);
   document.body.style.background = "#111111";
 }"""
-"""JupyterLab's dark theme variables set on the page (`page.evaluate(DARK)`): views follow them."""
+"""JupyterLab Dark's own values (theme-dark-extension/index.css) set on the page (`page.evaluate(DARK)`): views
+follow them. The real themes are measured in tests/test_studio_contrast_browser.py; these were lighter than the
+theme's (#292929 for --jp-layout-color2, where the theme has #424242) and hid the studio's 4.23:1 hints."""
 
 
 NARROW = {"width": 800, "height": 900}

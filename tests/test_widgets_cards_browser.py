@@ -126,7 +126,7 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     shot(page, "cards-watcher-light")
     page.evaluate(DARK)  # JupyterLab's dark theme variables: the card follows them
     background = page.locator(".ipymusicgen-song").first.evaluate("c => getComputedStyle(c).backgroundColor")
-    assert background == "rgb(17, 17, 17)"
+    assert background == "rgb(33, 33, 33)"  # --jp-layout-color1 of JupyterLab Dark
     assert low_contrast(page, ".ipymusicgen-watcher") == []  # every text and button word at least 4.5:1, dark
     shot(page, "cards-watcher-dark")
 
