@@ -114,8 +114,10 @@ class BatchRow:
         return str(text)[:60]
 
 
-def _plain(value: Any) -> Any:
-    """A DataFrame cell as a plain value: NaN/None → None, numpy scalars → Python, 1.0 → 1."""
+def _plain(value: Any, *, nan_is_missing: bool = False) -> Any:
+    """A cell as a plain value: numpy scalars → Python, 1.0 → 1. NaN → None ("not given") only for a DataFrame's
+    cells (`nan_is_missing`), where pandas writes a missing value so; anywhere else a NaN is a value the models
+    refuse, naming its field, as a single call refuses it."""
     if value is None:
         return None
     if hasattr(value, "item") and not isinstance(value, str | bytes):
@@ -123,7 +125,7 @@ def _plain(value: Any) -> Any:
             value = value.item()
     if isinstance(value, float):
         if math.isnan(value):
-            return None
+            return None if nan_is_missing else value
         if value.is_integer():
             return int(value)
     return value
@@ -136,7 +138,7 @@ def _is_dataframe(requests: Any) -> bool:
 def _raw_rows(requests: Any) -> list[Any]:
     if _is_dataframe(requests):
         return [
-            {k: v for k, v in ((str(k), _plain(v)) for k, v in r.items()) if v is not None}
+            {k: v for k, v in ((str(k), _plain(v, nan_is_missing=True)) for k, v in r.items()) if v is not None}
             for r in requests.to_dict("records")
         ]
     if isinstance(requests, Mapping | str):

@@ -12,8 +12,9 @@ import hashlib
 import html
 import itertools
 import json
+import math
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -66,9 +67,10 @@ class Grid:
         if clash:
             raise BatchError(f"{', '.join(clash)}: given both in base and as an axis; keep one")
         self.repeat = repeat
+        size = math.prod(len(values) for values in self.axes.values()) * repeat  # before any product is built
+        if size > MAX_CELLS:
+            raise BatchError(f"the grid has {size} rows, more than {MAX_CELLS}; make it smaller")
         combos = list(itertools.product(*self.axes.values()))
-        if len(combos) * repeat > MAX_CELLS:
-            raise BatchError(f"the grid has {len(combos) * repeat} rows, more than {MAX_CELLS}; make it smaller")
         cells = []
         for combo in combos:
             params = dict(zip(self.axes, combo, strict=True))
@@ -202,7 +204,15 @@ class Grid:
 def _values(field: str, values: Iterable[Any]) -> list[Any]:
     if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
         raise BatchError(f"{field}: an axis is a list of values, e.g. {field}=[...] (got {values!r})")
-    found = list(dict.fromkeys(values))  # a value given twice is one column, not two
+    distinct: dict[Any, None] = {}  # a value given twice is one column, not two
+    for value in values:  # read lazily: an axis of a billion values is refused at its 201st, never listed whole
+        distinct.setdefault(value, None)
+        if len(distinct) > MAX_CELLS:
+            many = f"{len(values)} values" if isinstance(values, Sized) else f"more than {MAX_CELLS} values"
+            raise BatchError(
+                f"{field}: {many} in one axis, more than the {MAX_CELLS} rows a grid may have; make it smaller"
+            )
+    found = list(distinct)
     if not found:
         raise BatchError(f"{field}: an axis needs at least one value")
     return found

@@ -98,7 +98,7 @@ def parse_grid(text: str, namespace: Mapping[str, Any]) -> tuple[dict[str, Any],
         if field in base or field in axes:
             raise UsageError(f"line {number}: {field} is given twice")
         values = [_typed(field, expand(part.strip(), namespace)) for part in value.split("|")]
-        if any(not part for part in values):
+        if any(part == "" for part in values):  # a 0 is a value (an on/off axis), only nothing is empty
             raise UsageError(f"line {number}: {field} has an empty value")
         if len(values) > 1:
             axes[field] = values
