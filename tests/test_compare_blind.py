@@ -53,6 +53,10 @@ class Wire:
         """What the page gets when a player starts: it asks for its source's bytes as an intent."""
         start = len(self.sent)
         self.view._handle_custom_msg({"kind": "audio", "source": source}, [])
+        return self.answer(source, start)
+
+    def answer(self, source: str, start: int = 0) -> tuple[dict[str, Any], bytes | None]:
+        """The first answer for `source` sent since message `start`, waited for (it comes from a thread)."""
 
         def answer() -> tuple[dict[str, Any], bytes | None] | None:
             for data, buffers in self.sent[start:]:
@@ -318,3 +322,30 @@ def test_every_player_of_a_round_has_one_format_and_one_length_so_neither_names_
         (channels, rate, seconds) = shapes.pop()
         assert (channels, rate) == (2, 48_000) and seconds >= 4.0  # the richer format, none cut short
         view.close()
+
+
+def test_the_channel_hands_a_plain_source_as_it_is_for_a_card_player(
+    library: Library, made: tuple[Path, list[str]]
+) -> None:
+    """The mechanism the playback issue reuses: a song the page cannot fetch is offered by name, its bytes as
+    they are with their media type; asked twice while on the way, it is read and sent once."""
+    from ipymusicgen.widgets.audio_channel import AudioSource
+
+    song = library.song(made[1][0])
+    view = CompareView(library=library)
+    wire = Wire(view)
+    name = view.channel.offer(AudioSource(path=song.archive_path, url=song.audio_url))
+    assert song.id not in name and name != view.channel.offer(AudioSource(path=song.archive_path))
+    with view.channel._reading:  # the first answer is still being prepared when the second press comes
+        view._handle_custom_msg({"kind": "audio", "source": name}, [])
+        view._handle_custom_msg({"kind": "audio", "source": name}, [])
+    content, payload = wire.answer(name)
+    assert payload == Path(song.archive_path or "").read_bytes() and content["type"] == "audio/mpeg"
+    for thread in threading.enumerate():  # every read under way has answered (a second one would have, too)
+        if thread.name == "ipymusicgen-audio":
+            thread.join(ANSWER_S)
+    view.channel.clear()
+    view._handle_custom_msg({"kind": "audio", "source": 42}, [])  # a forged request: answered, never raised
+    answers = [d for d, _ in wire.sent if d.get("method") == "custom" and d["content"].get("source") == name]
+    assert len(answers) == 1
+    view.close()

@@ -238,6 +238,7 @@ class AudioChannel:
         self.widget = widget
         self.limit = limit
         self._offers: dict[str, _Offer] = {}
+        self._serving: set[str] = set()
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
 
@@ -268,10 +269,21 @@ class AudioChannel:
         if offer is None:
             self._answer(name if isinstance(name, str) else "", {"error": STALE})
             return True
+        with self._lock:
+            if name in self._serving:  # asked again while its answer is on the way: one answer serves
+                return True
+            self._serving.add(name)
         threading.Thread(target=self._serve, args=(name, offer), name="ipymusicgen-audio", daemon=True).start()
         return True
 
     def _serve(self, name: str, offer: _Offer) -> None:
+        try:
+            self._prepare_and_answer(name, offer)
+        finally:
+            with self._lock:
+                self._serving.discard(name)
+
+    def _prepare_and_answer(self, name: str, offer: _Offer) -> None:
         try:
             with self._reading:
                 limit = self.limit()
