@@ -68,7 +68,6 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         self._lock = threading.Lock()
         self._followed: list[Batch] = []
         self._retry_asked = False
-        self._retries = 0
         self.on_msg(self._on_msg)
         if batch is not None:
             self.follow(batch)
@@ -89,11 +88,14 @@ class BatchView(TextRepr, anywidget.AnyWidget):
             self.data = view_data(batch)
 
     def retry_failed(self, *, confirmed: bool = True) -> Batch | None:
-        """Send the failed rows again as a new batch (`<name>-retry-N`), followed by this view.
+        """Send the failed rows again as a new batch (`batch.retry`: `<name>-retry-N` with an N no earlier retry
+        used, in this kernel or one before a restart, within what is left of the batch's budget), followed here.
 
         Called from code, the call is the decision; the button sends `confirmed=False`, and with a real key the
         first press only says what it costs ("press again to send"), as a card's paid button does.
         """
+        from ..batch.retry import retry_failed
+
         batch = self.batch
         failed = [r for r in batch.rows if r.state == "failed"] if batch is not None and batch.done else []
         if batch is None or not failed or batch.client is None:
@@ -104,9 +106,9 @@ class BatchView(TextRepr, anywidget.AnyWidget):
             self._note(f"Retry {len(failed)} failed row(s)? About {cost} credits (estimate). Press again to send.")
             return None
         self._retry_asked = False
-        self._retries += 1
-        retry = batch.client.batch([r.request for r in failed], name=f"{batch.name}-retry-{self._retries}", wait=False)
-        self.follow(retry)
+        retry = retry_failed(batch, wait=False)
+        if retry is not None:
+            self.follow(retry)
         return retry
 
     def _note(self, text: str) -> None:
