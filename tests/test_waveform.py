@@ -85,6 +85,13 @@ def written(kind: str, samples: np.ndarray, rate: int = TONE_RATE) -> bytes:
         data = soundfile_bytes(samples, rate, "MP3")
         assert b"Xing" in data[:4096] or b"Info" in data[:4096]
         return data
+    if kind == "mp3-xing-lies":  # a Xing header that claims half the frames: the decoder would stop there
+        data = bytearray(written("mp3-xing", samples, rate))
+        at = data.find(b"Xing")
+        assert int.from_bytes(data[at + 4 : at + 8], "big") & 1  # the frame-count field is there
+        frames = int.from_bytes(data[at + 8 : at + 12], "big")
+        data[at + 8 : at + 12] = (frames // 2).to_bytes(4, "big")
+        return bytes(data)
     if kind == "wav":
         return encode_wav(samples, rate)
     if kind == "flac":
@@ -96,7 +103,7 @@ def loud_buckets(peaks: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.maximum(peaks[:, 1], -peaks[:, 0]) > LOUD)
 
 
-@pytest.mark.parametrize("kind", ["mp3", "mp3-xing", "wav", "flac", "ogg"])
+@pytest.mark.parametrize("kind", ["mp3", "mp3-xing", "mp3-xing-lies", "wav", "flac", "ogg"])
 def test_the_tone_starts_half_way_and_the_tail_is_drawn(tmp_path: Path, kind: str) -> None:
     """The decoder's steps fit the song's length: no bucket is a repeat of the last one, nothing is squeezed."""
     path = tmp_path / f"tone.{kind.split('-')[0]}"

@@ -166,24 +166,45 @@ def bucket_peaks(lows: np.ndarray, highs: np.ndarray, ends: np.ndarray, points: 
 def stream_peaks(path: str | Path, points: int = DEFAULT_POINTS, *, max_seconds: float | None = None) -> np.ndarray:
     """Peaks computed while decoding, block by block: the PCM is never held, and decoding stops at the cap.
 
-    Buckets follow the frames actually decoded (not a header's length, which an MP3 may lack or get wrong), so
-    peaks and time agree within a bucket for a 3-second clip and an 8-minute song alike. Memory stays a few
-    blocks plus a few thousand pairs whatever the file claims; `DecodeCapError` when the audio runs past
-    `max_seconds` (by default the longest song plus a margin).
+    Buckets follow the frames actually decoded (not a header's length, which an MP3 may lack), so peaks and
+    time agree within a bucket for a 3-second clip and an 8-minute song alike. An MP3 whose Xing header claims
+    fewer frames than the file holds (the decoder stops where the header says, a player does not) is decoded a
+    second time with that header blanked. Memory stays a few blocks plus a few thousand pairs whatever the file
+    claims; `DecodeCapError` when the audio runs past `max_seconds` (by default the longest song plus a margin).
     """
     import miniaudio
-    import numpy as np
+
+    from .mp3_frames import BlankTagSource, mp3_frames  # miniaudio is loaded only when something is decoded
 
     limit = int((decode_cap(None) if max_seconds is None else max_seconds) * DECODE_RATE)
-    reducer = _PairReducer(points)
-    frames = 0
-    stream = miniaudio.stream_file(
-        str(path),
-        output_format=miniaudio.SampleFormat.SIGNED16,
-        nchannels=1,
-        sample_rate=DECODE_RATE,
-        frames_to_read=BLOCK_FRAMES,
+    reducer = _decode_into(
+        _PairReducer(points),
+        miniaudio.stream_file(str(path), frames_to_read=BLOCK_FRAMES, **_decode_as()),
+        limit,
     )
+    tag, seconds = mp3_frames(path)
+    if tag is not None and seconds is not None and seconds - reducer.frames() / DECODE_RATE > HEADER_SLACK_SECONDS:
+        with BlankTagSource(path, tag) as source:  # the header lied: the frames themselves say how long
+            stream = miniaudio.stream_any(source, miniaudio.FileFormat.MP3, frames_to_read=BLOCK_FRAMES, **_decode_as())
+            reducer = _decode_into(_PairReducer(points), stream, limit)
+    return reducer.peaks(points)
+
+
+HEADER_SLACK_SECONDS = 0.2
+"""Decoded audio may be this much shorter than the MP3's frames (encoder delay and padding are ~0.05 s)."""
+
+
+def _decode_as() -> dict[str, Any]:
+    import miniaudio
+
+    return {"output_format": miniaudio.SampleFormat.SIGNED16, "nchannels": 1, "sample_rate": DECODE_RATE}
+
+
+def _decode_into(reducer: _PairReducer, stream: Any, limit: int) -> _PairReducer:
+    """Feed a miniaudio stream's blocks to `reducer`; `DecodeCapError` past `limit` frames. Closes the stream."""
+    import numpy as np
+
+    frames = 0
     try:
         for block in stream:
             samples = np.frombuffer(block, dtype=np.int16)
@@ -197,7 +218,7 @@ def stream_peaks(path: str | Path, points: int = DEFAULT_POINTS, *, max_seconds:
             reducer.add(samples)
     finally:
         stream.close()
-    return reducer.peaks(points)
+    return reducer
 
 
 def peaks_of_samples(frames: np.ndarray, points: int = DEFAULT_POINTS) -> np.ndarray:
