@@ -1,0 +1,242 @@
+"""`Batch`: what a user holds while a batch runs and after: its rows, their states, its spend and its progress.
+
+Partial success is reported, not raised; the engine (`engine`) changes it, views follow it through listeners.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .rows import BatchFailedError, BatchRow
+
+if TYPE_CHECKING:
+    from ..storage.batches import BatchStore
+
+STATES = ("pending", "submitted", "complete", "failed", "unknown", "skipped")
+
+
+class Batch:
+    """A batch's rows, their states and spend. Partial success is reported, not raised."""
+
+    def __init__(
+        self, name: str, rows: list[BatchRow], *, store: BatchStore, concurrency: int, budget: int | None, estimate: int
+    ) -> None:
+        self.name = name
+        self.rows = rows
+        self.store = store
+        self.concurrency = concurrency
+        self.budget = budget
+        self.estimate = estimate
+        self.counts_before: int | None = None
+        """The key's counts before this run (each run is measured on its own), None when not read."""
+        self.counts_after: int | None = None
+        self.calls = 0
+        """Creates this run sent."""
+        self.run_id: int | None = None
+        self.client: Any = None
+        """The client that runs it (a view's "retry failed rows" sends with it)."""
+        self.started_at = time.monotonic()
+        self.finished_at: float | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._task: Any = None
+        self._listeners: list[Callable[[Batch], None]] = []
+        self._record_listeners: list[Callable[[list[Any]], None]] = []
+        self._wakers: list[Callable[[], Any]] = []
+        """Called by `stop()`: whatever the batch is resting on wakes at once."""
+        self.stop_requested = False
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> Batch:
+        """Block until the batch has finished (for `wait=False` on a sync client); re-raises a crash."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"batch {self.name!r} still running")
+        if self.error is not None:
+            raise self.error
+        return self
+
+    def __await__(self) -> Any:
+        """`await batch` (from `AsyncMusicClient.batch(wait=False)`) waits for it to finish."""
+        if self._task is not None:
+            yield from self._task.__await__()
+        return self
+
+    def stop(self) -> None:
+        """Start no more rows (they become `skipped`); rows already sent are still followed to the end.
+
+        Whatever the batch is waiting on (a rate limit's pause, the next polling round) ends at once.
+        """
+        self.stop_requested = True
+        for wake in list(self._wakers):
+            with contextlib.suppress(Exception):  # a closed event loop: nothing is waiting there any more
+                wake()
+
+    def add_listener(self, callback: Callable[[Batch], None]) -> None:
+        self._listeners.append(callback)
+
+    def add_record_listener(self, callback: Callable[[list[Any]], None]) -> None:
+        """Call `callback(records)` with the song records that changed in each of the batch's polling rounds
+        (and a v2 row's submit answer), on the batch's thread: a watcher shows them without polling again."""
+        self._record_listeners.append(callback)
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            with contextlib.suppress(Exception):  # a view's bug must not stop paid work
+                callback(self)
+
+    def _records_changed(self, records: list[Any]) -> None:
+        if not records:
+            return
+        for callback in list(self._record_listeners):
+            with contextlib.suppress(Exception):  # a view's bug must not stop paid work
+                callback(records)
+
+    @property
+    def ids(self) -> list[str]:
+        return [i for r in self.rows for i in r.ids]
+
+    @property
+    def records(self) -> list[Any]:
+        return [rec for r in self.rows for rec in r.records]
+
+    @property
+    def failed(self) -> list[BatchRow]:
+        return [r for r in self.rows if r.state == "failed"]
+
+    @property
+    def unknown(self) -> list[BatchRow]:
+        return [r for r in self.rows if r.state == "unknown"]
+
+    def counts(self) -> dict[str, int]:
+        """Rows per state, plus `in_flight` (submitted, not finished)."""
+        found = {state: 0 for state in STATES}
+        for row in self.rows:
+            found[row.state] = found.get(row.state, 0) + 1
+        return found
+
+    @property
+    def spent_estimate(self) -> int:
+        return sum(r.cost for r in self.rows)
+
+    @property
+    def real_cost_per_call(self) -> float | None:
+        """Credits one create of this run really took, from the key's counts before and after it (None until known)."""
+        before, after, calls = self.counts_before, self.counts_after, self.calls
+        if before is None or after is None or not calls:
+            return None
+        return (before - after) / calls
+
+    def eta_seconds(self) -> float | None:
+        """Seconds left, from how long rows finished so far took and how many are left (None until one finished)."""
+        durations = [
+            r.finished_at - r.started_at for r in self.rows if r.state == "complete" and r.started_at and r.finished_at
+        ]
+        left = sum(1 for r in self.rows if not r.finished)
+        if not durations:
+            return None
+        if not left:
+            return 0.0
+        per_row = sum(durations) / len(durations)
+        return math.ceil(left / max(1, self.concurrency)) * per_row
+
+    def summary(self) -> dict[str, Any]:
+        counts = self.counts()
+        return {
+            "name": self.name,
+            "rows": len(self.rows),
+            **counts,
+            "estimate": self.estimate,
+            "spent_estimate": self.spent_estimate,
+            "budget": self.budget,
+            "counts_before": self.counts_before,
+            "counts_after": self.counts_after,
+            "real_cost_per_call": self.real_cost_per_call,
+            "done": self.done,
+        }
+
+    def progress_line(self) -> str:
+        """One line for text-only front ends: rows done / in flight / failed / unknown / skipped, credits, ETA."""
+        c = self.counts()
+        eta = self.eta_seconds()
+        parts = [
+            f"batch {self.name}: {c['complete']}/{len(self.rows)} done",
+            f"{c['submitted']} in flight",
+            f"{c['failed']} failed",
+            f"{c['unknown']} unknown",
+            f"{c['skipped']} skipped",
+        ]
+        # measured and estimated credits are said as such and never added together
+        if self.counts_before is not None and self.counts_after is not None:
+            parts.append(f"{self.counts_before - self.counts_after} credits spent (measured)")
+            parts.append(f"{self.counts_after} left (measured)")
+        else:
+            parts.append(f"~{self.spent_estimate} credits spent (estimate)")
+            if self.counts_before is not None:
+                parts.append(f"{self.counts_before} left before this run (measured)")
+        per_call = self.real_cost_per_call
+        if per_call is not None:
+            parts.append(f"{per_call:g} per call (measured)")
+        if eta is not None and not self.done:
+            parts.append(f"ETA {eta:.0f} s")
+        return ", ".join(parts)
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "index": r.index,
+                    "state": r.state,
+                    "request": r.describe(),
+                    "ids": ",".join(r.ids),
+                    "error": r.error,
+                    "cost": r.cost,
+                }
+                for r in self.rows
+            ]
+        ).set_index("index")
+
+    def raise_for_failures(self) -> Batch:
+        bad = self.failed + self.unknown
+        if bad:
+            lines = "; ".join(f"row {r.index + 1} {r.state}: {r.error or ''}" for r in bad[:10])
+            raise BatchFailedError(
+                f"{len(bad)} of {len(self.rows)} rows of batch {self.name!r} did not finish: {lines}"
+            )
+        return self
+
+    def __repr__(self) -> str:
+        lines = [self.progress_line()]
+        for r in self.rows[:20]:
+            extra = f" ({r.error})" if r.error else ""
+            lines.append(f"  {r.index:>4} {r.state:<9} {r.describe()!r} {','.join(r.ids)}{extra}")
+        if len(self.rows) > 20:
+            lines.append(f"  ... {len(self.rows) - 20} more rows")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from ..safe_html import esc
+
+        body = "".join(
+            f"<tr><td>{r.index}</td><td>{esc(r.state)}</td><td>{esc(r.describe())}</td>"
+            f"<td><code>{esc(', '.join(r.ids))}</code></td><td>{esc(r.error or '')}</td></tr>"
+            for r in self.rows[:200]
+        )
+        more = f"<p>... {len(self.rows) - 200} more rows</p>" if len(self.rows) > 200 else ""
+        return (
+            f"<div class='ipymusicgen-batch'><p>{esc(self.progress_line())}</p><table>"
+            "<thead><tr><th>row</th><th>state</th><th>request</th><th>ids</th><th>error</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>{more}</div>"
+        )
