@@ -11,7 +11,6 @@ on a 16 kHz mono float copy. Memory is bounded by the longest song whatever a fi
 from __future__ import annotations
 
 import importlib.util
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,22 +18,14 @@ from typing import Any
 
 from .decoding import blocks, low_rate_mono, open_audio
 from .levels import measure_levels
+from .tempo import tempo
 
 ANALYSIS_RATE = 16_000
 """Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
 """A 10 ms window quieter than this (RMS) counts as silence at the start or end."""
-TEMPO_HOP = 128
-ONSET_WINDOW = 2048
-ONSET_CHUNK_S = 10
-TEMPO_SEGMENT_S = 20
-TEMPO_WINDOW_S = 8.0
 KEY_CONFIDENCE = 0.7
 """The least correlation with a key profile that names a key: a click track or a lone sine has none."""
-ONSET_FLOOR = 0.1
-"""The least onset strength (librosa's spectral flux) at its peak for anything to count as a note starting."""
-PULSE_CONFIDENCE = 0.3
-"""The least (normalised) autocorrelation of the onset strength at a tempo that counts as a beat."""
 PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 MAJOR_PROFILE = (6.35, 2.23, 3.48, 2.33, 4.38, 4.09, 2.52, 5.19, 2.39, 3.66, 2.29, 2.88)
 MINOR_PROFILE = (6.33, 2.68, 3.52, 5.38, 2.60, 3.53, 2.54, 4.75, 3.98, 2.69, 3.34, 3.17)
@@ -119,56 +110,6 @@ def silence_at_ends(mono: Any) -> tuple[float, float]:
     if not len(loud):
         return float(len(mono) / ANALYSIS_RATE), 0.0
     return float(loud[0] * window / ANALYSIS_RATE), float((len(mono) - (loud[-1] + 1) * window) / ANALYSIS_RATE)
-
-
-def tempo(mono: Any) -> float | None:
-    """Beats per minute: librosa's tempo estimate (the onset strength's autocorrelation, with its prior around
-    120 BPM), on 8 ms hops so the answer is within about 1%. None when nothing repeats (a held tone, noise):
-    the onset strength's autocorrelation has no peak of `PULSE_CONFIDENCE` between 40 and 240 BPM."""
-    import librosa
-    import numpy as np
-
-    envelope = onset_envelope(mono)
-    centred = envelope - envelope.mean()
-    if not len(centred) or float(envelope.max()) < ONSET_FLOOR:
-        return None  # nothing starts: a held tone's envelope is a ripple, whatever its autocorrelation
-    correlation = librosa.autocorrelate(centred)
-    frames_per_minute = 60 * ANALYSIS_RATE / TEMPO_HOP
-    fastest, slowest = int(frames_per_minute / 240), int(frames_per_minute / 40)
-    window = correlation[fastest : slowest + 1]
-    if not len(window) or float(window.max()) < PULSE_CONFIDENCE * float(correlation[0]):
-        return None
-    # librosa's tempogram holds (window x frames) numbers: a few minutes at 8 ms hops would take a gigabyte,
-    # so it is estimated on segments and the median taken (a steady beat gives every segment the same answer)
-    segment = int(TEMPO_SEGMENT_S * frames_per_minute / 60)
-    estimates = [
-        float(np.atleast_1d(librosa.feature.tempo(
-            onset_envelope=envelope[start : start + segment], sr=ANALYSIS_RATE, hop_length=TEMPO_HOP,
-            ac_size=TEMPO_WINDOW_S,
-        ))[0])
-        for start in range(0, max(1, len(envelope) - segment // 2), segment)
-    ]  # fmt: skip
-    value = float(np.median(estimates))
-    return round(value, 1) if math.isfinite(value) and value > 0 else None
-
-
-def onset_envelope(mono: Any) -> Any:
-    """librosa's onset strength on 8 ms hops, computed `ONSET_CHUNK_S` at a time (its spectrogram at this hop
-    would otherwise take a gigabyte for a few minutes of audio); each chunk starts a window early, so every
-    frame sees the frame before it, as in one pass."""
-    import librosa
-    import numpy as np
-
-    chunk = ONSET_CHUNK_S * ANALYSIS_RATE // TEMPO_HOP * TEMPO_HOP
-    pad = ONSET_WINDOW // TEMPO_HOP * TEMPO_HOP
-    parts = []
-    for start in range(0, len(mono), chunk):
-        lead = min(start, pad)
-        piece = mono[start - lead : start + chunk]
-        env = librosa.onset.onset_strength(y=piece, sr=ANALYSIS_RATE, hop_length=TEMPO_HOP, n_fft=ONSET_WINDOW)
-        frames = -(-min(chunk, len(mono) - start) // TEMPO_HOP)
-        parts.append(env[lead // TEMPO_HOP : lead // TEMPO_HOP + frames])
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
 
 
 def musical_key(mono: Any) -> str | None:
