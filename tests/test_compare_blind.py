@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from helpers import ManualClock, wait_until
 from mutagen.id3 import ID3, TIT2, TXXX
 
 from ipymusicgen.archive.waveform import waveform
@@ -349,3 +350,54 @@ def test_the_channel_hands_a_plain_source_as_it_is_for_a_card_player(
     answers = [d for d, _ in wire.sent if d.get("method") == "custom" and d["content"].get("source") == name]
     assert len(answers) == 1
     view.close()
+
+
+def test_the_grids_blind_compare_names_no_card_and_a_pick_for_its_last_pair_is_ignored(
+    sandbox: Sandbox, clock: ManualClock, tmp_path: Path
+) -> None:
+    """The grid draws every song's card (id, URL, waveform) on the same page as its comparison, and loads one
+    pair after another into the same comparison."""
+    import uuid
+
+    from ipymusicgen.lab.grid import Grid
+    from ipymusicgen.widgets.grid import GridView
+
+    path = tmp_path / "journal.sqlite3"
+    with Library(path) as library, sandbox.client(journal=Journal(path)) as client:
+        grid = Grid(client, {"action": "auto"}, {"style": ["lo-fi", "jazz"]}, name=f"g{uuid.uuid4().hex[:8]}")
+        view = GridView(grid, library=library)
+        view.run()
+        batch = grid.batch
+        assert batch is not None
+        while not batch.done:
+            before = sandbox.request_counts().get("/v1/music/tasks", 0)
+            clock.stages(2)
+            wait_until(lambda b=before: batch.done or sandbox.request_counts().get("/v1/music/tasks", 0) >= b + 2,
+                       "a polling round")  # fmt: skip
+        wait_until(lambda: not view.board.data["running"], "the board drawn after the last round")
+        cards = [song for row in view.board.data["rows"] for cell in row["cells"] for song in cell["songs"]]
+        assert len(cards) == 4 and all(card["audio_url"] for card in cards)
+        for task_id in (cards[0]["id"], cards[3]["id"]):
+            view.pick(task_id)
+        comparison = view.compare(seed=1)
+        assert comparison is not None
+        wire = Wire(comparison)
+        first_round = comparison.round
+        for player in comparison.data["players"]:
+            content, payload = wire.ask(player["source"])
+            assert payload is not None, content
+        shown = wire.text()
+        for card in cards:
+            assert card["id"] not in shown and urlsplit(card["audio_url"]).path not in shown
+        assert {p["source"] for p in comparison.data["players"]}.isdisjoint({c["audio_url"] for c in cards})
+        assert "peaks" not in json.dumps(comparison.data)
+        view.pick(cards[0]["id"])
+        view.pick(cards[1]["id"])
+        assert view.compare(seed=2) is comparison and comparison.round != first_round  # the next pair, same view
+        comparison._handle_custom_msg({"kind": "pick", "label": "A", "round": first_round}, [])  # meant for pair 1
+        assert comparison.result is None and list(library.compare_results()) == []
+        assert "earlier pair" in comparison.data["note"]
+        comparison._handle_custom_msg({"kind": "pick", "label": "A", "round": comparison.round}, [])
+        (vote,) = library.compare_results()
+        assert {vote["winner"], vote["loser"]} == {cards[3]["id"], cards[1]["id"]}
+        view.close()
