@@ -241,3 +241,32 @@ def test_a_made_wav_and_mp4_travel_with_the_song(run: Run, tmp_path: Path) -> No
     assert sidecar["files"]["wav"] == f"{folder.name}.wav" and sidecar["files"]["mp4"] == f"{folder.name}.mp4"
     assert (folder / f"{folder.name}.wav").read_bytes() == wav.read_bytes()
     assert (folder / f"{folder.name}.mp4").read_bytes().startswith(b"\x00\x00\x00\x18ftyp")
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_a_link_named_like_the_song_folder_is_passed_by(run: Run, library: Library, tmp_path: Path) -> None:
+    """A symlink where the song's folder would go (planted, or left by another tool) is not followed."""
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    name = song_info(library.store, run.single_ids[0]).file_name("")
+    (out / name).symlink_to(elsewhere, target_is_directory=True)
+    (out / f"{name} (2)").symlink_to(tmp_path / "nowhere", target_is_directory=True)  # dangling: "does not exist"
+    (folder,) = export_songs(library, run.single_ids[0], out)
+    assert folder.parent == out and not folder.is_symlink() and (folder / SIDECAR).is_file()
+    assert list(elsewhere.iterdir()) == [] and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.slow  # a sandbox run on real time
+def test_a_song_without_its_file_is_exported_with_what_is_known(run: Run, library: Library, tmp_path: Path) -> None:
+    task_id = run.single_ids[0]
+    archived = Path(library.song(task_id).archive_path)
+    kept = archived.read_bytes()
+    archived.unlink()
+    try:
+        (folder,) = export_songs(library, task_id, tmp_path / "out")
+    finally:
+        archived.write_bytes(kept)
+    sidecar = json.loads((folder / SIDECAR).read_text(encoding="utf-8"))
+    assert sidecar["files"]["audio"] is None and sidecar["missing"]
+    assert sidecar["request"]["title"] == "Harbour Lights" and (folder / "lyrics.txt").is_file()

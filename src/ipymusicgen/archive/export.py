@@ -85,13 +85,25 @@ class _Context:
 
 
 def _song_folder(parent: Path, name: str, task_id: str) -> Path:
-    """`parent/name`, or `name (2)` when that folder holds another song's export (or is not a folder)."""
+    """`parent/name`, or `name (2)` when that folder holds another song's export, or is not a plain folder (a file,
+    a symlink: never followed)."""
     wanted = parent / name
+    if wanted.is_symlink():
+        return _free_name(parent, name)
     if wanted.is_dir() and _sidecar_id(wanted) in (task_id, None) and not _foreign_files(wanted):
         return wanted
     if not wanted.exists():
         return wanted
-    return unique_path(parent, name)
+    return _free_name(parent, name)
+
+
+def _free_name(parent: Path, name: str) -> Path:
+    """`name (2)`, `name (3)`, ...: the first that is nothing at all (a dangling symlink 'does not exist' too)."""
+    number, path = 2, unique_path(parent, name)
+    while path.is_symlink():
+        path = unique_path(parent, f"{name} ({number})")
+        number += 1
+    return path
 
 
 def _sidecar_id(folder: Path) -> str | None:
