@@ -128,7 +128,7 @@ def test_stdio_asks_pays_once_and_reports_progress(service: Sandbox, tmp_path: P
 
     waited = anyio.run(run)
     assert waited["all_finished"] and len(waited["songs"]) == 2
-    assert len(asked) == 1 and "about 3 credits; 100 left" in asked[0]
+    assert len(asked) == 1 and asked[0].startswith("Pay about 3 credits (the key has 100 credits left)")
     assert progress and progress[-1][0] == progress[-1][1] == 6
     assert service.request_counts()[GENERATE] == 1
     log = json.dumps(progress) + json.dumps(waited)

@@ -11,8 +11,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+import anyio
+
 from .desk import AgentDesk, AgentError
 from .server import AgentServer, build_server
+from .stdio import run_stdio
 
 __all__ = ["AgentDesk", "AgentError", "AgentServer", "build_server", "serve"]
 
@@ -59,6 +62,6 @@ def serve(
             assert token is not None
             run_http(server, host=host, port=port, token=token, allowed_hosts=allow_hosts)
         else:
-            server.run("stdio")
+            anyio.run(run_stdio, server)  # the SDK's transport, minus its thread hop per line (see `stdio`)
     finally:
         desk.close()
