@@ -305,7 +305,7 @@ def serve_an_agent(journal: Path) -> subprocess.CompletedProcess[str]:
     env.update(MUSICGEN_BASE_URL="http://127.0.0.1:9", MUSICGEN_V2_BASE_URL="http://127.0.0.1:9")
     return subprocess.run(
         [sys.executable, "-m", "ipymusicgen", "mcp"],
-        stdin=subprocess.DEVNULL,
+        input="",  # a pipe closed at once (/dev/null cannot be watched by the server's event loop)
         capture_output=True,
         text=True,
         env=env,

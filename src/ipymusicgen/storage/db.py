@@ -48,8 +48,8 @@ def damaged(path: str | Path, detail: str) -> JournalDamagedError:
     detail = " ".join(str(detail).split())[:160] or "damaged pages"
     return JournalDamagedError(
         f"The journal {path} is damaged ({detail}); nothing was written to it. Move it aside or restore a backup "
-        f"(a fresh journal is then made in its place), or salvage what it holds with `sqlite3 {shlex.quote(str(path))} "
-        "'.recover'`."
+        "(a fresh journal is then made in its place), or salvage what it holds with "
+        f"`sqlite3 {shlex.quote(str(path))} .recover | sqlite3 recovered.sqlite3`."
     )
 
 
