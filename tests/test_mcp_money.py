@@ -173,15 +173,46 @@ def test_two_batches_at_once_spend_no_more_than_the_budget(
     assert data(call(desk, "account", {}))["server_budget_left"] == 0
 
 
-def test_a_batch_releases_what_it_did_not_send(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
-    """A batch reserved 6; it sent one row (the other was sent before): a single call fits in what is left."""
-    desk = make_desk(budget=6)
-    data(call(desk, "generate_song", {"style": "a", "mv": "MFV3.0", "max_credits": 3, "idempotency_key": "a"}))
-    rows = [{"style": "b", "mv": "MFV3.0"}]
-    data(call(desk, "run_batch", {"rows": rows, "name": "one-row", "max_credits": 3}))
-    wait_until(lambda: not data(call(desk, "batch_status", {"name": "one-row"}))["running"], "the batch ends")
-    assert data(call(desk, "account", {}))["server_budget_left"] == 0
-    assert "budget" in error(call(desk, "generate_song", {"style": "c", "max_credits": 3}))
+def test_a_batch_gives_back_what_it_did_not_spend(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
+    """Two rows reserve 6 (3 each by the table); the service charges 2 each: 2 come back when the batch ends."""
+    desk = make_desk(budget=7)
+    data(call(desk, "run_batch", {"rows": [{"style": "a"}, {"style": "b"}], "name": "cheap", "max_credits": 6}))
+    wait_until(lambda: not data(call(desk, "batch_status", {"name": "cheap"}))["running"], "the batch ends")
+    account = data(call(desk, "account", {}))
+    assert account["server_spent_measured"] == 4 and account["server_budget_left"] == 3
+    assert data(call(desk, "generate_song", {"style": "c", "max_credits": 3}))["state"] == "sent"
+    assert "budget" in error(call(desk, "generate_song", {"style": "d", "max_credits": 3}))
+    assert 100 - service.credits(KEY) == 6
+
+
+def test_two_single_calls_at_once_fit_the_budget_once(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
+    desk = make_desk(budget=3)
+    asked = 0
+    both_asked = anyio.Event()
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        nonlocal asked
+        asked += 1
+        if asked == 2:
+            both_asked.set()
+        await both_asked.wait()
+        return types.ElicitResult(action="accept", content={"send": True})
+
+    async def one(tool: str, arguments: dict[str, Any], results: list[types.CallToolResult]) -> None:
+        async with Client(build_server(desk), elicitation_callback=answer, mode="legacy") as client:
+            results.append(await client.call_tool(tool, arguments))
+
+    async def both() -> list[types.CallToolResult]:
+        results: list[types.CallToolResult] = []
+        async with anyio.create_task_group() as group:
+            group.start_soon(one, "generate_song", {"style": "one"}, results)
+            group.start_soon(one, "generate_song_v2", {"prompt": "two"}, results)
+        return results
+
+    results = anyio.run(both)
+    assert sorted(r.is_error for r in results) == [False, True]
+    assert "budget" in error(next(r for r in results if r.is_error))
+    assert service.request_counts().get(GENERATE, 0) + service.request_counts().get(SUBMIT, 0) == 1
 
 
 # -- 3. the budget counts what the service charged -------------------------------------------------------------------
