@@ -83,3 +83,26 @@ def test_a_redirect_to_a_read_is_still_refused_as_a_redirect(journal: Journal) -
     ):
         client.tasks(["t1"])
     assert journal.attempts() == []
+
+
+def redirecting_creates(req: RawRequest, sock: object) -> None:
+    if req.path == "/v1/get_api_key_info":
+        respond(sock, 200, {"status": 200, "message": "ok", "data": {"key_music_counts": 100}})  # type: ignore[arg-type]
+    elif req.path == "/v1/music/generate":
+        respond(sock, 303, {}, {"Location": "/v1/music/tasks?ids=t1"})  # type: ignore[arg-type]
+    else:
+        respond(sock, 200, {"status": 200, "message": "ok", "data": []})  # type: ignore[arg-type]
+
+
+def test_a_batch_row_answered_by_a_redirect_is_unknown_and_not_resent(journal: Journal) -> None:
+    with (
+        HostileServer(redirecting_creates) as server,
+        MusicClient(
+            KEY, base_url=server.url, v2_base_url=server.url, journal=journal, timeout=2.0, max_retries=0
+        ) as client,
+    ):
+        batch = client.batch([{"action": "auto", "style": "lo-fi"}], name="redirected", stall_timeout=5)
+        creates = [r for r in server.requests if r.path == "/v1/music/generate"]
+    assert len(creates) == 1
+    assert batch.counts().get("unknown") == 1, batch.counts()
+    assert [a.outcome for a in journal.attempts()] == ["unknown"]
