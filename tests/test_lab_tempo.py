@@ -1,5 +1,6 @@
 """Tempo that holds from 60 to 180 BPM (the README's "within 2 %"), with no octave errors, and no tempo at all for
-a held tone of any timbre: click tracks, drum tracks, held tones and the sandbox's own songs at known tempos."""
+a held tone of any timbre (nor E minor for a held C-major chord): click and drum tracks, held tones, and the
+sandbox's own songs at known tempos."""
 
 from __future__ import annotations
 
@@ -112,3 +113,10 @@ def test_sandbox_songs_read_their_own_tempo_not_its_double(tmp_path: Path, low: 
     path = tmp_path / "song.mp3"
     path.write_bytes(render_song(text, seconds=40, vocal=True)[0])
     assert analyze_file(path).bpm == pytest.approx(bpm, rel=0.02), text
+
+
+@pytest.mark.parametrize("timbre", ["sine chord", "square chord", "sawtooth chord", "organ chord", "organ low chord"])
+def test_a_held_c_major_chord_is_not_e_minor(tmp_path: Path, timbre: str) -> None:
+    """C-E-G's overtones (G, B, D) fit E minor's profile as well as C major's: its lowest note decides."""
+    found = analyze_file(write_wav(tmp_path / "chord.wav", held(timbre, 0.0)))
+    assert found.key in ("C major", None), f"a held {timbre} read {found.key}"

@@ -26,6 +26,10 @@ SILENCE_DBFS = -60.0
 """A 10 ms window quieter than this (RMS) counts as silence at the start or end."""
 KEY_CONFIDENCE = 0.7
 """The least correlation with a key profile that names a key: a click track or a lone sine has none."""
+BASS_HZ = 300.0
+"""The register whose notes count as the bass (up to about D4)."""
+BASS_WEIGHT = 0.1
+"""How much the lowest-sounding pitch class adds to a key's profile fit (which runs from -1 to 1)."""
 PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 MAJOR_PROFILE = (6.35, 2.23, 3.48, 2.33, 4.38, 4.09, 2.52, 5.19, 2.39, 3.66, 2.29, 2.88)
 MINOR_PROFILE = (6.33, 2.68, 3.52, 5.38, 2.60, 3.53, 2.54, 4.75, 3.98, 2.69, 3.34, 3.17)
@@ -113,17 +117,35 @@ def silence_at_ends(mono: Any) -> tuple[float, float]:
 
 
 def musical_key(mono: Any) -> str | None:
-    """The key whose Krumhansl-Kessler profile best matches the song's average chroma, e.g. "A minor"."""
+    """The key whose Krumhansl-Kessler profile best matches the song's average chroma, e.g. "A minor", with a
+    nudge (`BASS_WEIGHT`) toward the key whose tonic sounds lowest: a held C-major chord's overtones (G's and E's
+    fifths, D and B) fit E minor's profile as well as C major's, but its lowest note is C."""
     import librosa
     import numpy as np
 
-    chroma = librosa.feature.chroma_stft(y=mono, sr=ANALYSIS_RATE, n_fft=4096, hop_length=2048).mean(axis=1)
+    power = np.square(np.abs(librosa.stft(mono, n_fft=4096, hop_length=2048)))
+    chroma = librosa.feature.chroma_stft(S=power, sr=ANALYSIS_RATE, n_fft=4096).mean(axis=1)
     if not np.isfinite(chroma).all() or chroma.std() == 0:
         return None
-    best, name = -2.0, None
+    bass = bass_chroma(power)
+    best, name, confidence = -2.0, None, -2.0
     for mode, profile in (("major", MAJOR_PROFILE), ("minor", MINOR_PROFILE)):
         for tonic in range(12):
-            score = float(np.corrcoef(chroma, np.roll(profile, tonic))[0, 1])
+            fit = float(np.corrcoef(chroma, np.roll(profile, tonic))[0, 1])
+            score = fit + BASS_WEIGHT * float(bass[tonic])
             if score > best:
-                best, name = score, f"{PITCHES[tonic]} {mode}"
-    return name if best >= KEY_CONFIDENCE else None
+                best, name, confidence = score, f"{PITCHES[tonic]} {mode}", fit
+    return name if confidence >= KEY_CONFIDENCE else None
+
+
+def bass_chroma(power: Any) -> Any:
+    """How much of the energy under `BASS_HZ` each pitch class has (the largest 1; all 0 with no bass)."""
+    import librosa
+    import numpy as np
+
+    freqs = librosa.fft_frequencies(sr=ANALYSIS_RATE, n_fft=4096)
+    low = (freqs >= 25) & (freqs < BASS_HZ)
+    energy = power[low].sum(axis=1)
+    classes = np.rint(librosa.hz_to_midi(freqs[low])).astype(int) % 12
+    bass = np.bincount(classes, weights=energy, minlength=12)
+    return bass / bass.max() if bass.max() > 0 else bass
