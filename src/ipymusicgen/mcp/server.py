@@ -343,6 +343,8 @@ class AgentServer:
         shown: dict[str, str] = {}
         error = None
         while True:
+            if await client_gone(ctx):  # nobody will read the answer: stop querying the service for it
+                break
             try:
                 await anyio.to_thread.run_sync(lambda: self.desk.poll(tasks))
                 error = None
@@ -452,6 +454,21 @@ class AgentServer:
 def _consents(answer: ElicitResult) -> bool:
     """Consent is an accepted answer whose `send` is the boolean true: not "yes", not 1."""
     return answer.action == "accept" and (answer.content or {}).get("send") is True
+
+
+async def client_gone(ctx: Context) -> bool:
+    """Whether the HTTP client of this call has disconnected (never on stdio: its end closes the server)."""
+    try:
+        request = ctx.request_context.request
+    except ValueError:
+        return False
+    check = getattr(request, "is_disconnected", None)
+    if check is None:
+        return False
+    try:
+        return bool(await check())
+    except Exception:  # a transport that cannot tell: keep waiting, as before
+        return False
 
 
 def checked_ids(task_ids: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
