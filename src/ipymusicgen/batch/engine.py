@@ -34,6 +34,7 @@ from ..errors import (
 from ..models import costs
 from ..models.tasks import TaskSet, TaskState
 from ..storage.batches import BatchStore, StoredRow, store_for
+from . import overlap
 from .result import STATES, Batch
 from .rows import (
     BatchBudgetError,
@@ -135,6 +136,8 @@ class _Engine:
         self.lowered_until = 0.0
         self.stop_reason: str | None = None
         self.backfill: list[BatchRow] = []
+        self.elsewhere: list[BatchRow] = []
+        """Rows another run is sending (`sent_elsewhere`), read from the store each round until they have ids."""
         self.backfill_rounds = 0
         self.committed = 0  # estimated credits of rows sent or being sent in this run
         self.key = ""  # the key's fingerprint: 429 streaks are counted per key
@@ -152,10 +155,10 @@ class _Engine:
             state = saved.state
             if state == "sending":
                 if saved.owner_alive and not saved.mine:
-                    row.state, row.error = "unknown", f"being sent by process {saved.owner_pid}"
+                    self.sent_elsewhere(row, f"by process {saved.owner_pid}")
                     continue
                 if saved.mine and self._key(row) in _ACTIVE:
-                    row.state, row.error = "unknown", "being sent by another run of this batch in this kernel"
+                    self.sent_elsewhere(row, "by another run of this batch in this kernel")
                     continue
                 state = "unknown"
                 row.error = "its create may have been sent (the process sending it ended before the answer)"
@@ -219,8 +222,8 @@ class _Engine:
                 row.finished_at = now
                 self.batch._changed()
                 continue
-            if not claimed:
-                row.state, row.error = "unknown", "claimed by another run of this batch"
+            if not claimed:  # another run took it since this one loaded: followed from the store like the others
+                self.sent_elsewhere(row, "by another run of this batch")
                 continue
             self.committed += cost
             self.batch.calls += 1
@@ -230,6 +233,43 @@ class _Engine:
             _ACTIVE.add(self._key(row))
             return row
         return None
+
+    def sent_elsewhere(self, row: BatchRow, by: str) -> None:
+        """A row another run (in this kernel or another process) is sending: not this run's to send or to pay for,
+        but followed from the store, so its songs show here once that run has their ids."""
+        row.state, row.error, row.cost = "elsewhere", f"being sent elsewhere ({by})", 0
+        row.last_change = self.clock()
+        self.elsewhere.append(row)
+
+    def _follow_elsewhere(self, now: float) -> set[int]:
+        """Read the rows another run is sending from the store: watch their songs once they have ids, send them here
+        if that run let them go unsent, say what it found otherwise."""
+        if not self.elsewhere:
+            return set()
+        stored = self.store.rows(self.name)
+        touched: set[int] = set()
+        for row in list(self.elsewhere):
+            saved = stored.get(row.index)
+            state = saved.state if saved is not None else "pending"
+            if state == "sending":
+                gone = saved is not None and not saved.mine and not saved.owner_alive
+                if not gone and now - (row.last_change or now) <= self.stall_timeout:
+                    continue
+                row.state, row.error = "unknown", "its create was being sent elsewhere and no answer was recorded"
+            elif saved is not None and saved.ids and state in ("submitted", "complete", "failed"):
+                self.watch(row, saved.ids)  # the other run's songs: this run follows them too
+                row.error = None
+            elif state in ("pending", "skipped"):  # the other run stopped before sending it: this run may
+                row.state, row.error = "pending", None
+                self.queue.append(row)
+            else:
+                row.state = "failed" if state == "rejected" else state
+                row.error = saved.error if saved is not None else None
+            if row.finished:
+                row.finished_at = now
+            self.elsewhere.remove(row)
+            touched.add(row.index)
+        return touched
 
     def _skip(self, row: BatchRow, why: str) -> None:
         row.state, row.error = "skipped", why
@@ -295,11 +335,11 @@ class _Engine:
 
     @property
     def watching(self) -> bool:
-        return bool(self.backfill) or any(r.state == "submitted" for r in self.batch.rows)
+        return bool(self.backfill) or bool(self.elsewhere) or any(r.state == "submitted" for r in self.batch.rows)
 
     def polled(self, changed: Iterable[Any]) -> None:
         now = self.clock()
-        touched: set[int] = set()
+        touched = self._follow_elsewhere(now)
         changed = list(changed)
         self.batch._records_changed(changed)
         for record in changed:
@@ -340,10 +380,11 @@ class _Engine:
 
     def measured(self, counts_left: int | None) -> None:
         """Stop starting rows once the credits measured on the key (before this run minus now) reach the budget:
-        the estimate may be low, the key's own count is what was paid."""
+        the estimate may be low, the key's own count is what was paid. Not when another run on the key overlapped
+        this one: then the measure is unknown, and the budget counts this run's own calls at their price."""
         before, budget = self.batch.counts_before, self.batch.budget
-        if counts_left is None or before is None or budget is None or self.stop_reason:
-            return
+        if counts_left is None or before is None or budget is None or self.stop_reason or self.batch.overlapped:
+            return  # overlapped: the key's counts moved for another run too; `next_row` counts this run's own calls
         spent = before - counts_left
         if spent >= budget and self.queue:
             self.stop_reason = f"not started: {spent} credits spent (measured on the key), the budget of {budget}"
@@ -367,6 +408,7 @@ class _Engine:
         return self.poll_interval
 
     def finish(self, counts_after: int | None) -> None:
+        overlap.end(self.key, self.batch)
         self.store.flush()  # row states a locked file refused earlier
         if counts_after is not None:
             self.batch.counts_after = counts_after
@@ -440,6 +482,8 @@ def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> Non
     batch.store.record_counts(batch.name, before=counts_left)
     if counts_left is not None:
         batch.run_id = batch.store.start_run(batch.name, engine.host, counts_left)
+    if engine.to_send():  # after every refusal: a refused run, or one with nothing to send, spends nothing
+        overlap.begin(engine.key, batch)
 
 
 def _stall_poll_interval(client: Any, stall_timeout: float) -> float:

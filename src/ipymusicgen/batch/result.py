@@ -17,7 +17,8 @@ from .rows import BatchFailedError, BatchRow
 if TYPE_CHECKING:
     from ..storage.batches import BatchStore
 
-STATES = ("pending", "submitted", "complete", "failed", "unknown", "skipped")
+STATES = ("pending", "elsewhere", "submitted", "complete", "failed", "unknown", "skipped")
+"""A row's states; "elsewhere": another run of the batch is sending it, and this one follows it from the store."""
 
 
 class Batch:
@@ -35,6 +36,9 @@ class Batch:
         self.counts_before: int | None = None
         """The key's counts before this run (each run is measured on its own), None when not read."""
         self.counts_after: int | None = None
+        self.overlapped = False
+        """Another batch ran on the key during this run: the counts moved for both, so this run's spend and price
+        are not measured (unknown), and its budget counts its own calls (`batch.overlap`)."""
         self.calls = 0
         """Creates this run sent."""
         self.run_id: int | None = None
@@ -133,7 +137,7 @@ class Batch:
     def real_cost_per_call(self) -> float | None:
         """Credits one create of this run really took, from the key's counts before and after it (None until known)."""
         before, after, calls = self.counts_before, self.counts_after, self.calls
-        if before is None or after is None or not calls:
+        if before is None or after is None or not calls or self.overlapped:
             return None
         return (before - after) / calls
 
@@ -162,6 +166,7 @@ class Batch:
             "counts_before": self.counts_before,
             "counts_after": self.counts_after,
             "real_cost_per_call": self.real_cost_per_call,
+            "overlapped": self.overlapped,
             "done": self.done,
         }
 
@@ -176,13 +181,19 @@ class Batch:
             f"{c['unknown']} unknown",
             f"{c['skipped']} skipped",
         ]
+        if c["elsewhere"]:
+            parts.append(f"{c['elsewhere']} being sent elsewhere")
         # measured and estimated credits are said as such and never added together
-        if self.counts_before is not None and self.counts_after is not None:
+        if self.counts_before is not None and self.counts_after is not None and not self.overlapped:
             parts.append(f"{self.counts_before - self.counts_after} credits spent (measured)")
             parts.append(f"{self.counts_after} left (measured)")
         else:
             parts.append(f"~{self.spent_estimate} credits spent (estimate)")
-            if self.counts_before is not None:
+            if self.overlapped:
+                parts.append("not measured: other calls on the key overlapped this run")
+            if self.counts_after is not None:
+                parts.append(f"{self.counts_after} left (measured)")
+            elif self.counts_before is not None:
                 parts.append(f"{self.counts_before} left before this run (measured)")
         per_call = self.real_cost_per_call
         if per_call is not None:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from ..library import Library
 
 PICKS = 2
+ELSEWHERE = "being sent elsewhere"
+"""A cell whose row another run of the same grid is sending: its songs show here once that run has them."""
 
 
 class GridBoard(anywidget.AnyWidget):
@@ -194,7 +196,11 @@ class GridView(TextRepr, w.VBox):
                         states.append(row.state if row is not None else "not run")
                         for take, task_id in enumerate(row.ids if row is not None else (), 1):
                             songs.append(self._card(task_id, cell, take))
-                    errors = [r.error for c in takes if (r := rows_by_index.get(c.index)) is not None and r.error]
+                    errors = [
+                        r.error
+                        for c in takes
+                        if (r := rows_by_index.get(c.index)) is not None and r.error and r.state != "elsewhere"
+                    ]  # a row another run is sending is no error: the cell's state says it
                     cells.append(
                         {
                             "estimate": sum(c.estimate for c in takes),
@@ -266,9 +272,9 @@ class GridView(TextRepr, w.VBox):
 
 def _cell_state(states: list[str]) -> str:
     """One word for a cell's takes: the least finished of them."""
-    for state in ("not run", "pending", "submitted", "unknown", "failed", "skipped"):
+    for state in ("not run", "pending", "elsewhere", "submitted", "unknown", "failed", "skipped"):
         if state in states:
-            return state
+            return ELSEWHERE if state == "elsewhere" else state
     return "complete" if states else "not run"
 
 
