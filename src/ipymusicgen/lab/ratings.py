@@ -2,10 +2,11 @@
 
 Each vote is a comparison between the winner's group and the loser's group (a model, a style, a batch, or
 the song itself). A vote between two songs of the same group says nothing about the group and is left out.
-All votes are fitted at once (a penalised maximum-likelihood Bradley-Terry fit, `choix.opt_pairwise`), so
-the order they were cast in changes nothing. `rating` is a group's log-strength (the groups average 0; a
-gap of 1 means the better group wins about 73% of its votes); `sigma` is its standard error, from the fit's
-Fisher information, and `low` to `high` the 95% interval, which narrows as votes accumulate.
+All votes are fitted at once (a maximum-likelihood Bradley-Terry fit of the win counts, with a weak prior,
+`choix.ilsr_pairwise_dense`), so the order they were cast in changes nothing. `rating` is a group's
+log-strength (the groups average 0; a gap of 1 means the better group wins about 73% of its votes); `sigma`
+is its standard error, from the fit's Fisher information, and `low` to `high` the 95% interval, which
+narrows as votes accumulate.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-PENALTY = 0.01
-"""choix's L2 regularisation: a wide Gaussian prior (sd about 7) that keeps one-sided records finite."""
+PRIOR_VOTES = 0.5
+"""Votes every pair of groups starts with, each way: half a win each (see `fit`)."""
 Z95 = 1.959964
 """A 95% interval is rating ± this many standard errors."""
 
@@ -91,10 +92,9 @@ def leaderboard(by: str, votes: Iterable[Vote], group_of: Callable[[str], str]) 
         return Leaderboard(by, [])
     groups = sorted({group for pair in pairs for group in pair}, key=str)
     index = {group: i for i, group in enumerate(groups)}
-    data = sorted((index[w], index[loser]) for w, loser in pairs)  # sorted: the fit cannot see the votes' order
-    strength, sigma = fit(len(groups), data)
-    wins = np.bincount([w for w, _ in data], minlength=len(groups))
-    losses = np.bincount([loser for _, loser in data], minlength=len(groups))
+    wins = np.zeros((len(groups), len(groups)))  # wins[i, j]: how often i beat j; a count knows no order
+    np.add.at(wins, ([index[w] for w, _ in pairs], [index[loser] for _, loser in pairs]), 1.0)
+    strength, sigma = fit(wins)
     rows = [
         {
             by: group,
@@ -102,9 +102,9 @@ def leaderboard(by: str, votes: Iterable[Vote], group_of: Callable[[str], str]) 
             "low": round(float(strength[i] - Z95 * sigma[i]), 3),
             "high": round(float(strength[i] + Z95 * sigma[i]), 3),
             "sigma": round(float(sigma[i]), 3),
-            "votes": int(wins[i] + losses[i]),
-            "wins": int(wins[i]),
-            "losses": int(losses[i]),
+            "votes": int(wins[i].sum() + wins[:, i].sum()),
+            "wins": int(wins[i].sum()),
+            "losses": int(wins[:, i].sum()),
         }
         for group, i in index.items()
     ]
@@ -112,17 +112,22 @@ def leaderboard(by: str, votes: Iterable[Vote], group_of: Callable[[str], str]) 
     return Leaderboard(by, rows)
 
 
-def fit(count: int, data: list[tuple[int, int]]) -> tuple[Any, Any]:
-    """Bradley-Terry log-strengths (mean 0) of `count` items from (winner, loser) pairs, and their standard
-    errors: the covariance is the inverse of the penalised Fisher information (the objective's Hessian at the
-    estimate), taken within the mean-0 plane, since only differences between strengths are identified."""
+def fit(wins: Any) -> tuple[Any, Any]:
+    """Bradley-Terry log-strengths (mean 0) from a matrix of win counts, and their standard errors.
+
+    Every pair of groups starts with `PRIOR_VOTES` won each way (a prior toward equal strength that keeps a
+    one-sided record finite and ties groups that never met); `choix.ilsr_pairwise_dense` finds the maximum
+    likelihood of those counts. The covariance is the pseudo-inverse of the Fisher information (a weighted
+    graph Laplacian, singular only along the mean, which the data cannot tell)."""
     import choix
     import numpy as np
-    from choix.opt import PairwiseFcts
 
-    strength = choix.opt_pairwise(count, data, alpha=PENALTY, method="Newton-CG")
+    count = len(wins)
+    smoothed = wins + PRIOR_VOTES * (1.0 - np.eye(count))
+    strength = choix.ilsr_pairwise_dense(smoothed, max_iter=1000, tol=1e-10)
     strength = strength - strength.mean()
-    information = PairwiseFcts(data, PENALTY).hessian(strength)
-    centre = np.eye(count) - 1.0 / count
-    covariance = centre @ np.linalg.inv(information) @ centre
+    chance = 1.0 / (1.0 + np.exp(strength[None, :] - strength[:, None]))  # chance[i, j]: i beats j
+    weights = (smoothed + smoothed.T) * chance * chance.T
+    information = np.diag(weights.sum(axis=1)) - weights
+    covariance = np.linalg.pinv(information)
     return strength, np.sqrt(np.clip(np.diag(covariance), 0.0, None))
