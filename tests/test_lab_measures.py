@@ -261,3 +261,43 @@ def test_analysing_a_song_by_id_whose_file_broke_records_the_error(tmp_path: Pat
         finally:
             session.shutdown()
             session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None, poll_interval=None)
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "subtype", "name"),
+    [(8_000, 1, "PCM_16", "low.wav"), (22_050, 1, "PCM_U8", "eight-bit.wav"), (192_000, 2, "PCM_24", "hi.flac"),
+     (44_100, 2, "VORBIS", "song.ogg"), (48_000, 3, "FLOAT", "three.wav")],
+)  # fmt: skip
+def test_other_rates_widths_and_formats_read_their_reference(tmp_path: Path, rate, channels, subtype, name) -> None:
+    frames = tone(997 if rate > 8_000 else 440, -3.0, rate, channels=channels)
+    path = tmp_path / name
+    soundfile.write(str(path), frames, rate, subtype=subtype)
+    found = analyze_file(path)
+    samples, decoded_rate = decoded(path)
+    assert decoded_rate == rate
+    assert found.lufs == pytest.approx(pyloudnorm.Meter(rate).integrated_loudness(samples), abs=0.1)
+    assert found.true_peak_db == pytest.approx(reference_true_peak(samples), abs=0.2)
+    assert found.true_peak_db >= 20 * np.log10(np.abs(samples).max()) - 1e-6
+    assert found.duration_s == pytest.approx(6.0, abs=0.02)
+
+
+def test_too_short_for_loudness_still_has_a_true_peak(tmp_path: Path) -> None:
+    path = tmp_path / "blip.wav"
+    soundfile.write(str(path), tone(997, -6.0, 48_000, seconds=0.3), 48_000, subtype="FLOAT")
+    found = analyze_file(path)
+    assert found.lufs is None and found.true_peak_db == pytest.approx(-6.0, abs=0.2)
+
+
+def test_a_folder_and_a_truncated_file_name_themselves(tmp_path: Path) -> None:
+    folder = tmp_path / "song.mp3"
+    folder.mkdir()
+    with pytest.raises(AudioFileError, match=r"song\.mp3"):
+        analyze_file(folder)
+    whole = write(tmp_path / "whole.wav", tone(997, -6.0, 44_100, channels=2), 44_100, "PCM_16")
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(whole.read_bytes()[:30])  # the RIFF header, cut before its format chunk ends
+    with pytest.raises(AudioFileError, match=r"cut\.wav"):
+        analyze_file(cut)
+    short = tmp_path / "short.wav"
+    short.write_bytes(whole.read_bytes()[: len(whole.read_bytes()) // 2])  # half the samples: measured, shorter
+    assert analyze_file(short).duration_s == pytest.approx(3.0, abs=0.05)

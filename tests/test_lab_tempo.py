@@ -120,3 +120,19 @@ def test_a_held_c_major_chord_is_not_e_minor(tmp_path: Path, timbre: str) -> Non
     """C-E-G's overtones (G, B, D) fit E minor's profile as well as C major's: its lowest note decides."""
     found = analyze_file(write_wav(tmp_path / "chord.wav", held(timbre, 0.0)))
     assert found.key in ("C major", None), f"a held {timbre} read {found.key}"
+
+
+@pytest.mark.parametrize("bpm", [60, 82, 165, 180])
+def test_an_mp3_drum_track_reads_its_tempo(tmp_path: Path, bpm: int) -> None:
+    from signals import write_mp3
+
+    assert analyze_file(write_mp3(tmp_path / "drums.mp3", drums(bpm))).bpm == pytest.approx(bpm, rel=0.02)
+
+
+@pytest.mark.parametrize("bpm", [82, 120])
+def test_a_beat_that_stops_and_starts_again_keeps_its_tempo(tmp_path: Path, bpm: int) -> None:
+    """A break of held chord between two drum parts: the beat's tempo, not the break's silence of attacks."""
+    t = np.arange(int(8 * RATE)) / RATE
+    pad = 0.3 * np.sin(2 * np.pi * 220 * t) * np.minimum(1, np.minimum(t, t[::-1]) * 50)
+    signal = np.concatenate([drums(bpm, 15), pad, drums(bpm, 15)])
+    assert analyze_file(write_wav(tmp_path / "break.wav", signal)).bpm == pytest.approx(bpm, rel=0.02)

@@ -148,7 +148,7 @@ class TruePeakMeter:
             end = len(self.carry)
             self._measure(np.concatenate([self.carry, np.zeros((CONTEXT, self.carry.shape[1]))]), end - self.fresh, end)
             self.fresh = 0
-        return self.true_peak, self.sample_peak
+        return max(self.true_peak, self.sample_peak), self.sample_peak  # a sample is a point of the true signal
 
     def _measure(self, piece: Any, start: int, end: int) -> None:
         import numpy as np
