@@ -3,6 +3,8 @@ changes nothing writes nothing; unfinished tasks and attempts are found whatever
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 import stat
 import subprocess
@@ -253,3 +255,15 @@ def test_the_archive_retry_list_matches_its_hosts_however_spelled(journal_path: 
         assert sorted(store.to_archive()) == ["a", "b"]
     finally:
         store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_spill_file_another_user_left_beside_the_journal_is_not_taken(journal_path: Path) -> None:
+    """In a shared folder anyone could leave a file named like a spill: only the journal's own user's are taken."""
+    planted = journal_path.with_name(f"{journal_path.name}.unsaved-1-planted.json")
+    rows = [["forged", "no-attempt", 1, "https://api.example", "Forged", "s", 0.0, 0.0]]
+    planted.write_text(json.dumps([{"kind": "submitted", "attempt_id": "no-attempt", "rows": rows}]))
+    os.chown(planted, 4242, 4242)
+    with Journal(journal_path) as journal:
+        assert journal.unfinished() == []
+    assert planted.exists()  # left as it was

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 import uuid
@@ -612,10 +613,16 @@ class Journal:
         return target
 
     def _take_spills(self) -> None:
-        """Write what an earlier process could not (its spill files), then remove them."""
+        """Write what an earlier process could not (its spill files), then remove them.
+
+        Only regular files of this user are taken: in a shared folder anyone could leave one named like a spill.
+        """
         prefix = f"{self.path.name}.unsaved-"
         for spill in sorted(p for p in self.path.parent.iterdir() if p.name.startswith(prefix) and p.suffix == ".json"):
             try:
+                found = spill.lstat()
+                if not stat.S_ISREG(found.st_mode) or (hasattr(os, "getuid") and found.st_uid != os.getuid()):
+                    continue
                 saved = json.loads(spill.read_text())
                 with self._write() as db:
                     for entry in saved:
