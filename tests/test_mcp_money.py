@@ -299,6 +299,8 @@ def test_a_locked_journal_says_nothing_was_sent(
         assert "another program holds it" in text
     assert not {GENERATE, SUBMIT} & set(service.request_counts())
     assert data(call(desk, tool, arguments))["state"] in ("sent", "started")  # the budget was given back
+    if tool == "run_batch":  # its thread ends here, not in another test
+        wait_until(lambda: not data(call(desk, "batch_status", {"name": "held"}))["running"], "the batch ends")
 
 
 @pytest.mark.parametrize(("tool", "arguments"), PAID_CALLS)
@@ -380,8 +382,10 @@ def test_the_song_resource_answers_a_bad_id_cleanly(
     answer = anyio.run(read, "song://" + "b" * 5000)
     assert isinstance(answer, Exception) and str(answer).startswith("song://{task_id}: ") and len(str(answer)) < 500
     assert "bbbbbbbbbb" not in str(answer)
-    assert "Traceback" not in capfd.readouterr().err
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # the SDK logs unexpected errors with a trace
+    err = capfd.readouterr().err  # (other tests' threads may write here: only this read's marks count)
+    assert "UnexpectedResourceError" not in err and "raised an unexpected exception" not in err
+    logged = [r for r in caplog.records if r.name.startswith("mcp") and r.levelno >= logging.ERROR]
+    assert not logged  # the SDK logs an unexpected error with its traceback
 
 
 def test_v2_with_is_auto_1_sends_only_what_it_applies() -> None:
