@@ -242,6 +242,19 @@ def test_single_calls_stop_once_the_measured_spend_reaches_the_budget(
     assert account["server_budget_left"] == 0
 
 
+def test_a_charge_that_has_not_shown_yet_counts_as_estimated(
+    make_desk: Callable[..., AgentDesk], service: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service that takes the credits later (the key's counts unchanged right after the create)."""
+    monkeypatch.setattr(service.state, "call_costs", {"": 0})
+    desk = make_desk(budget=6)
+    assert data(call(desk, "generate_song", {"style": "one", "max_credits": 3}))["state"] == "sent"
+    assert data(call(desk, "generate_song", {"style": "two", "max_credits": 3}))["state"] == "sent"
+    assert "budget" in error(call(desk, "generate_song", {"style": "three", "max_credits": 3}))
+    account = data(call(desk, "account", {}))
+    assert account["server_spent_counted"] == 6 and account["server_spends_not_measured"] == 2
+
+
 def test_v2_calls_are_measured_too(make_desk: Callable[..., AgentDesk], dear_service: Sandbox) -> None:
     desk = make_desk(budget=10)
     assert data(call(desk, "generate_song_v2", {"prompt": "one", "max_credits": 3}))["state"] == "sent"

@@ -4,7 +4,8 @@ and counted as the service charged it wherever that can be told.
 A paid operation takes its estimate out of the budget under one lock before anything is sent (a batch takes
 its whole estimate), so two calls or two batches at once cannot both fit in the same credits. When it ends it
 counts what the key's music counts say it cost (before minus after), if no other paid operation of this
-server ran in its window, and its estimate otherwise; a batch that sent fewer rows than it reserved gives the
+server ran in its window and the charge has shown (a create that took nothing is not measured), and its
+estimate otherwise; a batch that sent fewer rows than it reserved gives the
 rest back. Lyrics are counted at their estimate: music counts do not say what they cost.
 """
 
@@ -65,6 +66,8 @@ class Spend:
     def batch_measured(self) -> int | None:
         before, after = self.batch.counts_before, self.batch.counts_after
         if self.window.overlapped or before is None or after is None or before < after:
+            return None
+        if before == after and self.batch.calls:  # creates that cost nothing yet: the charge has not shown
             return None
         return before - after
 
@@ -136,7 +139,9 @@ class Ledger:
         with self._lock:
             spend.sent = spend.ended = True
             spend.window.open = False
-            known = before is not None and after is not None and before >= after and not spend.window.overlapped
+            # a create that took nothing off the key has not been charged *yet* (a service may charge late): the
+            # estimate stands, so a late charge can never let the budget be passed
+            known = before is not None and after is not None and before > after and not spend.window.overlapped
             spend.measured = before - after if known else None  # type: ignore[operator]
 
     def report(self) -> dict[str, Any]:
