@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from ipymusicgen import MusicClient
-from ipymusicgen.errors import JournalUnavailableError
+from ipymusicgen.errors import JournalUnavailableError, JournalWriteWarning
 from ipymusicgen.library import Library
 from ipymusicgen.mcp.desk import AgentDesk
 from ipymusicgen.storage import db as storage_db
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal
-from ipymusicgen.storage.library import LibraryStore
+from ipymusicgen.storage.library import LibraryStore, LibraryWriteError
 from ipymusicgen.storage.migrations import LATEST, JournalVersionError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "journal-v0.sqlite3"
@@ -221,14 +221,45 @@ def test_an_old_journal_on_a_read_only_location_opens_to_read_in_every_store(fro
     with pytest.raises(sqlite3.OperationalError, match="readonly"):  # the batch engine says so in one line
         store.open_batch("new", [("h", "{}", False)])
     store.close()
-    library = LibraryStore(frozen)
-    assert len(library.query("SELECT id FROM library_songs")) == 8
-    library.close()
-    opened = Library(frozen)
-    assert "8 songs" in repr(opened)
-    opened.close()
     journal.close()
     assert snapshot(frozen) == before
+
+
+@pytest.mark.parametrize("opener", [LibraryStore, _library], ids=["LibraryStore", "library"])
+def test_the_library_of_an_old_read_only_journal_says_in_one_line_what_to_do(frozen: Path, opener: Callable) -> None:
+    """The library reads tables only the upgrade makes (ratings, comparisons): it says so at open, not at a query."""
+    before = snapshot(frozen)
+    with pytest.raises(LibraryWriteError) as refused:
+        opener(frozen)
+    message = one_line(refused.value)
+    assert str(frozen) in message and "older version" in message and "left unchanged" in message
+    assert "copy it somewhere writable" in message
+    assert snapshot(frozen) == before
+
+
+def test_a_current_journal_on_a_read_only_location_is_read_by_every_store(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with Journal(path) as journal:
+        journal.submitted(journal.begin("generate", "https://api.example", {"title": "Kept"}), ["t1"])
+    subprocess.run(["chattr", "+i", str(path), str(tmp_path)], check=True)
+    try:
+        before = snapshot(path)
+        with pytest.warns(JournalWriteWarning, match="could not index"):  # listed, searchable once writable
+            opened = Library(path)
+        assert [s.id for s in opened.songs()] == ["t1"] and opened.leaderboard() is not None
+        with pytest.raises(LibraryWriteError):
+            opened.favourite("t1")
+        opened.close()
+        with Journal(path) as journal:  # read as it is (no -shm can be made here), paid calls refused
+            assert [e.id for e in journal.unfinished()] == ["t1"]
+            with pytest.raises(JournalUnavailableError, match="not sent"):
+                journal.begin("generate", "https://api.example", {"style": "never sent"})
+        store = BatchStore(path)
+        assert store.names() == []
+        store.close()
+        assert snapshot(path) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(path), str(tmp_path)], check=True)
 
 
 def test_the_agent_desk_starts_on_an_old_read_only_journal(frozen: Path) -> None:

@@ -153,6 +153,22 @@ def busy_timeout_or_default(busy_timeout: float | None) -> float:
     return DEFAULT_BUSY_TIMEOUT if busy_timeout is None else busy_timeout
 
 
+def _connect(target: str | Path, busy_timeout: float, path: Path | None = None) -> sqlite3.Connection:
+    """A connection to `target` (the path, or a URI for `path`), checked before anything is written to it."""
+    path = path or Path(target)
+    uri = isinstance(target, str) and target.startswith("file:")
+    db = sqlite3.connect(target, timeout=busy_timeout, check_same_thread=False, isolation_level=None, uri=uri)
+    try:
+        db.row_factory = sqlite3.Row
+        db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
+        refuse_newer(db, path)
+        check_pages(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 def open_db(path: str | Path, *, busy_timeout: float | None = None) -> sqlite3.Connection:
     """A connection to the journal's file, set up the one way every user of the file needs.
 
@@ -163,15 +179,14 @@ def open_db(path: str | Path, *, busy_timeout: float | None = None) -> sqlite3.C
     path = Path(path)
     _create_if_missing(path)
     recognise(path)
-    db = sqlite3.connect(path, timeout=busy_timeout, check_same_thread=False, isolation_level=None)
     try:
-        db.row_factory = sqlite3.Row
-        db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
-        refuse_newer(db, path)
-        check_pages(db, path)
-    except BaseException:
-        db.close()
-        raise
+        db = _connect(path, busy_timeout)
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_CANTOPEN:
+            raise
+        # A WAL journal where its -shm file cannot be made (a read-only folder or medium): read the file as it
+        # is, without side files or locks; every write then reports "readonly" and nothing is sent.
+        db = _connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", busy_timeout, path)
     make_private(path)
     try:
         if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":

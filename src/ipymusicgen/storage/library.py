@@ -20,7 +20,7 @@ from typing import Any
 from ..config import service_address
 from ..errors import MusicGenError
 from .db import damage_named, open_db, write_transaction
-from .migrations import migrate
+from .migrations import LATEST, migrate, version_of
 
 TEXT_LIMIT = 50_000
 PEAK_SCALE = 127
@@ -74,12 +74,25 @@ class LibraryStore:
 
     def _prepare(self) -> bool:
         """Bring the schema up to date; False if the file cannot be written now (read-only, or another kernel
-        holds it): it still opens to read, as the journal does, and the next write tries again."""
+        holds it): a journal of this version still opens to read, as the journal does, and the next write tries
+        again. An older one cannot be read (the library's queries need the tables the upgrade makes): one line
+        says why and what to do, the file unchanged."""
         try:
             with self.lock:
                 migrate(self.db, self.path)
-        except sqlite3.OperationalError:
-            return False
+        except sqlite3.OperationalError as exc:
+            if version_of(self.db) >= LATEST:
+                return False
+            self.db.close()
+            what = (
+                "Try again in a moment"
+                if "locked" in str(exc) or "busy" in str(exc)
+                else "Make it writable, or copy it somewhere writable and point MUSICGEN_JOURNAL at the copy"
+            )
+            raise LibraryWriteError(
+                f"The library cannot read {self.path}: it was written by an older version of ipymusicgen and must "
+                f"be upgraded first, which cannot be done now ({exc}); the file was left unchanged. {what}."
+            ) from None
         return True
 
     def close(self) -> None:
