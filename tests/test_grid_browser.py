@@ -114,3 +114,50 @@ def test_a_finished_song_whose_file_cannot_be_read_says_it_has_no_waveform(page:
     page.wait_for_function("() => document.querySelectorAll('[data-peaks=none]').length === 8", timeout=60_000)
     assert page.locator(".ims-shimmer").count() == 0  # no endless shimmer either
     assert "No waveform" in (waves.first.get_attribute("title") or "")
+
+
+def test_the_patches_a_run_sends_draw_the_same_board_as_the_whole_board(
+    page: Page, browser: Browser, view: GridView, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grid.js applies the kernel's versioned patches: the board they make is the board drawn from the whole data."""
+    import copy
+
+    import comm
+    from helpers import wait_until
+
+    sent: list[dict] = []
+    board_id = view.board.comm.comm_id
+
+    def publish_msg(self: comm.DummyComm, msg_type: str, data: object = None, *args: object, **kwargs: object) -> None:
+        if msg_type == "comm_msg" and isinstance(data, dict) and self.comm_id == board_id:
+            sent.append(copy.deepcopy(data))
+
+    monkeypatch.setattr(comm.DummyComm, "publish_msg", publish_msg)
+    mount(page, "grid", view.board.data, width="960px")
+    view.run()
+    view.grid.batch.wait(120)
+    wait_until(lambda: not view.board.data["running"], "the last round drawn")
+    assert not [d for d in sent if d.get("method") == "update" and "data" in d.get("state", {})]  # never whole
+    patches = [d["content"] for d in sent if d.get("method") == "custom"]
+    assert patches and [p["version"] for p in patches] == list(range(2, len(patches) + 2))
+    for patch in patches:
+        page.evaluate("(message) => window.deliver(message)", patch)
+
+    def drawn(on: Page) -> dict[str, object]:
+        root = on.locator(".ipymusicgen-grid")
+        return {
+            "metas": root.locator(".ims-grid-meta").all_inner_texts(),
+            "players": [a.get_attribute("src") for a in root.locator(".ims-grid-cell audio").all()],
+            "takes": root.locator(".ims-take").all_text_contents(),
+            "status": root.locator(".ims-grid-status").inner_text(),
+            "run": root.locator("button.ims-grid-run").is_disabled(),
+        }
+
+    patched = drawn(page)
+    assert len(patched["players"]) == 8 and patched["metas"][0].endswith("complete")  # type: ignore[arg-type]
+    with blank_page(browser, viewport={"width": 1000, "height": 900}) as fresh:
+        mount(fresh, "grid", view.board.data, width="960px")
+        assert drawn(fresh) == patched
+    page.evaluate("() => { window.sent.length = 0; }")
+    page.evaluate("(message) => window.deliver(message)", {**patches[-1], "version": patches[-1]["version"] + 5})
+    assert page.evaluate("() => window.sent") == [{"kind": "resync"}]  # a missed patch: ask for the whole board

@@ -33,7 +33,13 @@ ELSEWHERE = "being sent elsewhere"
 
 
 class GridBoard(anywidget.AnyWidget):
-    """The grid's one front-end model: the table in plain data in, intents (run, confirm, pick, compare) out."""
+    """The grid's one front-end model: the table in plain data in, intents (run, confirm, pick, compare) out.
+
+    `data` is synced whole only when the board's shape is new (or the front end asks again, "resync"); after that
+    each update sends only what changed, as a versioned patch (a custom message: `{"kind": "patch", "version",
+    "set": top-level fields, "cells": [[row, column, cell], ...]}`), applied to `data` here in place so a front end
+    that connects later still gets the whole current board. A 200-row board is about 750 KiB; a patch, a cell.
+    """
 
     _esm = traitlets.Unicode(esm("grid")).tag(sync=True)
     _css = traitlets.Unicode(css("grid")).tag(sync=True)
@@ -67,6 +73,8 @@ class GridView(TextRepr, w.VBox):
         """The question a paid Run showed ("Send ...?"); the next Run (or Confirm) sends."""
         self.note = ""
         self._lock = threading.RLock()
+        self._drawing = threading.Lock()
+        """Held while the board is compared with what the front end has and patched: one patch at a time, in order."""
         self._records: dict[str, Record] = {}
         self.board.on_msg(self._on_msg)
         grid.add_run_listener(self._follow)
@@ -240,7 +248,28 @@ class GridView(TextRepr, w.VBox):
         super().close()
 
     def _draw(self) -> None:
-        self.board.data = self.data()
+        """Send the front end what changed on the board since the last draw (the whole board the first time)."""
+        board = self.data()
+        with self._drawing:
+            shown = self.board.data
+            version = int(shown.get("version", 0)) + 1
+            if not shown or _shape(shown) != _shape(board):
+                self.board.data = {**board, "version": version}
+                return
+            changed = {k: v for k, v in board.items() if k != "rows" and shown.get(k) != v}
+            cells = [
+                [r, c, cell]
+                for r, row in enumerate(board["rows"])
+                for c, cell in enumerate(row["cells"])
+                if shown["rows"][r]["cells"][c] != cell
+            ]
+            if not changed and not cells:
+                return
+            shown.update(changed)  # in place: what a front end connecting later is sent whole
+            for r, c, cell in cells:
+                shown["rows"][r]["cells"][c] = cell
+            shown["version"] = version
+            self.board.send({"kind": "patch", "version": version, "set": changed, "cells": cells})
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         """Intents from the board: run, confirm, cancel, pick (an id shown on it), compare."""
@@ -257,6 +286,9 @@ class GridView(TextRepr, w.VBox):
             self.pick(content["id"])
         elif kind == "compare":
             self.compare()
+        elif kind == "resync":  # the front end missed a patch (no view was drawn when it came): the whole board
+            with self._drawing:
+                self.board.send_state("data")
 
     def _confirmed(self) -> None:
         try:
@@ -268,6 +300,12 @@ class GridView(TextRepr, w.VBox):
         batch = self.grid.batch
         status = batch.progress_line() if batch is not None else "not run yet"
         return f"{self.grid!r}\n{status}"
+
+
+def _shape(board: dict[str, Any]) -> Any:
+    """What a patch cannot change: the axes, the columns and each row's label and cell count."""
+    rows = [(row["label"], len(row["cells"])) for row in board.get("rows", [])]
+    return (board.get("row_axis"), board.get("column_axis"), board.get("columns"), rows)
 
 
 def _cell_state(states: list[str]) -> str:

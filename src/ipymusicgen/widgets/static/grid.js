@@ -1,6 +1,25 @@
 // A prompt grid: rows × columns of compact song cards, each cell priced; Run (asks first when paid), pick two
 // songs, "Compare blind". Python decides everything; this draws its plain data with textContent and sends intents.
 
+// The board as patched, per model, shared by the model's views: `data` is synced whole only for a new shape (or on
+// "resync"); each update after that is a custom message {kind: "patch", version, set, cells: [[row, column, cell]]}.
+const imsGridBoards = new WeakMap();
+
+function imsGridCopy(data) {
+  const board = { ...(data || {}) };
+  board.rows = (board.rows || []).map((row) => ({ ...row, cells: [...(row.cells || [])] }));
+  return board;
+}
+
+function imsGridBoard(model) {
+  const synced = model.get("data") || {};
+  const known = imsGridBoards.get(model);
+  if (known && (known.version ?? 0) >= (synced.version ?? 0)) return known;
+  const board = imsGridCopy(synced);
+  imsGridBoards.set(model, board);
+  return board;
+}
+
 function imsGridView(root, model) {
   const send = (message) => model.send(message);
   const cards = new Map(); // id -> card element, kept across draws so a playing song keeps playing
@@ -43,14 +62,16 @@ function imsGridView(root, model) {
     return card;
   };
 
-  const draw = () => {
-    const data = model.get("data") || {};
+  const draw = (changed) => {
+    let only = changed;
+    const data = imsGridBoard(model);
     title.textContent = `Grid ${data.name || ""}`;
     total.textContent = data.total || "";
     status.textContent = data.status || "";
     const key = JSON.stringify([data.row_axis, data.column_axis, data.columns, (data.rows || []).map((r) => r.label)]);
     if (key !== shape) {
       shape = key;
+      only = null; // a new table: every cell is drawn
       const thead = imsEl("thead");
       const top = imsEl("tr");
       const corner = imsEl("th", "ims-grid-corner", data.column_axis ? `${data.row_axis} \u2193 / ${data.column_axis} \u2192` : data.row_axis);
@@ -74,19 +95,18 @@ function imsGridView(root, model) {
       table.replaceChildren(thead, tbody);
     }
     const seen = new Set();
+    for (const row of data.rows || []) for (const cell of row.cells) for (const song of cell.songs || []) seen.add(song.id);
     const bodyRows = table.querySelectorAll("tbody tr");
     (data.rows || []).forEach((row, r) => {
       const tds = bodyRows[r].querySelectorAll("td");
       row.cells.forEach((cell, c) => {
+        if (only && !only.has(`${r},${c}`)) return; // a patch redraws only the cells it changed
         const td = tds[c];
         td.dataset.state = cell.state;
         const meta = imsEl("div", "ims-grid-meta", `~${cell.estimate} credits (estimate) \u00b7 ${cell.state}`);
         const parts = [meta];
         if (cell.error) parts.push(imsEl("div", "ims-grid-error", cell.error));
-        for (const song of cell.songs || []) {
-          seen.add(song.id);
-          parts.push(cardFor(song));
-        }
+        for (const song of cell.songs || []) parts.push(cardFor(song));
         td.replaceChildren(...parts);
       });
     });
@@ -109,12 +129,37 @@ function imsGridView(root, model) {
     note.textContent = data.note || "";
     note.hidden = !data.note;
   };
-  model.on("change:data", draw);
+  const synced = () => {
+    imsGridBoards.set(model, imsGridCopy(model.get("data"))); // a whole board: it replaces whatever was patched
+    draw();
+  };
+  const patched = (message) => {
+    if (!message || message.kind !== "patch") return;
+    const board = imsGridBoard(model);
+    const version = board.version ?? 0;
+    if (message.version > version + 1) {
+      send({ kind: "resync" }); // a patch was missed (no view was drawn when it came): ask for the whole board
+      return;
+    }
+    const only = new Set();
+    if (message.version === version + 1) {
+      Object.assign(board, message.set || {});
+      for (const [r, c, cell] of message.cells || []) {
+        if (board.rows[r] && c < board.rows[r].cells.length) board.rows[r].cells[c] = cell;
+      }
+      board.version = message.version;
+    } // else another view of this model applied it already: just draw its cells
+    for (const [r, c] of message.cells || []) only.add(`${r},${c}`);
+    draw(only);
+  };
+  model.on("change:data", synced);
+  model.on("msg:custom", patched);
   draw();
   const ticker = setInterval(() => tickSongCards(root), 1000);
   return () => {
     clearInterval(ticker);
-    model.off("change:data", draw);
+    model.off("change:data", synced);
+    model.off("msg:custom", patched);
     for (const card of cards.values()) disposeSongCard(card);
   };
 }
