@@ -265,3 +265,14 @@ def test_a_spill_file_another_user_left_beside_the_journal_is_not_taken(journal_
     with Journal(journal_path) as journal:
         assert journal.unfinished() == []
     assert planted.exists()  # left as it was
+
+
+def test_a_v2_query_of_a_finished_song_writes_nothing(sandbox: Sandbox, journal_path: Path) -> None:
+    journal = Journal(journal_path)
+    with sandbox.client(api_key="real-looking-key", journal=journal) as client:
+        songs = client.submit_v2(is_auto=1, model_version="v4.5", prompt="a quiet one")
+        client.wait([s.id for s in songs], timeout=WAIT, interval=0.02)
+        client.query_v2(songs[0].id)  # the last answer with anything new
+        changes = journal._db.total_changes
+        assert writes_during(journal, lambda: client.query_v2(songs[0].id)) == []
+        assert journal._db.total_changes == changes
