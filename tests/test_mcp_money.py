@@ -264,6 +264,19 @@ def test_v2_calls_are_measured_too(make_desk: Callable[..., AgentDesk], dear_ser
     assert data(call(desk, "account", {}))["server_spent_measured"] == 12
 
 
+def test_a_batch_spends_no_more_than_the_user_agreed_to(
+    make_desk: Callable[..., AgentDesk], dear_service: Sandbox
+) -> None:
+    """No budget anywhere: the user agreed to about 12 credits for 4 rows; the service charges twice that."""
+    desk = make_desk()
+    asker = Asker()
+    rows = [{"style": f"row {n}"} for n in range(4)]
+    data(call(desk, "run_batch", {"rows": rows, "name": "agreed", "concurrency": 1}, asker=asker))
+    assert asker.questions[0].startswith("Pay about 12 credits")
+    wait_until(lambda: not data(call(desk, "batch_status", {"name": "agreed"}))["running"], "the batch ends")
+    assert 100 - dear_service.credits(KEY) == 12  # two rows: measured 12, the other two not started
+
+
 def test_a_batchs_measured_spend_counts_against_the_servers_budget(
     make_desk: Callable[..., AgentDesk], dear_service: Sandbox
 ) -> None:

@@ -299,14 +299,19 @@ class AgentDesk:
         unsent = [r for r in validated if r.index not in stored or stored[r.index].state in NEVER_SENT]
         return costs.estimate_total(r.request for r in unsent), self.credits_left()
 
-    def run_batch(self, rows: list[Mapping[str, Any]], name: str, budget: int | None, concurrency: int) -> Batch:
+    def run_batch(
+        self, rows: list[Mapping[str, Any]], name: str, budget: int | None, concurrency: int, shown: int | None = None
+    ) -> Batch:
         """Start a batch in its own thread (the engine: idempotent by name, budget, 429s); returns at once.
 
         Its estimate is reserved out of the server's budget before it starts, under the lock single calls use,
-        and the batch may spend no more than that; what it does not send is given back when it ends."""
+        and the batch may spend no more than that, nor than the estimate the user was `shown` (as measured on
+        the key, when the service charges more than the table says); what it does not send is given back."""
         estimate, _ = self.plan_batch(rows, name)
+        if shown is not None and estimate > shown:
+            raise AgentError(f"rows: the batch now costs about {estimate} credits, more than the {shown} asked about")
         spend = self._reserve(estimate, batch=True)
-        caps = [b for b in (budget, estimate if self.budget is not None else None) if b is not None]
+        caps = [b for b in (budget, estimate) if b is not None]
         try:
             batch = self.client.batch(
                 list(rows), name=name, budget=min(caps) if caps else None, concurrency=concurrency, wait=False

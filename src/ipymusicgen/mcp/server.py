@@ -322,7 +322,7 @@ class AgentServer:
                 return declined
             if declined is not None:
                 return {"name": name, "state": "declined", "note": declined, "credits_estimate": estimate}
-        batch = await self._blocking(lambda: self.desk.run_batch(rows, name, budget, concurrency))
+        batch = await self._blocking(lambda: self.desk.run_batch(rows, name, budget, concurrency, shown=estimate))
         status = {"name": batch.name, "state": "started", "credits_estimate": estimate}
         return self._clean({**status, "line": batch.progress_line()})
 
