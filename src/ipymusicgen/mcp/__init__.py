@@ -8,6 +8,7 @@ MCP tools over the desk).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ import anyio
 
 from .desk import AgentDesk, AgentError
 from .server import AgentServer, build_server
+from .shutdown import Ending
 from .stdio import run_stdio
 
 __all__ = ["AgentDesk", "AgentError", "AgentServer", "build_server", "serve"]
@@ -55,13 +57,15 @@ def serve(
                 flush=True,
             )
     server = build_server(desk)
+    ending = Ending(client.journal)  # ids waiting in memory outlive the host's close (see `shutdown`)
     try:
         if http:
             from .http import run_http
 
             assert token is not None
-            run_http(server, host=host, port=port, token=token, allowed_hosts=allow_hosts)
-        else:
-            anyio.run(run_stdio, server)  # the SDK's transport, minus its thread hop per line (see `stdio`)
+            run_http(server, host=host, port=port, token=token, allowed_hosts=allow_hosts)  # uvicorn: its signals
+        else:  # the SDK's transport minus its thread hop per line (`stdio`), until stdin closes or a signal
+            anyio.run(ending.serve, functools.partial(run_stdio, server, on_eof=ending.stdin_closed))
     finally:
+        ending.finish()
         desk.close()

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from mcp.server.stdio import stdio_server
@@ -33,8 +33,9 @@ def _pipe_like(fd: int) -> bool:
 class _Lines:
     """`async for line in stdin` over an asyncio StreamReader (text, as the SDK's reader yields)."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(self, reader: asyncio.StreamReader, on_eof: Callable[[], None] | None = None) -> None:
         self._reader = reader
+        self._on_eof = on_eof
 
     def __aiter__(self) -> _Lines:
         return self
@@ -43,8 +44,11 @@ class _Lines:
         try:
             line = await self._reader.readline()
         except ValueError:  # a line past LINE_LIMIT: the wire is unusable, end as at EOF
-            raise StopAsyncIteration from None
+            line = b""
         if not line:
+            if self._on_eof is not None:
+                self._on_eof()
+                self._on_eof = None
             raise StopAsyncIteration
         return line.decode("utf-8", errors="replace")
 
@@ -63,7 +67,7 @@ class _Writer:
 
 
 @contextlib.asynccontextmanager
-async def pipe_stdio() -> AsyncIterator[tuple[Any, Any]]:
+async def pipe_stdio(on_eof: Callable[[], None] | None = None) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's `stdio_server` streams, fed by asyncio pipes (or the SDK's own transport if that cannot be)."""
     if not (_pipe_like(0) and _pipe_like(1)):
         async with stdio_server() as streams:
@@ -85,7 +89,7 @@ async def pipe_stdio() -> AsyncIterator[tuple[Any, Any]]:
         write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout)
         transports.append(write_transport)
         writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
-        async with stdio_server(stdin=_Lines(reader), stdout=_Writer(writer)) as streams:  # type: ignore[arg-type]
+        async with stdio_server(stdin=_Lines(reader, on_eof), stdout=_Writer(writer)) as streams:  # type: ignore[arg-type]
             yield streams
     finally:
         for transport in transports:
@@ -98,8 +102,8 @@ async def pipe_stdio() -> AsyncIterator[tuple[Any, Any]]:
             os.close(saved)
 
 
-async def run_stdio(server: Any) -> None:
-    """What `MCPServer.run_stdio_async` does, over `pipe_stdio`."""
+async def run_stdio(server: Any, on_eof: Callable[[], None] | None = None) -> None:
+    """What `MCPServer.run_stdio_async` does, over `pipe_stdio`; `on_eof` is called when the host closes stdin."""
     lowlevel = server._lowlevel_server
-    async with pipe_stdio() as (read_stream, write_stream):
+    async with pipe_stdio(on_eof) as (read_stream, write_stream):
         await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
