@@ -154,3 +154,26 @@ def test_the_magic_refuses_a_huge_grid_as_a_usage_error(sandbox_shell: Interacti
     with pytest.raises(UsageError, match="more than"):
         sandbox_shell.run_cell_magic("musicgen_grid", "--no-watch", cell)
     assert sandbox.request_counts() == {}
+
+
+# -- 16. an extended grid keeps its batch ------------------------------------------------------------------
+
+
+def test_an_extended_grid_keeps_its_rows_and_a_shrunk_one_is_a_new_batch(client: MusicClient, sandbox: Sandbox) -> None:
+    import uuid
+
+    base = {"action": "auto", "mv": "MFV2.0", "gender": "female", "instrumental": 0}
+    axis = [f"{uuid.uuid4().hex[:6]} {n}" for n in range(3)]
+    first = Grid(client, base, {"style": axis[:2]}, repeat=2)
+    first.run(wait=True)
+    assert sandbox.request_counts()[GENERATE] == 4
+    grown = Grid(client, base, {"style": [axis[2], *axis[:2]]}, repeat=2)  # a value added, first
+    assert grown.name == first.name
+    assert [c.index for c in grown.cells] == [4, 5, 0, 1, 2, 3]  # recorded rows keep their places
+    assert grown.rows[:4] == first.rows
+    batch = grown.run(wait=True)
+    assert sandbox.request_counts()[GENERATE] == 6 and batch.counts()["complete"] == 6
+    assert [r["ids"] for r in grown.results()][2:] == [r["ids"] for r in first.results()]
+    shrunk = Grid(client, base, {"style": axis[:1]}, repeat=2)
+    assert shrunk.name != first.name  # not an extension: its own batch, every row sent
+    assert Grid(client, base, {"style": axis[:2]}, repeat=1).name != first.name  # the repeat is part of the name

@@ -13,6 +13,7 @@ import html
 import itertools
 import json
 import math
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..batch.engine import Batch, BatchError, validate_rows
 from ..models import costs
+from ..storage.batches import store_for
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient
@@ -79,11 +81,14 @@ class Grid:
         rows = validate_rows(
             [request for _, _, request in cells], allow_unknown_models=client.settings.allow_unknown_models
         )
+        order = list(range(len(rows)))  # batch row of each cell, in grid order
+        if name is None:
+            name, order = _derived_name_and_order(client, self.base, self.axes, repeat, [r.request_hash for r in rows])
         self.cells = [
-            GridCell(i, params, take, request, costs.estimate_credits(row.request))
+            GridCell(order[i], params, take, request, costs.estimate_credits(row.request))
             for i, ((params, take, request), row) in enumerate(zip(cells, rows, strict=True))
         ]
-        self.name = name or _derived_name(self.base, self.axes, repeat)
+        self.name = name
         self.batch: Batch | None = None
         self._run_listeners: list[Callable[[Batch], None]] = []
         self._view: Any = None
@@ -92,8 +97,9 @@ class Grid:
 
     @property
     def rows(self) -> list[dict[str, Any]]:
-        """The requests, one per cell and take, in grid order (what `run()` sends as a batch)."""
-        return [cell.request for cell in self.cells]
+        """The requests, one per cell and take, in batch order (what `run()` sends): grid order, except that an
+        extended grid keeps the rows its earlier run recorded first and adds its new cells after them."""
+        return [cell.request for cell in sorted(self.cells, key=lambda cell: cell.index)]
 
     @property
     def estimate(self) -> int:
@@ -182,9 +188,9 @@ class Grid:
         axes = " × ".join(f"{field} ({len(values)})" for field, values in self.axes.items())
         lines = [f"Grid {self.name!r}: {axes} × {self.repeat} take(s) = {len(self.cells)} rows, about "
                  f"{self.estimate} credits"]  # fmt: skip
-        for cell in self.cells:
+        for number, cell in enumerate(self.cells, 1):
             shown = ", ".join(f"{k}={v!r}" for k, v in cell.params.items())
-            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}")
+            lines.append(f"  {number:>3}. {shown} (take {cell.take}): about {cell.estimate}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -218,9 +224,40 @@ def _values(field: str, values: Iterable[Any]) -> list[Any]:
     return found
 
 
-def _derived_name(base: Mapping[str, Any], axes: Mapping[str, list[Any]], repeat: int) -> str:
+def _derived_name(base: Mapping[str, Any], axes: Mapping[str, Any], repeat: int) -> str:
     spec = json.dumps({"base": base, "axes": axes, "repeat": repeat}, sort_keys=True, default=str)
     return f"grid-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
+
+
+def _derived_name_and_order(
+    client: MusicClient, base: Mapping[str, Any], axes: Mapping[str, list[Any]], repeat: int, hashes: list[str]
+) -> tuple[str, list[int]]:
+    """The grid's batch name and each cell's row in it. The name comes from the base, the axes' fields and the
+    repeat, not their values, so adding a value to an axis finds the batch the grid ran as: its recorded rows keep
+    their places and only the new cells are added (and sent). A grid that is not such an extension (a value taken
+    away or changed) gets a name from its values too: a new batch, every row sent."""
+    family = _derived_name(base, dict.fromkeys(axes), repeat)
+    in_order = list(range(len(hashes)))
+    try:
+        stored = store_for(getattr(client.journal, "path", None) if client.journal is not None else None).rows(family)
+    except sqlite3.Error:  # an unreadable store: the grid's own values name it
+        return _derived_name(base, axes, repeat), in_order
+    if not stored:
+        return family, in_order
+    free: dict[str, list[int]] = {}
+    for position, digest in enumerate(hashes):
+        free.setdefault(digest, []).append(position)
+    order = [-1] * len(hashes)
+    for index in sorted(stored):
+        places = free.get(stored[index].request_hash)
+        if not places:  # a recorded row the grid no longer has
+            return _derived_name(base, axes, repeat), in_order
+        order[places.pop(0)] = index
+    added = len(stored)
+    for position in in_order:
+        if order[position] < 0:
+            order[position], added = added, added + 1
+    return family, order
 
 
 def _stars(library: Library, task_id: str) -> int | None:

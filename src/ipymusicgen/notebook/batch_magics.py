@@ -85,7 +85,8 @@ class BatchMagics(Magics):
     @argument("--name", help="the grid's batch name: re-running with it sends only rows never sent")
     @argument("--repeat", type=int, default=1, help="takes of each cell (default 1)")
     @argument("--concurrency", type=int, default=3, help="rows in flight at once (default 3)")
-    @argument("--budget", type=int, default=None, help="most credits the grid may spend")
+    @argument("--budget", type=int, default=None, help="most credits the grid may spend (sends without asking)")
+    @argument("--yes", action="store_true", help="send without asking, even with a key that may cost money")
     @argument("--no-watch", action="store_true", help="no song cards (the progress view still shows)")
     @argument("--wait", action="store_true", help="block until every row is done")
     @argument("-o", "--out", metavar="VAR", help="keep the Grid in this variable (default: _grid)")
@@ -97,9 +98,10 @@ class BatchMagics(Magics):
         style: lo-fi | jazz | folk
         mv: MFV2.0 | MFV3.0
 
-        The plan shows each cell's estimate and the total first; the budget and the credits left are checked
-        as for any batch, then it runs. Re-running the cell sends nothing twice. `_grid.to_pandas()` gives the
-        results (cell, take, ids, state, stars).
+        The plan shows each cell's estimate and the total first. With a key that may cost money the cell only
+        shows the plan: Run in its view sends it (asking once more, as the view does), unless the cell gives
+        --budget or --yes; the budget and the credits left are checked as for any batch. Re-running the cell
+        sends nothing twice. `_grid.to_pandas()` gives the results (cell, take, ids, state, stars).
         """
         try:
             args = parse_argstring(self.musicgen_grid, line)
@@ -112,8 +114,18 @@ class BatchMagics(Magics):
             raise UsageError(one_line(exc)) from None
         if not args.no_watch:
             from ..widgets import grid as _view  # noqa: F401  the plan is drawn as its grid view (cards in cells)
+        out = args.out or "_grid"
+        self.shell.user_ns[out] = plan
+        if plan.client.settings.needs_confirm(None) and args.budget is None and not args.yes:
+            view = plan.view if not args.no_watch else None
+            if view is not None:  # its Run sends what the cell planned, with the cell's options
+                view.concurrency = args.concurrency
+            display(plan)
+            how = "Press Run in the grid's view to send it" if view is not None else f"Run {out}.run() to send it"
+            print(f"Not sent: {len(plan.cells)} rows, about {plan.estimate} credits (estimate). {how}, or give the "
+                  "cell --budget N or --yes.", flush=True)  # fmt: skip
+            return
         display(plan)
-        self.shell.user_ns[args.out or "_grid"] = plan
         batch = self._start(
             lambda _client, on_update: plan.run(budget=args.budget, concurrency=args.concurrency, on_update=on_update),
             args,
