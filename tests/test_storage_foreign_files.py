@@ -431,3 +431,31 @@ def test_a_client_on_a_damaged_journal_sends_nothing_and_says_the_same_line(
         assert service.credits("real-looking-key") == 50
     assert one_line(refused.value) == str(direct.value)
     assert snapshot(damaged) == before
+
+
+KILLED_BEFORE_CHECKPOINT = """
+import os, sqlite3, sys
+from ipymusicgen.storage import migrations
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+for step in migrations.MIGRATIONS[:8]:  # as the previous release wrote it: version 8, no application id
+    step(db)
+db.execute("PRAGMA user_version = 8")
+db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+db.execute("PRAGMA wal_autocheckpoint = 0")
+db.execute("INSERT INTO attempts (id, endpoint, host, payload, created_at) VALUES ('a1', 'generate', 'h', '{}', 0)")
+os._exit(0)  # killed: the last writes are only in the -wal file
+"""
+
+
+def test_a_previous_release_journal_killed_before_its_checkpoint_opens_and_gets_the_id(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite3"
+    subprocess.run([sys.executable, "-c", KILLED_BEFORE_CHECKPOINT, str(path)], check=True, timeout=120)
+    assert Path(f"{path}-wal").stat().st_size > 0
+    assert path.read_bytes()[68:72] == b"\x00\x00\x00\x00"  # no id: recognised by its schema
+    with Journal(path) as journal:
+        assert [a.id for a in journal.attempts()] == ["a1"]
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA application_id").fetchone()[0] == storage_db.APPLICATION_ID
+    assert db.execute("PRAGMA user_version").fetchone()[0] == LATEST
+    db.close()
