@@ -74,15 +74,19 @@ def test_a_beat_reads_its_tempo_across_60_to_180_bpm(tmp_path: Path, bpm: int, t
     assert found == pytest.approx(bpm, rel=0.02), f"{track.__name__} at {bpm} BPM read {found}"
 
 
-@pytest.mark.parametrize(
-    "timbre",
-    ["sine", "square", "sawtooth", "triangle", "organ", "sine chord", "square chord", "sawtooth chord",
-     "organ low chord"],
-)  # fmt: skip
-@pytest.mark.parametrize("freq", [55.0, 110.0, 440.0, 3000.0])
+HELD = [
+    *(
+        (timbre, freq)
+        for timbre in ("sine", "square", "sawtooth", "triangle", "organ")
+        for freq in (55, 110, 440, 3000)
+    ),
+    *((f"{timbre} chord", 0.0) for timbre in ("sine", "square", "sawtooth")),
+    ("organ low chord", 0.0),
+]
+
+
+@pytest.mark.parametrize(("timbre", "freq"), HELD)
 def test_a_held_tone_of_any_timbre_has_no_tempo(tmp_path: Path, timbre: str, freq: float) -> None:
-    if "chord" in timbre and freq != 110.0:
-        pytest.skip("a chord has its own notes")
     found = analyze_file(write_wav(tmp_path / "held.wav", held(timbre, freq)))
     assert found.bpm is None, f"a held {timbre} at {freq} Hz read {found.bpm} BPM"
     assert found.lufs is not None  # it was heard, just not as a beat
