@@ -177,3 +177,15 @@ def test_an_extended_grid_keeps_its_rows_and_a_shrunk_one_is_a_new_batch(client:
     shrunk = Grid(client, base, {"style": axis[:1]}, repeat=2)
     assert shrunk.name != first.name  # not an extension: its own batch, every row sent
     assert Grid(client, base, {"style": axis[:2]}, repeat=1).name != first.name  # the repeat is part of the name
+
+
+@pytest.mark.parametrize("typed", ["nan", "inf", "-inf"])
+def test_a_nan_or_infinite_typed_in_a_grid_cell_is_refused_naming_its_field(
+    sandbox_shell: InteractiveShell, sandbox: Sandbox, typed: str
+) -> None:
+    from IPython.core.error import UsageError
+
+    cell = f"action: extend\ncontinue_song_id: abc\nstyle: x\ncontinue_at: {typed} | 30\n"
+    with pytest.raises(UsageError, match="row 1: continue_at"):
+        sandbox_shell.run_cell_magic("musicgen_grid", "--no-watch", cell)
+    assert sandbox.request_counts() == {}
