@@ -446,7 +446,8 @@ class _Core(WaitFlows):
 
     def _lyrics_flow(self, prompt: str) -> Flow[LyricsResult]:
         model = build_lyrics_request(prompt)
-        result, _ = yield from self._paid_flow(LYRICS, model.to_payload(), LyricsResult.model_validate)
+        result, attempt_id = yield from self._paid_flow(LYRICS, model.to_payload(), LyricsResult.model_validate)
+        self._answered(attempt_id, "the answer of lyrics")
         return result
 
     def _key_info_flow(self) -> Flow[KeyInfo]:
@@ -486,8 +487,16 @@ class _Core(WaitFlows):
                 raise ValueError(f"no {names[0]} in the answer")
             return value
 
-        value, _ = yield from self._paid_flow(endpoint, None, pick, params={"song_id": song_id})
+        value, attempt_id = yield from self._paid_flow(endpoint, None, pick, params={"song_id": song_id})
+        self._answered(attempt_id, f"the answer of {endpoint.name}")
         return value
+
+    def _answered(self, attempt_id: str | None, what: str) -> None:
+        """A paid call that creates no task (an extra, lyrics) was answered: its attempt is done, not pending (a
+        pending one of a process that has ended reads as "may have been charged")."""
+        journal = self.journal
+        if journal is not None and attempt_id:
+            self._journal_write(what, lambda: journal.submitted(attempt_id, []))
 
     # -- downloads -------------------------------------------------------------------------------------
 

@@ -228,6 +228,28 @@ def m009_application_id(db: sqlite3.Connection) -> None:
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
 
+@migration
+def m010_paid_extras(db: sqlite3.Connection) -> None:
+    """Paid extras of a song (its WAV, its MP4, a singer voice), one row per (song, kind): claimed before the
+    request is sent, so a second press, another kernel or an agent reuses it instead of paying again."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS paid_extras (
+            song TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'sending',
+            value TEXT,
+            path TEXT,
+            note TEXT,
+            owner_host TEXT,
+            owner_pid INTEGER,
+            owner_started TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (song, kind)
+        )"""
+    )
+
+
 LATEST = len(MIGRATIONS)
 
 

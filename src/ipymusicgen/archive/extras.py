@@ -1,0 +1,199 @@
+"""Paid extras of a song (its WAV, its MP4 video, a singer voice), made once and kept beside the song.
+
+The one rule every front end goes through (the card's buttons, `%musicgen_wav`, the agent's `make_extra`,
+`ipymusicgen.make_extra()`): the journal's `paid_extras` row for (song, kind) is claimed before the request
+is sent (`storage.extras`), the client journals the attempt like any paid call, the answer is recorded, and
+the file is archived beside the song's MP3 under the same name. A second press, another kernel on the same
+journal or the agent server finds the row and reuses it: nothing is paid again. A request that may have
+reached the service without an answer is `unknown` and is never sent again unless asked with `force=True`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..client.downloads import safe_filename
+from ..client.responses import create_may_have_landed
+from ..client.waiting import check_id
+from ..errors import DownloadError, MusicGenError, RequestValidationError
+from ..models import costs
+from ..storage.extras import Extra, ExtrasStore
+
+if TYPE_CHECKING:
+    from ..client.faces import MusicClient
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    label: str
+    suffix: str | None
+    """The file's suffix; None for an extra that is a value, not a file (the singer voice)."""
+
+
+KINDS = {
+    "wav": Kind("wav", "WAV", ".wav"),
+    "mp4": Kind("mp4", "MP4 video", ".mp4"),
+    "vibe": Kind("vibe", "singer voice", None),
+}
+
+
+@dataclass(frozen=True)
+class ExtraResult:
+    """What a request for an extra came to. `sent`: whether this call paid for it (at most once per song)."""
+
+    song: str
+    kind: str
+    state: str
+    """made (sent now), reused (made before: nothing paid), elsewhere (being made by another process now),
+    unknown (a request may have been charged; not sent again)."""
+    value: str | None
+    """The URL the service gave (the singer id, for a voice)."""
+    path: Path | None
+    """The archived file, when kept."""
+    note: str
+    sent: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "song": self.song, "kind": self.kind, "state": self.state, "value": self.value,
+            "path": str(self.path) if self.path else None, "note": self.note, "sent": self.sent,
+        }  # fmt: skip
+
+
+class UnknownExtraError(MusicGenError):
+    """An extra whose request may have been charged without an answer: not sent again unless forced."""
+
+
+def kind_of(kind: str) -> Kind:
+    found = KINDS.get(str(kind).strip().lower())
+    if found is None:
+        from ..errors import FieldProblem
+
+        raise RequestValidationError([FieldProblem("kind", f"one of {', '.join(KINDS)} (got {str(kind)[:20]!r})")])
+    return found
+
+
+def extra_price(kind: str) -> int:
+    """Credits an extra is estimated at: the table's entry for the kind (`MUSICGEN_CREDIT_COSTS="wav=1"`), else
+    the dearest known price (the service publishes none; an estimate never comes out low)."""
+    return costs.credits_for_model(kind_of(kind).name)
+
+
+_fallback: list[Path] = []
+
+
+def _journal_path(client: MusicClient) -> Path:
+    """The journal the client writes; a client without one (journal=False) records extras in a file of this process."""
+    path = getattr(client.journal, "path", None)
+    if path is not None:
+        return Path(path)
+    if not _fallback:
+        folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-extras-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _fallback.append(folder / "extras.sqlite3")
+    return _fallback[0]
+
+
+def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
+    """What the journal holds for this song's extra (None: never asked), so an ask can say "already made"."""
+    with ExtrasStore(_journal_path(client)) as store:
+        return store.get(check_id(task_id, "song"), kind_of(kind).name)
+
+
+def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = False) -> ExtraResult:
+    """The song's extra, paid for at most once: made now, or reused from the journal and the archive."""
+    task_id, spec = check_id(task_id, "song"), kind_of(kind)
+    with ExtrasStore(_journal_path(client)) as store:
+        found = store.get(task_id, spec.name)
+        if found is not None and found.state == "made":
+            return _reuse(client, store, found, spec)
+        claimed, found = store.claim(task_id, spec.name, force=force)
+        if not claimed:
+            assert found is not None
+            if found.state == "made":  # made by another process between the two reads
+                return _reuse(client, store, found, spec)
+            if found.state == "sending":
+                note = f"being made by {found.owner} now: ask again in a moment (nothing was sent)"
+                return ExtraResult(task_id, spec.name, "elsewhere", None, None, note, False)
+            raise UnknownExtraError(
+                f"The {spec.label} of {task_id} was asked before and may have been charged without an answer "
+                f"({found.note or 'no answer'}); nothing was sent again. Check the service, then pass force=True "
+                "to ask again."
+            )
+        value = _send(client, store, task_id, spec)
+        path = _keep(client, store, task_id, spec, value)
+        return ExtraResult(task_id, spec.name, "made", value, path, f"{spec.label} made and kept", True)
+
+
+def _send(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind) -> str:
+    send = {"wav": client.generate_wav, "mp4": client.generate_mp4, "vibe": client.generate_vibe}[spec.name]
+    try:
+        value = send(_service_song_id(client, task_id))
+    except BaseException as exc:
+        landed = not isinstance(exc, Exception) or create_may_have_landed(exc)
+        store.ended(task_id, spec.name, "unknown" if landed else "rejected", str(client.redact(str(exc)))[:500])
+        raise
+    store.made(task_id, spec.name, value)
+    return value
+
+
+def _service_song_id(client: MusicClient, task_id: str) -> str:
+    """The id the service's extras take: the task's `song_id` where the journal knows one, else the id itself."""
+    store = _library_store(client)
+    if store is not None:
+        rows = store.query("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
+        if rows and rows[0]["song_id"]:
+            return str(rows[0]["song_id"])
+    return task_id
+
+
+def _library_store(client: MusicClient) -> Any:
+    from .archiver import archiver_of
+
+    archiver = archiver_of(client)
+    return archiver.store if archiver is not None else None
+
+
+def _reuse(client: MusicClient, store: ExtrasStore, found: Extra, spec: Kind) -> ExtraResult:
+    if spec.suffix is None or (found.path and Path(found.path).is_file()):
+        path = Path(found.path) if found.path else None
+        note = f"{spec.label} made before: reused, nothing paid again"
+        return ExtraResult(found.song, spec.name, "reused", found.value, path, note, False)
+    path = _keep(client, store, found.song, spec, found.value or "")  # paid before, not kept yet: download only
+    note = f"{spec.label} made before: kept now, nothing paid again"
+    return ExtraResult(found.song, spec.name, "reused", found.value, path, note, False)
+
+
+def _keep(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind, value: str) -> Path | None:
+    """Archive the extra's file beside the song (same name, its own suffix); None when archiving is off."""
+    from .archiver import _place, _staging_dir, archiver_of, song_info
+
+    archiver = archiver_of(client)
+    directory = archiver.directory if archiver is not None else None
+    if spec.suffix is None or directory is None:
+        return None
+    library = archiver.store if archiver is not None else None
+    song = song_info(library, task_id) if library is not None else None
+    staging = _staging_dir(directory)
+    try:
+        try:
+            staged = client.download(value, staging)
+        except DownloadError as exc:
+            raise DownloadError(
+                f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download it "
+                "(nothing is paid again)."
+            ) from None
+        name = song.file_name(spec.suffix) if song is not None else safe_filename(task_id, spec.suffix)
+        placed = _place(staged, directory, name, task_id)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    store.kept(task_id, spec.name, placed)
+    if spec.name == "wav" and library is not None:
+        library.wav_archived(task_id, placed)  # the library and the export find it
+    return placed

@@ -1,0 +1,137 @@
+"""Paid extras of a song (WAV, MP4, a singer voice), one row per (song, kind) in the journal's file.
+
+A request for an extra is claimed here before it is sent (state `sending`, with the process that sends it),
+in one IMMEDIATE transaction: a second press, another kernel on the same journal or the agent server finds
+the row and reuses what it holds instead of paying again. States:
+
+- `sending`: claimed, the request is on its way (a dead sender's claim reads as `unknown`);
+- `made`: the service answered; `value` is the URL (or singer id), `path` the archived file once kept;
+- `unknown`: the request may have reached the service and been charged; never sent again on its own;
+- `rejected`: the service refused it (nothing charged): the next press may ask again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .db import damage_named, open_db, write_transaction
+from .migrations import migrate
+from .owner import Owner
+
+STATES = ("sending", "made", "unknown", "rejected")
+
+
+@dataclass(frozen=True)
+class Extra:
+    """One paid extra as the journal holds it."""
+
+    song: str
+    kind: str
+    state: str
+    value: str | None
+    path: str | None
+    note: str | None
+    owner: Owner | None
+    created_at: float
+    updated_at: float
+
+    @property
+    def mine(self) -> bool:
+        """Whether this process claimed it."""
+        me = Owner.current()
+        return self.owner is not None and (self.owner.host, self.owner.pid) == (me.host, me.pid)
+
+
+def _extra(row: sqlite3.Row) -> Extra:
+    owner = None
+    if row["owner_host"] is not None and row["owner_pid"] is not None:
+        owner = Owner(row["owner_host"], int(row["owner_pid"]), row["owner_started"])
+    extra = Extra(
+        row["song"], row["kind"], row["state"], row["value"], row["path"], row["note"], owner,
+        row["created_at"], row["updated_at"],
+    )  # fmt: skip
+    if extra.state == "sending" and (owner is None or not owner.is_alive()):
+        note = f"the process that sent it ({owner or 'unknown'}) ended before the answer was kept; it may be charged"
+        return Extra(extra.song, extra.kind, "unknown", extra.value, extra.path, note, owner, extra.created_at,
+                     extra.updated_at)  # fmt: skip
+    return extra
+
+
+class ExtrasStore:
+    """Reads and writes of `paid_extras`; one connection, shared by threads behind a lock."""
+
+    def __init__(self, journal_path: str | Path) -> None:
+        self.path = Path(journal_path)
+        self.lock = threading.RLock()
+        self.db = open_db(self.path)
+        with self.lock, damage_named(self.path):
+            migrate(self.db, self.path)
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+    def __enter__(self) -> ExtrasStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def get(self, song: str, kind: str) -> Extra | None:
+        with self.lock, damage_named(self.path):
+            row = self.db.execute("SELECT * FROM paid_extras WHERE song = ? AND kind = ?", (song, kind)).fetchone()
+        return _extra(row) if row is not None else None
+
+    def claim(self, song: str, kind: str, *, force: bool = False) -> tuple[bool, Extra | None]:
+        """Claim (song, kind) for sending: (True, None) when this caller may send, else (False, what is held).
+
+        Free to claim: no row, a `rejected` one, or (only with `force`, the user's explicit "send anyway") an
+        `unknown` one. Read and written in one IMMEDIATE transaction, so two kernels cannot both claim."""
+        me = Owner.current()
+        now = time.time()
+        with damage_named(self.path), write_transaction(self.db, self.lock) as db:
+            row = db.execute("SELECT * FROM paid_extras WHERE song = ? AND kind = ?", (song, kind)).fetchone()
+            held = _extra(row) if row is not None else None
+            if held is not None and not (held.state == "rejected" or (force and held.state == "unknown")):
+                return False, held
+            db.execute(
+                "INSERT INTO paid_extras (song, kind, state, owner_host, owner_pid, owner_started, created_at,"
+                " updated_at) VALUES (?, ?, 'sending', ?, ?, ?, ?, ?) ON CONFLICT (song, kind) DO UPDATE SET"
+                " state = 'sending', value = NULL, path = NULL, note = NULL, owner_host = excluded.owner_host,"
+                " owner_pid = excluded.owner_pid, owner_started = excluded.owner_started,"
+                " updated_at = excluded.updated_at",
+                (song, kind, me.host, me.pid, me.started, now, now),
+            )
+        return True, None
+
+    def _set(self, song: str, kind: str, **fields: Any) -> None:
+        names = ", ".join(f"{name} = ?" for name in fields)
+        with damage_named(self.path), write_transaction(self.db, self.lock) as db:
+            db.execute(
+                f"UPDATE paid_extras SET {names}, updated_at = ? WHERE song = ? AND kind = ?",
+                (*fields.values(), time.time(), song, kind),
+            )
+
+    def made(self, song: str, kind: str, value: str) -> None:
+        """The service's answer: a URL (or a singer id)."""
+        self._set(song, kind, state="made", value=value, note=None)
+
+    def kept(self, song: str, kind: str, path: Path) -> None:
+        """The extra's file, archived beside the song."""
+        self._set(song, kind, path=str(path))
+
+    def ended(self, song: str, kind: str, state: str, note: str) -> None:
+        """How a request that brought no answer ended: `unknown` (may be charged) or `rejected` (refused)."""
+        if state not in ("unknown", "rejected"):
+            raise ValueError(f"state: unknown or rejected (got {state!r})")
+        self._set(song, kind, state=state, note=note[:2000])
+
+    def of_song(self, song: str) -> list[Extra]:
+        with self.lock, damage_named(self.path):
+            rows = self.db.execute("SELECT * FROM paid_extras WHERE song = ? ORDER BY kind", (song,)).fetchall()
+        return [_extra(row) for row in rows]

@@ -1,0 +1,148 @@
+"""Paid extras (a song's WAV, MP4, singer voice) are paid for once per (song, kind): journalled and claimed
+before they are sent, archived beside the song, and reused by a second press, a second client on the same
+journal (another kernel) and the agent server. A keyed sandbox plays the real (paid) service; requests are
+counted where they arrive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import ManualClock
+
+from ipymusicgen.app import build_client
+from ipymusicgen.archive.extras import UnknownExtraError, held, make_extra
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.config import Settings
+from ipymusicgen.library import Library
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
+
+KEY = "k-extras-secret-51c2"
+WAV = "/v1/music/generate-wav"
+MP4 = "/v1/music/generate-mp4"
+
+
+@pytest.fixture(scope="module")
+def paid_sandbox() -> Iterator[Sandbox]:
+    with Sandbox(stage_seconds=0.2, song_seconds=2, keys={KEY: 100}, faults="") as server:
+        yield server
+
+
+@pytest.fixture
+def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    paid_sandbox.reset()
+    clock = ManualClock(paid_sandbox.state.stage_seconds)
+    monkeypatch.setattr(paid_sandbox.state, "clock", clock)
+    paid_sandbox.clock = clock  # type: ignore[attr-defined]
+    yield paid_sandbox
+    paid_sandbox.reset()
+
+
+@pytest.fixture
+def make_client(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
+    """Clients of the "real" service on one journal file and one archive (each one a kernel of its own)."""
+    made: list[MusicClient] = []
+
+    def factory(**changes: Any) -> MusicClient:
+        settings = Settings.from_env().with_changes(
+            api_key=changes.get("api_key", KEY),
+            base_url=service.base_url,
+            v2_base_url=service.v2_base_url,
+            journal_path=tmp_path / "journal.sqlite3",
+            poll_interval=0.05,
+            **{k: v for k, v in changes.items() if k != "api_key"},
+        )
+        client = build_client(settings, archive=tmp_path / "archive")
+        made.append(client)
+        return client
+
+    yield factory
+    for client in made:
+        client.close()
+
+
+def finished_song(client: MusicClient, service: Sandbox) -> str:
+    ids = client.generate(action="auto", style="harbour bells").ids
+    service.clock.stages(10)  # type: ignore[attr-defined]
+    client.wait(ids, timeout=30, archived=True)
+    return ids[0]
+
+
+def test_a_wav_pressed_twice_and_asked_by_a_second_kernel_is_paid_once(
+    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    first = make_client()
+    song = finished_song(first, service)
+    made = make_extra(first, song, "wav")
+    assert made.state == "made" and made.sent and made.path is not None and made.path.is_file()
+    assert made.path.parent == tmp_path / "archive" and made.path.suffix == ".wav"
+    with Library(tmp_path / "journal.sqlite3") as library:  # beside the song, under its name
+        mp3 = Path(library.archived_path(song))
+        assert made.path.stem == mp3.stem and library.song(song).wav_path == str(made.path)
+    again = make_extra(first, song, "wav")
+    other = make_client()  # another kernel on the same journal
+    elsewhere = make_extra(other, song, "wav")
+    assert (again.state, again.sent, again.path) == ("reused", False, made.path)
+    assert (elsewhere.state, elsewhere.sent, elsewhere.path) == ("reused", False, made.path)
+    assert "nothing paid again" in elsewhere.note
+    assert service.request_counts()[WAV] == 1
+    attempts = [a for a in Journal(tmp_path / "journal.sqlite3").attempts() if a.endpoint == "generate-wav"]
+    assert len(attempts) == 1 and set(attempts[0].payload) == {"song_id"}  # journalled like any paid call
+    assert attempts[0].outcome == "submitted"  # answered: not left pending (read as "may be charged" later)
+
+
+def test_a_wav_whose_answer_was_lost_is_unknown_and_never_resent_unless_forced(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    client = make_client(max_retries=0)
+    song = finished_song(client, service)
+    service.set_faults(f"server_error:count=1:path={WAV}")
+    with pytest.raises(Exception, match=r"(?i)charged|outcome|500"):
+        make_extra(client, song, "wav")
+    found = held(client, song, "wav")
+    assert found is not None and found.state == "unknown"
+    with pytest.raises(UnknownExtraError, match="nothing was sent again"):
+        make_extra(make_client(), song, "wav")
+    assert service.request_counts()[WAV] == 1
+    forced = make_extra(client, song, "wav", force=True)
+    assert forced.state == "made" and service.request_counts()[WAV] == 2
+
+
+def test_a_refused_extra_costs_nothing_and_may_be_asked_again(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """The sandbox refuses MP4 (501: not done); a refusal is not a charge, so the next press asks again."""
+    client = make_client()
+    song = finished_song(client, service)
+    for _ in range(2):
+        with pytest.raises(Exception, match="MP4"):
+            make_extra(client, song, "mp4")
+        found = held(client, song, "mp4")
+        assert found is not None and found.state == "rejected"
+    assert service.request_counts()[MP4] == 2
+
+
+def test_a_singer_voice_is_a_value_made_once(make_client: Callable[..., MusicClient], service: Sandbox) -> None:
+    client = make_client()
+    song = finished_song(client, service)
+    voice = make_extra(client, song, "vibe")
+    again = make_extra(make_client(), song, "vibe")
+    assert voice.value and voice.path is None and again.value == voice.value and again.state == "reused"
+    assert service.request_counts()["/v1/music/generate-vibe"] == 1
+
+
+def test_an_extra_is_refused_without_a_key_and_for_an_unknown_kind(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    from ipymusicgen.errors import MissingKeyError, RequestValidationError
+
+    with pytest.raises(RequestValidationError, match="kind"):
+        make_extra(make_client(), "t1", "flac")
+    with pytest.raises(MissingKeyError):
+        make_extra(make_client(api_key=None), "t1", "wav")
+    found = held(make_client(), "t1", "wav")
+    assert found is None or found.state == "rejected"  # a refusal before sending claims nothing for good
+    assert service.request_counts().get(WAV, 0) == 0
