@@ -507,6 +507,15 @@ class Archiver:
             return given(), True
         return given, False  # type: ignore[return-value]
 
+    def _kept_before(self, store: LibraryStore, task_id: str) -> bool:
+        """Whether the song's file was kept before (by this archiver or another process): then its followers
+        (the analysis) ran when it was kept, and a later poll of the song must not run them again."""
+        done = self.archived.get(task_id)
+        if done is not None:
+            return done.is_file()
+        known = song_info(store, task_id)
+        return bool(known and known.archive_path and Path(known.archive_path).is_file())
+
     def _handle(self, kind: str, payload: Any, downloader: MusicClient) -> None:
         store = self.store
         if store is None:
@@ -524,6 +533,7 @@ class Archiver:
         for task_id in ids:
             if self._stopping.is_set():
                 return
+            kept_before = self._kept_before(store, task_id)
             try:
                 with _archiving_into(directory) as allowed:
                     if not allowed:
@@ -537,6 +547,8 @@ class Archiver:
                 _announce(task_id, None, None, message)
             else:
                 _announce(task_id, self.archived[task_id], *_stored(store, task_id))
+                if kept_before:
+                    continue  # followed when it was kept (by whichever process kept it): not measured again
                 for follow in list(self.followers):
                     with contextlib.suppress(Exception):  # a follower's trouble never stops the archive
                         follow(self.journal_path, task_id, self.archived[task_id])
