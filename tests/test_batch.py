@@ -197,7 +197,8 @@ def test_a_stall_fails_a_row_but_slow_progress_does_not(
     assert row.state == "complete"
 
     stalled = run_batch(client, rows(1, "stuck"), stall_timeout=10, wait=False, store=store, clock=engine_clock)
-    wait_until(lambda: stalled.rows[0].state == "submitted", "the row submitted")
+    # seen once before the clock moves: a first sight of its songs after the advance would count as a change
+    wait_until(lambda: stalled.rows[0].state == "submitted" and len(stalled.rows[0].records) == 2, "the row seen")
     engine_clock.advance(11)  # and the songs do not move: a stall
     stalled.wait(timeout=20)
     assert stalled.rows[0].state == "failed" and "no song changed state for 10 s" in (stalled.rows[0].error or "")
