@@ -56,3 +56,40 @@ def test_rows_and_progress_are_drawn_as_text(page: Page, client: MusicClient) ->
     stop.click()
     assert page.evaluate("() => window.sent") == [{"kind": "stop"}]
     page.evaluate("() => window.cleanup()")
+
+
+def test_patches_change_only_what_they_say_and_a_missed_one_asks_for_the_whole(page: Page, client: MusicClient) -> None:
+    """batch.js applies the kernel's versioned patches to the data it has (the widget sends its rows whole once)."""
+    import copy
+
+    import comm
+
+    view = BatchView()
+    sent: list[dict] = []
+
+    def publish_msg(self: comm.DummyComm, msg_type: str, data: object = None, *args: object, **kwargs: object) -> None:
+        if msg_type == "comm_msg" and isinstance(data, dict) and self.comm_id == view.comm.comm_id:
+            sent.append(copy.deepcopy(data))
+
+    original = comm.DummyComm.publish_msg
+    comm.DummyComm.publish_msg = publish_msg  # type: ignore[method-assign]
+    try:
+        batch = run_batch(client, [{"style": "waltz"}, {"style": "polka"}], store=BatchStore(None), wait=False)
+        view.follow(batch)
+        first = copy.deepcopy(view.data)
+        mount(page, "batch", first)
+        batch.wait(120)
+        view.update(batch)
+        view._note("the last word")
+    finally:
+        comm.DummyComm.publish_msg = original  # type: ignore[method-assign]
+    patches = [d["content"] for d in sent if d.get("method") == "custom" and d["content"]["version"] > first["version"]]
+    assert patches
+    for patch in patches:
+        page.evaluate("(message) => window.deliver(message)", patch)
+    root = page.locator(".ipymusicgen-batch")
+    assert root.locator(".ims-batch-row[data-state='complete']").count() == 2
+    assert "2/2 done" in (root.locator(".ims-batch-line").text_content() or "")
+    assert root.locator(".ims-batch-note").text_content() == "the last word"
+    page.evaluate("(message) => window.deliver(message)", {**patches[-1], "version": patches[-1]["version"] + 3})
+    assert page.evaluate("() => window.sent") == [{"kind": "resync"}]

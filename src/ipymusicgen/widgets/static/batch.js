@@ -63,13 +63,56 @@ function imsBatchDraw(root, data, send) {
   if (data.note) root.appendChild(imsEl("div", "ims-batch-note", data.note));
 }
 
+// The data as patched, per model, shared by the model's views: `data` is synced whole only when its rows are new
+// (or on "resync"); other updates are custom messages {kind: "patch", version, set, rows: [[index, row]]}.
+const imsBatchStates = new WeakMap();
+
+function imsBatchCopy(data) {
+  const copy = { ...(data || {}) };
+  copy.rows = [...(copy.rows || [])];
+  return copy;
+}
+
+function imsBatchData(model) {
+  const synced = model.get("data") || {};
+  const known = imsBatchStates.get(model);
+  if (known && (known.version ?? 0) >= (synced.version ?? 0)) return known;
+  const data = imsBatchCopy(synced);
+  imsBatchStates.set(model, data);
+  return data;
+}
+
 export default {
   render({ model, el }) {
     const root = imsEl("div", "ipymusicgen-batch");
     el.appendChild(root);
-    const draw = () => imsBatchDraw(root, model.get("data") || {}, (message) => model.send(message));
-    model.on("change:data", draw);
+    const send = (message) => model.send(message);
+    const draw = () => imsBatchDraw(root, imsBatchData(model), send);
+    const synced = () => {
+      imsBatchStates.set(model, imsBatchCopy(model.get("data"))); // whole data replaces whatever was patched
+      draw();
+    };
+    const patched = (message) => {
+      if (!message || message.kind !== "patch") return;
+      const data = imsBatchData(model);
+      const version = data.version ?? 0;
+      if (message.version > version + 1) {
+        send({ kind: "resync" }); // a patch was missed (no view was drawn when it came): ask for the whole data
+        return;
+      }
+      if (message.version === version + 1) {
+        Object.assign(data, message.set || {});
+        for (const [index, row] of message.rows || []) if (index < data.rows.length) data.rows[index] = row;
+        data.version = message.version;
+      } // else another view of this model applied it already
+      draw();
+    };
+    model.on("change:data", synced);
+    model.on("msg:custom", patched);
     draw();
-    return () => model.off("change:data", draw);
+    return () => {
+      model.off("change:data", synced);
+      model.off("msg:custom", patched);
+    };
   },
 };
