@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from helpers import HOSTILE
@@ -48,7 +49,7 @@ def test_cards_carry_waveform_player_and_takes(filled: tuple[Library, list[str],
     assert card["state"] == "ready" and card["state_label"] == "Ready" and card["call"] and card["take"] == 2
     assert "favourite" in card["actions"]
     assert card["archived_path_label"].startswith("archived:")
-    assert not card["prefer_local"]  # the archive is not under a Jupyter server root here
+    assert not str(card["play_url"]).startswith("/") and card["play_source"]  # no server root here: no files/
     view._on_msg(view, {"kind": "page", "page": 1}, [])
     assert view.page == 1 and len(view.cards) == 1
     view._on_msg(view, {"kind": "search", "text": "drizzle"}, [])
@@ -85,7 +86,7 @@ def test_archived_file_under_a_server_root_plays_through_the_files_api(
     monkeypatch.setenv("MUSICGEN_SERVER_ROOT", str(tmp_path))
     view = LibraryView(library)
     card = next(c for c in view.cards if c["id"] == first[0])
-    assert card["prefer_local"] and card["local_file"] == f"songs/{Path(path or '').name}"
+    assert card["play_url"] == f"/files/songs/{quote(Path(path or '').name)}"  # Python makes the URL, not the browser
     view.close()
 
 

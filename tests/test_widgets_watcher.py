@@ -170,7 +170,8 @@ def test_each_round_sends_one_diff_with_only_what_changed(
     watcher.poll_once()
     (diff,) = wire.custom(watcher)
     fields = diff["cards"][ids[0]]
-    assert set(fields) <= {"state", "state_label", "audio_url", "lyrics", "elapsed_s", "duration_s"}
+    playing = {"play_url", "play_source"}  # where its player reads now (card_audio): the preview's URL
+    assert set(fields) <= {"state", "state_label", "audio_url", "lyrics", "elapsed_s", "duration_s", *playing}
     assert fields["state"] == "preview" and fields["audio_url"].endswith("-preview.mp3")
     assert fields["audio_url"].startswith(sandbox.base_url)
 

@@ -22,7 +22,7 @@ import math
 import secrets
 import threading
 import wave
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,10 +234,13 @@ class AudioChannel:
     message and says whether it was an audio request; it never raises, and never blocks the kernel on a read.
     """
 
-    def __init__(self, widget: Any, *, limit: Callable[[], int] = download_cap) -> None:
+    def __init__(self, widget: Any, *, limit: Callable[[], int] = download_cap, refusal: str = STALE) -> None:
         self.widget = widget
         self.limit = limit
+        self.refusal = refusal
+        """The one line a request for a name this channel never gave (or gave no more) is answered with."""
         self._offers: dict[str, _Offer] = {}
+        self._kept: dict[Hashable, tuple[AudioSource, str]] = {}
         self._serving: set[str] = set()
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
@@ -245,6 +248,17 @@ class AudioChannel:
     def offer(self, source: AudioSource) -> str:
         """A fresh name for `source`: the page gets its bytes as they are."""
         return self._named(_Offer(source))
+
+    def offer_as(self, key: Hashable, source: AudioSource) -> str:
+        """The name `key` had while its source is the same (a card redrawn keeps its player), else a fresh one."""
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept[0] == source and kept[1] in self._offers:
+                return kept[1]
+        name = self.offer(source)
+        with self._lock:
+            self._kept[key] = (source, name)
+        return name
 
     def offer_blind(self, blind: BlindRound, index: int) -> str:
         """A fresh name for a blind copy of the round's song `index` (see `BlindRound`, `blind_copy`)."""
@@ -259,6 +273,7 @@ class AudioChannel:
     def clear(self) -> None:
         with self._lock:
             self._offers.clear()
+            self._kept.clear()
 
     def handle(self, content: Any) -> bool:
         if not (isinstance(content, dict) and content.get("kind") == "audio"):
@@ -267,7 +282,7 @@ class AudioChannel:
         with self._lock:
             offer = self._offers.get(name) if isinstance(name, str) else None
         if offer is None:
-            self._answer(name if isinstance(name, str) else "", {"error": STALE})
+            self._answer(name if isinstance(name, str) else "", {"error": self.refusal})
             return True
         with self._lock:
             if name in self._serving:  # asked again while its answer is on the way: one answer serves
@@ -300,7 +315,7 @@ class AudioChannel:
         with self._lock:
             current = name in self._offers
         if not current:
-            self._answer(name, {"error": STALE})
+            self._answer(name, {"error": self.refusal})
             return
         self._answer(name, {"type": media_type(data), "size": len(data)}, [data])
 

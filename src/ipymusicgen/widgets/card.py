@@ -114,6 +114,15 @@ class TaskCard:
         }
         fields.update(self.extra or {})
         fields.update(extra)
+        audio = getattr(self._watcher, "card_audio", None)  # where its player reads: the watcher's decision
+        record = self._record
+        if (
+            audio is not None
+            and record is not None
+            and "play_url" not in fields
+            and record.state is not TaskState.FAILED
+        ):
+            fields.update(audio.fields(self.task_id, path=fields.get("archived_path") or None, url=record.audio_url))
         return song_card(self._record, **fields)
 
     @property

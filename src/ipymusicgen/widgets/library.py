@@ -8,7 +8,6 @@ one indexed LIMIT/OFFSET query with stored peaks, so 10,000 songs open as fast a
 from __future__ import annotations
 
 import datetime as dt
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,55 +20,31 @@ from ..library import Library, LibrarySong
 from ..models.tasks import STATE_WORDS
 from ..storage.library import LibraryWriteError
 from ._static import css, esm
+from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
 from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
 
 PAGE_SIZE = 24
 SPEND_DAYS = 14
-ENV_SERVER_ROOT = "MUSICGEN_SERVER_ROOT"
 FILTER_KEYS = ("state", "favourite", "model", "batch")
 
 
-def server_roots() -> list[Path]:
-    """Directories a Jupyter server of this machine serves files from (`/files/...`), most specific first."""
-    roots = [Path(os.environ[ENV_SERVER_ROOT])] if os.environ.get(ENV_SERVER_ROOT) else []
-    try:
-        from jupyter_server.serverapp import list_running_servers
-
-        roots += [Path(info["root_dir"]) for info in list_running_servers() if info.get("root_dir")]
-    except Exception:  # no jupyter_server here, or an unreadable runtime file: no files API then
-        pass
-    return sorted({r.expanduser().resolve() for r in roots}, key=lambda r: -len(r.parts))
-
-
-def files_path(path: str | Path | None, roots: list[Path]) -> str | None:
-    """The path of an archived file relative to a server root (for `<base>/files/<path>`), or None."""
-    if not path:
-        return None
-    target = Path(path).expanduser().resolve()
-    if not target.is_file():
-        return None
-    for root in roots:
-        if target.is_relative_to(root):
-            return target.relative_to(root).as_posix()
-    return None
-
-
-def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
-    """A song card (the shared card dict) for a library song, with where its audio can be played from."""
-    local = files_path(song.archive_path, roots)
+def library_card(song: LibrarySong, audio: CardAudio | None = None) -> dict[str, Any]:
+    """A song card (the shared card dict) for a library song; `audio` (the view's) says where it plays from."""
     on_disk = song.archive_path if song.archive_path and Path(song.archive_path).is_file() else None
-    if local:
-        label = archive_label(Path(on_disk or ""), None)
-    elif on_disk and not song.audio_url:
-        label = f"audio only on disk: {Path(on_disk).name}"
-    elif on_disk:
+    if on_disk:
         label = archive_label(Path(on_disk), None)
     elif song.archive_error:
         label = archive_label(None, song.archive_error)
     else:
         label = ""
     state = STATE_WORDS.get(song.state, "writing")
+    failed = state == "failed"
+    where = (
+        audio.fields(song.id, path=on_disk, url=song.audio_url, created_at=song.created_at)
+        if audio is not None and not failed
+        else {}
+    )
     card = song_card(
         None,
         id=song.id,
@@ -80,20 +55,19 @@ def library_card(song: LibrarySong, roots: list[Path]) -> dict[str, Any]:
         state=state,
         state_label=STATE_LABELS[state],
         duration_s=song.duration_s,
-        audio_url=None if state == "failed" else song.audio_url,
+        audio_url=None if failed else song.audio_url,
         cover_url=song.cover_url,
         lyrics=song.lyrics or "",
-        fail_reason=(song.fail_reason or "no reason given") if state == "failed" else "",
+        fail_reason=(song.fail_reason or "no reason given") if failed else "",
         model=song.model or "",
         peaks=song.peaks,
         favourite=song.favourite,
         archived_path_label=label,
         archived_path=on_disk or "",
         actions=(["export"] if on_disk else []) + (["favourite", "copy_id"] if state == "ready" else ["copy_id"]),
+        **where,
     )
     card.update(
-        local_file=local or "",
-        prefer_local=bool(local),
         kept=song.kept,
         has_lineage=bool(song.parent_id) or song.action in {"extend", "concat", "upload_extend"},
         note=(song.note or "")[:500],
@@ -174,7 +148,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         from ..archive.archiver import add_archive_listener
 
         add_archive_listener(self._archived)  # held weakly: a new song shows once it is archived
-        self._roots = server_roots()
+        self.audio = CardAudio(self)
         self._focus: str | None = None
         self.add_class("ipymusicgen-library-view")
         self.on_msg(self._on_msg)
@@ -211,7 +185,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 self.page = max(0, min(self.page, pages - 1))
                 songs = list(self.library.songs(**args, limit=self.page_size, offset=self.page * self.page_size))
                 self.lineage = []
-            self.cards = [library_card(s, self._roots) for s in songs]
+            self.cards = [library_card(s, self.audio) for s in songs]
             if everything:
                 self.models = self.library.models()
                 self.batches = self.library.batches()
@@ -246,7 +220,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
     # -- intents from the browser --------------------------------------------------------------------
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or self.audio.handle(content):  # a player asking the kernel for bytes
             return
         kind, task_id = content.get("kind"), str(content.get("id") or "")[:200]
         try:
@@ -314,6 +288,12 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         self._focus = task_id
         self.refresh()
 
+    def close(self) -> None:
+        audio = getattr(self, "audio", None)
+        if audio is not None:  # the players' names answer no more
+            audio.close()
+        super().close()
+
     def __repr__(self) -> str:
         lines = [f"Library: {self.status}"]
         lines += [f"  {card_summary(c)}" for c in self.cards[:20]]
@@ -330,3 +310,6 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
 
 def library_view(text: str = "", **kwargs: Any) -> LibraryView:
     return LibraryView(text=text, **kwargs)
+
+
+__all__ = ["ENV_SERVER_ROOT", "LibraryView", "files_path", "flatten_lineage", "library_card", "library_view"]

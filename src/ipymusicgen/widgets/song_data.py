@@ -143,6 +143,8 @@ def song_card(record: Record | None, **extra: Any) -> dict[str, Any]:
             fail_reason=(getattr(record, "fail_reason", None) or "no reason given") if failed else "",
         )
     card.update(extra)
+    if "play_url" not in extra:  # a view that decides nothing more: the player loads the song's URL
+        card["play_url"] = card.get("audio_url")
     return clean(card)
 
 
@@ -166,6 +168,8 @@ def clean(card: dict[str, Any]) -> dict[str, Any]:
         "elapsed_s": _number(card.get("elapsed_s")),
         "duration_s": _number(card.get("duration_s")),
         "audio_url": http_url(card.get("audio_url")),
+        "play_url": play_url(card.get("play_url", card.get("audio_url"))),
+        "play_source": play_source(card.get("play_source")),
         "cover_url": http_url(card.get("cover_url")),
         "lyrics": plain(card.get("lyrics"), LYRICS_LIMIT),
         "fail_reason": plain(card.get("fail_reason"), REASON_LIMIT),
@@ -183,6 +187,19 @@ def clean(card: dict[str, Any]) -> dict[str, Any]:
 
 
 MEASURES_MAX = 4
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def play_url(value: Any) -> str | None:
+    """What a card's `<audio>` loads first: an http(s) URL, or a page path a view made (`/.../files/...`)."""
+    if isinstance(value, str) and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value[:4000] if not _CONTROL.search(value) and " " not in value else None
+    return http_url(value)
+
+
+def play_source(value: Any) -> str:
+    """The opaque name the kernel hands a card's bytes under (`card_audio.CardAudio`), or ""."""
+    return value if isinstance(value, str) and _SOURCE_NAME.fullmatch(value) else ""
 
 
 def _stars(value: Any) -> int | None:

@@ -24,6 +24,7 @@ from ..models.tasks import TaskSet
 from ..session import register_watcher, unregister_watcher
 from ._static import css, esm
 from .card import TaskCard
+from .card_audio import CardAudio
 from .song_data import ALL_ACTIONS, Record, card_state, plain
 from .text import TextRepr
 from .watch_actions import ActionsPart, extend_fields, provide_extend_studio
@@ -124,6 +125,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         self.messages_sent = 0
         """How many messages went to the browser (benchmarks and tests read it)."""
         super().__init__()
+        self.card_audio = CardAudio(self)
+        """Where each card's player reads (a URL or the kernel's bytes by an opaque name): decided here."""
         self.add_class("ipymusicgen-watcher-view")
         self.on_msg(self._on_msg)
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
@@ -310,13 +313,14 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         if getattr(self, "_closed", True):  # closed already, or __init__ never got that far
             return
         self._closed = True
+        self.card_audio.close()
         self.stop(join=CLOSE_JOIN)  # a request in flight ends on its own; a closed watcher sends nothing
         super().close()
         unregister_watcher(self)
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         """Intents from the browser: a page or a snapshot to show, or a card action."""
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or self.card_audio.handle(content):  # a player asking for its bytes
             return
         kind = content.get("kind")
         if kind == "hello":

@@ -270,9 +270,13 @@ function renderSongCard(container, data, send) {
   const chips = imsEl("div", "ims-chips");
   const player = imsEl("div", "ims-player");
   const play = imsButton("play", "Play", () => {
-    if (!audio.getAttribute("src")) return;
-    if (audio.paused) audio.play().catch(() => {});
-    else audio.pause();
+    if (!audio.paused) {
+      card._ims.wantPlay = false;
+      audio.pause();
+    } else if (audio.getAttribute("src")) {
+      card._ims.wantPlay = true;
+      audio.play().catch(() => {}); // a source that fails says so by its error event: the kernel's bytes then
+    } else imsKernelPlay(card);
   });
   play.classList.add("ims-play");
   const wave = imsEl("div", "ipymusicgen-waveform");
@@ -317,6 +321,15 @@ function renderSongCard(container, data, send) {
     wave.setAttribute("aria-valuenow", String(duration ? Math.round((100 * audio.currentTime) / duration) : 0));
   };
   for (const name of ["timeupdate", "seeked", "loadedmetadata", "durationchange"]) audio.addEventListener(name, redraw);
+  audio.addEventListener("error", () => {
+    // The URL Python offered does not load here (expired, 404, no files/ API): the kernel's bytes, on the same press.
+    const src = audio.getAttribute("src") || "";
+    if (!src || src.startsWith("blob:")) return;
+    card._ims.failedUrl = src;
+    audio.removeAttribute("src");
+    imsPlayable(card);
+    if (card._ims.wantPlay) imsKernelPlay(card);
+  });
   audio.addEventListener("play", () => {
     play.replaceChildren(imsIcon("pause"));
     play.title = "Pause";
@@ -372,20 +385,8 @@ function updateSongCard(card, data, send) {
     if (data.cover_url) ims.image.src = data.cover_url;
     else ims.image.removeAttribute("src");
   }
-  if (changed("audio_url")) {
-    const at = ims.audio.currentTime;
-    const wasPlaying = !ims.audio.paused;
-    if (data.audio_url) {
-      ims.audio.src = data.audio_url; // the final file replaces the preview in the same player
-      if (at) ims.audio.addEventListener("loadedmetadata", () => { ims.audio.currentTime = at; if (wasPlaying) ims.audio.play().catch(() => {}); }, { once: true });
-    } else {
-      ims.audio.pause();
-      ims.audio.removeAttribute("src");
-      ims.audio.load();
-    }
-  }
-  card.classList.toggle("ims-playable", Boolean(data.audio_url));
-  ims.play.disabled = !data.audio_url;
+  if (changed("play_url") || changed("play_source")) imsSetSource(card);
+  imsPlayable(card);
   imsWaveState(card);
   if (changed("lyrics")) {
     ims.lyrics.querySelector("pre").textContent = data.lyrics || "";
@@ -422,6 +423,73 @@ function updateSongCard(card, data, send) {
   imsDrawWave(card);
   imsUpdateTime(card);
   return card;
+}
+
+/** The URL a card's player loads: Python's `play_url` (unless it failed here), else the kernel's bytes once
+ *  fetched for its `play_source` (a blob: URL), else none (a press asks the kernel). */
+function imsCardSrc(card) {
+  const { data, send, failedUrl } = card._ims;
+  const url = data.play_url === undefined ? data.audio_url : data.play_url;
+  if (url && url !== failedUrl) return url;
+  const kernel = send && send.kernelAudio;
+  return (kernel && data.play_source && kernel.loaded(data.play_source)) || null;
+}
+
+function imsPlayable(card) {
+  const { data, send } = card._ims;
+  const playable = Boolean(imsCardSrc(card) || (data.play_source && send && send.kernelAudio));
+  card.classList.toggle("ims-playable", playable);
+  card._ims.play.disabled = !playable;
+}
+
+/** Point the card's player at its source; a file that replaces another (the final after the preview) resumes. */
+function imsSetSource(card) {
+  const { audio } = card._ims;
+  const next = imsCardSrc(card);
+  if (next && audio.getAttribute("src") === next) return;
+  const at = audio.currentTime;
+  const wasPlaying = !audio.paused;
+  if (next) {
+    audio.src = next;
+    if (at) audio.addEventListener("loadedmetadata", () => { audio.currentTime = at; if (wasPlaying) audio.play().catch(() => {}); }, { once: true });
+  } else {
+    audio.pause();
+    audio.removeAttribute("src");
+    audio.load();
+  }
+}
+
+/** Ask the kernel for the card's bytes (its opaque `play_source`), then play them from a blob: URL in its own player. */
+function imsKernelPlay(card) {
+  const ims = card._ims;
+  const kernel = ims.send && ims.send.kernelAudio;
+  const source = ims.data.play_source;
+  if (!kernel || !source) return;
+  ims.wantPlay = true;
+  ims.play.setAttribute("aria-busy", "true");
+  kernel.url(source).then(
+    (url) => {
+      ims.play.removeAttribute("aria-busy");
+      if (ims.data.play_source !== source) return;
+      if (ims.audio.getAttribute("src") !== url) ims.audio.src = url;
+      imsPlayable(card);
+      if (ims.wantPlay) ims.audio.play().catch(() => {});
+    },
+    (error) => {
+      ims.play.removeAttribute("aria-busy");
+      ims.note.textContent = String((error && error.message) || error).split("\n")[0];
+      ims.note.hidden = false;
+    },
+  );
+}
+
+/** A `send(message)` for song cards of a view on `model`, whose cards can ask the kernel for their audio
+ *  (`send.kernelAudio`); call `send.release()` when the view is destroyed (its blob: URLs are released). */
+function imsCardSender(model) {
+  const send = (message) => model.send(message);
+  send.kernelAudio = imsKernelAudio(model);
+  send.release = () => send.kernelAudio.release();
+  return send;
 }
 
 /** Release a card's observers (call before dropping it from the page). */

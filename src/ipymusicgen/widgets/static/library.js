@@ -1,29 +1,7 @@
 // ipymusicgen library view (joined after common.js by widgets/_static.py).
 // Python sends the page of song cards, the filter choices, a lineage (when one is shown) and the spend
 // per day; this file draws them with the shared song card and sends intents back. No HTML from data.
-
-/** The Jupyter server's base URL (for `files/` links to archived songs under its root). */
-function imsLibraryBaseUrl() {
-  const config = document.getElementById("jupyter-config-data");
-  if (config) {
-    try {
-      const base = JSON.parse(config.textContent || "{}").baseUrl;
-      if (base) return base;
-    } catch (e) {
-      /* fall through */
-    }
-  }
-  return (document.body && document.body.dataset.baseUrl) || "/";
-}
-
-/** The card as drawn: an archived file under the server root plays through the files API. */
-function imsLibraryCardData(data) {
-  if (!data.prefer_local || !data.local_file) return data;
-  let base = imsLibraryBaseUrl();
-  if (!base.endsWith("/")) base += "/";
-  const path = data.local_file.split("/").map(encodeURIComponent).join("/");
-  return { ...data, audio_url: new URL(base + "files/" + path, window.location.origin).href };
-}
+// Where a card's player reads (a URL, or the kernel's bytes by an opaque name) Python decided: no URL is made here.
 
 function imsLibraryButton(text, label, onClick, cls) {
   const button = imsEl("button", cls || "ims-page-button", text);
@@ -58,7 +36,7 @@ function imsLibraryOptions(select, values, anyLabel, current) {
 
 export default {
   render({ model, el }) {
-    const send = (message) => model.send(message);
+    const send = imsCardSender(model);
     const root = imsEl("div", "ipymusicgen-library");
     const bar = imsEl("div", "ims-library-bar");
     const search = imsEl("input", "ims-library-search");
@@ -111,12 +89,12 @@ export default {
       disposeCards(grid);
       grid.replaceChildren();
       const groups = new Map();
-      for (const raw of model.get("cards") || []) {
-        const data = imsLibraryCardData(raw);
+      for (const data of model.get("cards") || []) {
         const key = data.call || data.id;
         if (!groups.has(key)) groups.set(key, []);
         groups.get(key).push(data);
       }
+      send.kernelAudio.keep([...groups.values()].flat().map((c) => c.play_source)); // others' blob: URLs go
       for (const cards of groups.values()) {
         const group = renderCallGroup(grid, cards, send);
         for (const card of group.querySelectorAll(".ipymusicgen-song")) {
@@ -204,6 +182,7 @@ export default {
       clearTimeout(timer);
       model.off("change", onChange);
       disposeCards(grid);
+      send.release();
     };
   },
 };

@@ -98,7 +98,7 @@ export default {
     el.appendChild(root);
     const parts = { title, counts, error, batch, pageLabel, pager, prev, next, empty, hideFailed };
 
-    const send = (message) => model.send(message);
+    const send = imsCardSender(model); // its cards can ask the kernel for their audio
     const cards = new Map(); // task id -> card element (visible page only)
     let rev = null;
 
@@ -174,6 +174,7 @@ export default {
       clearInterval(ticker);
       model.off("msg:custom", onMessage);
       disposeCards(list);
+      send.release();
     };
   },
 };
