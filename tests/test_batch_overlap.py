@@ -5,12 +5,15 @@ cell's songs once either run has them."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import ManualClock, wait_until
 
-from ipymusicgen.batch.engine import Batch, run_batch
+from ipymusicgen.batch.engine import Batch, BatchError, run_batch
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import Grid
 from ipymusicgen.sandbox import Sandbox
@@ -82,3 +85,32 @@ def test_the_same_grid_run_twice_at_once_follows_the_rows_the_other_run_sends(
     wait_until(lambda: all(len(c["songs"]) == 2 for row in view.data()["rows"] for c in row["cells"]), "songs shown")
     assert {c["state"] for row in view.data()["rows"] for c in row["cells"]} == {"complete"}
     view.close()
+
+
+def test_a_row_another_kernel_is_sending_is_followed_until_it_has_songs(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, tmp_path: Path
+) -> None:
+    """Another live process holds the row "sending": this run says so, sends nothing, and takes the songs once that
+    process records their ids."""
+    from ipymusicgen.storage.batches import BatchStore
+    from ipymusicgen.storage.owner import process_started
+
+    store = BatchStore(tmp_path / "batches.sqlite3")
+    rows = [{"style": "kept elsewhere", "mv": "MFV2.0"}]
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    with pytest.raises(BatchError, match="budget"):
+        run_batch(client, rows, name="shared", store=store, budget=0)  # records the row (refused: nothing sent)
+    try:
+        with store._write() as db:  # "another kernel" claims it, as its own claim() would
+            db.execute("UPDATE batch_rows SET state = 'sending', attempts = 1, owner_pid = ?, owner_start = ?"
+                       " WHERE batch = 'shared'", (other.pid, process_started(other.pid)))  # fmt: skip
+        batch = run_batch(client, rows, name="shared", store=store, wait=False)
+        assert [r.state for r in batch.rows] == ["elsewhere"] and f"process {other.pid}" in (batch.rows[0].error or "")
+        made = client.generate(**rows[0])  # what the other kernel sent, and then records
+        store.set_state("shared", 0, "submitted", ids=list(made.ids))
+        advance_until_done([batch], clock, sandbox)
+        assert batch.rows[0].state == "complete" and batch.rows[0].ids == list(made.ids)
+        assert sandbox.request_counts()[GENERATE] == 1  # this run sent nothing
+    finally:
+        other.kill()
+        other.wait()
