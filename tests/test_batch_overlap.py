@@ -97,9 +97,9 @@ def test_a_row_another_kernel_is_sending_is_followed_until_it_has_songs(
 
     store = BatchStore(tmp_path / "batches.sqlite3")
     rows = [{"style": "kept elsewhere", "mv": "MFV2.0"}]
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     with pytest.raises(BatchError, match="budget"):
         run_batch(client, rows, name="shared", store=store, budget=0)  # records the row (refused: nothing sent)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         with store._write() as db:  # "another kernel" claims it, as its own claim() would
             db.execute("UPDATE batch_rows SET state = 'sending', attempts = 1, owner_pid = ?, owner_start = ?"
