@@ -4,7 +4,9 @@ Both sides read the same two finished tasks from one keyed sandbox in this proce
 `MusicClient.tasks(ids)`; the server side is the SDK's own `ClientSession` calling `get_songs` on
 `python -m ipymusicgen mcp` over stdio (a real process: JSON-RPC framing, pipes, the tool's thread hop,
 the library lookup and the result's redaction), and on the server in this process (the SDK's direct
-dispatch: the server's own work without the pipes). Sides alternate in rounds; medians are compared.
+dispatch: the server's own work without the pipes). Sides alternate in rounds; medians are compared. The
+details add `stdio_floor`: a tool that refuses at once over the same stdio session (the SDK's own round trip,
+no service call), so what get_songs adds over it and over the direct call can be read apart.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def _direct(client: Any, ids: list[str], count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+async def _floor(session: Any, count: int) -> float:
+    """The SDK's own round trip with the server's own framing, and no service call: a tool refusing at once."""
+    start = time.perf_counter()
+    for _ in range(count):
+        await session.call_tool("batch_status", {"name": "no such batch"})
+    return (time.perf_counter() - start) / count
+
+
 async def _through(session: Any, ids: list[str], count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
@@ -66,19 +76,21 @@ def run(quick: bool = False) -> list[Row]:
             params = StdioServerParameters(command=sys.executable, args=["-m", "ipymusicgen", "mcp"], env=env)
 
             async def measure() -> dict[str, list[float]]:
-                samples: dict[str, list[float]] = {"direct": [], "stdio": [], "in_process": []}
+                samples: dict[str, list[float]] = {"direct": [], "stdio": [], "in_process": [], "stdio_floor": []}
                 async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                     await session.initialize()
                     async with Client(build_server(desk)) as local:
                         await _through(session, ids, 2)
                         await _through(local, ids, 2)
                         for index in range(rounds):
-                            sides = ["direct", "stdio", "in_process"]
+                            sides = ["direct", "stdio", "in_process", "stdio_floor"]
                             for side in sides if index % 2 == 0 else reversed(sides):
                                 if side == "direct":
                                     value = await anyio.to_thread.run_sync(lambda: _direct(client, ids, count))
                                 elif side == "stdio":
                                     value = await _through(session, ids, count)
+                                elif side == "stdio_floor":
+                                    value = await _floor(session, count)
                                 else:
                                     value = await _through(local, ids, count)
                                 samples[side].append(value)
