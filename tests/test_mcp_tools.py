@@ -26,7 +26,7 @@ from ipymusicgen.sandbox import Sandbox
 KEY = "k-agent-secret-7f3a9c"
 GENERATE = "/v1/music/generate"
 SUBMIT = "/v2/submit"
-PAID_TOOLS = {"generate_song", "generate_song_v2", "write_lyrics", "run_batch"}
+PAID_TOOLS = {"generate_song", "generate_song_v2", "write_lyrics", "run_batch", "make_extra"}
 ALL_TOOLS = PAID_TOOLS | {"wait_for_songs", "get_songs", "search_library", "account", "batch_status", "unfinished"}
 MODES = ("auto", "legacy")
 """The 2026-07-28 protocol (a paid tool returns its question as InputRequiredResult) and the handshake-era one
@@ -323,8 +323,10 @@ def test_songs_are_read_archived_searched_and_returned_as_audio(
     result = call(desk, "get_songs", {"task_ids": ids, "include_audio": True})
     shown = data(result)
     assert all(Path(s["archived_path"]).is_file() for s in shown["songs"])
-    audio = [block for block in result.content if block.type == "audio"]
+    audio = [block for block in result.content if block.type == "audio"]  # inline base64 only when asked for
     assert len(audio) == 2 and {a.mime_type for a in audio} == {"audio/mpeg"}
+    links = [block for block in result.content if block.type == "resource_link"]  # and offered as links always
+    assert [str(link.uri) for link in links] == [f"song://{i}/audio" for i in ids]
     found = data(call(desk, "search_library", {"text": "harbour"}))
     assert {s["id"] for s in found["songs"]} == set(ids)
 

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 from helpers import ManualClock
+from test_mcp_tools import Asker, call, data
 
 from ipymusicgen.app import build_client
 from ipymusicgen.archive.extras import UnknownExtraError, held, make_extra
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.library import Library
+from ipymusicgen.mcp import AgentDesk
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
 
@@ -88,6 +90,11 @@ def test_a_wav_pressed_twice_and_asked_by_a_second_kernel_is_paid_once(
     assert (again.state, again.sent, again.path) == ("reused", False, made.path)
     assert (elsewhere.state, elsewhere.sent, elsewhere.path) == ("reused", False, made.path)
     assert "nothing paid again" in elsewhere.note
+    desk = AgentDesk(make_client())  # and the agent server, through the SDK's client
+    asker = Asker()
+    agent = data(call(desk, "make_extra", {"task_id": song, "kind": "wav"}, asker=asker))
+    assert agent["state"] == "reused" and agent["path"] == str(made.path) and agent["credits_estimate"] == 0
+    assert asker.questions == []  # nothing to pay, nothing to ask
     assert service.request_counts()[WAV] == 1
     attempts = [a for a in Journal(tmp_path / "journal.sqlite3").attempts() if a.endpoint == "generate-wav"]
     assert len(attempts) == 1 and set(attempts[0].payload) == {"song_id"}  # journalled like any paid call
@@ -146,3 +153,22 @@ def test_an_extra_is_refused_without_a_key_and_for_an_unknown_kind(
     found = held(make_client(), "t1", "wav")
     assert found is None or found.state == "rejected"  # a refusal before sending claims nothing for good
     assert service.request_counts().get(WAV, 0) == 0
+
+
+def test_the_agent_asks_first_pays_once_and_a_notebook_then_reuses_it(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    client = make_client()
+    song = finished_song(client, service)
+    desk = AgentDesk(make_client())
+    declined = data(call(desk, "make_extra", {"task_id": song, "kind": "wav"}, asker=Asker("decline")))
+    assert declined["state"] == "declined" and service.request_counts().get(WAV, 0) == 0
+    asker = Asker()
+    made = data(call(desk, "make_extra", {"task_id": song, "kind": "wav"}, asker=asker))
+    (question,) = asker.questions
+    assert question.startswith("Pay about 3 credits (the key has") and "WAV" in question
+    assert made["state"] == "made" and made["sent"] and Path(made["path"]).is_file()
+    again = data(call(desk, "make_extra", {"task_id": song, "kind": "wav"}, asker=Asker()))
+    reused = make_extra(client, song, "wav")  # the notebook's kernel
+    assert again["state"] == reused.state == "reused" and str(reused.path) == made["path"]
+    assert service.request_counts()[WAV] == 1

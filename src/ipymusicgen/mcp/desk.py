@@ -13,15 +13,18 @@ import datetime as dt
 import json
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..archive.extras import extra_price, held, kind_of, make_extra
 from ..batch.engine import Batch, BatchError, request_hash, validate_rows
 from ..client.faces import MusicClient
 from ..client.responses import create_may_have_landed
+from ..client.waiting import check_id
 from ..errors import JournalUnavailableError, MusicGenError, RequestValidationError
 from ..library import Library
 from ..models import costs
@@ -35,7 +38,13 @@ from .text import quoted
 NAME_PREFIX = "agent:"
 """Paid calls of the agent server are recorded as one-row batches named `agent:<idempotency key>`."""
 MAX_KEY_LENGTH = 200
-SHOWN = ("name", "action", "mv", "model_version", "style", "prompt", "title", "lyrics")
+REISSUE_WINDOW_S = 600.0
+"""A paid call without an idempotency_key that repeats one made less than this long ago (same tool, same fields)
+is a re-issue (a host whose stream broke sends the call again): it gets the first call's ids. Sliding, measured
+from the first call; `again=true` asks for new songs on purpose."""
+AUTO = "auto-"
+"""Derived keys: `agent:auto-<request digest>-<first call's time>`."""
+SHOWN = ("name", "kind", "song", "action", "mv", "model_version", "style", "prompt", "title", "lyrics")
 """The request fields a consent question quotes (a batch shows its name), in this order."""
 
 
@@ -72,6 +81,17 @@ def _problem_line(exc: RequestValidationError) -> str:
 
 
 @dataclass(frozen=True)
+class ExtraRequest:
+    """What an extra's consent question shows: which extra of which song."""
+
+    kind: str
+    song: str
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"kind": kind_of(self.kind).label, "song": self.song}
+
+
+@dataclass(frozen=True)
 class BatchRequest:
     """What a batch's consent question shows (its name and rows) where a single call shows its request."""
 
@@ -96,6 +116,8 @@ class AgentDesk:
         """Every paid call and batch, reserved under one lock before it is sent, counted as measured if it can be."""
         self._batches: dict[str, Batch] = {}
         self._library: Library | None = None
+        self.clock = time.time
+        """The re-issue window's clock (a test gives it a fake one)."""
         journal = client.journal
         self.store: BatchStore = store_for(getattr(journal, "path", None) if journal is not None else None)
 
@@ -137,7 +159,10 @@ class AgentDesk:
         the agent wrote, quoted and escaped (`text.quoted`), so no style, title or name can restate the price."""
         unit = "credit" if plan.estimate == 1 else "credits"
         left = "an unknown number of" if plan.credits_left is None else str(plan.credits_left)
-        doing = {"v1": "Make songs", "v2": "Make songs (v2)", "lyrics": "Write lyrics", "batch": "Run a batch"}
+        doing = {
+            "v1": "Make songs", "v2": "Make songs (v2)", "lyrics": "Write lyrics", "batch": "Run a batch",
+            "extra": "Make a song's paid extra",
+        }  # fmt: skip
         payload = plan.request.to_payload()
         words = "; ".join(f"{field} {quoted(payload[field])}" for field in SHOWN if payload.get(field))
         what = f"{doing[plan.kind]}{f' of {plan.request.rows} row(s)' if plan.kind == 'batch' else ''}"
@@ -146,8 +171,13 @@ class AgentDesk:
 
     # -- planning ------------------------------------------------------------------------------------
 
-    def plan(self, kind: str, fields: Mapping[str, Any], idempotency_key: str | None = None) -> Plan:
-        """Validate (the request models: one line naming the field), price, and look the key up."""
+    def plan(
+        self, kind: str, fields: Mapping[str, Any], idempotency_key: str | None = None, *, again: bool = False
+    ) -> Plan:
+        """Validate (the request models: one line naming the field), price, and look the key up.
+
+        Without a key, one is derived from the request and the re-issue window (`REISSUE_WINDOW_S`), so a host
+        re-issuing a dropped call pays once; `again=True` asks for new songs (a fresh key)."""
         values = {k: v for k, v in fields.items() if v is not None}
         allow = self.client.settings.allow_unknown_models
         try:
@@ -160,12 +190,43 @@ class AgentDesk:
         except RequestValidationError as exc:
             raise AgentError(_problem_line(exc)) from None
         name = None
+        derived = False
         if kind != "lyrics":
-            name = NAME_PREFIX + (self._key(idempotency_key) if idempotency_key is not None else uuid.uuid4().hex)
-        replay = self._replay(name, request, kind == "v2") if idempotency_key is not None and name else None
+            if idempotency_key is not None:
+                name = NAME_PREFIX + self._key(idempotency_key)
+            elif again:
+                name = NAME_PREFIX + uuid.uuid4().hex
+            else:
+                name, derived = self._derived_name(request, kind == "v2"), True
+        replay = self._replay(name, request, kind == "v2") if name and not again else None
+        if replay is not None:
+            replay = {**replay, "repeat": True}
+            if derived and replay["state"] == "replayed":
+                replay["note"] = (
+                    f"a repeat of the same call made within {REISSUE_WINDOW_S / 60:g} minutes: the first call's "
+                    "songs, nothing paid again (pass again=true for new songs)"
+                )
         estimate = costs.estimate_credits(request)
         credits_left = None if replay is not None else self.credits_left()
         return Plan(kind, request, estimate, credits_left, name, replay)
+
+    def _derived_name(self, request: Any, v2: bool) -> str:
+        """The name a call without a key is recorded under: the latest one of the same request whose first call
+        is less than the window old, else a new one stamped now. Recorded at once (nothing sent yet), so a
+        re-issue arriving while the first waits for the user's answer finds it and is not sent twice."""
+        digest = request_hash(request, v2)
+        prefix = f"{NAME_PREFIX}{AUTO}{digest[:32]}-"
+        now = self.clock()
+        stamps = [
+            int(n[len(prefix) :]) for n in self.store.names() if n.startswith(prefix) and n[len(prefix) :].isdigit()
+        ]
+        recent = [t for t in stamps if 0 <= now - t < REISSUE_WINDOW_S]
+        if recent:
+            return f"{prefix}{max(recent)}"
+        name = f"{prefix}{int(now)}"
+        with contextlib.suppress(ValueError, sqlite3.Error):  # recorded again when sent; a locked file says so there
+            self.store.open_batch(name, [(digest, json.dumps(request.to_payload()), v2)])
+        return name
 
     @staticmethod
     def _key(key: str) -> str:
@@ -259,14 +320,54 @@ class AgentDesk:
         except MusicGenError:
             return None
 
-    def _answer(self, plan: Plan, task_ids: list[str], state: str, note: str) -> dict[str, Any]:
+    def _answer(self, plan: Plan, task_ids: list[str], state: str, note: str, repeat: bool = False) -> dict[str, Any]:
         return {
             "task_ids": task_ids,
             "credits_estimate": plan.estimate,
             "attempt": plan.name,
             "state": state,
+            "repeat": repeat,
             "note": note,
         }
+
+    # -- paid extras ---------------------------------------------------------------------------------
+
+    def plan_extra(self, task_id: str, kind: str) -> Plan:
+        """An extra of a song, priced; free (a replay) when the journal holds it already or it is in doubt."""
+        try:
+            song, spec = check_id(task_id, "task_id"), kind_of(kind)
+        except RequestValidationError as exc:
+            raise AgentError(_problem_line(exc)) from None
+        found = held(self.client, song, spec.name)
+        replay = None
+        if found is not None and found.state in ("made", "sending", "unknown"):
+            replay = {"state": found.state}
+        estimate = extra_price(spec.name)
+        credits_left = None if replay is not None else self.credits_left()
+        return Plan("extra", ExtraRequest(spec.name, song), estimate, credits_left, None, replay)
+
+    def make_extra(self, plan: Plan) -> dict[str, Any]:
+        """Make (or reuse) the extra: at most one request per (song, kind) across kernels and agents."""
+        request = plan.request
+        spend = None if plan.free else self._reserve(plan.estimate)
+        before = None if spend is None else self._counts_left()
+        try:
+            result = make_extra(self.client, request.song, request.kind)
+        except Exception as exc:
+            if spend is not None:
+                if create_may_have_landed(exc):
+                    self.ledger.settle(spend, before, self._counts_left())
+                else:
+                    self.ledger.release(spend)
+            raise AgentError(_one_line(exc)) from None
+        if spend is not None:
+            if result.sent:
+                self.ledger.settle(spend, before, self._counts_left())
+            else:
+                self.ledger.release(spend)
+        answer = result.as_dict()
+        answer["credits_estimate"] = plan.estimate if result.sent else 0
+        return answer
 
     def write_lyrics(self, plan: Plan) -> LyricsResult:
         spend = self._reserve(plan.estimate)

@@ -5,6 +5,11 @@ key has M credits left)? ...", the agent's words after, quoted); a host that can
 the estimate. `--budget` caps what the server may spend in its lifetime. An `idempotency_key` records the
 call before it is sent, so the same key returns the first call's ids, after a restart too. Errors are one
 line naming the field; the key is taken out of every result and error; server text stays plain data.
+
+A paid song call without an idempotency_key gets one derived from its request and a ten-minute window (sliding,
+from the first call: `desk.REISSUE_WINDOW_S`): a host that re-issues a dropped call gets the first call's ids
+(`repeat: true`); `again=true` asks for new songs. Every tool declares its output (`outputs`); archived songs
+are offered as `resource_link`s to `song://{id}/audio`, inline audio only when asked.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
 from mcp.server.elicitation import render_elicitation_schema
@@ -29,6 +34,7 @@ from mcp.types import (
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
+    ResourceLink,
     TextContent,
     ToolAnnotations,
 )
@@ -39,7 +45,8 @@ from ..client.waiting import check_id
 from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
-from .desk import MAX_KEY_LENGTH, AgentDesk, AgentError, BatchRequest, Plan
+from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan
+from .outputs import BatchOutput, ExtraOutput, LyricsOutput, PaidSongOutput, SearchOutput, SongsOutput
 from .songs import SERVICE_TEXT, stage, state_of
 from .text import service_text
 
@@ -53,12 +60,25 @@ WAIT_MAX_S = 600.0
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
 PAID = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+EXTRA = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
+"""Paid, but once per (song, kind): asking again reuses what was made."""
 
 Ids = Annotated[list[str], Field(min_length=1, max_length=MAX_IDS, description="task ids (v1) or song ids (v2)")]
 Key = Annotated[
     Annotated[str, Field(max_length=MAX_KEY_LENGTH)] | None,
     Field(description="Makes this paid call safe to retry: the same key and parameters return the first call's ids"),
 ]
+Again = Annotated[
+    bool,
+    Field(
+        description=f"true: new songs on purpose. Without it, the same call (no idempotency_key) repeated within "
+        f"{REISSUE_WINDOW_S / 60:g} minutes of the first is a re-issue and returns the first call's ids"
+    ),
+]
+REISSUE = (
+    f" Safe to re-issue: without an idempotency_key, the same call within {REISSUE_WINDOW_S / 60:g} minutes of the "
+    "first returns the first call's task_ids (repeat: true) and pays nothing; pass again=true for new songs."
+)
 MaxCredits = Annotated[
     Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None,
     Field(description="Consent to pay up to this many credits (needed when the host cannot ask the user)"),
@@ -119,14 +139,15 @@ class AgentServer:
     def __init__(self, desk: AgentDesk) -> None:
         self.desk = desk
         tools = [
-            self._tool(self.generate_song, PAID, v1_schema()),
-            self._tool(self.generate_song_v2, PAID, model_schema(V2Request)),
+            self._tool(self.generate_song, PAID, v1_schema(), note=REISSUE),
+            self._tool(self.generate_song_v2, PAID, model_schema(V2Request), note=REISSUE),
             self._tool(self.write_lyrics, PAID, model_schema(LyricsRequest)),
             self._tool(self.wait_for_songs, READ_ONLY),
             self._tool(self.get_songs, READ_ONLY),
             self._tool(self.search_library, READ_ONLY),
             self._tool(self.account, READ_ONLY),
             self._tool(self.run_batch, PAID),
+            self._tool(self.make_extra, EXTRA),
             self._tool(self.batch_status, READ_ONLY),
             self._tool(self.unfinished, READ_ONLY),
         ]
@@ -134,10 +155,14 @@ class AgentServer:
         self.mcp.resource("song://{task_id}", mime_type="application/json", description="A song's record")(
             self.song_resource
         )
+        self.mcp.resource("song://{task_id}/audio", description="A song's archived audio file")(self.song_audio)
 
     @staticmethod
-    def _tool(fn: Callable[..., Any], annotations: ToolAnnotations, schema: dict[str, Any] | None = None) -> Tool:
-        tool = Tool.from_function(fn, annotations=annotations)
+    def _tool(
+        fn: Callable[..., Any], annotations: ToolAnnotations, schema: dict[str, Any] | None = None, note: str = ""
+    ) -> Tool:
+        description = " ".join((fn.__doc__ or "").split()) + note
+        tool = Tool.from_function(fn, annotations=annotations, description=description)
         if schema is not None:  # the bounds of the spec, from the request models (validation also goes through them)
             declared = tool.parameters.get("properties", {})
             bounds = {name: _bounds(prop) for name, prop in schema["properties"].items()}
@@ -218,9 +243,9 @@ class AgentServer:
         return answer.action, _consents(answer)
 
     async def _paid_song(
-        self, ctx: Context, kind: str, fields: dict[str, Any], key: str | None, cap: float | None
-    ) -> dict[str, Any] | InputRequiredResult:
-        plan = await self._blocking(lambda: self.desk.plan(kind, fields, key))
+        self, ctx: Context, kind: str, fields: dict[str, Any], key: str | None, cap: float | None, again: bool
+    ) -> Any:
+        plan = await self._blocking(lambda: self.desk.plan(kind, fields, key, again=again))
         declined = await self._consent(ctx, plan, cap)
         if isinstance(declined, InputRequiredResult):
             return declined
@@ -246,8 +271,9 @@ class AgentServer:
         audio_url: Annotated[str | None, Field(description="an uploaded audio file (upload actions)")] = None,
         singer_id: Annotated[str | None, Field(description="a singer id (artist_consistency)")] = None,
         idempotency_key: Key = None,
+        again: Again = False,
         max_credits: MaxCredits = None,
-    ) -> dict[str, Any] | InputRequiredResult:
+    ) -> PaidSongOutput | InputRequiredResult:
         """Start a song (v1 endpoint); returns {task_ids, credits_estimate, attempt} at once, without waiting.
         Costs credits: the user is asked first."""
         fields = {
@@ -255,7 +281,7 @@ class AgentServer:
             "instrumental": instrumental, "gender": gender, "continue_song_id": continue_song_id,
             "continue_at": continue_at, "audio_url": audio_url, "singer_id": singer_id,
         }  # fmt: skip
-        return await self._paid_song(ctx, "v1", fields, idempotency_key, max_credits)
+        return await self._paid_song(ctx, "v1", fields, idempotency_key, max_credits, again)
 
     async def generate_song_v2(
         self,
@@ -269,23 +295,25 @@ class AgentServer:
         continue_song_id: Annotated[str | None, Field(description="song to extend")] = None,
         continue_at: Annotated[int | None, Field(description="seconds into the song to continue from")] = None,
         idempotency_key: Key = None,
+        again: Again = False,
         max_credits: MaxCredits = None,
-    ) -> dict[str, Any] | InputRequiredResult:
+    ) -> PaidSongOutput | InputRequiredResult:
         """Start a song on the v2 endpoint; returns {task_ids, credits_estimate, attempt} at once.
         Costs credits: the user is asked first."""
         fields = {
             "prompt": prompt, "is_auto": is_auto, "model_version": model_version, "lyrics": lyrics, "title": title,
             "instrumental": instrumental, "continue_song_id": continue_song_id, "continue_at": continue_at,
         }  # fmt: skip
-        return await self._paid_song(ctx, "v2", fields, idempotency_key, max_credits)
+        return await self._paid_song(ctx, "v2", fields, idempotency_key, max_credits, again)
 
     async def write_lyrics(
         self,
         ctx: Context,
         prompt: Annotated[str, Field(description="what the lyrics are about")],
         max_credits: MaxCredits = None,
-    ) -> dict[str, Any] | InputRequiredResult:
-        """Write lyrics from a prompt; returns {title, text}. Costs a credit: the user is asked first."""
+    ) -> LyricsOutput | InputRequiredResult:
+        """Write lyrics from a prompt; returns {title, text}. Costs a credit: the user is asked first. Not
+        deduplicated: each call writes (and pays for) new lyrics."""
         plan = await self._blocking(lambda: self.desk.plan("lyrics", {"prompt": prompt}))
         declined = await self._consent(ctx, plan, max_credits)
         if isinstance(declined, InputRequiredResult):
@@ -312,8 +340,9 @@ class AgentServer:
         ] = None,
         concurrency: Annotated[int, Field(ge=1, le=10, description="rows in flight at once")] = 3,
         max_credits: MaxCredits = None,
-    ) -> dict[str, Any] | InputRequiredResult:
-        """Start a batch of songs and return at once; batch_status(name) reports on it. Costs credits."""
+    ) -> BatchOutput | InputRequiredResult:
+        """Start a batch of songs and return at once; batch_status(name) reports on it. Costs credits. Safe to
+        re-issue: a batch is known by its name, and running it again sends only rows never sent."""
         estimate, left = await self._blocking(lambda: self.desk.plan_batch(rows, name))
         if estimate:
             plan = Plan("batch", BatchRequest(name, len(rows)), estimate, left, name)
@@ -326,6 +355,27 @@ class AgentServer:
         status = {"name": batch.name, "state": "started", "credits_estimate": estimate}
         return self._clean({**status, "line": batch.progress_line()})
 
+    async def make_extra(
+        self,
+        ctx: Context,
+        task_id: Annotated[str, Field(max_length=MAX_KEY_LENGTH, description="the finished song's task id")],
+        kind: Annotated[
+            Literal["wav", "mp4", "vibe"], Field(description="wav: lossless audio; mp4: a video; vibe: a singer id")
+        ],
+        max_credits: MaxCredits = None,
+    ) -> ExtraOutput | InputRequiredResult:
+        """A finished song's WAV, MP4 video or singer voice (for artist_consistency), archived beside the song.
+        Costs credits once per song and kind: the user is asked first; asking again (here, from a notebook or
+        another kernel) reuses what was made and pays nothing."""
+        plan = await self._blocking(lambda: self.desk.plan_extra(task_id, kind))
+        declined = await self._consent(ctx, plan, max_credits)
+        if isinstance(declined, InputRequiredResult):
+            return declined
+        if declined is not None:
+            answer = {"song": plan.request.song, "kind": plan.request.kind, "state": "declined", "value": None}
+            return self._clean({**answer, "path": None, "note": declined, "sent": False, "credits_estimate": 0})
+        return self._clean(await self._blocking(lambda: self.desk.make_extra(plan)))
+
     # -- reading tools -------------------------------------------------------------------------------
 
     async def wait_for_songs(
@@ -333,7 +383,7 @@ class AgentServer:
         ctx: Context,
         task_ids: Ids,
         timeout_s: Annotated[float, Field(ge=0, le=WAIT_MAX_S, description="seconds to wait at most")] = 50,
-    ) -> dict[str, Any]:
+    ) -> SongsOutput:
         """Wait for songs, with a progress notification at each change (queued → writing → preview → ready).
         When timeout_s passes first, the unfinished ones come back as still running (not an error)."""
         ids, invalid = checked_ids(task_ids)
@@ -358,7 +408,7 @@ class AgentServer:
         result = self._songs_result(tasks, ids, invalid)
         if error:
             result["last_error"] = error
-        return result
+        return cast(SongsOutput, result)
 
     async def _progress(self, ctx: Context, tasks: TaskSet, ids: list[str], shown: dict[str, str]) -> None:
         states = {i: state_of(tasks.get(i)) for i in ids}
@@ -386,9 +436,15 @@ class AgentServer:
     async def get_songs(
         self,
         task_ids: Ids,
-        include_audio: Annotated[bool, Field(description="attach archived songs as audio (size-bounded)")] = False,
-    ) -> CallToolResult:
-        """The songs' current state, without waiting (one query)."""
+        include_audio: Annotated[
+            bool,
+            Field(
+                description="also attach archived songs inline as base64 audio (size-bounded); by default each "
+                "is offered as a resource_link to song://{id}/audio"
+            ),
+        ] = False,
+    ) -> Annotated[CallToolResult, SongsOutput]:
+        """The songs' current state, without waiting (one query); archived songs as resource_links to their audio."""
         ids, invalid = checked_ids(task_ids)
 
         def read() -> dict[str, Any]:
@@ -398,13 +454,15 @@ class AgentServer:
 
         result = await self._blocking(read)
         content: list[Any] = [TextContent(type="text", text=json.dumps(result, ensure_ascii=False))]
-        if include_audio:
-            for song in result["songs"]:
-                audio = _audio(song.get("archived_path"))
-                if audio is not None:
-                    content.append(audio)
-                elif song.get("archived_path"):
-                    song["audio_note"] = f"larger than {AUDIO_MAX_BYTES // (1024 * 1024)} MB: not attached"
+        for song in result["songs"]:
+            link = _audio_link(song)
+            if link is not None:
+                content.append(link)
+            audio = _audio(song.get("archived_path")) if include_audio else None
+            if audio is not None:
+                content.append(audio)
+            elif include_audio and song.get("archived_path"):
+                song["audio_note"] = f"larger than {AUDIO_MAX_BYTES // (1024 * 1024)} MB: not attached"
         return CallToolResult(content=content, structured_content=result)
 
     async def search_library(
@@ -417,10 +475,10 @@ class AgentServer:
             Annotated[str, Field(max_length=MODEL_MAX)] | None, Field(description="only songs of this model")
         ] = None,
         limit: Annotated[int, Field(ge=1, le=200)] = 20,
-    ) -> dict[str, Any]:
+    ) -> SearchOutput:
         """Search the library of every paid song (newest first)."""
         songs = await self._blocking(lambda: self.desk.search(text, favourite, model, limit))
-        return self._clean({"songs": songs, "count": len(songs)})
+        return cast(SearchOutput, self._clean({"songs": songs, "count": len(songs)}))
 
     async def account(self) -> dict[str, Any]:
         """Credits left on the key, spend today, and the budget left for this server."""
@@ -449,6 +507,23 @@ class AgentServer:
             return json.dumps(await self._blocking(read), ensure_ascii=False)
         except ToolError as exc:
             raise ResourceError(f"song://{{task_id}}: {exc}") from None
+
+    async def song_audio(self, task_id: str) -> bytes:
+        """The archived audio of one song (`song://{task_id}/audio`): the bytes of the kept file, read from the
+        library (never a path the agent names)."""
+
+        def read() -> bytes:
+            check_id(task_id, "task_id")
+            library = self.desk.library()
+            path = library.archived_path(task_id) if library is not None else None
+            if not path or not Path(path).is_file():
+                raise AgentError(f"task_id: no archived audio for {task_id[:80]!r} yet")
+            return Path(path).read_bytes()
+
+        try:
+            return await self._blocking(read)
+        except ToolError as exc:
+            raise ResourceError(f"song://{{task_id}}/audio: {exc}") from None
 
 
 def _consents(answer: ElicitResult) -> bool:
@@ -486,6 +561,19 @@ def checked_ids(task_ids: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
     if not good:
         raise ToolError("; ".join(i["problem"] for i in invalid)[:1000] + "; nothing was read")
     return list(dict.fromkeys(good)), invalid
+
+
+def _audio_link(song: dict[str, Any]) -> ResourceLink | None:
+    """A link to an archived song's audio (`song://{id}/audio`), read with resources/read when wanted."""
+    path = song.get("archived_path")
+    if not path or not Path(path).is_file():
+        return None
+    suffix = Path(path).suffix.lower()
+    mime = "audio/mpeg" if suffix == ".mp3" else f"audio/{suffix.lstrip('.') or 'mpeg'}"
+    return ResourceLink(
+        type="resource_link", uri=f"song://{song['id']}/audio", name=song.get("title") or song["id"],
+        mime_type=mime, size=Path(path).stat().st_size,
+    )  # fmt: skip
 
 
 def _audio(path: str | None) -> AudioContent | None:

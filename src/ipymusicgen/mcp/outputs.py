@@ -1,0 +1,66 @@
+"""What each tool returns, as types: the SDK publishes them as the tools' `outputSchema` (structured output) and
+checks every result against them. Keys an answer may leave out are `NotRequired`."""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class PaidSongOutput(TypedDict):
+    """generate_song / generate_song_v2."""
+
+    task_ids: list[str]
+    credits_estimate: int
+    attempt: str | None
+    state: str
+    """sent, replayed (the same call made before: nothing paid again), unknown, or declined."""
+    note: str
+    repeat: NotRequired[bool]
+    """True when this answer is the first call's (an idempotency key, or a re-issue within the window)."""
+
+
+class LyricsOutput(TypedDict):
+    title: str | None
+    text: str | None
+    state: str
+    note: NotRequired[str]
+    service_text: NotRequired[str]
+
+
+class BatchOutput(TypedDict):
+    name: str
+    state: str
+    credits_estimate: int
+    note: NotRequired[str]
+    line: NotRequired[str]
+
+
+class ExtraOutput(TypedDict):
+    """make_extra: a song's WAV, MP4 or singer voice, paid for once."""
+
+    song: str
+    kind: str
+    state: str
+    """made (paid now), reused (made before: nothing paid), elsewhere (being made now), declined."""
+    value: str | None
+    """The URL the service gave (the singer id for a voice)."""
+    path: str | None
+    note: str
+    sent: bool
+    credits_estimate: int
+
+
+class SongsOutput(TypedDict):
+    """wait_for_songs / get_songs: each song as plain data, in the order asked."""
+
+    songs: list[dict[str, Any]]
+    all_finished: bool
+    still_running: list[str]
+    note: str
+    invalid_ids: NotRequired[list[dict[str, Any]]]
+    last_error: NotRequired[str]
+
+
+class SearchOutput(TypedDict):
+    songs: list[dict[str, Any]]
+    count: int
