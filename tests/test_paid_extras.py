@@ -172,3 +172,37 @@ def test_the_agent_asks_first_pays_once_and_a_notebook_then_reuses_it(
     reused = make_extra(client, song, "wav")  # the notebook's kernel
     assert again["state"] == reused.state == "reused" and str(reused.path) == made["path"]
     assert service.request_counts()[WAV] == 1
+
+
+def test_the_cards_wav_asks_first_sends_once_and_then_reuses_in_another_watcher(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    from ipymusicgen.widgets import TaskWatcher
+
+    client = make_client()
+    ids = client.generate(action="auto", style="cards").ids
+    watchers = [
+        TaskWatcher(ids, client=client, autostart=False),
+        TaskWatcher(ids, client=make_client(), autostart=False),
+    ]
+    try:
+        service.clock.stages(10)  # type: ignore[attr-defined]
+        for watcher in watchers:
+            watcher.poll_once()
+        first, other = watchers
+        song = ids[0]
+        assert "wav" in first.card(song).data()["actions"] and "mp4" in first.card(song).data()["actions"]
+        first._handle_custom_msg({"kind": "wav", "id": song}, [])
+        note = first.card(song).note
+        assert note.startswith("Pay about 3 credit(s) for this song's WAV?") and "press WAV again" in note
+        assert service.request_counts().get(WAV, 0) == 0
+        first._handle_custom_msg({"kind": "wav", "id": song}, [])
+        assert "WAV made and kept" in first.card(song).note and service.request_counts()[WAV] == 1
+        first._handle_custom_msg({"kind": "wav", "id": song}, [])  # a second press: reused, not asked
+        other._handle_custom_msg({"kind": "wav", "id": song}, [])  # another kernel's card: reused, not asked
+        for watcher in watchers:
+            assert "nothing paid again" in watcher.card(song).note, watcher.card(song).note
+        assert service.request_counts()[WAV] == 1
+    finally:
+        for watcher in watchers:
+            watcher.close()

@@ -115,7 +115,7 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
         .first.locator(".ims-actions button")
         .evaluate_all("buttons => buttons.map(b => b.dataset.action)")
     )
-    assert labels == ["keep", "extend", "concat", "download", "export", "favourite", "copy_id"]
+    assert labels == ["keep", "extend", "concat", "download", "export", "wav", "mp4", "favourite", "copy_id"]
     words = page.locator(".ipymusicgen-song").first.locator(".ims-actions .ims-button-word").all_inner_texts()
     assert words == ["Keep", "Extend", "Join", "Download", "Export", "Favourite", "Copy id"]  # a word beside each icon
     page.locator(".ipymusicgen-song").first.locator("button[data-action='copy_id']").click()

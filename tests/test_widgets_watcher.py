@@ -182,7 +182,7 @@ def test_each_round_sends_one_diff_with_only_what_changed(
     fields = diff["cards"][ids[0]]
     assert fields["state"] == "ready" and fields["duration_s"] == 4.0
     assert fields["audio_url"] == watcher.card(ids[0]).record.audio_url and fields["cover_url"]
-    assert fields["actions"] == ["keep", "extend", "concat", "download", "export", "favourite", "copy_id"]
+    assert fields["actions"] == ["keep", "extend", "concat", "download", "export", "wav", "mp4", "favourite", "copy_id"]
     assert diff["header"]["counts"] == "2 ready"
     assert watcher.done
 

@@ -28,7 +28,7 @@ STATE_LABELS = {
     "ready": "Ready",
     "failed": "Failed",
 }
-ALL_ACTIONS = ("keep", "extend", "concat", "download", "export", "favourite", "copy_id")
+ALL_ACTIONS = ("keep", "extend", "concat", "download", "export", "wav", "mp4", "favourite", "copy_id")
 TITLE_LIMIT = 200
 LYRICS_LIMIT = 20_000
 REASON_LIMIT = 500
@@ -81,10 +81,10 @@ def compact_peaks(peaks: Iterable[Sequence[float]] | None) -> list[list[float]]:
 
 def song_actions(record: Record | None) -> list[str]:
     """What a song offers: copy id always; keep (this take), extend, download, export (a folder of its files, free),
-    favourite when ready; concat for ready v1 songs."""
+    its WAV and MP4 (paid once, then reused), favourite when ready; concat for ready v1 songs."""
     if record is None or record.state is not TaskState.COMPLETE:
         return ["copy_id"]
-    actions = ["keep", "extend", "concat", "download", "export", "favourite", "copy_id"]
+    actions = list(ALL_ACTIONS)
     if isinstance(record, V2Song):
         actions.remove("concat")
     return actions

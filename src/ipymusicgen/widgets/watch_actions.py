@@ -23,8 +23,14 @@ if TYPE_CHECKING:
 PAID_ASKS = {
     "concat": "Join this song's parts into one? That is a paid request: press Concat again to send.",
     "retry": "Send this request again? That is a new paid request: press Retry again to send.",
+    "wav": "Pay about {price} credit(s) for this song's WAV? Made once, then kept beside the song: press WAV again "
+    "to send.",
+    "mp4": "Pay about {price} credit(s) for this song's MP4 video? Made once, then kept beside the song: press MP4 "
+    "again to send.",
 }
-"""Card actions that pay: with a real key the first press says so, and the very next press sends."""
+"""Card actions that pay: with a real key the first press says so, and the very next press sends. An extra (WAV,
+MP4) made before, here, in another kernel or by an agent, is reused at once: nothing to pay, nothing asked."""
+EXTRA_ACTIONS = ("wav", "mp4")
 
 _open_extend_studio: Callable[[Any], Any] | None = None
 """Opens a studio whose panes send into a watcher; the studio module provides it (it sits above this one)."""
@@ -120,6 +126,25 @@ class ActionsPart:
     def _needs_confirm(self) -> bool:
         return self._client.settings.needs_confirm(self.confirm_required)
 
+    def extra(self, task_id: str, kind: str) -> Any:
+        """The song's WAV or MP4, paid for at most once (`archive.extras`): made now, or reused."""
+        from ..archive.extras import make_extra
+
+        self._finished_record(task_id)
+        return make_extra(self._client, task_id, kind)
+
+    def _asks(self, name: str, task_id: str) -> str | None:
+        """What the first press of a paid action says (its price first), or None when it costs nothing now."""
+        if name not in EXTRA_ACTIONS:
+            return PAID_ASKS[name]
+        from ..archive.extras import extra_price, held
+
+        self._finished_record(task_id)  # a song not finished says so now, before any price
+        found = held(self._client, task_id, name)
+        if found is not None and found.state == "made":
+            return None
+        return PAID_ASKS[name].format(price=extra_price(name))
+
     def download(self, task_id: str, directory: str | Path | None = None) -> Path:
         """Save the final file of a finished song, named from its title; returns the path."""
         record = self._finished_record(task_id)
@@ -196,11 +221,16 @@ class ActionsPart:
         card = self.card(task_id)
         asked, self._asked = self._asked, None  # a confirm holds for the very next press only
         try:
-            if name in PAID_ASKS and asked != (name, task_id) and self._needs_confirm():
+            ask = (
+                self._asks(name, task_id)
+                if name in PAID_ASKS and asked != (name, task_id) and self._needs_confirm()
+                else None
+            )
+            if ask is not None:
                 if name == "concat":
                     self._finished_record(task_id)  # a song that cannot be joined says so now
                 self._asked = (name, task_id)
-                card.note = PAID_ASKS[name]
+                card.note = ask
                 result = None
             elif name == "extend":
                 result = self.extend(task_id)
@@ -218,6 +248,10 @@ class ActionsPart:
             elif name == "export":
                 result = self.export(task_id)
                 card.note = f"Exported to {result}"
+            elif name in EXTRA_ACTIONS:
+                result = self.extra(task_id, name)
+                where = result.path or result.value or ""
+                card.note = f"{result.note}: {where}" if where else result.note
             elif name == "favourite":
                 result = self.favourite(task_id)
                 card.note = "Added to favourites." if result else "Removed from favourites."

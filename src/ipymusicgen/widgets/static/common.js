@@ -14,6 +14,8 @@ const IMS_ICONS = {
   keep: "M9 16.2l-4.2-4.2-1.4 1.4L9 19 21 7l-1.4-1.4z",
   copy_id: "M16 1H4a2 2 0 0 0-2 2v14h2V3h12zm3 4H8a2 2 0 0 0-2 2v14a2 2 0 0 0 2 2h11a2 2 0 0 0 2-2V7a2 2 0 0 0-2-2zm0 16H8V7h11z",
   export: "M10 4l2 2h8a2 2 0 0 1 2 2v10a2 2 0 0 1-2 2H4a2 2 0 0 1-2-2V6a2 2 0 0 1 2-2zm1 6v3H8l4 4 4-4h-3v-3z",
+  wav: "M3 10h2v4H3zm4-4h2v12H7zm4 -3h2v18h-2zm4 5h2v8h-2zm4 2h2v4h-2z",
+  mp4: "M4 5h12a2 2 0 0 1 2 2v2.5l4-3v11l-4-3V17a2 2 0 0 1-2 2H4a2 2 0 0 1-2-2V7a2 2 0 0 1 2-2z",
 };
 
 const IMS_ACTION_LABELS = {
@@ -22,12 +24,14 @@ const IMS_ACTION_LABELS = {
   concat: "Join its continuations into one song",
   download: "Download the audio file",
   export: "Export as a folder: audio, cover, lyrics and how it was made (free)",
+  wav: "Make its WAV (paid once, then reused; asks first)",
+  mp4: "Make its MP4 video (paid once, then reused; asks first)",
   favourite: "Favourite",
   copy_id: "Copy the song id",
 };
 
 /** The short word shown beside each action's icon (the long label is its tooltip and accessible name). */
-const IMS_ACTION_WORDS = { keep: "Keep", extend: "Extend", concat: "Join", download: "Download", export: "Export", favourite: "Favourite", copy_id: "Copy id" };
+const IMS_ACTION_WORDS = { keep: "Keep", extend: "Extend", concat: "Join", download: "Download", export: "Export", wav: "WAV", mp4: "MP4", favourite: "Favourite", copy_id: "Copy id" };
 
 /** An element with a class and (optional) plain text. */
 function imsEl(tag, cls, text) {
