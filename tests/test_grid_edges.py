@@ -189,3 +189,24 @@ def test_a_nan_or_infinite_typed_in_a_grid_cell_is_refused_naming_its_field(
     with pytest.raises(UsageError, match="row 1: continue_at"):
         sandbox_shell.run_cell_magic("musicgen_grid", "--no-watch", cell)
     assert sandbox.request_counts() == {}
+
+
+def test_a_grid_that_is_not_an_extension_says_in_its_plan_that_its_rows_are_sent_again(
+    client: MusicClient, sandbox: Sandbox
+) -> None:
+    import uuid
+
+    from ipymusicgen.widgets.grid import GridView
+
+    base = {"action": "auto", "mv": "MFV2.0", "gender": "male"}
+    axis = [f"{uuid.uuid4().hex[:6]} {n}" for n in range(3)]
+    Grid(client, base, {"style": axis[:2]}).run(wait=True)
+    grown = Grid(client, base, {"style": axis})
+    assert grown.resend_note == ""  # an extension: only the new cell is sent
+    changed = Grid(client, base, {"style": [axis[0], axis[2]]})  # axis[1] taken away
+    note = "all 2 rows will be sent as a new batch, 1 of them sent before there"
+    assert note in changed.resend_note and note in repr(changed) and note in changed._repr_html_()
+    assert note in GridView(changed).board.data["total"]
+    changed.run(wait=True)
+    assert sandbox.request_counts()[GENERATE] == 4  # 2, then 2 again: as the plan said
+    assert Grid(client, base, {"style": [axis[0], axis[2]]}).resend_note == ""  # its own batch ran: nothing again

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..batch.engine import Batch, BatchError, validate_rows
 from ..models import costs
-from ..storage.batches import store_for
+from ..storage.batches import NEVER_SENT, store_for
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient
@@ -82,8 +82,12 @@ class Grid:
             [request for _, _, request in cells], allow_unknown_models=client.settings.allow_unknown_models
         )
         order = list(range(len(rows)))  # batch row of each cell, in grid order
+        self.resend_note = ""
+        """Said in the plan when the grid will send again rows an earlier grid of its fields sent (it is not an
+        extension of that grid, so it runs as a batch of its own)."""
         if name is None:
-            name, order = _derived_name_and_order(client, self.base, self.axes, repeat, [r.request_hash for r in rows])
+            hashes = [r.request_hash for r in rows]
+            name, order, self.resend_note = _derived_name_and_order(client, self.base, self.axes, repeat, hashes)
         self.cells = [
             GridCell(order[i], params, take, request, costs.estimate_credits(row.request))
             for i, ((params, take, request), row) in enumerate(zip(cells, rows, strict=True))
@@ -188,6 +192,8 @@ class Grid:
         axes = " × ".join(f"{field} ({len(values)})" for field, values in self.axes.items())
         lines = [f"Grid {self.name!r}: {axes} × {self.repeat} take(s) = {len(self.cells)} rows, about "
                  f"{self.estimate} credits"]  # fmt: skip
+        if self.resend_note:
+            lines.append(self.resend_note)
         for number, cell in enumerate(self.cells, 1):
             shown = ", ".join(f"{k}={v!r}" for k, v in cell.params.items())
             lines.append(f"  {number:>3}. {shown} (take {cell.take}): about {cell.estimate}")
@@ -203,7 +209,8 @@ class Grid:
             for cell in self.cells
         )
         total = f"<tr><td colspan='{len(fields) + 1}'>total (estimate)</td><td>~{self.estimate}</td></tr>"
-        caption = f"<caption>Grid {html.escape(self.name)}: {len(self.cells)} rows</caption>"
+        note = f" {html.escape(self.resend_note)}" if self.resend_note else ""
+        caption = f"<caption>Grid {html.escape(self.name)}: {len(self.cells)} rows.{note}</caption>"
         return f"<table class='ipymusicgen-grid'>{caption}<tr>{head}</tr>{body}{total}</table>"
 
 
@@ -231,33 +238,51 @@ def _derived_name(base: Mapping[str, Any], axes: Mapping[str, Any], repeat: int)
 
 def _derived_name_and_order(
     client: MusicClient, base: Mapping[str, Any], axes: Mapping[str, list[Any]], repeat: int, hashes: list[str]
-) -> tuple[str, list[int]]:
-    """The grid's batch name and each cell's row in it. The name comes from the base, the axes' fields and the
-    repeat, not their values, so adding a value to an axis finds the batch the grid ran as: its recorded rows keep
-    their places and only the new cells are added (and sent). A grid that is not such an extension (a value taken
-    away or changed) gets a name from its values too: a new batch, every row sent."""
+) -> tuple[str, list[int], str]:
+    """The grid's batch name, each cell's row in it, and what the plan must say about rows sent again.
+
+    The name comes from the base, the axes' fields and the repeat, not their values, so adding a value to an axis
+    finds the batch the grid ran as: its recorded rows keep their places and only the new cells are added (and
+    sent). A grid that is not such an extension (a value taken away or changed) gets a name from its values too:
+    a batch of its own, which sends its rows again; the note says how many were sent before."""
     family = _derived_name(base, dict.fromkeys(axes), repeat)
     in_order = list(range(len(hashes)))
     try:
-        stored = store_for(getattr(client.journal, "path", None) if client.journal is not None else None).rows(family)
+        store = store_for(getattr(client.journal, "path", None) if client.journal is not None else None)
+        stored = store.rows(family)
     except sqlite3.Error:  # an unreadable store: the grid's own values name it
-        return _derived_name(base, axes, repeat), in_order
+        return _derived_name(base, axes, repeat), in_order, ""
     if not stored:
-        return family, in_order
+        return family, in_order, ""
     free: dict[str, list[int]] = {}
     for position, digest in enumerate(hashes):
         free.setdefault(digest, []).append(position)
     order = [-1] * len(hashes)
     for index in sorted(stored):
         places = free.get(stored[index].request_hash)
-        if not places:  # a recorded row the grid no longer has
-            return _derived_name(base, axes, repeat), in_order
+        if not places:  # a recorded row the grid no longer has: not an extension
+            return _own_batch(store, base, axes, repeat, hashes, stored, family)
         order[places.pop(0)] = index
     added = len(stored)
     for position in in_order:
         if order[position] < 0:
             order[position], added = added, added + 1
-    return family, order
+    return family, order, ""
+
+
+def _own_batch(
+    store: Any, base: Mapping[str, Any], axes: Mapping[str, list[Any]], repeat: int, hashes: list[str],
+    stored: Mapping[int, Any], family: str,
+) -> tuple[str, list[int], str]:  # fmt: skip
+    name = _derived_name(base, axes, repeat)
+    sent = {row.request_hash for row in stored.values() if row.state not in NEVER_SENT}
+    again = sum(1 for digest in hashes if digest in sent)
+    ran = any(row.state not in NEVER_SENT for row in store.rows(name).values())
+    note = ""
+    if again and not ran:
+        note = (f"Not an extension of the grid {family} (a value taken away or changed): all {len(hashes)} rows "
+                f"will be sent as a new batch, {again} of them sent before there.")  # fmt: skip
+    return name, list(range(len(hashes))), note
 
 
 def _stars(library: Library, task_id: str) -> int | None:

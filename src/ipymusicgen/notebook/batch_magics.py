@@ -122,6 +122,8 @@ class BatchMagics(Magics):
                 view.concurrency = args.concurrency
             display(plan)
             how = "Press Run in the grid's view to send it" if view is not None else f"Run {out}.run() to send it"
+            if plan.resend_note:
+                print(plan.resend_note, flush=True)
             print(f"Not sent: {len(plan.cells)} rows, about {plan.estimate} credits (estimate). {how}, or give the "
                   "cell --budget N or --yes.", flush=True)  # fmt: skip
             return

@@ -224,7 +224,8 @@ class GridView(TextRepr, w.VBox):
                 "column_axis": plain(" · ".join(column_fields), 80),
                 "columns": [plain(" · ".join(str(v) for v in column), 120) for column in columns] or ["songs"],
                 "rows": rows,
-                "total": f"{len(grid.cells)} rows, about {grid.estimate} credits in all (estimate)",
+                "total": f"{len(grid.cells)} rows, about {grid.estimate} credits in all (estimate)"
+                + (f". {plain(grid.resend_note, 300)}" if grid.resend_note and batch is None else ""),
                 "status": batch.progress_line() if batch is not None else "Not run yet.",
                 "running": batch is not None and not batch.done,
                 "can_run": batch is None or (batch.done and any(r.state == "skipped" for r in batch.rows)),
