@@ -140,3 +140,16 @@ def test_a_beat_that_stops_and_starts_again_keeps_its_tempo(tmp_path: Path, bpm:
     pad = 0.3 * np.sin(2 * np.pi * 220 * t) * np.minimum(1, np.minimum(t, t[::-1]) * 50)
     signal = np.concatenate([drums(bpm, 15), pad, drums(bpm, 15)])
     assert analyze_file(write_wav(tmp_path / "break.wav", signal)).bpm == pytest.approx(bpm, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["sweep 105", "sweep 120", "sweep 203", "sweep 209"],  # librosa read 112, 134, 167, 163 for 135, 89, 84, 82
+)
+def test_sandbox_songs_librosa_misreads_by_a_ratio_read_their_tempo(tmp_path: Path, text: str) -> None:
+    """Not only octaves: a 3:2 or 6:5 misreading is put right by the autocorrelation's peaks at every beat."""
+    from ipymusicgen.sandbox.audio import render_song, song_params
+
+    path = tmp_path / "song.mp3"
+    path.write_bytes(render_song(text, seconds=40, vocal=True)[0])
+    assert analyze_file(path).bpm == pytest.approx(song_params(text).bpm, rel=0.02)
