@@ -206,3 +206,44 @@ def test_the_cards_wav_asks_first_sends_once_and_then_reuses_in_another_watcher(
     finally:
         for watcher in watchers:
             watcher.close()
+
+
+def test_the_magics_ask_first_then_send_once_and_python_reuses(
+    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    import ipymusicgen
+    from ipymusicgen import session
+
+    song = finished_song(make_client(), service)
+    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
+    session.shutdown()
+    session.configure(
+        api_key=KEY, base_url=service.base_url, v2_base_url=service.v2_base_url,
+        journal_path=str(tmp_path / "journal.sqlite3"), poll_interval=0.05,
+    )  # fmt: skip
+    shell = InteractiveShell.instance()
+    try:
+        with capture_output() as out:
+            shell.run_line_magic("load_ext", "ipymusicgen")
+            asked = shell.run_line_magic("musicgen_wav", song)
+        assert asked is None and service.request_counts().get(WAV, 0) == 0
+        line = out.stdout.strip().splitlines()[-1]
+        assert line.startswith("Pay about 3 credit(s) (the key has ") and f"%musicgen_wav --yes {song}" in line
+        with capture_output() as out:
+            made = shell.run_line_magic("musicgen_wav", f"--yes {song}")
+            again = shell.run_line_magic("musicgen_wav", song)  # made before: no ask, no charge
+        assert made.state == "made" and made.path.is_file() and again.state == "reused" and again.path == made.path
+        assert "nothing paid again" in out.stdout
+        assert ipymusicgen.make_extra(song, "wav").path == made.path  # from Python, on the shared client
+        assert service.request_counts()[WAV] == 1
+        with pytest.raises(Exception, match="Usage: %musicgen_mp4"):
+            shell.run_line_magic("musicgen_mp4", "--loud x")
+        help_text = shell.find_line_magic("musicgen_wav").__doc__ or ""
+        assert "made once" in help_text and "--yes" in help_text  # what `%musicgen_wav?` shows
+    finally:
+        shell.run_line_magic("unload_ext", "ipymusicgen")
+        session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval")))

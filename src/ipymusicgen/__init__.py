@@ -100,6 +100,7 @@ __all__ = [
     "grid",
     "library",
     "load_ipython_extension",
+    "make_extra",
     "studio",
     "unload_ipython_extension",
     "watch_unfinished",
@@ -170,6 +171,19 @@ def export(song_or_ids: Any, folder: str | Path, *, journal_path: str | Path | N
         return export_songs(opened, song_or_ids, folder)
     finally:
         opened.close()
+
+
+def make_extra(song_or_id: Any, kind: str, *, force: bool = False, client: MusicClient | None = None) -> Any:
+    """A finished song's paid extra, made at most once and kept beside the song: `kind` is "wav", "mp4" or
+    "vibe" (a singer id). Made before (any kernel on the journal, an agent): reused, nothing paid again. A
+    request that may have been charged without an answer is not sent again unless `force=True`. Calling it is
+    the consent (as `generate()` is); the card's button and `%musicgen_wav` ask first. Returns an `ExtraResult`
+    (.state, .path, .value, .sent)."""
+    from .archive.extras import make_extra as make
+    from .session import get_client
+
+    task_id = song_or_id if isinstance(song_or_id, str) else getattr(song_or_id, "id", song_or_id)
+    return make(client or get_client(), task_id, kind, force=force)
 
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:

@@ -467,6 +467,9 @@ def load_ipython_extension(ipython: InteractiveShell) -> None:
     from .batch_magics import register as register_batch  # %%musicgen_batch (batch_magics.py)
 
     register_batch(ipython)
+    from .extra_magics import register as register_extras  # %musicgen_wav / _mp4 / _vibe (extra_magics.py)
+
+    register_extras(ipython)
     print(service_line())
     session.mark_notice_shown()  # this line said it: the sandbox need not say it again when it starts
 
@@ -480,6 +483,9 @@ def unload_ipython_extension(ipython: InteractiveShell) -> None:
     from .batch_magics import unregister as unregister_batch
 
     unregister_batch(ipython)
+    from .extra_magics import unregister as unregister_extras
+
+    unregister_extras(ipython)
     magics = unregister_magics(ipython, MusicGen)
     if magics is None:
         return
