@@ -247,3 +247,57 @@ def test_the_magics_ask_first_then_send_once_and_python_reuses(
     finally:
         shell.run_line_magic("unload_ext", "ipymusicgen")
         session.configure(**dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval")))
+
+
+def test_two_kernels_pressing_at_once_send_one_request(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    import threading
+
+    song = finished_song(make_client(), service)
+    clients = [make_client(), make_client()]
+    start = threading.Barrier(2)
+    results: list[Any] = []
+
+    def press(client: MusicClient) -> None:
+        start.wait()
+        results.append(make_extra(client, song, "wav"))
+
+    threads = [threading.Thread(target=press, args=(c,)) for c in clients]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(r.sent for r in results) == [False, True]
+    assert {r.state for r in results} <= {"made", "reused", "elsewhere"}
+    assert service.request_counts()[WAV] == 1
+
+
+@pytest.mark.slow  # starts a second Python process (another kernel) on the same journal
+def test_another_process_on_the_journal_reuses_the_wav(
+    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    client = make_client()
+    song = finished_song(client, service)
+    made = make_extra(client, song, "wav")
+    code = (
+        "import json, sys\n"
+        "from ipymusicgen.app import build_client\n"
+        "from ipymusicgen.archive.extras import make_extra\n"
+        "from ipymusicgen.config import Settings\n"
+        "base, journal, archive, song = sys.argv[1:]\n"
+        f"settings = Settings.from_env().with_changes(api_key={KEY!r}, base_url=base, v2_base_url=base,"
+        " journal_path=journal)\n"
+        "with build_client(settings, archive=archive) as client:\n"
+        "    print(json.dumps(make_extra(client, song, 'wav').as_dict()))\n"
+    )
+    args = [service.base_url, str(tmp_path / "journal.sqlite3"), str(tmp_path / "archive"), song]
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    other = json.loads(done.stdout.strip().splitlines()[-1])
+    assert other["state"] == "reused" and other["path"] == str(made.path) and other["sent"] is False
+    assert service.request_counts()[WAV] == 1

@@ -117,6 +117,8 @@ class AgentDesk:
         self._batches: dict[str, Batch] = {}
         self._library: Library | None = None
         self.clock = time.time
+        self._naming = threading.Lock()
+        """Held while a derived key is looked up and recorded: two re-issues at once share one name."""
         """The re-issue window's clock (a test gives it a fake one)."""
         journal = client.journal
         self.store: BatchStore = store_for(getattr(journal, "path", None) if journal is not None else None)
@@ -214,6 +216,10 @@ class AgentDesk:
         """The name a call without a key is recorded under: the latest one of the same request whose first call
         is less than the window old, else a new one stamped now. Recorded at once (nothing sent yet), so a
         re-issue arriving while the first waits for the user's answer finds it and is not sent twice."""
+        with self._naming:
+            return self._derive(request, v2)
+
+    def _derive(self, request: Any, v2: bool) -> str:
         digest = request_hash(request, v2)
         prefix = f"{NAME_PREFIX}{AUTO}{digest[:32]}-"
         now = self.clock()
