@@ -301,3 +301,18 @@ def test_another_process_on_the_journal_reuses_the_wav(
     other = json.loads(done.stdout.strip().splitlines()[-1])
     assert other["state"] == "reused" and other["path"] == str(made.path) and other["sent"] is False
     assert service.request_counts()[WAV] == 1
+
+
+def test_a_paid_wav_whose_download_failed_is_downloaded_later_without_paying_again(
+    make_client: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    from ipymusicgen.errors import DownloadError
+
+    client = make_client(max_retries=0)
+    song = finished_song(client, service)
+    service.set_faults("server_error:count=1:path=/files")
+    with pytest.raises(DownloadError, match="nothing is paid again"):
+        make_extra(client, song, "wav")
+    later = make_extra(make_client(), song, "wav")
+    assert later.state == "reused" and later.path is not None and later.path.is_file() and not later.sent
+    assert service.request_counts()[WAV] == 1

@@ -111,7 +111,7 @@ def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = Fa
     task_id, spec = check_id(task_id, "song"), kind_of(kind)
     with ExtrasStore(_journal_path(client)) as store:
         found = store.get(task_id, spec.name)
-        if found is not None and found.state == "made":
+        if found is not None and found.state == "made" and not (force and _file_missing(found, spec)):
             return _reuse(client, store, found, spec)
         claimed, found = store.claim(task_id, spec.name, force=force)
         if not claimed:
@@ -129,6 +129,10 @@ def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = Fa
         value = _send(client, store, task_id, spec)
         path = _keep(client, store, task_id, spec, value)
         return ExtraResult(task_id, spec.name, "made", value, path, f"{spec.label} made and kept", True)
+
+
+def _file_missing(found: Extra, spec: Kind) -> bool:
+    return spec.suffix is not None and not (found.path and Path(found.path).is_file())
 
 
 def _send(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind) -> str:
@@ -184,10 +188,10 @@ def _keep(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind, val
     try:
         try:
             staged = client.download(value, staging)
-        except DownloadError as exc:
+        except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
             raise DownloadError(
                 f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download it "
-                "(nothing is paid again)."
+                "(nothing is paid again); if the URL has expired, force=True pays for a new one."
             ) from None
         name = song.file_name(spec.suffix) if song is not None else safe_filename(task_id, spec.suffix)
         placed = _place(staged, directory, name, task_id)

@@ -13,13 +13,13 @@ the row and reuses what it holds instead of paying again. States:
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .db import damage_named, open_db, write_transaction
+from .connection import Shared, acquire
+from .db import damage_named, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
@@ -67,14 +67,27 @@ class ExtrasStore:
 
     def __init__(self, journal_path: str | Path) -> None:
         self.path = Path(journal_path)
-        self.lock = threading.RLock()
-        self.db = open_db(self.path)
-        with self.lock, damage_named(self.path):
-            migrate(self.db, self.path)
+        self._shared: Shared | None = acquire(self.path)
+        self._connection = self._shared
+        self.lock = self._shared.lock
+        try:
+            with self.lock, damage_named(self.path):
+                migrate(self.db, self.path)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The file's one connection in this process, shared with the journal and the other stores."""
+        return self._connection.db
 
     def close(self) -> None:
+        """This store is done with the file (the connection closes with its last user)."""
         with self.lock:
-            self.db.close()
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.release()
 
     def __enter__(self) -> ExtrasStore:
         return self
@@ -91,13 +104,17 @@ class ExtrasStore:
         """Claim (song, kind) for sending: (True, None) when this caller may send, else (False, what is held).
 
         Free to claim: no row, a `rejected` one, or (only with `force`, the user's explicit "send anyway") an
-        `unknown` one. Read and written in one IMMEDIATE transaction, so two kernels cannot both claim."""
+        `unknown` one or a `made` one whose file was never kept. Read and written in one IMMEDIATE transaction,
+        so two kernels cannot both claim."""
         me = Owner.current()
         now = time.time()
         with damage_named(self.path), write_transaction(self.db, self.lock) as db:
             row = db.execute("SELECT * FROM paid_extras WHERE song = ? AND kind = ?", (song, kind)).fetchone()
             held = _extra(row) if row is not None else None
-            if held is not None and not (held.state == "rejected" or (force and held.state == "unknown")):
+            again = force and (
+                held is not None and (held.state == "unknown" or (held.state == "made" and not held.path))
+            )
+            if held is not None and not (held.state == "rejected" or again):
                 return False, held
             db.execute(
                 "INSERT INTO paid_extras (song, kind, state, owner_host, owner_pid, owner_started, created_at,"
