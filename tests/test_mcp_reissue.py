@@ -18,6 +18,7 @@ from mcp.client import Client
 from test_mcp_tools import Asker, call, data
 
 from ipymusicgen.app import build_client
+from ipymusicgen.batch.engine import request_hash
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.library import Library
@@ -196,3 +197,18 @@ def test_archived_songs_are_offered_as_resource_links_not_inline_audio(
     assert base64.b64decode(block.blob) == files[ids[0]].read_bytes()
     inline = call(desk, "get_songs", {"task_ids": ids, "include_audio": True})
     assert len([b for b in inline.content if b.type == "audio"]) == 2  # inline only when asked
+
+
+def test_a_reissue_while_the_first_call_is_still_in_flight_sends_nothing(
+    make_desk: Callable[..., AgentDesk], service: Sandbox
+) -> None:
+    """The host gave up on a call the server is still sending, and re-issued it."""
+    desk = make_desk()
+    plan = desk.plan("v1", {"style": "in flight"})
+    desk.store.open_batch(plan.name, [(request_hash(plan.request, False), "{}", False)])
+    assert desk.store.claim(plan.name, 0, plan.estimate)  # the first call, between its claim and its answer
+    asker = Asker()
+    again = data(call(desk, "generate_song", {"style": "in flight"}, asker=asker))
+    assert again["state"] == "sending" and again["task_ids"] == [] and again["repeat"] is True
+    assert "being sent now" in again["note"] and asker.questions == []
+    assert service.request_counts().get(GENERATE, 0) == 0

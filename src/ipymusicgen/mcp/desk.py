@@ -250,8 +250,12 @@ class AgentDesk:
             raise AgentError("idempotency_key: already used with different parameters; use a new key for a new request")
         if row.state in NEVER_SENT:
             return None
-        if row.state == "sending" and row.owner_alive and not row.mine:
-            state, note = "unknown", f"being sent by process {row.owner_pid}"
+        if row.state == "sending" and row.owner_alive:  # in flight now (this server's other request, or another's)
+            who = "this server" if row.mine else f"process {row.owner_pid}"
+            state = "sending"
+            note = (
+                f"the same call is being sent now by {who}: nothing was sent again; call again in a moment for its ids"
+            )
         elif row.state in ("sending", "unknown"):
             state = "unknown"
             note = "the first call with this key may have reached the service and its answer was lost; nothing was"

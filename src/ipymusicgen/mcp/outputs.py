@@ -13,7 +13,8 @@ class PaidSongOutput(TypedDict):
     credits_estimate: int
     attempt: str | None
     state: str
-    """sent, replayed (the same call made before: nothing paid again), unknown, or declined."""
+    """sent, replayed (the same call made before: nothing paid again), sending (the same call is in flight now:
+    ask again for its ids), unknown (its answer was lost: never resent), or declined."""
     note: str
     repeat: NotRequired[bool]
     """True when this answer is the first call's (an idempotency key, or a re-issue within the window)."""
