@@ -281,18 +281,28 @@ def _closed_by_peer(sock: socket.socket, timeout: float) -> bool:
     return False
 
 
+SLOW_STARTS = {
+    "head": b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ",  # and never the rest of the head
+    "body": (
+        f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    ).encode(),  # a whole head with the token, and one byte of its body
+}
+
+
 @pytest.mark.slow
-def test_hundreds_of_slow_header_sockets_do_not_stop_a_normal_client(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", list(SLOW_STARTS))
+def test_hundreds_of_slow_sockets_do_not_stop_a_normal_client(tmp_path: Path, kind: str) -> None:
     running = start(tmp_path, files=FILES)
     slow: list[socket.socket] = []
     try:
         for _ in range(SLOW_SOCKETS):
             sock = socket.create_connection(("127.0.0.1", running.port), timeout=10)
-            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")  # and never the rest
+            sock.sendall(SLOW_STARTS[kind])
             slow.append(sock)
         assert anyio.run(account, running.url, bearer(TOKEN))["sandbox"] is True
         assert _closed_by_peer(slow[0], START_WAIT), "the oldest slow socket was never dropped"
-        assert all(_closed_by_peer(s, START_WAIT) for s in slow), "a slow socket was held past its head deadline"
+        assert all(_closed_by_peer(s, START_WAIT) for s in slow), "a slow socket was held past its deadline"
         assert running.process.poll() is None
         assert anyio.run(account, running.url, bearer(TOKEN))["sandbox"] is True
     finally:

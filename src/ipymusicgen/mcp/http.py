@@ -3,8 +3,8 @@
 Anyone who can reach a port can talk to it, and its tools spend money, so: every request carries a bearer
 token (from MUSICGEN_MCP_TOKEN, or made at start and printed once; only ever read from the Authorization
 header, compared in constant time); the Host/Origin checks stay on whatever the bind address; and slow
-or idle sockets cannot starve it (a request's head must arrive in HEAD_TIMEOUT_S, and past the connection
-cap the oldest socket still sending its head is dropped for the new one).
+or idle sockets cannot starve it (a request's head, then its body, must each arrive in HEAD_TIMEOUT_S, and
+past the connection cap the oldest socket still sending its request is dropped for the new one).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
+import h11
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import PlainTextResponse
@@ -146,6 +147,10 @@ class BoundedH11Protocol(H11Protocol):
     def awaiting_head(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
 
+    def still_sending(self) -> bool:
+        """Waiting for the client: a request's head, or the rest of its body (a slow body holds as a slow head)."""
+        return self.awaiting_head() or self.conn.their_state is h11.SEND_BODY
+
     def _arm(self) -> None:
         self._disarm()
         self.waiting_since = self.loop.time()
@@ -158,7 +163,7 @@ class BoundedH11Protocol(H11Protocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self.awaiting_head():
+        if self.still_sending():
             self._drop()
 
     def _drop(self) -> None:
@@ -169,7 +174,7 @@ class BoundedH11Protocol(H11Protocol):
         live = [c for c in self.connections if not c.transport.is_closing()]
         if len(live) <= self.cap:
             return
-        idle = [c for c in live if c is not self and isinstance(c, BoundedH11Protocol) and c.awaiting_head()]
+        idle = [c for c in live if c is not self and isinstance(c, BoundedH11Protocol) and c.still_sending()]
         victim = min(idle, key=lambda c: c.waiting_since, default=self)
         victim._drop()
 
@@ -177,7 +182,9 @@ class BoundedH11Protocol(H11Protocol):
         before = self.cycle
         super().data_received(data)
         if self.cycle is not before and not self.awaiting_head():
-            self._disarm()  # a request's head arrived: the app (and its own timeouts) take it from here
+            self._arm()  # a request's head arrived: its body gets the same time (then the app takes it)
+        if self._head_timer is not None and not self.still_sending():
+            self._disarm()  # the whole request is in: the app (and its own timeouts) take it from here
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
