@@ -9,6 +9,7 @@ Batch tab (`batch_pane.BatchPane`) prices rows into a `PricedBatch` and shows th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import traitlets
 from ..errors import one_line
 from ..models import costs
 from ._static import css, esm
+from .paid_ask import PaidAsk
 from .text import TextRepr
 
 if TYPE_CHECKING:
@@ -26,7 +28,30 @@ if TYPE_CHECKING:
 ROWS_SHOWN = 200
 
 
-def view_data(batch: Batch, note: str = "") -> dict[str, Any]:
+def plan_data(priced: PricedBatch, asking: str = "", note: str = "") -> dict[str, Any]:
+    """A priced batch not sent yet: its rows, its estimate, a Send button (and the question a press asked)."""
+    rows = [
+        {"index": r.index + 1, "state": "not sent", "request": r.describe(), "error": ""}
+        for r in priced.rows[:ROWS_SHOWN]
+    ]
+    more = len(priced.rows) - ROWS_SHOWN
+    return {
+        "name": priced.name or "batch",
+        "line": f"Not sent: {priced.rows_words}, about {priced.total} credits (estimate)",
+        "counts": {},
+        "rows_total": len(priced.rows),
+        "rows": rows,
+        "more": f"... {more} more rows" if more > 0 else "",
+        "can_stop": False,
+        "finished": "",
+        "can_retry": False,
+        "can_send": not asking,
+        "asking": asking,
+        "note": note,
+    }
+
+
+def view_data(batch: Batch, note: str = "", asking: str = "") -> dict[str, Any]:
     """What the front end draws: plain text and numbers only. Rows are numbered from 1, as people count."""
     rows = [
         {"index": r.index + 1, "state": r.state, "request": r.describe(), "error": (r.error or "")[:300]}
@@ -48,7 +73,9 @@ def view_data(batch: Batch, note: str = "") -> dict[str, Any]:
         "more": f"... {more} more rows (Batch.to_pandas() has them all)" if more > 0 else "",
         "can_stop": not batch.done and not batch.stop_requested and any(r.state == "pending" for r in batch.rows),
         "finished": finished,
-        "can_retry": bool(batch.done and failed and batch.client is not None),
+        "can_retry": bool(batch.done and failed and batch.client is not None) and not asking,
+        "can_send": False,
+        "asking": asking,
         "note": note,
     }
 
@@ -66,14 +93,18 @@ class BatchView(TextRepr, anywidget.AnyWidget):
     _css = traitlets.Unicode(css("batch")).tag(sync=True)
     data = traitlets.Dict().tag(sync=True)
 
-    def __init__(self, batch: Batch | None = None, *, watcher: Any = None) -> None:
+    def __init__(self, batch: Batch | None = None, *, watcher: Any = None, confirm: bool | None = None) -> None:
+        """`confirm`: the caller's choice for its paid buttons (None: ask with a key that may cost money)."""
         super().__init__()
         self.add_class("ipymusicgen-batch-view")
         self.watcher = watcher
         self.batch: Batch | None = None
+        self.confirm = confirm
+        self.ask = PaidAsk(self._needs_confirm)
+        """The question a paid press (Send, Retry failed rows) showed and what it priced."""
+        self._planned: tuple[PricedBatch, Any, Callable[[], Batch]] | None = None
         self._lock = threading.Lock()
         self._followed: list[Batch] = []
-        self._retry_asked = False
         self.on_msg(self._on_msg)
         if batch is not None:
             self.follow(batch)
@@ -114,8 +145,9 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         """Send the failed rows again as a new batch (`batch.retry`: `<name>-retry-N` with an N no earlier retry
         used, in this kernel or one before a restart, within what is left of the batch's budget), followed here.
 
-        Called from code, the call is the decision; the button sends `confirmed=False`, and with a real key the
-        first press only says what it costs ("press again to send"), as a card's paid button does.
+        Called from code, the call is the decision; the button sends `confirmed=False`, and then (the `PaidAsk`
+        rule, with this view's `confirm` choice) the first press only says what it costs ("press again to send"),
+        as a card's paid button does; the next press sends those rows, or asks again if they changed.
         """
         from ..batch.retry import retry_failed
 
@@ -124,15 +156,90 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         if batch is None or not failed or batch.client is None:
             return None
         cost = costs.estimate_total(r.request for r in failed)
-        if not confirmed and batch.client.settings.needs_confirm(None) and not self._retry_asked:
-            self._retry_asked = True
-            self._note(f"Retry {len(failed)} failed row(s)? About {cost} credits (estimate). Press again to send.")
+        snapshot = (id(batch), tuple(r.index for r in failed), cost)
+
+        def question(changed: bool) -> str:
+            again = "The failed rows changed since they were priced. " if changed else ""
+            return f"{again}Retry {len(failed)} failed row(s)? About {cost} credits (estimate). Press again to send."
+
+        if not confirmed and not self.ask.press_again("retry", snapshot, question):
+            self._note(self.ask.question)
             return None
-        self._retry_asked = False
+        self.ask.cancel()
         retry = retry_failed(batch, wait=False)
         if retry is not None:
             self.follow(retry)
         return retry
+
+    def _needs_confirm(self) -> bool:
+        client = self.batch.client if self.batch is not None else None
+        if client is None and self._planned is not None:
+            client = self._planned[1]
+        return client is not None and client.settings.needs_confirm(self.confirm)
+
+    # -- a batch planned, not sent yet (`%%musicgen_batch` with a key that may cost money) -----------------
+
+    def plan(self, priced: PricedBatch, client: Any, start: Callable[[], Batch]) -> None:
+        """Show `priced` unsent with a Send button: a press asks (the `PaidAsk` rule), its Confirm calls `start`."""
+        self._planned = (priced, client, start)
+        self.ask.cancel()
+        with self._lock:
+            self._show(plan_data(priced))
+
+    def send_planned(self, *, confirmed: bool = True) -> Batch | None:
+        """Send the planned batch (from code, or the Send button with `confirmed=False`: asks first)."""
+        planned = self._planned
+        if planned is None or self.batch is not None:
+            return None
+        priced = planned[0]
+        if not confirmed and not self.ask.press("send", priced.to_payload(), self._plan_question(priced)):
+            with self._lock:
+                self._show(plan_data(priced, asking=self.ask.question))
+            return None
+        return self._start_planned()
+
+    def confirm_planned(self) -> Batch | None:
+        """The Confirm of a shown question: sends exactly the planned batch it priced."""
+        planned = self._planned
+        if planned is None or self.batch is not None:
+            return None
+        priced = planned[0]
+        if not self.ask.confirm("send", priced.to_payload(), self._plan_question(priced)):
+            with self._lock:
+                self._show(plan_data(priced, asking=self.ask.question))
+            return None
+        return self._start_planned()
+
+    def _start_planned(self) -> Batch | None:
+        assert self._planned is not None
+        priced, _client, start = self._planned
+        self.ask.cancel()
+        try:
+            batch = start()
+        except Exception as exc:  # a budget or credits refusal: said in the view, nothing sent
+            with self._lock:
+                self._show(plan_data(priced, note=one_line(exc)[:400]))
+            return None
+        self._planned = None
+        self.update(batch)
+        return batch
+
+    @staticmethod
+    def _plan_question(priced: PricedBatch) -> Callable[[bool], str]:
+        def question(changed: bool) -> str:
+            again = "The batch changed since it was priced. " if changed else ""
+            return f"{again}Send {priced.rows_words}, about {priced.total} credits (estimate)? Press Confirm to send."
+
+        return question
+
+    def cancel(self) -> None:
+        """Drop the question a paid press asked; nothing is sent."""
+        self.ask.cancel()
+        with self._lock:
+            if self.batch is not None:
+                self._show(view_data(self.batch))
+            elif self._planned is not None:
+                self._show(plan_data(self._planned[0]))
 
     def _note(self, text: str) -> None:
         with self._lock:
@@ -141,7 +248,20 @@ class BatchView(TextRepr, anywidget.AnyWidget):
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         """Intents from the front end: `stop` (start no more rows), `retry_failed` (send the failed ones again)."""
-        if not isinstance(content, dict) or self.batch is None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("kind")
+        if self.batch is None and self._planned is not None:  # a planned batch: Send, Confirm, Cancel
+            if kind == "send":
+                self.send_planned(confirmed=False)
+            elif kind == "confirm" and self.ask.asking("send"):  # only a question the view showed
+                self.confirm_planned()
+            elif kind == "cancel":
+                self.cancel()
+        if self.batch is None:
+            if kind == "resync":
+                with self._lock:
+                    self.send_state("data")
             return
         if content.get("kind") == "resync":  # the front end missed a patch: the whole data
             with self._lock:
@@ -156,6 +276,8 @@ class BatchView(TextRepr, anywidget.AnyWidget):
                 self._note(f"Retry failed: {one_line(exc)[:300]}")
 
     def __repr__(self) -> str:
+        if self.batch is None and self._planned is not None:
+            return plan_data(self._planned[0])["line"]
         return self.batch.progress_line() if self.batch is not None else "batch: not started"
 
 

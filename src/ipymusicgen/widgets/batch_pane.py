@@ -20,7 +20,7 @@ from .pane import FieldSpec, Pane, plural
 
 if TYPE_CHECKING:
     from ..batch.engine import Batch
-    from .studio import Studio
+    from .pane import PaneHost
 
 NO_VARIABLE = (("none: the lines above", ""),)
 MAX_CONCURRENCY = 100
@@ -43,7 +43,7 @@ class BatchPane(Pane):
     tab = "batch"
     submit_label = "Start batch"
 
-    def __init__(self, studio: Studio, shell: Any = None) -> None:
+    def __init__(self, studio: PaneHost, shell: Any = None) -> None:
         super().__init__(
             studio,
             [
@@ -59,7 +59,7 @@ class BatchPane(Pane):
         self.notes: list[str] = []
         """What `%musicgen` would note for the lines (fields left as typed, fields the service ignores)."""
         self.batch: Batch | None = None
-        self.view = BatchView(watcher=studio.watcher)
+        self.view = BatchView(watcher=studio.watcher, confirm=studio.confirm)  # its retry asks as the panes do
 
     # -- rows ------------------------------------------------------------------------------------------
 
@@ -94,7 +94,7 @@ class BatchPane(Pane):
     def focus(self, name: str) -> None:
         if name == "source":
             self.list_sources()
-            self._studio._changed(self, revalidate=False)
+            self._studio.pane_changed(self, revalidate=False)
 
     def visible(self) -> list[str]:
         return [n for n in self.specs if n != "lines" or not self.typed["source"]]

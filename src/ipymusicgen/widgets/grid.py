@@ -20,6 +20,7 @@ from ..errors import one_line
 from ..lab.grid import Grid, GridCell
 from ._static import css, esm
 from .compare import CompareView
+from .paid_ask import PaidAsk
 from .song_data import Record, plain, song_card
 from .text import TextRepr
 
@@ -63,14 +64,13 @@ class GridView(TextRepr, w.VBox):
     ) -> None:
         self.grid = grid
         self.library = library
-        self.confirm_required = grid.client.settings.needs_confirm(confirm)
+        self.ask = PaidAsk.of(grid.client.settings, confirm)
+        """The question a paid Run showed ("Send ...?"); the next Run (or Confirm) sends what it priced."""
         self.budget = budget
         self.concurrency = concurrency
         self.board = GridBoard()
         self._comparer = CompareView(library=library)  # made now: marimo cannot make a widget from a message
         self.picked: list[str] = []
-        self.asking = ""
-        """The question a paid Run showed ("Send ...?"); the next Run (or Confirm) sends."""
         self.note = ""
         self._lock = threading.RLock()
         self._drawing = threading.Lock()
@@ -86,20 +86,40 @@ class GridView(TextRepr, w.VBox):
 
     # -- the Python API ------------------------------------------------------------------------------
 
+    @property
+    def confirm_required(self) -> bool:
+        """Whether a Run asks first (the caller's `confirm` choice, else the key's rule); settable."""
+        return self.ask.needed
+
+    @confirm_required.setter
+    def confirm_required(self, value: bool) -> None:
+        self.ask.forced = value
+
+    @property
+    def asking(self) -> str:
+        """The question a paid Run showed ("" when none)."""
+        return self.ask.question
+
+    def _question(self, changed: bool) -> str:
+        left = self._credits_left()  # a network read: never under the lock the batch's thread draws under
+        again = "The grid changed since it was priced. " if changed else ""
+        return (
+            f"{again}Send {len(self.grid.cells)} rows, about {self.grid.estimate} credits (estimate){left}? "
+            "Press Confirm to send."
+        )
+
+    def _snapshot(self) -> Any:
+        return (self.grid.name, len(self.grid.cells), self.grid.estimate)
+
     def run(self, *, confirmed: bool = True) -> Batch | None:
         """Send the grid (its one named batch). From code the call is the decision; the button passes
         `confirmed=False`, and then a key that may cost money is asked first."""
         if self.grid.batch is not None and not self.grid.batch.done:
             return self.grid.batch
-        if not confirmed and self.confirm_required and not self.asking:
-            left = self._credits_left()  # a network read: never under the lock the batch's thread draws under
-            self.asking = (
-                f"Send {len(self.grid.cells)} rows, about {self.grid.estimate} credits (estimate){left}? "
-                "Press Confirm to send."
-            )
+        if not confirmed and not self.ask.press_again("run", self._snapshot(), self._question):
             self._draw()
             return None
-        self.asking = ""
+        self.ask.cancel()
         self.note = ""
         try:
             return self.grid.run(budget=self.budget, concurrency=self.concurrency)
@@ -112,7 +132,7 @@ class GridView(TextRepr, w.VBox):
 
     def cancel(self) -> None:
         """Drop the question a paid Run asked; nothing is sent."""
-        self.asking = ""
+        self.ask.cancel()
         self._draw()
 
     def pick(self, task_id: str) -> list[str]:
@@ -292,6 +312,9 @@ class GridView(TextRepr, w.VBox):
                 self.board.send_state("data")
 
     def _confirmed(self) -> None:
+        if not self.ask.confirm("run", self._snapshot(), self._question):  # changed since: asked again
+            self._draw()
+            return
         try:
             self.run(confirmed=True)
         except Exception:  # said on the board by run()

@@ -10,15 +10,43 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RequestValidationError, UnprocessableEntityError
 from ..models.costs import CostTableError, estimate_credits
 from .fields import error_title, number_text, parse_number, problems_by_field, server_problems
+from .paid_ask import PaidAsk
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient
-    from .studio import Studio
+    from .watcher import TaskWatcher
+
+
+class PaneHost(Protocol):
+    """What a pane asks of the studio it sits in (its whole interface: no pane reaches past it)."""
+
+    @property
+    def client(self) -> MusicClient: ...
+
+    @property
+    def watcher(self) -> TaskWatcher: ...
+
+    @property
+    def confirm(self) -> bool | None: ...
+
+    @property
+    def needs_confirm(self) -> bool: ...
+
+    @property
+    def credits_left(self) -> int | None: ...
+
+    def pane_changed(self, pane: Pane, *, revalidate: bool = True) -> None: ...
+
+    def pane_sent(self, pane: Pane, result: Any) -> None: ...
+
+    def show(self, tab: str) -> None: ...
+
+    def use_lyrics(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +115,7 @@ class Pane:
     submit_label = "Send"
     paid = True
 
-    def __init__(self, studio: Studio, specs: Iterable[FieldSpec]) -> None:
+    def __init__(self, studio: PaneHost, specs: Iterable[FieldSpec]) -> None:
         self._studio = studio
         self.specs = {spec.name: spec for spec in specs}
         self.typed: dict[str, Any] = {name: self._empty(spec) for name, spec in self.specs.items()}
@@ -101,9 +129,8 @@ class Pane:
         self.error = ""
         self.ids: list[str] = []
         self.busy = False
-        self.confirm = ""
-        self.priced: Any = None
-        """The request the shown confirm priced: "Confirm and send" sends exactly it, or asks again."""
+        self.ask = PaidAsk(lambda: studio.needs_confirm)
+        """The shown confirm and the request it priced: "Confirm and send" sends exactly it, or asks again."""
         self._callbacks: list[Callable[[Any], Any]] = []
 
     @staticmethod
@@ -121,7 +148,17 @@ class Pane:
         return self._studio.client
 
     @property
-    def studio(self) -> Studio:
+    def confirm(self) -> str:
+        """The confirm question shown ("" when none): what the request costs, before anything is sent."""
+        return self.ask.question
+
+    @property
+    def priced(self) -> Any:
+        """The payload the shown confirm priced (None when none is shown)."""
+        return self.ask.asked.snapshot if self.ask.asked is not None else None
+
+    @property
+    def studio(self) -> PaneHost:
         """The studio this pane belongs to (what a notebook shows for it)."""
         return self._studio
 
@@ -142,20 +179,20 @@ class Pane:
         for name, value in fields.items():
             self._set(name, value)
             self.touched.add(name)
-        self._studio._changed(self)
+        self._studio.pane_changed(self)
 
     def type(self, name: str, value: Any) -> None:
         """What the browser sends while someone types: the value changes, the field is not touched yet."""
         if name not in self.specs:
             return
         self._set(name, value)
-        self._studio._changed(self)
+        self._studio.pane_changed(self)
 
     def touch(self, name: str) -> None:
         """The field lost focus: from now on its problem may be shown."""
         if name in self.specs and name not in self.touched:
             self.touched.add(name)
-            self._studio._changed(self)
+            self._studio.pane_changed(self)
 
     @property
     def valid(self) -> bool:
@@ -175,7 +212,7 @@ class Pane:
         """The problems a person sees: of touched fields, or of all after a submit was tried."""
         return {n: p for n, p in self.problems.items() if self.tried or n in self.touched}
 
-    def submit(self, *, confirmed: bool = True, changed: bool = False) -> Any:
+    def submit(self, *, confirmed: bool = True) -> Any:
         """Validate and send once; the result or None (problems and errors are shown, never raised).
 
         Called from code, the call itself is the decision. The button sends `confirmed=False`: with a
@@ -186,19 +223,18 @@ class Pane:
         self.tried = True
         self.validate()
         if self.request is None:
-            self.status, self.confirm = "", ""
-            self._studio._changed(self, revalidate=False)
+            self.status = ""
+            self.ask.cancel()
+            self._studio.pane_changed(self, revalidate=False)
             return None
-        if self.paid and self._studio.needs_confirm and not confirmed:
-            self.priced = self.request
-            self.confirm = self.confirm_question(changed)
+        if self.paid and not confirmed and not self.ask.press(self.tab, self._snapshot(), self.confirm_question):
             self.status = "waiting for your confirmation"
-            self._studio._changed(self, revalidate=False)
+            self._studio.pane_changed(self, revalidate=False)
             return None
-        self.confirm = ""
+        self.ask.cancel()
         self.busy = True
         self.status, self.error, self.error_title = "sending…", "", ""
-        self._studio._changed(self, revalidate=False)
+        self._studio.pane_changed(self, revalidate=False)
         try:
             result = self._call(self.request)
         except UnprocessableEntityError as exc:
@@ -214,29 +250,37 @@ class Pane:
             return None
         finally:
             self.busy = False
-            self._studio._changed(self, revalidate=False)
+            self._studio.pane_changed(self, revalidate=False)
         self.status = self._describe(result)
         self.tried = False
-        self._studio._changed(self, revalidate=False)
+        self._studio.pane_changed(self, revalidate=False)
         for callback in list(self._callbacks):
             callback(result)
-        self._studio._after_submit(self, result)
+        self._studio.pane_sent(self, result)
         return result
 
     def confirm_priced(self) -> Any:
         """The "Confirm and send" button: send the request the confirm priced. If the pane's request is no longer
         that one (changed since), nothing is sent and the confirm asks again for the new one."""
-        priced, self.priced = self.priced, None
         self.validate()
-        current = self.request
-        if priced is None or current is None or priced.to_payload() != current.to_payload():
-            return self.submit(confirmed=False, changed=priced is not None and current is not None)
+        if self.request is None:
+            self.ask.cancel()
+            return self.submit(confirmed=False)
+        if not self.ask.confirm(self.tab, self._snapshot(), self.confirm_question):
+            if self.ask.asked is None:  # no question of this pane stood: ask now, send nothing
+                return self.submit(confirmed=False)
+            self._studio.pane_changed(self, revalidate=False)  # asked again: the request changed since
+            return None
         return self.submit(confirmed=True)
 
+    def _snapshot(self) -> Any:
+        """What a confirm compares: the request as data."""
+        return self.request.to_payload() if self.request is not None else None
+
     def cancel(self) -> None:
-        self.priced = None
-        self.confirm, self.status = "", "not sent"
-        self._studio._changed(self, revalidate=False)
+        self.ask.cancel()
+        self.status = "not sent"
+        self._studio.pane_changed(self, revalidate=False)
 
     # -- rules ----------------------------------------------------------------------------------------
 
@@ -253,7 +297,7 @@ class Pane:
     def dismiss(self) -> None:
         """Close the error box (the request is unchanged: sending it again is a new decision)."""
         self.error = self.error_title = ""
-        self._studio._changed(self, revalidate=False)
+        self._studio.pane_changed(self, revalidate=False)
 
     def focus(self, name: str) -> None:
         """A field got the focus (a pane may refresh its choices then)."""
@@ -268,7 +312,7 @@ class Pane:
             text = f"uses about {plural(self.estimate(self.request), 'credit')} (estimate)"
         except CostTableError as exc:  # a typo in the price table: say so; a paid step still asks first
             text = f"cost unknown ({exc})"
-        left = self._studio.key_info.credits
+        left = self._studio.credits_left
         return text + (f" · {left:,} left" if left is not None else "")
 
     def confirm_question(self, changed: bool) -> str:
@@ -358,7 +402,7 @@ class Pane:
             self.typed[name] = value
         else:
             self.typed[name] = "" if value is None else str(value)
-        self.confirm, self.priced = "", None  # a changed request must be confirmed again
+        self.ask.cancel()  # a changed request must be confirmed again
         self.error = self.error_title = ""  # the error was about the request as it was sent
 
     def _build(self) -> Any:

@@ -269,11 +269,11 @@ class KeyPane:
             info = client.key_info()
         except Exception as exc:  # shown in the Key tab
             self.problem, self.error = error_title(exc), client.redact(str(exc))
-            self._studio._key_changed()
+            self._studio.key_changed()
             return None
         self.info, self.checked = info, datetime.now()
         self.problem = self.error = ""
-        self._studio._key_changed()
+        self._studio.key_changed()
         return info
 
     @property
@@ -447,7 +447,18 @@ class Studio(TextRepr, w.VBox):
 
     # -- plumbing -----------------------------------------------------------------------------------------
 
-    def _changed(self, pane: Pane, *, revalidate: bool = True) -> None:
+    @property
+    def confirm(self) -> bool | None:
+        """The caller's confirm choice (`studio(confirm=...)`): None follows the key; every paid control keeps it."""
+        return self._confirm
+
+    @property
+    def credits_left(self) -> int | None:
+        """The credits left as last read from the key (None until read)."""
+        return self.key_info.credits
+
+    def pane_changed(self, pane: Pane, *, revalidate: bool = True) -> None:
+        """A pane's state changed: draw it again (revalidated first unless the pane just did)."""
         if revalidate:
             pane.validate()
         name = next(n for n, p in self._panes.items() if p is pane)
@@ -462,7 +473,8 @@ class Studio(TextRepr, w.VBox):
         self._key_checking = True
         threading.Thread(target=self.refresh_key, name="ipymusicgen-studio-key", daemon=True).start()
 
-    def _after_submit(self, pane: Pane, _result: Any) -> None:
+    def pane_sent(self, pane: Pane, _result: Any) -> None:
+        """A pane sent its request: the credits left are read again for the cost lines."""
         if pane.paid and self.key_info.info is not None:
             self.refresh_key()
 
@@ -507,10 +519,11 @@ class Studio(TextRepr, w.VBox):
         elif kind == "cancel":
             pane.cancel()
 
-    def _key_changed(self) -> None:
+    def key_changed(self) -> None:
+        """The key was read again: the Key tab and every cost line say the new credits."""
         self._view.key = self.key_info.state()
         for pane in self._panes.values():
-            self._changed(pane, revalidate=False)  # the cost line says the credits left
+            self.pane_changed(pane, revalidate=False)  # the cost line says the credits left
 
     def __repr__(self) -> str:
         tabs = " | ".join(t["title"] for t in self._view.tabs)

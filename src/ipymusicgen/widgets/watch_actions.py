@@ -15,6 +15,7 @@ from ..client.faces import MusicClient
 from ..errors import MusicGenError
 from ..models.schema import PROMPT_MAX, TITLE_MAX, V2Song
 from ..models.tasks import TaskSet, TaskState
+from .paid_ask import PaidAsk
 from .song_data import Record
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ PAID_ASKS = {
     "mp4": "Pay about {price} credit(s) for this song's MP4 video? Made once, then kept beside the song: press MP4 "
     "again to send.",
 }
-"""Card actions that pay: with a real key the first press says so, and the very next press sends. An extra (WAV,
-MP4) made before, here, in another kernel or by an agent, is reused at once: nothing to pay, nothing asked."""
+"""Card actions that pay: with a real key (or the watcher's `confirm_required`) the first press says so, and the
+very next press sends (the `PaidAsk` rule). An extra (WAV, MP4) made before, here, in another kernel or by an agent,
+is reused at once: nothing to pay, nothing asked."""
 EXTRA_ACTIONS = ("wav", "mp4")
 
 _open_extend_studio: Callable[[Any], Any] | None = None
@@ -65,7 +67,7 @@ class ActionsPart:
     _tasks: TaskSet
     _form_provider: Callable[[bool], Any] | None
     confirm_required: bool | None
-    _asked: tuple[str, str] | None
+    paid_ask: PaidAsk
     _requests: dict[str, tuple[Any, bool]]
     extend_studio: Any
     extend_form: Any
@@ -135,6 +137,8 @@ class ActionsPart:
 
     def _asks(self, name: str, task_id: str) -> str | None:
         """What the first press of a paid action says (its price first), or None when it costs nothing now."""
+        if name == "concat":
+            self._finished_record(task_id)  # a song that cannot be joined says so now
         if name not in EXTRA_ACTIONS:
             return PAID_ASKS[name]
         from ..archive.extras import extra_price, held
@@ -219,18 +223,13 @@ class ActionsPart:
     def run_action(self, name: str, task_id: str) -> Any:
         """What a card button does; the outcome or the error becomes the card's note (plain text)."""
         card = self.card(task_id)
-        asked, self._asked = self._asked, None  # a confirm holds for the very next press only
         try:
-            ask = (
-                self._asks(name, task_id)
-                if name in PAID_ASKS and asked != (name, task_id) and self._needs_confirm()
-                else None
-            )
-            if ask is not None:
-                if name == "concat":
-                    self._finished_record(task_id)  # a song that cannot be joined says so now
-                self._asked = (name, task_id)
-                card.note = ask
+            key = (name, task_id)  # a confirm holds for the very next press only, of the same button
+            asked = name in PAID_ASKS and not self.paid_ask.press_again(key, key, lambda _: self._asks(name, task_id))
+            if name not in PAID_ASKS:
+                self.paid_ask.cancel()
+            if asked:
+                card.note = self.paid_ask.question
                 result = None
             elif name == "extend":
                 result = self.extend(task_id)

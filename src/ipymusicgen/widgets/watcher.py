@@ -25,6 +25,7 @@ from ..session import register_watcher, unregister_watcher
 from ._static import css, esm
 from .card import TaskCard
 from .card_audio import CardAudio
+from .paid_ask import PaidAsk
 from .song_data import ALL_ACTIONS, Record, card_state, plain
 from .text import TextRepr
 from .watch_actions import ActionsPart, extend_fields, provide_extend_studio
@@ -99,7 +100,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         """Set by the Studio: which form an extend should prefill (argument: is it a v2 song)."""
         self.confirm_required: bool | None = None
         """None: with a real key a card's concat (a paid request) asks first; True/False: always/never."""
-        self._asked: tuple[str, str] | None = None
+        self.paid_ask = PaidAsk(self._needs_confirm)
         """The paid card action (name, task id) whose confirm was just shown: the very next press sends it."""
         self._requests: dict[str, tuple[Any, bool]] = {}
         """Each call's request and whether it is v2, when the caller gave it: what a failed call's Retry sends."""

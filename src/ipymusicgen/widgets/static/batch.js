@@ -60,6 +60,21 @@ function imsBatchDraw(root, data, send) {
     }
     root.appendChild(end);
   }
+  if (data.can_send || data.asking) {  // a batch planned, not sent yet: Send, or the question it asked
+    const ask = imsEl("div", "ims-batch-ask");
+    if (data.asking) {
+      ask.appendChild(imsEl("span", "ims-batch-question", data.asking));
+      ask.appendChild(imsTextButton("ims-batch-confirm ims-primary", "Confirm", "Send exactly what was priced", () =>
+        send({ kind: "confirm" }),
+      ));
+      ask.appendChild(imsTextButton("ims-batch-cancel", "Cancel", "Send nothing", () => send({ kind: "cancel" })));
+    } else {
+      ask.appendChild(imsTextButton("ims-batch-send ims-primary", "Send", "Send these rows (asks first when paid)", () =>
+        send({ kind: "send" }),
+      ));
+    }
+    root.appendChild(ask);
+  }
   if (data.note) root.appendChild(imsEl("div", "ims-batch-note", data.note));
 }
 
