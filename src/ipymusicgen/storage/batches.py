@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import JournalWriteWarning
-from .db import damage_named, open_db, write_transaction
+from .connection import Shared, acquire
+from .db import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
@@ -74,18 +75,33 @@ class BatchStore:
 
     def __init__(self, path: str | Path | None) -> None:
         self.path = Path(path) if path else None
-        self._lock = threading.Lock()
+        self._shared: Shared | None = None
+        self._memory: sqlite3.Connection | None = None
         if self.path is None:
-            self._db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-            self._db.row_factory = sqlite3.Row
+            self._memory = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self._memory.row_factory = sqlite3.Row
+            self._lock = threading.RLock()
         else:
-            self._db = open_db(self.path)
+            self._shared = acquire(self.path)
+            self._lock = self._shared.lock
         self._ready = self._prepare()
         self._deferred: list[tuple[str, tuple[Any, ...]]] = []
         """Row states the file refused (locked by another kernel, disk full): written before the next write."""
 
     def __repr__(self) -> str:
         return f"BatchStore({str(self.path) if self.path else 'in memory'!r})"
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The journal file's one connection in this process (shared with the other stores), or memory's."""
+        return self._memory if self._memory is not None else self._shared.db  # type: ignore[union-attr]
+
+    @_db.setter
+    def _db(self, db: sqlite3.Connection) -> None:
+        if self._shared is not None:
+            self._shared.db = db
+        else:
+            self._memory = db
 
     def _prepare(self) -> bool:
         """Bring the schema up to date; False if the file cannot be written now (read-only, locked): it still
@@ -100,6 +116,8 @@ class BatchStore:
         if not self._ready:
             migrate(self._db, self.path or "memory")  # raises what keeps the file from being written
             self._ready = True
+        if self._shared is not None:
+            self._shared.use_timeout(busy_timeout_or_default(None))
         return write_transaction(self._db, self._lock)
 
     def _record(self, statements: list[tuple[str, tuple[Any, ...]]]) -> bool:
@@ -254,7 +272,12 @@ class BatchStore:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._memory is not None:
+                self._memory.close()
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            self._memory = shared.db  # what it held, for a late caller to find closed or still in use
+            shared.release()
 
 
 _memory: BatchStore | None = None

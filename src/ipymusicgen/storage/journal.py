@@ -22,7 +22,6 @@ import json
 import os
 import sqlite3
 import stat
-import threading
 import time
 import uuid
 import warnings
@@ -36,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from ..config import service_address
 from ..errors import JournalUnavailableError, JournalWriteWarning, storage_reason
 from ..lifecycle import at_exit
-from .db import PRIVATE_FILE, busy_timeout_or_default, damaged, is_damage, open_db, write_transaction
+from .connection import Shared, acquire
+from .db import PRIVATE_FILE, busy_timeout_or_default, damaged, is_damage, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
@@ -233,14 +233,16 @@ class Journal:
     def __init__(self, path: str | Path | None = None, *, busy_timeout: float | None = None) -> None:
         self.path = Path(path) if path else default_journal_path()
         self.busy_timeout = busy_timeout = busy_timeout_or_default(busy_timeout)
-        self._lock = threading.RLock()
         self._backlog: list[_Unwritten] = []
         self._warned_episode = False
         self._owner = Owner.current()
         try:
-            self._db = open_db(self.path, busy_timeout=busy_timeout)
+            self._shared: Shared | None = acquire(self.path, busy_timeout=busy_timeout)
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
+        self._connection = self._shared
+        self._lock = self._shared.lock
+        self._connection.use_timeout(busy_timeout)
         self._ready = self._prepare()
         if self._ready:
             self._take_spills()
@@ -248,6 +250,11 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The file's one connection in this process (`connection.acquire`), shared with the other stores."""
+        return self._connection.db
 
     def _prepare(self) -> bool:
         """Bring the file's schema up to date (`migrations.migrate`); False if it cannot be written now.
@@ -264,14 +271,13 @@ class Journal:
     def _reopen(self) -> None:
         """A connection opened on a read-only file stays read-only: open it again once the file may be writable."""
         try:
-            fresh = open_db(self.path, busy_timeout=self.busy_timeout)
+            self._connection.reopen(self.busy_timeout)
         except (sqlite3.Error, OSError, JournalUnavailableError):  # replaced, damaged: the ids wait in memory
             return
-        self._db.close()
-        self._db = fresh
         self._ready = self._prepare()
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        self._connection.use_timeout(self.busy_timeout)
         return write_transaction(self._db, self._lock)
 
     # -- the backlog -----------------------------------------------------------------------------------
@@ -467,6 +473,7 @@ class Journal:
                 with self._quick():
                     self.flush()
             try:
+                self._connection.use_timeout(self.busy_timeout)
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 if is_damage(exc):
@@ -478,12 +485,12 @@ class Journal:
     def _quick(self) -> Iterator[None]:
         """Writes a read makes on the side (the backlog, settling) try once and never wait out a lock."""
         with self._lock:
-            self._db.execute(f"PRAGMA busy_timeout={QUICK_BUSY_MS}")
+            self._connection.use_timeout(QUICK_BUSY_MS / 1000)
             try:
                 yield
             finally:
                 with suppress(sqlite3.Error):
-                    self._db.execute(f"PRAGMA busy_timeout={max(0, int(self.busy_timeout * 1000))}")
+                    self._connection.use_timeout(self.busy_timeout)
 
     def _entries(self, where: str, params: tuple[Any, ...], limit: int | None = None) -> list[JournalEntry]:
         sql = f"SELECT * FROM tasks WHERE {where} ORDER BY created_at DESC, id"
@@ -592,7 +599,9 @@ class Journal:
                     )
                 warnings.warn(message, JournalWriteWarning, stacklevel=2)
                 self._backlog.clear()
-            self._db.close()
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.release()
 
     def _spill(self) -> Path | None:
         """Save what must not be lost (ids, outcomes) beside the journal; None if that fails too."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,7 +18,8 @@ from typing import Any
 
 from ..config import service_address
 from ..errors import MusicGenError
-from .db import damage_named, open_db, write_transaction
+from .connection import Shared, acquire
+from .db import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import LATEST, migrate, version_of
 
 TEXT_LIMIT = 50_000
@@ -62,15 +62,22 @@ class LibraryStore:
 
     def __init__(self, journal_path: str | Path) -> None:
         self.path = Path(journal_path)
-
-        self.lock = threading.RLock()
         try:
-            self.db = open_db(self.path)
+            self._shared: Shared | None = acquire(self.path)
         except sqlite3.OperationalError as exc:  # first open while another kernel holds the file
             raise LibraryWriteError(
                 f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."
             ) from None
+        self._connection = self._shared
+        self.lock = self._shared.lock
+        self._waits: float | None = None
+        """Seconds this store's writes wait for another process's lock (None: the journal's default)."""
         self._ready = self._prepare()
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The file's one connection in this process, shared with the journal and the other stores."""
+        return self._connection.db
 
     def _prepare(self) -> bool:
         """Bring the schema up to date; False if the file cannot be written now (read-only, or another kernel
@@ -83,7 +90,7 @@ class LibraryStore:
         except sqlite3.OperationalError as exc:
             if version_of(self.db) >= LATEST:
                 return False
-            self.db.close()
+            self.close()
             what = (
                 "Try again in a moment"
                 if "locked" in str(exc) or "busy" in str(exc)
@@ -96,12 +103,16 @@ class LibraryStore:
         return True
 
     def close(self) -> None:
+        """This store is done with the file (the connection closes with its last user)."""
         with self.lock:
-            self.db.close()
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.release()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         with damage_named(self.path):
+            self._connection.use_timeout(busy_timeout_or_default(self._waits))
             if not self._ready:
                 with self.lock:
                     migrate(self.db, self.path)  # raises what keeps the file from being written
@@ -258,12 +269,11 @@ class LibraryStore:
             yield
             return
         with self.lock:
-            before = self.db.execute("PRAGMA busy_timeout").fetchone()[0]
-            self.db.execute(f"PRAGMA busy_timeout={max(0, int(seconds * 1000))}")
+            before, self._waits = self._waits, seconds
             try:
                 yield
             finally:
-                self.db.execute(f"PRAGMA busy_timeout={int(before)}")
+                self._waits = before
 
     def vote(self, winner: str, loser: str, *, blind: bool, wait: float | None = None) -> None:
         """One pairwise vote: `winner` was preferred to `loser`; `wait`: seconds to wait for another kernel's

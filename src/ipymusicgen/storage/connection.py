@@ -1,0 +1,104 @@
+"""One connection per journal file per process, shared by every store over that file.
+
+The journal, the library, the batch rows and the paid extras each used to open the file on their own, and
+`library()` opened it again on every call. Here a process-wide registry keyed by the file (its resolved path
+and identity on disk) hands every user the same `Shared` connection and its one lock; the connection closes
+when its last user releases it, or at exit. A file replaced on disk (moved aside, restored) is a new file and
+gets its own connection.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from contextlib import suppress
+from pathlib import Path
+
+from ..lifecycle import at_exit
+from .db import _create_if_missing, busy_timeout_or_default, open_db
+
+Key = tuple[Path, int, int]
+_registry: dict[Key, Shared] = {}
+_registry_lock = threading.Lock()
+
+
+class Shared:
+    """A journal file's one connection, its lock (every transaction and read over it takes it) and its users."""
+
+    def __init__(self, key: Key, db: sqlite3.Connection, busy_timeout: float) -> None:
+        self.key = key
+        self.path = key[0]
+        self.db = db
+        self.lock = threading.RLock()
+        self.users = 0
+        self._timeout_ms = max(0, int(busy_timeout * 1000))
+
+    def __repr__(self) -> str:
+        return f"Shared({str(self.path)!r}, users={self.users})"
+
+    def use_timeout(self, seconds: float) -> None:
+        """Make the connection wait `seconds` for another process's lock (each user keeps its own wait)."""
+        wanted = max(0, int(seconds * 1000))
+        if wanted != self._timeout_ms:
+            with self.lock:
+                self.db.execute(f"PRAGMA busy_timeout={wanted}")
+                self._timeout_ms = wanted
+
+    def reopen(self, busy_timeout: float) -> None:
+        """Open the file again (a connection made on a read-only file stays read-only); the old one is closed.
+        Raises as `open_db` does; the old connection is kept then."""
+        with self.lock:
+            fresh = open_db(self.path, busy_timeout=busy_timeout)
+            old, self.db = self.db, fresh
+            self._timeout_ms = max(0, int(busy_timeout * 1000))
+            with suppress(sqlite3.Error):
+                old.close()
+
+    def release(self) -> None:
+        """One user is done; the last one closes the connection."""
+        with _registry_lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            if _registry.get(self.key) is self:
+                del _registry[self.key]
+        with self.lock, suppress(sqlite3.Error):
+            self.db.close()
+
+
+def _key(path: Path) -> Key:
+    found = os.stat(path)
+    return (path.resolve(), found.st_dev, found.st_ino)
+
+
+def acquire(path: str | Path, *, busy_timeout: float | None = None) -> Shared:
+    """The file's shared connection (opened, checked and made private by `open_db` the first time); the caller
+    `release()`s it when done. Raises as `open_db` does, the file untouched."""
+    seconds = busy_timeout_or_default(busy_timeout)
+    path = Path(path)
+    _create_if_missing(path)
+    with _registry_lock:
+        key = _key(path)
+        shared = _registry.get(key)
+        if shared is None:
+            shared = Shared(key, open_db(path, busy_timeout=seconds), seconds)
+            _registry[key] = shared
+        shared.users += 1
+    return shared
+
+
+def open_connections() -> list[Shared]:
+    """The journal files this process holds open (one entry per file)."""
+    with _registry_lock:
+        return list(_registry.values())
+
+
+@at_exit
+def _close_all() -> None:
+    with _registry_lock:
+        opened = list(_registry.values())
+        _registry.clear()
+    for shared in opened:
+        with shared.lock, suppress(sqlite3.Error):
+            shared.db.close()
