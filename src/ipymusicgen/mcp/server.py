@@ -15,10 +15,12 @@ are offered as `resource_link`s to `song://{id}/audio`, inline audio only when a
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
+import inspect
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -43,10 +45,20 @@ from pydantic import BaseModel, Field, ValidationError
 
 from ..client.waiting import check_id
 from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
-from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
+from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request, field_descriptions
 from ..models.tasks import TaskSet
 from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan
-from .outputs import BatchOutput, ExtraOutput, LyricsOutput, PaidSongOutput, SearchOutput, SongsOutput
+from .outputs import (
+    AccountOutput,
+    BatchOutput,
+    BatchStatusOutput,
+    ExtraOutput,
+    LyricsOutput,
+    PaidSongOutput,
+    SearchOutput,
+    SongsOutput,
+    UnfinishedOutput,
+)
 from .songs import SERVICE_TEXT, stage, state_of
 from .text import service_text
 
@@ -85,6 +97,9 @@ MaxCredits = Annotated[
 ]
 """A number above 0 and finite: `true` is not a credit, nor is "5"."""
 
+
+V2_DEFAULTS = {"is_auto": 1, "model_version": "v4.5-plus"}
+"""What generate_song_v2 sends when the agent leaves these out (the model itself requires them)."""
 
 CONSENT = "consent"
 INPUT_REQUIRED_VERSION = "2026-07-28"
@@ -138,10 +153,18 @@ class AgentServer:
 
     def __init__(self, desk: AgentDesk) -> None:
         self.desk = desk
+        v1_shapes = tuple(V1_SHAPES.values())
         tools = [
-            self._tool(self.generate_song, PAID, v1_schema(), note=REISSUE),
-            self._tool(self.generate_song_v2, PAID, model_schema(V2Request), note=REISSUE),
-            self._tool(self.write_lyrics, PAID, model_schema(LyricsRequest)),
+            self._tool(
+                with_request_fields(self.generate_song, v1_shapes, {"action": "auto"}), PAID, v1_schema(), REISSUE
+            ),
+            self._tool(
+                with_request_fields(self.generate_song_v2, (V2Request,), V2_DEFAULTS),
+                PAID,
+                model_schema(V2Request),
+                REISSUE,
+            ),
+            self._tool(with_request_fields(self.write_lyrics, (LyricsRequest,)), PAID, model_schema(LyricsRequest)),
             self._tool(self.wait_for_songs, READ_ONLY),
             self._tool(self.get_songs, READ_ONLY),
             self._tool(self.search_library, READ_ONLY),
@@ -259,62 +282,33 @@ class AgentServer:
     async def generate_song(
         self,
         ctx: Context,
-        action: Annotated[str, Field(description=f"one of {', '.join(ACTIONS)}")] = "auto",
-        style: Annotated[str | None, Field(description="genre, mood, instruments (auto: the description)")] = None,
-        lyrics: Annotated[str | None, Field(description="lyrics, for custom and extend")] = None,
-        title: Annotated[str | None, Field(description="the song's title")] = None,
-        mv: Annotated[str | None, Field(description="model version, e.g. MFV2.0")] = None,
-        instrumental: Annotated[int | None, Field(description="1 for music without vocals")] = None,
-        gender: Annotated[str | None, Field(description="voice: male or female")] = None,
-        continue_song_id: Annotated[str | None, Field(description="song to extend or join")] = None,
-        continue_at: Annotated[float | None, Field(description="seconds into the song to continue from")] = None,
-        audio_url: Annotated[str | None, Field(description="an uploaded audio file (upload actions)")] = None,
-        singer_id: Annotated[str | None, Field(description="a singer id (artist_consistency)")] = None,
         idempotency_key: Key = None,
         again: Again = False,
         max_credits: MaxCredits = None,
+        **fields: Any,
     ) -> PaidSongOutput | InputRequiredResult:
         """Start a song (v1 endpoint); returns {task_ids, credits_estimate, attempt} at once, without waiting.
         Costs credits: the user is asked first."""
-        fields = {
-            "action": action, "style": style, "lyrics": lyrics, "title": title, "mv": mv,
-            "instrumental": instrumental, "gender": gender, "continue_song_id": continue_song_id,
-            "continue_at": continue_at, "audio_url": audio_url, "singer_id": singer_id,
-        }  # fmt: skip
         return await self._paid_song(ctx, "v1", fields, idempotency_key, max_credits, again)
 
     async def generate_song_v2(
         self,
         ctx: Context,
-        prompt: Annotated[str, Field(description="what the song should sound like")],
-        is_auto: Annotated[int, Field(description="1: from the prompt alone; 0: with your lyrics and title")] = 1,
-        model_version: Annotated[str, Field(description="v2 model, e.g. v4.5-plus")] = "v4.5-plus",
-        lyrics: Annotated[str | None, Field(description="lyrics (is_auto=0)")] = None,
-        title: Annotated[str | None, Field(description="the song's title (is_auto=0)")] = None,
-        instrumental: Annotated[int | None, Field(description="1 for music without vocals")] = None,
-        continue_song_id: Annotated[str | None, Field(description="song to extend")] = None,
-        continue_at: Annotated[int | None, Field(description="seconds into the song to continue from")] = None,
         idempotency_key: Key = None,
         again: Again = False,
         max_credits: MaxCredits = None,
+        **fields: Any,
     ) -> PaidSongOutput | InputRequiredResult:
         """Start a song on the v2 endpoint; returns {task_ids, credits_estimate, attempt} at once.
         Costs credits: the user is asked first."""
-        fields = {
-            "prompt": prompt, "is_auto": is_auto, "model_version": model_version, "lyrics": lyrics, "title": title,
-            "instrumental": instrumental, "continue_song_id": continue_song_id, "continue_at": continue_at,
-        }  # fmt: skip
         return await self._paid_song(ctx, "v2", fields, idempotency_key, max_credits, again)
 
     async def write_lyrics(
-        self,
-        ctx: Context,
-        prompt: Annotated[str, Field(description="what the lyrics are about")],
-        max_credits: MaxCredits = None,
+        self, ctx: Context, max_credits: MaxCredits = None, **fields: Any
     ) -> LyricsOutput | InputRequiredResult:
         """Write lyrics from a prompt; returns {title, text}. Costs a credit: the user is asked first. Not
         deduplicated: each call writes (and pays for) new lyrics."""
-        plan = await self._blocking(lambda: self.desk.plan("lyrics", {"prompt": prompt}))
+        plan = await self._blocking(lambda: self.desk.plan("lyrics", fields))
         declined = await self._consent(ctx, plan, max_credits)
         if isinstance(declined, InputRequiredResult):
             return declined
@@ -480,17 +474,17 @@ class AgentServer:
         songs = await self._blocking(lambda: self.desk.search(text, favourite, model, limit))
         return cast(SearchOutput, self._clean({"songs": songs, "count": len(songs)}))
 
-    async def account(self) -> dict[str, Any]:
+    async def account(self) -> AccountOutput:
         """Credits left on the key, spend today, and the budget left for this server."""
         return self._clean(await self._blocking(self.desk.account))
 
     async def batch_status(
         self, name: Annotated[str, Field(max_length=MAX_KEY_LENGTH, description="the batch's name")]
-    ) -> dict[str, Any]:
+    ) -> BatchStatusOutput:
         """How a batch is doing: rows per state, its ids, its progress line."""
         return self._clean(await self._blocking(lambda: self.desk.batch_status(name)))
 
-    async def unfinished(self) -> dict[str, Any]:
+    async def unfinished(self) -> UnfinishedOutput:
         """What was paid for and not yet received: unknown attempts and songs still running (as resume())."""
         return self._clean(await self._blocking(self.desk.unfinished))
 
@@ -604,6 +598,65 @@ def v1_schema() -> dict[str, Any]:
             properties.setdefault(name, prop)
     properties["action"] = {"type": "string", "enum": list(ACTIONS), "default": "auto"}
     return {"properties": properties, "required": []}
+
+
+_JSON_TYPES: dict[frozenset[str], Any] = {
+    frozenset({"string"}): str,
+    frozenset({"integer"}): int,
+    frozenset({"number"}): float,
+    frozenset({"integer", "number"}): float,
+    frozenset({"boolean"}): bool,
+}
+
+
+def _loose_type(prop: dict[str, Any]) -> Any:
+    """The plain type a tool parameter takes for a model field's schema: the models check the bounds (in the desk),
+    so an agent's mistake is one line naming the field, as in the notebook."""
+    kinds = {
+        part.get("type", "string" if "enum" in part or "const" in part else "") for part in prop.get("anyOf", [prop])
+    }
+    return _JSON_TYPES.get(frozenset(kinds - {"null", ""}), Any)
+
+
+def request_parameters(
+    models: tuple[type[BaseModel], ...], defaults: Mapping[str, Any] | None = None
+) -> list[inspect.Parameter]:
+    """One keyword parameter per field of the request `models` (the first to declare a field wins), described by
+    the model: a field added to a model is a tool parameter, with its description, without editing the server.
+    A field every model requires is required (unless `defaults` gives it one); the rest default to None (not sent)."""
+    defaults = defaults or {}
+    descriptions = field_descriptions(*models)
+    properties: dict[str, Any] = {}
+    for model in models:
+        for name, prop in model.model_json_schema()["properties"].items():
+            properties.setdefault(name, prop)
+    parameters = []
+    for name, description in descriptions.items():
+        required = all(name in m.model_fields and m.model_fields[name].is_required() for m in models)
+        default = defaults.get(name, inspect.Parameter.empty if required else None)
+        loose = _loose_type(properties[name])
+        annotation = Annotated[loose | None if default is None else loose, Field(description=description)]
+        parameters.append(
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        )
+    return parameters
+
+
+def with_request_fields(
+    fn: Callable[..., Any], models: tuple[type[BaseModel], ...], defaults: Mapping[str, Any] | None = None
+) -> Callable[..., Any]:
+    """`fn` (which takes the request as `**fields`) as a tool whose parameters are the models' fields, then its own."""
+    signature = inspect.signature(fn, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    context = [p for p in own if p.default is inspect.Parameter.empty]
+    rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is not inspect.Parameter.empty]
+
+    @functools.wraps(fn)
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        return await fn(*args, **kwargs)
+
+    tool.__signature__ = signature.replace(parameters=[*context, *request_parameters(models, defaults), *rest])  # type: ignore[attr-defined]
+    return tool
 
 
 def build_server(desk: AgentDesk) -> MCPServer:

@@ -111,6 +111,24 @@ Instrumental = Flag
 Title = Annotated[str, Field(max_length=TITLE_MAX)]
 Gender = Literal["male", "female", ""]
 
+# ---------------------------------------------------------------------------------------------------
+# The request vocabulary: each field's type and description, once. The studio's hints, the agent server's
+# tool parameters and the magics' help are read from these (`field_descriptions`), never retyped.
+
+ACTION = Field(description=f"one of {', '.join(ACTIONS)}")
+Mv = Annotated[str | None, Field(description="model version, e.g. MFV2.0")]
+InstrumentalField = Annotated[Instrumental | None, Field(description="1 for music without vocals")]
+Style = Annotated[str | None, Field(description="genre, mood, instruments (auto: the description)")]
+Lyrics = Annotated[str | None, Field(description="lyrics, for custom and extend")]
+TitleField = Annotated[Title | None, Field(description="the song's title")]
+GenderField = Annotated[Gender | None, Field(description="voice: male or female")]
+ContinueAt = Annotated[float | int | None, Field(description="seconds into the song to continue from")]
+CONTINUE_SONG_ID = Field(description="song to extend or join")
+ContinueSongId = Annotated[str | None, CONTINUE_SONG_ID]
+AUDIO_URL = Field(description="an uploaded audio file (upload actions)")
+AudioUrl = Annotated[str | None, AUDIO_URL]
+SingerId = Annotated[str, Field(description="a singer id (artist_consistency)")]
+
 
 class _Request(BaseModel):
     # defer_build: each model's validator is built on first use, not at import (%load_ext stays cheap,
@@ -154,79 +172,79 @@ class _V1Request(_Request):
 class AutoRequest(_V1Request):
     """A song from a short description in `style`."""
 
-    action: Literal["auto"] = "auto"
-    mv: str | None = None
-    instrumental: Instrumental | None = 0
-    style: str | None = None
-    gender: Gender | None = None
+    action: Annotated[Literal["auto"], ACTION] = "auto"
+    mv: Mv = None
+    instrumental: InstrumentalField = 0
+    style: Style = None
+    gender: GenderField = None
 
 
 class CustomRequest(_V1Request):
     """A song from your lyrics, style and title."""
 
-    action: Literal["custom"] = "custom"
-    mv: str | None = None
-    instrumental: Instrumental | None = 0
-    style: str | None = None
-    lyrics: str | None = None
-    title: Title | None = ""
-    gender: Gender | None = None
+    action: Annotated[Literal["custom"], ACTION] = "custom"
+    mv: Mv = None
+    instrumental: InstrumentalField = 0
+    style: Style = None
+    lyrics: Lyrics = None
+    title: TitleField = ""
+    gender: GenderField = None
 
 
 class ExtendRequest(_V1Request):
     """A further segment for `continue_song_id`, starting at `continue_at`."""
 
-    action: Literal["extend"] = "extend"
-    mv: str | None = None
-    instrumental: Instrumental | None = 0
-    style: str | None = None
-    lyrics: str | None = None
-    title: Title | None = ""
-    gender: Gender | None = None
-    continue_at: float | int | None = None
-    continue_song_id: str | None = None
+    action: Annotated[Literal["extend"], ACTION] = "extend"
+    mv: Mv = None
+    instrumental: InstrumentalField = 0
+    style: Style = None
+    lyrics: Lyrics = None
+    title: TitleField = ""
+    gender: GenderField = None
+    continue_at: ContinueAt = None
+    continue_song_id: ContinueSongId = None
 
 
 class ConcatRequest(_V1Request):
     """Merge the continuation segments of `continue_song_id` into one song."""
 
-    action: Literal["concat"] = "concat"
-    continue_song_id: str
+    action: Annotated[Literal["concat"], ACTION] = "concat"
+    continue_song_id: Annotated[str, CONTINUE_SONG_ID]
 
 
 class UploadRequest(_V1Request):
     """Turn the audio at `audio_url` into a song that can be operated on."""
 
-    action: Literal["upload"] = "upload"
-    audio_url: str
+    action: Annotated[Literal["upload"], ACTION] = "upload"
+    audio_url: Annotated[str, AUDIO_URL]
 
 
 class UploadExtendRequest(_V1Request):
     """Extend an uploaded song, by `audio_url` or by a `continue_song_id` from `upload`."""
 
-    action: Literal["upload_extend"] = "upload_extend"
-    mv: str | None = None
-    instrumental: Instrumental | None = 0
-    style: str | None = None
-    lyrics: str | None = None
-    title: Title | None = ""
-    gender: Gender | None = None
-    continue_at: float | int | None = None
-    continue_song_id: str | None = None
-    audio_url: str | None = None
+    action: Annotated[Literal["upload_extend"], ACTION] = "upload_extend"
+    mv: Mv = None
+    instrumental: InstrumentalField = 0
+    style: Style = None
+    lyrics: Lyrics = None
+    title: TitleField = ""
+    gender: GenderField = None
+    continue_at: ContinueAt = None
+    continue_song_id: ContinueSongId = None
+    audio_url: AudioUrl = None
 
 
 class ArtistConsistencyRequest(_V1Request):
     """A song in the vocal tone of `singer_id` (from generate-vibe)."""
 
-    action: Literal["artist_consistency"] = "artist_consistency"
-    mv: str | None = None
-    instrumental: Instrumental | None = 0
-    style: str | None = None
-    lyrics: str | None = None
-    title: Title | None = ""
-    gender: Gender | None = None
-    singer_id: str
+    action: Annotated[Literal["artist_consistency"], ACTION] = "artist_consistency"
+    mv: Mv = None
+    instrumental: InstrumentalField = 0
+    style: Style = None
+    lyrics: Lyrics = None
+    title: TitleField = ""
+    gender: GenderField = None
+    singer_id: SingerId
 
 
 GenerateRequest = Annotated[
@@ -258,6 +276,16 @@ def shape_fields(action: str) -> dict[str, bool]:
     return {name: f.is_required() for name, f in model.model_fields.items() if name != "action"}
 
 
+def field_descriptions(*models: type[BaseModel]) -> dict[str, str]:
+    """Each request field of `models` (the first to declare it wins) and its description: what the studio's hints,
+    the agent server's tool parameters and the magics' help say about it."""
+    described: dict[str, str] = {}
+    for model in models:
+        for name, info in model.model_fields.items():
+            described.setdefault(name, info.description or "")
+    return described
+
+
 V2_AUTO_FIELDS = ("is_auto", "prompt", "model_version")
 """What the v2 endpoint applies with is_auto=1 (description mode): the rest is ignored, so it is not sent."""
 
@@ -265,14 +293,18 @@ V2_AUTO_FIELDS = ("is_auto", "prompt", "model_version")
 class V2Request(_Request):
     """Body of POST {v2_base_url}/v2/submit."""
 
-    is_auto: Flag
-    model_version: str
-    prompt: Annotated[str, Field(min_length=PROMPT_MIN, max_length=PROMPT_MAX)]
-    lyrics: str | None = ""
-    title: Title | None = ""
-    instrumental: Instrumental | None = 0
-    continue_at: Annotated[int, Field(strict=True)] | None = 0
-    continue_song_id: str | None = ""
+    is_auto: Annotated[Flag, Field(description="1: from the prompt alone; 0: with your lyrics and title")]
+    model_version: Annotated[str, Field(description="v2 model, e.g. v4.5-plus")]
+    prompt: Annotated[
+        str, Field(min_length=PROMPT_MIN, max_length=PROMPT_MAX, description="what the song should sound like")
+    ]
+    lyrics: Annotated[str | None, Field(description="lyrics (is_auto=0)")] = ""
+    title: Annotated[Title | None, Field(description="the song's title (is_auto=0)")] = ""
+    instrumental: InstrumentalField = 0
+    continue_at: Annotated[
+        Annotated[int, Field(strict=True)] | None, Field(description="seconds into the song to continue from")
+    ] = 0
+    continue_song_id: Annotated[str | None, Field(description="song to extend")] = ""
 
     @field_validator("model_version", mode="after")
     @classmethod
@@ -321,7 +353,7 @@ class V2Request(_Request):
 class LyricsRequest(_Request):
     """Body of POST /v1/lyrics."""
 
-    prompt: Annotated[str, Field(min_length=1)]
+    prompt: Annotated[str, Field(min_length=1, description="what the lyrics are about")]
 
 
 _GENERATE_ADAPTER: TypeAdapter[Any] = TypeAdapter(GenerateRequest, config=ConfigDict(defer_build=True))
