@@ -160,6 +160,7 @@ def test_every_tool_declares_its_output_and_paid_ones_say_how_to_reissue(
     tools = {tool.name: tool for tool in anyio.run(listing)}
     for name, tool in tools.items():
         assert tool.output_schema is not None and tool.output_schema.get("type") == "object", name
+        assert tool.output_schema.get("properties"), name  # its fields named, not just "an object"
     for name in PAID_SONG_TOOLS:
         tool = tools[name]
         assert {"task_ids", "repeat", "state"} <= set(tool.output_schema["properties"])

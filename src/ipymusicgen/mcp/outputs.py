@@ -1,11 +1,17 @@
 """What each tool returns, as types: the SDK publishes them as the tools' `outputSchema` (structured output) and
-checks every result against them. Keys an answer may leave out are `NotRequired`."""
+checks every result against them. Keys an answer may leave out are `NotRequired`; a key added to an answer and
+not here yet is kept (`extra="allow"`), never silently dropped from the structured result."""
 
 from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from pydantic import ConfigDict, with_config
 
+OPEN = ConfigDict(extra="allow")
+
+
+@with_config(OPEN)
 class PaidSongOutput(TypedDict):
     """generate_song / generate_song_v2."""
 
@@ -20,6 +26,7 @@ class PaidSongOutput(TypedDict):
     """True when this answer is the first call's (an idempotency key, or a re-issue within the window)."""
 
 
+@with_config(OPEN)
 class LyricsOutput(TypedDict):
     title: str | None
     text: str | None
@@ -28,6 +35,7 @@ class LyricsOutput(TypedDict):
     service_text: NotRequired[str]
 
 
+@with_config(OPEN)
 class BatchOutput(TypedDict):
     name: str
     state: str
@@ -36,6 +44,7 @@ class BatchOutput(TypedDict):
     line: NotRequired[str]
 
 
+@with_config(OPEN)
 class ExtraOutput(TypedDict):
     """make_extra: a song's WAV, MP4 or singer voice, paid for once."""
 
@@ -51,6 +60,7 @@ class ExtraOutput(TypedDict):
     credits_estimate: int
 
 
+@with_config(OPEN)
 class SongsOutput(TypedDict):
     """wait_for_songs / get_songs: each song as plain data, in the order asked."""
 
@@ -62,6 +72,37 @@ class SongsOutput(TypedDict):
     last_error: NotRequired[str]
 
 
+@with_config(OPEN)
 class SearchOutput(TypedDict):
     songs: list[dict[str, Any]]
     count: int
+
+
+@with_config(OPEN)
+class AccountOutput(TypedDict):
+    credits_left: int
+    spent_today: dict[str, Any] | None
+    server_spent_estimate: int
+    server_spent_measured: int
+    server_spends_not_measured: int
+    server_spent_counted: int
+    server_budget: int | None
+    server_budget_left: int | None
+    sandbox: bool
+
+
+@with_config(OPEN)
+class BatchStatusOutput(TypedDict):
+    name: str
+    running: bool
+    ids: list[str]
+    line: NotRequired[str]
+    rows: NotRequired[int]
+    states: NotRequired[dict[str, int]]
+
+
+@with_config(OPEN)
+class UnfinishedOutput(TypedDict):
+    running_task_ids: list[str]
+    unknown_attempts: list[dict[str, Any]]
+    note: str
