@@ -148,14 +148,16 @@ def grid(
     """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
     "MFV3.0"], repeat=2)`. Each cell priced and the total; `.run()` sends it as one named batch; `.to_pandas()`
     gives the results. Shown in a notebook it is drawn as rows × columns of song cards (Run, compare blind)."""
-    import sys
-
     from .session import grid as plan
 
-    if "IPython" in sys.modules:  # someone may display it: install the grid view (scripts load no widgets)
-        from .widgets import grid as _view  # noqa: F401
+    return plan(base, repeat=repeat, name=name, client=client, view=_grid_view, **axes)
 
-    return plan(base, repeat=repeat, name=name, client=client, **axes)
+
+def _grid_view(plan: Any) -> Any:
+    """A grid's view, made when it is first drawn (a script that never shows its grid loads no widgets)."""
+    from .widgets.grid import grid_view
+
+    return grid_view(plan)
 
 
 def export(song_or_ids: Any, folder: str | Path, *, journal_path: str | Path | None = None) -> list[Path]:

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -212,13 +213,15 @@ def grid(
     repeat: int = 1,
     name: str | None = None,
     client: MusicClient | None = None,
+    view: Callable[[Grid], Any] | None = None,
     **axes: Any,
 ) -> Grid:
     """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
-    "MFV3.0"], repeat=2)`. Shows each cell's estimate and the total; `.run()` sends it as one named batch."""
+    "MFV3.0"], repeat=2)`. Shows each cell's estimate and the total; `.run()` sends it as one named batch; `view`
+    draws it in a notebook (the layers above give one)."""
     from .lab.grid import Grid
 
-    return Grid(client or get_client(), base, axes, repeat=repeat, name=name)
+    return Grid(client or get_client(), base, axes, repeat=repeat, name=name, view=view)
 
 
 def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> Any:

@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from ..batch.engine import Batch, BatchError, validate_rows
 from ..models import costs
@@ -45,10 +45,6 @@ class GridCell:
 class Grid:
     """A prompt grid: `base` fields, `axes` (field -> values) crossed, each cell `repeat` times."""
 
-    view_factory: ClassVar[Callable[[Grid], Any] | None] = None
-    """Set by the widgets layer (`widgets.grid`): how a grid shown in a notebook is drawn. The lab never imports
-    the widgets; without one, a grid shows as its priced table."""
-
     def __init__(
         self,
         client: MusicClient,
@@ -57,7 +53,10 @@ class Grid:
         *,
         repeat: int = 1,
         name: str | None = None,
+        view: Callable[[Grid], Any] | None = None,
     ) -> None:
+        """`view`: how the grid is drawn when shown in a notebook, given by whoever sits above the widgets (the
+        lab never imports them); without one, a grid shows as its priced table."""
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 20:
             raise BatchError(f"repeat must be a whole number from 1 to 20 (got {repeat!r})")
         self.client = client
@@ -96,6 +95,7 @@ class Grid:
         self.batch: Batch | None = None
         self._run_listeners: list[Callable[[Batch], None]] = []
         self._view: Any = None
+        self._view_factory = view
 
     # -- the plan ------------------------------------------------------------------------------------
 
@@ -151,9 +151,9 @@ class Grid:
 
     @property
     def view(self) -> Any:
-        """The grid's view (rows × columns of song cards), made once by the widgets layer; None without it."""
-        if self._view is None and Grid.view_factory is not None:
-            self._view = Grid.view_factory(self)
+        """The grid's view (rows × columns of song cards), made once by the factory it was given; None without."""
+        if self._view is None and self._view_factory is not None:
+            self._view = self._view_factory(self)
         return self._view
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:

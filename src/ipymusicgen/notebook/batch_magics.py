@@ -109,11 +109,10 @@ class BatchMagics(Magics):
             raise UsageError(f"%%musicgen_grid: {one_line(exc)} (close the quote you opened)") from None
         base, axes = parse_grid(cell or "", self.shell.user_ns)
         try:
-            plan = session.grid(base, repeat=args.repeat, name=args.name, **axes)
+            view = None if args.no_watch else _grid_view  # the plan is drawn as its grid view (cards in cells)
+            plan = session.grid(base, repeat=args.repeat, name=args.name, view=view, **axes)
         except MusicGenError as exc:
             raise UsageError(one_line(exc)) from None
-        if not args.no_watch:
-            from ..widgets import grid as _view  # noqa: F401  the plan is drawn as its grid view (cards in cells)
         out = args.out or "_grid"
         self.shell.user_ns[out] = plan
         if plan.client.settings.needs_confirm(None) and args.budget is None and not args.yes:
@@ -182,3 +181,9 @@ def register(ipython: InteractiveShell) -> None:
 def unregister(ipython: InteractiveShell) -> None:
     """Remove `%%musicgen_batch` (on `%unload_ext ipymusicgen`)."""
     unregister_magics(ipython, BatchMagics)
+
+
+def _grid_view(plan: Any) -> Any:
+    from ..widgets.grid import grid_view
+
+    return grid_view(plan)

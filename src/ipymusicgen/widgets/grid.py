@@ -341,7 +341,8 @@ def _cell_state(states: list[str]) -> str:
 
 
 def grid_view(grid: Grid) -> GridView:
-    """How a grid shown in a notebook is drawn (installed as `Grid.view_factory`): its library keeps the votes."""
+    """How a grid shown in a notebook is drawn (given as `Grid(view=...)` by `ipymusicgen.grid()` and the grid
+    magic): its library keeps the votes."""
     from ..session import library
 
     try:
@@ -350,7 +351,5 @@ def grid_view(grid: Grid) -> GridView:
         opened = None
     return GridView(grid, library=opened)
 
-
-Grid.view_factory = grid_view  # the lab cannot import the widgets (it sits below them)
 
 __all__ = ["GridBoard", "GridView", "grid_view"]
