@@ -1,0 +1,183 @@
+"""One rule for asking before paying (`widgets/paid_ask.py`): every paid control of a studio, driven through the
+messages its browser sends, sends at once under `studio(confirm=False)` and asks first under
+`studio(confirm=True)`, even on a key that may cost money. A keyed sandbox plays the paid service; requests are
+counted where they arrive."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from helpers import ManualClock, wait_until
+
+from ipymusicgen.app import build_client
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.config import Settings
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.widgets.paid_ask import PaidAsk
+from ipymusicgen.widgets.studio import Studio, studio
+
+KEY = "k-paid-ask-secret-7e21"
+GENERATE = "/v1/music/generate"
+SUBMIT = "/v2/submit"
+LYRICS = "/v1/lyrics"
+WAV = "/v1/music/generate-wav"
+MP4 = "/v1/music/generate-mp4"
+FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
+"""A request whose songs the sandbox fails (it fetches no audio from elsewhere)."""
+
+
+@pytest.fixture(scope="module")
+def paid_sandbox() -> Iterator[Sandbox]:
+    with Sandbox(stage_seconds=0.2, song_seconds=2, keys={KEY: 100_000}, faults="") as server:
+        yield server
+
+
+@pytest.fixture
+def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    paid_sandbox.reset()
+    clock = ManualClock(paid_sandbox.state.stage_seconds)
+    monkeypatch.setattr(paid_sandbox.state, "clock", clock)
+    paid_sandbox.clock = clock  # type: ignore[attr-defined]
+    yield paid_sandbox
+    paid_sandbox.reset()
+
+
+@pytest.fixture
+def client(service: Sandbox, tmp_path: Path) -> Iterator[MusicClient]:
+    """A client of the "real" (paid) service with its own journal and archive, polling often."""
+    settings = Settings.from_env().with_changes(
+        api_key=KEY,
+        base_url=service.base_url,
+        v2_base_url=service.v2_base_url,
+        journal_path=tmp_path / "journal.sqlite3",
+        poll_interval=0.05,
+        min_poll_interval=0.05,
+    )
+    made = build_client(settings, archive=tmp_path / "archive")
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def open_studio(client: MusicClient) -> Iterator[Callable[[bool], Studio]]:
+    made: list[Studio] = []
+
+    def opener(confirm: bool) -> Studio:
+        made.append(opened := studio(client, confirm=confirm))
+        return opened
+
+    yield opener
+    for opened in made:
+        opened.close()
+
+
+class Controls:
+    """Press a studio's paid controls as its browser does, and see what arrives at the service."""
+
+    def __init__(self, made: Studio, service: Sandbox, confirm: bool) -> None:
+        self.made, self.service, self.confirm = made, service, confirm
+
+    def sent(self, path: str) -> int:
+        return self.service.request_counts().get(path, 0)
+
+    def press(self, path: str, push: Callable[[], Any], confirm: Callable[[], Any], asked: Callable[[], str]) -> None:
+        """`push` the paid control: with confirm off it sends at once (no question); with confirm on it only asks,
+        and `confirm` (the shown question's Confirm, or the second press) sends."""
+        before = self.sent(path)
+        push()
+        if not self.confirm:
+            assert asked() == ""
+            wait_until(lambda: self.sent(path) == before + 1, f"{path} sent without a question")
+            return
+        question = asked().lower()
+        assert "credit" in question or "paid" in question, question
+        assert self.sent(path) == before, f"{path} sent before its confirm"
+        confirm()
+        wait_until(lambda: self.sent(path) == before + 1, f"{path} sent after its confirm")
+        assert self.sent(path) == before + 1
+
+    def intent(self, **content: Any) -> None:
+        self.made.view._handle_custom_msg(content, [])
+
+    def pane(self, form: str, path: str, **fields: Any) -> None:
+        for name, value in fields.items():
+            self.intent(kind="input", form=form, name=name, value=value)
+        self.press(
+            path,
+            lambda: self.intent(kind="submit", form=form),
+            lambda: self.intent(kind="confirm", form=form),
+            lambda: self.made.view.panes[form]["confirm"],
+        )
+
+    def card(self, action: str, task_id: str, path: str) -> None:
+        watcher = self.made.watcher
+
+        def push() -> None:
+            watcher._handle_custom_msg({"kind": action, "id": task_id}, [])
+
+        self.press(path, push, push, lambda: watcher.card(task_id).note if watcher.paid_ask.asked else "")
+
+
+def finish(made: Studio, service: Sandbox) -> None:
+    service.clock.stages(10)  # type: ignore[attr-defined]
+    wait_until(lambda: made.watcher.done, "every watched song to finish")
+
+
+@pytest.mark.parametrize("confirm", [False, True], ids=["confirm-off", "confirm-on"])
+def test_every_paid_control_follows_the_studios_confirm_choice(
+    open_studio: Callable[[bool], Studio], service: Sandbox, confirm: bool
+) -> None:
+    made = open_studio(confirm)
+    assert made.client.settings.needs_confirm() is True  # the key may cost money: only the choice decides
+    controls = Controls(made, service, confirm)
+
+    controls.pane("song", GENERATE, style="harbour bells")  # the Song tab
+    controls.pane("v2", SUBMIT, prompt="a slow waltz on a night ferry")  # the v2 tab
+    controls.pane("lyrics", LYRICS, prompt="a lighthouse keeper's last night")  # lyrics are paid
+
+    made.batch._shell = SimpleNamespace(user_ns={"songs": [FOREIGN]})  # the Batch tab, rows from a variable
+    made.batch.focus("source")
+    controls.intent(kind="input", form="batch", name="source", value="songs")
+    controls.pane("batch", GENERATE)
+    wait_until(lambda: made.batch.batch is not None and made.batch.batch.rows[0].ids, "the batch's row sent")
+    service.clock.stages(10)  # type: ignore[attr-defined]
+    wait_until(lambda: made.batch.batch.done, "the batch to end (its row fails)")
+    view, failed = made.batch.view, made.batch.batch
+    controls.press(  # the Batch tab's "Retry failed rows"
+        GENERATE,
+        lambda: view._handle_custom_msg({"kind": "retry_failed"}, []),
+        lambda: view._handle_custom_msg({"kind": "retry_failed"}, []),
+        lambda: view.data.get("note", "") if view.batch is failed else "",
+    )
+
+    finish(made, service)
+    song = made.song.ids[0]
+    for action, path in (("concat", GENERATE), ("wav", WAV), ("mp4", MP4)):  # card actions that pay
+        controls.card(action, song, path)
+
+    made.watcher._handle_custom_msg({"kind": "extend", "id": song}, [])  # a card's extend fills the Song tab...
+    assert made.song.request_values()["continue_song_id"]
+    controls.pane("song", GENERATE)  # ...whose send asks as the tab's does
+
+    controls.pane("song", GENERATE, action="upload", audio_url=FOREIGN["audio_url"])  # a call that fails...
+    upload = made.song.ids[0]
+    finish(made, service)
+    controls.card("retry", upload, GENERATE)  # ...and its card's Retry
+
+
+def test_a_confirm_sends_only_what_was_asked_and_asks_again_when_it_changed() -> None:
+    ask = PaidAsk(lambda: True)
+    assert ask.confirm("send", {"rows": 2}, lambda _: "again?") is False  # no question shown: nothing sent
+    assert ask.press("send", {"rows": 2}, lambda changed: f"changed={changed}") is False
+    assert ask.question == "changed=False" and ask.asking("send") and not ask.asking("other")
+    assert ask.confirm("send", {"rows": 3}, lambda changed: f"changed={changed}") is False  # the source changed
+    assert ask.question == "changed=True"
+    assert ask.confirm("send", {"rows": 3}, lambda changed: f"changed={changed}") is True  # what was asked now
+    assert ask.asked is None
+    assert ask.press("extra", 1, lambda _: None) is True  # nothing to pay now: sent, never asked
+    ask.forced = False
+    assert ask.press("send", {"rows": 2}, lambda _: "?") is True and ask.asked is None
