@@ -22,7 +22,16 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
 from ..errors import IgnoredFieldsWarning, RequestValidationError, one_line
-from ..models.schema import ACTIONS, V2_MODELS, V2Request, build_generate_request, build_v2_request
+from ..models.schema import (
+    ACTIONS,
+    TITLE_MAX,
+    V1_SHAPES,
+    V2_MODELS,
+    V2Request,
+    build_generate_request,
+    build_v2_request,
+    field_descriptions,
+)
 from .interpolate import expand, left_verbatim
 
 _TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|\S)+""")
@@ -174,28 +183,39 @@ OUTPUT_OPTIONS = (
     Option(("-o", "--out"), {"type": identifier, "metavar": "NAME", "help": "also store the result in this variable"}),
     Option(("--no-expand",), {"action": "store_true", "help": "do not replace {name} with your variables"}),
 )
+_FIELD_WORDS = field_descriptions(*V1_SHAPES.values(), V2Request)
+
+
+def said(field: str, note: str = "") -> str:
+    """A request option's help: its model's description (the one vocabulary), then what the magic adds."""
+    words = _FIELD_WORDS[field].replace("%", "%%")  # argparse formats help with %
+    return f"{words} {note}" if note else words
+
+
 MUSICGEN_OPTIONS = (
-    Option(("-a", "--action"), {"help": f"one of {', '.join(ACTIONS)} (default: inferred, see above)"}),
-    Option(("--mv",), {"help": "v1 model, e.g. MFV2.0 (default: %%config MusicGen.default_model)"}),
-    Option(("--style",), {"help": "style / description of the music"}),
-    Option(("--title",), {"help": "song title (at most 80 characters)"}),
-    Option(("--lyrics",), {"help": "lyrics (handy in the line form with {variable})"}),
-    Option(("--gender",), {"help": "singer voice: male or female"}),
+    Option(("-a", "--action"), {"help": said("action", "(default: inferred, see above)")}),
+    Option(("--mv",), {"help": said("mv", "(v1; default: %%config MusicGen.default_model)")}),
+    Option(("--style",), {"help": said("style")}),
+    Option(("--title",), {"help": said("title", f"(at most {TITLE_MAX} characters)")}),
+    Option(("--lyrics",), {"help": said("lyrics", "(handy in the line form with {variable})")}),
+    Option(("--gender",), {"help": said("gender")}),
     Option(
         ("--instrumental",),
-        {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": "pure music, no vocals (alone: 1)"},
+        {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": said("instrumental", "(alone: 1)")},
     ),
-    Option(("--continue-at",), {"type": number, "metavar": "SECONDS", "help": "where an extension starts"}),
-    Option(("--continue-song-id",), {"metavar": "ID", "help": "song to extend (extend, concat, upload_extend)"}),
-    Option(("--audio-url",), {"metavar": "URL", "help": "audio to upload (upload, upload_extend)"}),
-    Option(("--singer-id",), {"metavar": "ID", "help": "voice from generate-vibe (artist_consistency)"}),
+    Option(("--continue-at",), {"type": number, "metavar": "SECONDS", "help": said("continue_at")}),
+    Option(
+        ("--continue-song-id",), {"metavar": "ID", "help": said("continue_song_id", "(extend, concat, upload_extend)")}
+    ),
+    Option(("--audio-url",), {"metavar": "URL", "help": said("audio_url")}),
+    Option(("--singer-id",), {"metavar": "ID", "help": said("singer_id", "from generate-vibe")}),
     Option(("--v2",), {"action": "store_true", "help": "use the v2 endpoint (/v2/submit)"}),
-    Option(("--model-version",), {"metavar": "MODEL", "help": "v2 model, e.g. v4.5 (default: default_v2_model)"}),
+    Option(("--model-version",), {"metavar": "MODEL", "help": said("model_version", "(default: default_v2_model)")}),
     Option(
         ("--is-auto",),
-        {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": "v2 description mode (alone: 1)"},
+        {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": said("is_auto", "(v2; alone: 1)")},
     ),
-    Option(("--prompt",), {"help": "v2 prompt (style) in custom mode; the cell body is then the lyrics"}),
+    Option(("--prompt",), {"help": said("prompt", "(v2 custom mode; the cell body is then the lyrics)")}),
     *OUTPUT_OPTIONS,
     Option(("--wait",), {"action": "store_true", "help": "block until the songs are finished; return them"}),
     Option(("--timeout",), {"type": seconds, "metavar": "SECONDS", "help": "give up waiting after this long"}),

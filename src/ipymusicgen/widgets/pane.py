@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RequestValidationError, UnprocessableEntityError
 from ..models.costs import CostTableError, estimate_credits
+from ..models.schema import field_descriptions
 from .fields import error_title, number_text, parse_number, problems_by_field, server_problems
 from .paid_ask import PaidAsk
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from ..client.faces import MusicClient
     from .watcher import TaskWatcher
 
@@ -61,6 +64,8 @@ class FieldSpec:
     wide: bool = False
     hint: str = ""
     """What the hint shows on hover; the field's API name when empty."""
+    description: str = ""
+    """What the field means, from its request model (`described_specs`): said on hover."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -71,7 +76,31 @@ class FieldSpec:
             "placeholder": self.placeholder,
             "options": [[label, value] for label, value in self.options],
             "wide": self.wide,
+            "description": self.description,
         }
+
+
+def described_specs(models: Iterable[type[BaseModel]], shown: Iterable[FieldSpec]) -> list[FieldSpec]:
+    """The fields of request `models` as a pane shows them: each of `shown` (how it looks) with its model's
+    description, then each field of the models that `shown` does not name, as a plain input labelled by its name.
+    The models are the one vocabulary: a field added to one appears in the studio, described, unedited."""
+    models = tuple(models)
+    descriptions = field_descriptions(*models)
+    specs = [replace(spec, description=descriptions.get(spec.name, spec.description)) for spec in shown]
+    named = {spec.name for spec in specs}
+    for name, description in descriptions.items():
+        if name not in named:
+            label = name.replace("_", " ").capitalize()
+            specs.append(FieldSpec(name, label, _input_kind(models, name), description=description))
+    return specs
+
+
+def _input_kind(models: tuple[type[BaseModel], ...], name: str) -> str:
+    """A number input for a field whose model takes only numbers; text otherwise (the model refuses the rest)."""
+    model = next(m for m in models if name in m.model_fields)
+    prop = model.model_json_schema()["properties"][name]
+    kinds = {part.get("type") for part in prop.get("anyOf", [prop])} - {"null"}
+    return "number" if kinds and kinds <= {"integer", "number"} else "text"
 
 
 OPEN_CHOICES = frozenset({"mv", "model_version"})
@@ -398,7 +427,7 @@ class Pane:
                 return  # only a model may be one the table does not know (validation then names it)
             if value not in known and value != "":
                 options = (*spec.options, (f"{value} (not in the model table)", value))
-                self.specs[name] = spec = FieldSpec(spec.name, spec.label, spec.kind, spec.placeholder, options)
+                self.specs[name] = spec = replace(spec, options=options)
             self.typed[name] = value
         else:
             self.typed[name] = "" if value is None else str(value)

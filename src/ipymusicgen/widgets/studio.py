@@ -25,8 +25,10 @@ from ..models.schema import (
     PROMPT_MAX,
     TITLE_MAX,
     V1_MODELS,
+    V1_SHAPES,
     V2_MODELS,
     KeyInfo,
+    LyricsRequest,
     LyricsResult,
     ModelLimits,
     V2Request,
@@ -43,7 +45,7 @@ from ._static import css, esm
 from .batch_pane import BatchPane
 from .fields import error_title
 from .library import LibraryView
-from .pane import Count, FieldSpec, Pane, plural
+from .pane import Count, FieldSpec, Pane, described_specs, plural
 from .text import TextRepr
 from .watcher import TaskWatcher, provide_extend_studio
 
@@ -95,21 +97,30 @@ class SongPane(Pane):
     def __init__(self, studio: Studio) -> None:
         super().__init__(
             studio,
-            [
-                FieldSpec("action", "What to do", "select", options=tuple((ACTION_LABELS[a], a) for a in ACTIONS)),
-                FieldSpec("mv", "Model", "select", options=model_choices(V1_MODELS, "")),
-                FieldSpec("title", "Title", "text", "a name for the song"),
-                FieldSpec("gender", "Voice", "select", options=(("any", ""), ("male", "male"), ("female", "female"))),
-                FieldSpec(
-                    "style", "Style", "textarea", "genre, mood, instruments — e.g. lo-fi piano, rainy night", wide=True
-                ),
-                FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
-                FieldSpec("instrumental", "Instrumental", "checkbox"),
-                FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
-                FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
-                FieldSpec("audio_url", "Audio file URL", "text", "https://…"),
-                FieldSpec("singer_id", "Singer", "text", "a singer id"),
-            ],
+            described_specs(
+                V1_SHAPES.values(),
+                [
+                    FieldSpec("action", "What to do", "select", options=tuple((ACTION_LABELS[a], a) for a in ACTIONS)),
+                    FieldSpec("mv", "Model", "select", options=model_choices(V1_MODELS, "")),
+                    FieldSpec("title", "Title", "text", "a name for the song"),
+                    FieldSpec(
+                        "gender", "Voice", "select", options=(("any", ""), ("male", "male"), ("female", "female"))
+                    ),
+                    FieldSpec(
+                        "style",
+                        "Style",
+                        "textarea",
+                        "genre, mood, instruments — e.g. lo-fi piano, rainy night",
+                        wide=True,
+                    ),
+                    FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
+                    FieldSpec("instrumental", "Instrumental", "checkbox"),
+                    FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
+                    FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
+                    FieldSpec("audio_url", "Audio file URL", "text", "https://…"),
+                    FieldSpec("singer_id", "Singer", "text", "a singer id"),
+                ],
+            ),
         )
 
     def visible(self) -> list[str]:
@@ -156,16 +167,19 @@ class V2Pane(Pane):
     def __init__(self, studio: Studio) -> None:
         super().__init__(
             studio,
-            [
-                FieldSpec("is_auto", "Mode", "toggle", options=(("Describe it", 1), ("Write it myself", 0))),
-                FieldSpec("model_version", "Model", "select", options=model_choices(V2_MODELS, None)),
-                FieldSpec("title", "Title", "text", "a name for the song"),
-                FieldSpec("instrumental", "Instrumental", "checkbox"),
-                FieldSpec("prompt", "Description", "textarea", "what the song should sound like", wide=True),
-                FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
-                FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
-                FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
-            ],
+            described_specs(
+                [V2Request],
+                [
+                    FieldSpec("is_auto", "Mode", "toggle", options=(("Describe it", 1), ("Write it myself", 0))),
+                    FieldSpec("model_version", "Model", "select", options=model_choices(V2_MODELS, None)),
+                    FieldSpec("title", "Title", "text", "a name for the song"),
+                    FieldSpec("instrumental", "Instrumental", "checkbox"),
+                    FieldSpec("prompt", "Description", "textarea", "what the song should sound like", wide=True),
+                    FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
+                    FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
+                    FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
+                ],
+            ),
         )
 
     def visible(self) -> list[str]:
@@ -212,7 +226,10 @@ class LyricsPane(Pane):
 
     def __init__(self, studio: Studio) -> None:
         super().__init__(
-            studio, [FieldSpec("prompt", "What about", "textarea", "what the lyrics are about", wide=True)]
+            studio,
+            described_specs(
+                [LyricsRequest], [FieldSpec("prompt", "What about", "textarea", "what the lyrics are about", wide=True)]
+            ),
         )
         self.result: LyricsResult | None = None
 

@@ -16,7 +16,7 @@ function studioField(formName, spec, send) {
   star.setAttribute("aria-hidden", "true");
   label.append(text, star);
   const hint = imsEl("code", "ims-hint", spec.hint);
-  hint.title = "the API's name for this field";
+  hint.title = spec.description ? `${spec.hint}: ${spec.description}` : "the API's name for this field";
   const count = imsEl("span", "ims-count");
   head.append(label, hint, count);
   let input;
