@@ -126,7 +126,9 @@ def instructions(desk: AgentDesk) -> str:
     return (
         f"{where} Make songs with generate_song (or generate_song_v2); it returns task ids at once. Then call "
         "wait_for_songs with the ids (it returns the ones still running when its timeout passes: call it again). "
-        "Pass an idempotency_key to make a paid call safe to retry. account() tells credits and budget left; "
+        "Pass an idempotency_key to make a paid call safe to retry; without one, the same call repeated within "
+        f"{REISSUE_WINDOW_S / 60:g} minutes returns the first call's ids (again=true for new songs). make_extra "
+        "gives a finished song's WAV, MP4 or singer voice, paid once. account() tells credits and budget left; "
         "unfinished() lists paid calls whose songs were not received."
     )
 
