@@ -1,0 +1,181 @@
+"""A kept song plays from its card in a real browser when the page cannot fetch it (issue 32, "Done when").
+
+A notebook makes two songs in the embedded sandbox, archived OUTSIDE the server root, shown in a watcher and in
+the library; then the sandbox forgets them, so the songs' URLs answer 404. Pressing a card's Play once plays the
+song (the player's time advances) from a blob: URL the kernel's bytes came in over the widget channel, and no
+request goes to the Jupyter server's files/ for it. JupyterLab and Notebook 7; once more with files/ removed
+from the page entirely (every request to it refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser_utils import (
+    FIRST_AUDIO_MS,
+    KERNEL_READY_MS,
+    STEP_MS,
+    jupyter_server,
+    kernel_ready,
+    notebook_page,
+    one_cell_notebook,
+    shot,
+)
+from playwright.sync_api import Browser, Locator, Page, Request, expect
+
+from benchmarks._browser import run_all
+
+SOURCE = """\
+import urllib.request, urllib.error
+import ipymusicgen
+from IPython.display import display
+from ipymusicgen import MusicClient, session
+from ipymusicgen.archive.archiver import archiver_of
+from ipymusicgen.widgets.library import LibraryView
+from ipymusicgen.widgets.watcher import TaskWatcher
+
+shared = ipymusicgen.get_client()  # the embedded sandbox (no key in this kernel)
+client = MusicClient(settings=shared.settings, journal=shared.journal, archive={outside!r})  # outside the root
+ids = client.generate(action="custom", title="Tide", style="harp", lyrics="[Verse]\\\\nla").ids
+watcher = TaskWatcher(ids, client=client)
+display(watcher)
+client.wait(ids)
+assert archiver_of(client).join(60)
+watcher.wait()
+urls = [song.audio_url for song in ipymusicgen.library().songs()]
+session._session.sandbox.reset()  # the service forgets them: their URLs answer 404 from now on
+for url in urls:
+    try:
+        urllib.request.urlopen(url)
+        raise AssertionError("still served")
+    except urllib.error.HTTPError as error:
+        assert error.code == 404
+view = LibraryView(ipymusicgen.library())
+display(view)
+print("cards ready")"""
+PLAYING = "a => a.getAttribute('src') && a.getAttribute('src').startsWith('blob:') && a.currentTime > 0.5"
+
+
+@pytest.fixture(scope="module", params=["lab", "notebook"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    front_end = request.param
+    home = tmp_path_factory.mktemp(f"card-audio-{front_end}")
+    root = home / "root"
+    root.mkdir()
+    with jupyter_server(front_end, home, root, f"card-audio-{front_end}-server.log") as url:
+        yield Server(url, front_end, root, home / "data" / "archive")
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    front_end: str
+    root: Path
+    outside: Path
+    """Where the notebooks archive their songs: not under the server's root."""
+
+    def open(self, page: Page, name: str) -> None:
+        """A fresh notebook (its own kernel, sandbox and journal) of the songs above, opened alone in `page`."""
+        path = self.root / f"{name}.ipynb"
+        nbformat.write(one_cell_notebook(SOURCE.format(outside=str(self.outside / name))), path)
+        where = f"/lab/tree/{path.name}?reset" if self.front_end == "lab" else f"/notebooks/{path.name}"
+        page.goto(f"{self.url}{where}", timeout=KERNEL_READY_MS)  # ?reset: no tab of an earlier test reopened
+        expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
+        kernel_ready(page, self.url, path.name)
+
+    def stop_kernels(self) -> None:
+        """End the sessions this test started, so the next test has the machine to itself."""
+        with urllib.request.urlopen(f"{self.url}/api/sessions", timeout=10) as response:
+            sessions = json.load(response)
+        for end in [f"{self.url}/api/sessions/{session['id']}" for session in sessions]:
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(urllib.request.Request(end, method="DELETE"), timeout=30).close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: Server) -> Iterator[Page]:
+    with notebook_page(browser, "99-last-card-audio") as current:
+        yield current
+    server.stop_kernels()
+
+
+def files_requests(page: Page, url: str) -> list[str]:
+    """Every request the page makes to the Jupyter server's files/ API, recorded from now on."""
+    seen: list[str] = []
+
+    def record(request: Request) -> None:
+        if request.url.startswith(f"{url}/files/"):
+            seen.append(request.url)
+
+    page.on("request", record)
+    return seen
+
+
+def play_once(page: Page, card: Locator) -> None:
+    """One press of the card's Play: its player's time advances, from the kernel's bytes (a blob: URL)."""
+    expect(card.get_by_role("button", name="Play")).to_be_enabled(timeout=STEP_MS)
+    card.get_by_role("button", name="Play").click()
+    page.wait_for_function(PLAYING, arg=card.locator("audio").element_handle(), timeout=STEP_MS)
+    card.get_by_role("button", name="Pause").click()
+
+
+@pytest.mark.parametrize("files_api", ["served", "removed"])
+def test_a_song_archived_outside_the_root_whose_url_answers_404_plays_from_its_cards(
+    server: Server, page: Page, files_api: str
+) -> None:
+    url, front_end = server.url, server.front_end
+    if files_api == "removed":  # no files/ route at all, as in marimo, VS Code or Colab
+        page.route(f"{url}/files/**", lambda route: route.fulfill(status=404, body="no files API here"))
+    asked = files_requests(page, url)
+    server.open(page, f"outside-{files_api}")
+    run_all(page)
+    expect(page.locator(".jp-OutputArea-output", has_text="cards ready")).to_be_visible(timeout=FIRST_AUDIO_MS)
+
+    library = page.locator(".ipymusicgen-library")
+    library_cards = library.locator(".ipymusicgen-song")
+    expect(library_cards).to_have_count(2, timeout=STEP_MS)
+    play_once(page, library_cards.nth(0))
+    play_once(page, library_cards.nth(1))
+
+    watcher_cards = page.locator(".ipymusicgen-watcher .ipymusicgen-song")
+    expect(watcher_cards).to_have_count(2, timeout=STEP_MS)
+    play_once(page, watcher_cards.nth(0))
+    shot(page, f"card-audio-{front_end}-{files_api}")
+    assert asked == []
+    for audio in page.locator(".ipymusicgen-song audio").all():  # no player's source names a song or a path
+        src = audio.get_attribute("src") or ""
+        assert src == "" or src.startswith(("blob:", "http://127.0.0.1")), src
+    sources = page.evaluate("() => [...document.querySelectorAll('.ipymusicgen-song audio')].map(a => a.src)")
+    assert not any("/files/" in s and s.startswith(url) for s in sources)
+
+
+def test_a_view_destroyed_releases_its_blob_urls(server: Server, page: Page) -> None:
+    server.open(page, "released")
+    page.evaluate(
+        """() => {
+          window.revoked = [];
+          const revoke = URL.revokeObjectURL.bind(URL);
+          URL.revokeObjectURL = (u) => { window.revoked.push(u); revoke(u); };
+        }"""
+    )
+    run_all(page)
+    expect(page.locator(".jp-OutputArea-output", has_text="cards ready")).to_be_visible(timeout=FIRST_AUDIO_MS)
+    card = page.locator(".ipymusicgen-library .ipymusicgen-song").nth(0)
+    play_once(page, card)
+    blob = card.locator("audio").get_attribute("src") or ""
+    assert blob.startswith("blob:")
+    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()  # command mode on the cell
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")  # a new cell below, where the views are closed from Python
+    page.keyboard.press("Enter")
+    page.keyboard.type("view.close(); watcher.close()")
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function("b => window.revoked.includes(b)", arg=blob, timeout=STEP_MS)
+    expect(page.locator(".ipymusicgen-library")).to_have_count(0)
