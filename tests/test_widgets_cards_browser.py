@@ -117,7 +117,8 @@ def test_two_takes_side_by_side_with_text_only_titles_and_labelled_buttons(
     )
     assert labels == ["keep", "extend", "concat", "download", "export", "wav", "mp4", "favourite", "copy_id"]
     words = page.locator(".ipymusicgen-song").first.locator(".ims-actions .ims-button-word").all_inner_texts()
-    assert words == ["Keep", "Extend", "Join", "Download", "Export", "Favourite", "Copy id"]  # a word beside each icon
+    words_wanted = ["Keep", "Extend", "Join", "Download", "Export", "WAV", "MP4", "Favourite", "Copy id"]
+    assert words == words_wanted  # a word beside each icon
     page.locator(".ipymusicgen-song").first.locator("button[data-action='copy_id']").click()
     assert browser_intents(page) == [{"kind": "copy_id", "id": watcher.ids[0]}]
     answer_intents(page, watcher, outbox)
