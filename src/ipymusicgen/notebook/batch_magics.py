@@ -38,7 +38,8 @@ class BatchMagics(Magics):
     @magic_arguments()
     @argument("--name", help="the batch's name: re-running with it sends only rows never sent")
     @argument("--concurrency", type=int, default=3, help="rows in flight at once (default 3)")
-    @argument("--budget", type=int, default=None, help="most credits the batch may spend")
+    @argument("--budget", type=int, default=None, help="most credits the batch may spend (sends without asking)")
+    @argument("--yes", action="store_true", help="send without asking, even with a key that may cost money")
     @argument("--from", dest="source", metavar="VAR", help="a DataFrame or list of dicts, one row a request")
     @argument("--no-watch", action="store_true", help="no song cards (the progress view still shows)")
     @argument("--wait", action="store_true", help="block until every row is done")
@@ -52,8 +53,11 @@ class BatchMagics(Magics):
 
         Every row is validated first (a bad one refuses the batch, naming its line); the estimate is
         checked against --budget and the credits left; then at most --concurrency rows run at once.
-        Re-running the same cell (same --name, or none: derived from the rows) sends only rows never
-        sent, follows the submitted ones and lists doubtful ones without resending them.
+        With a key that may cost money the cell only shows its rows and cost: Send in its view
+        (`_batch_view`) sends them (asking once more, as every paid control does), unless the cell
+        gives --budget or --yes. Re-running the same cell (same --name, or none: derived from the
+        rows) sends only rows never sent, follows the submitted ones and lists doubtful ones without
+        resending them.
         """
         try:
             args = parse_argstring(self.musicgen_batch, line)
@@ -66,6 +70,9 @@ class BatchMagics(Magics):
         else:
             requests = parse_lines(cell or "", self.shell)
         from ..batch.engine import run_batch
+
+        if self._planned(requests, args):
+            return None
 
         def start(client: Any, on_update: Any) -> Batch:
             return run_batch(
@@ -115,7 +122,10 @@ class BatchMagics(Magics):
             raise UsageError(one_line(exc)) from None
         out = args.out or "_grid"
         self.shell.user_ns[out] = plan
-        if plan.client.settings.needs_confirm(None) and args.budget is None and not args.yes:
+        from ..widgets.paid_ask import PaidAsk
+
+        cell = PaidAsk.of(plan.client.settings, False if args.yes or args.budget is not None else None)
+        if not cell.press("cell", (plan.name, plan.estimate), lambda _changed: "not sent"):  # the batch cell's rule
             view = plan.view if not args.no_watch else None
             if view is not None:  # its Run sends what the cell planned, with the cell's options
                 view.concurrency = args.concurrency
@@ -133,6 +143,43 @@ class BatchMagics(Magics):
             watch=False,  # the grid view shows the songs in their cells
         )
         self._finish(batch, args)
+
+    def _planned(self, requests: Any, args: Any) -> bool:
+        """With a key that may cost money and neither --budget nor --yes (the `PaidAsk` rule, the grid cell's
+        too): show the rows and their cost unsent in a batch view whose Send asks, then sends; True when shown."""
+        from ..batch.engine import run_batch, validate_rows
+        from ..models import costs
+        from ..widgets.batch import PricedBatch
+        from ..widgets.paid_ask import PaidAsk
+
+        try:
+            client = session.get_client()
+            rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
+            total = costs.estimate_total(r.request for r in rows)
+        except (MusicGenError, costs.CostTableError) as exc:
+            raise UsageError(one_line(exc)) from None
+        priced = PricedBatch(tuple(rows), total, None, args.name, args.concurrency)
+        cell = PaidAsk.of(client.settings, False if args.yes or args.budget is not None else None)
+        said = f"Not sent: {priced.rows_words}, about {total} credits (estimate)"
+        if cell.press("cell", priced.to_payload(), lambda _changed: said):
+            return False
+        watcher = None if args.no_watch else _watcher(client)
+        view = _view(watcher)
+
+        def start() -> Batch:
+            return run_batch(
+                client, [r.request for r in priced.rows], name=priced.name, concurrency=priced.concurrency,
+                wait=False, on_update=view.update,
+            )  # fmt: skip
+
+        view.plan(priced, client, start)
+        self.shell.user_ns["_batch_view"] = view
+        display(view)
+        if watcher is not None:
+            display(watcher)
+        print(f"{said}. Press Send in the batch's view (_batch_view) to send it, or give the cell --budget N or "
+              "--yes.", flush=True)  # fmt: skip
+        return True
 
     def _start(self, run: Callable[[Any, Any], Batch], args: Any, *, watch: bool = True) -> Batch:
         """Start a batch in the background with its progress view and song cards shown; errors as UsageError."""
