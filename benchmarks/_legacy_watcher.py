@@ -612,9 +612,10 @@ class TaskWatcher(TextRepr, w.VBox):
         if self._form_provider is not None:
             form = self._form_provider(v2)  # e.g. the Studio's own form, already wired to this watcher
         else:
-            from ipymusicgen.widgets import GenerateForm, V2Form
+            from ipymusicgen.widgets import Studio
 
-            form = V2Form(self._client) if v2 else GenerateForm(self._client)
+            panes = Studio(self._client)
+            form = panes.v2 if v2 else panes.song
             form.on_submitted(lambda ids: self.add(ids, v2=v2))
             self.card(task_id).show_form(form)
         form.set_values(**extend_fields(record))

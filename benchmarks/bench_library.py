@@ -83,7 +83,7 @@ def fill_journal(path: Path, songs: int, seed: int = 1) -> None:
 
 
 def measure_search(rounds: int = 30, small: int = 100, large: int = 10_000) -> dict[str, object]:
-    from ipymusicgen.library import Library
+    from ipymusicgen.song_library import Library
 
     folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-bench-library-"))
     try:

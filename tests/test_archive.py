@@ -21,8 +21,8 @@ from ipymusicgen.archive.archiver import (
     sandbox_archive_dir,
     write_tags,
 )
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 
 LYRICS = "[Verse]\nthe lighthouse keeper hums\n[Chorus]\nsalt and thunder"
 

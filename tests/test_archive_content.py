@@ -15,8 +15,8 @@ from hostile_server import HostileServer, RawRequest, respond
 from benchmarks._audio import flac_bomb
 from ipymusicgen import MusicClient
 from ipymusicgen.archive.archiver import archiver_of
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 KEY = "archive-key"

@@ -10,8 +10,8 @@ import pytest
 
 from ipymusicgen import Journal
 from ipymusicgen.archive.archiver import archiver_of
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 
 
 def _archived(directory: Path) -> list[str]:

@@ -13,8 +13,8 @@ import pytest
 
 from ipymusicgen import Journal
 from ipymusicgen.archive.archiver import archiver_of
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.widgets import card_audio
 from ipymusicgen.widgets.card_audio import REFUSAL, CardAudio, FilesApi, files_apis
 from ipymusicgen.widgets.song_data import song_card

@@ -22,8 +22,8 @@ from helpers import ManualClock, wait_until
 from mutagen.id3 import ID3, TIT2, TXXX
 
 from ipymusicgen.archive.waveform import waveform
-from ipymusicgen.library import Library, LibrarySong
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library, LibrarySong
 from ipymusicgen.storage import db
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets.compare import CompareView

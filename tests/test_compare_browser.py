@@ -15,8 +15,8 @@ from browser_utils import DARK, HARNESS, blank_page, low_contrast, shot
 from helpers import HOSTILE
 from playwright.sync_api import Browser, Page
 
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets._static import css, esm
 from ipymusicgen.widgets.compare import CompareView

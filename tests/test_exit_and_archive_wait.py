@@ -17,8 +17,8 @@ from ipymusicgen import Journal, WaitTimeoutError, lifecycle
 from ipymusicgen.archive import archiver as archiver_module
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.errors import MusicGenError
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,9 +17,9 @@ from ipymusicgen import MusicClient, Settings
 from ipymusicgen.archive.archiver import archiver_of, song_info
 from ipymusicgen.archive.export import SIDECAR, export_songs, exports_dir_beside, task_ids
 from ipymusicgen.batch.engine import run_batch
-from ipymusicgen.library import Library
 from ipymusicgen.models.costs import estimate_credits
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 KEY = "export-key"

@@ -15,8 +15,8 @@ from ipymusicgen import analyze
 from ipymusicgen.archive.waveform import DecodeCapError
 from ipymusicgen.lab import analysis, analyst
 from ipymusicgen.lab.analysis import AnalysisUnavailableError, analyze_file
-from ipymusicgen.library import Library, LibrarySong
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library, LibrarySong
 from ipymusicgen.storage.journal import Journal
 
 pytestmark = pytest.mark.slow  # librosa's first tempo estimate compiles and imports for seconds

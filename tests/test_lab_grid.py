@@ -15,8 +15,8 @@ from ipymusicgen import grid
 from ipymusicgen.batch.engine import BatchError
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import MAX_CELLS, Grid
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 GENERATE = "/v1/music/generate"

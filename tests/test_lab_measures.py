@@ -205,7 +205,7 @@ def test_a_missing_file_names_it(tmp_path: Path) -> None:
 
 def test_a_failed_analysis_leaves_no_stale_measures(sandbox, tmp_path: Path) -> None:
     """A song measured once, then its file turns out broken: its old numbers go, its error stays, filters skip it."""
-    from ipymusicgen.library import Library
+    from ipymusicgen.song_library import Library
     from ipymusicgen.storage.journal import Journal
 
     journal = tmp_path / "journal.sqlite3"
@@ -234,8 +234,8 @@ def test_analysing_a_song_by_id_whose_file_broke_records_the_error(tmp_path: Pat
     from helpers import wait_until
 
     from ipymusicgen import analyze, session
-    from ipymusicgen.library import Library
     from ipymusicgen.sandbox import Sandbox
+    from ipymusicgen.song_library import Library
 
     monkeypatch.setenv("MUSICGEN_ANALYZE", "off")
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))

@@ -16,15 +16,15 @@ from ipymusicgen.sandbox import Sandbox
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ipymusicgen"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("_version", "config", "errors", "safe_html", "lifecycle"),
+    ("_version", "_removed", "config", "errors", "safe_html", "lifecycle"),
     ("models",),
     ("client",),
     ("storage",),
-    ("batch", "archive", "library", "lab", "sandbox"),
+    ("batch", "archive", "song_library", "lab", "sandbox"),
     ("app",),
     ("session",),
     ("notebook", "widgets"),
-    ("__init__", "__main__", "journal", "mcp"),
+    ("__init__", "__main__", "mcp"),
 ]
 """Bottom to top: a module may import its own layer or those below, never one above."""
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
@@ -205,13 +205,37 @@ def test_a_script_that_generates_waits_and_archives_loads_no_notebook_widget_or_
     assert {"ipymusicgen.app", "ipymusicgen.archive.archiver", "ipymusicgen.storage.journal"} <= ours
 
 
-@pytest.mark.parametrize("old", ["ipymusicgen.client", "ipymusicgen.widgets", "ipymusicgen.journal"])
-def test_old_import_paths_keep_working(old: str) -> None:
-    names = {
-        "ipymusicgen.client": ("MusicClient", "AsyncMusicClient", "Resumed", "chunk_ids"),
-        "ipymusicgen.widgets": ("TaskWatcher", "studio", "watch_unfinished"),
-        "ipymusicgen.journal": ("Journal", "JournalWriteWarning", "JournalUnavailableError", "Owner"),
-    }[old]
-    module = __import__(old, fromlist=["*"])
-    for name in names:
-        assert getattr(module, name) is not None
+@pytest.mark.parametrize(
+    ("statement", "said"),
+    [
+        ("import ipymusicgen.journal", "ipymusicgen.journal was removed: use ipymusicgen.Journal"),
+        ("from ipymusicgen import costs", "ipymusicgen.costs was removed: use ipymusicgen.models.costs"),
+        ("ipymusicgen.tasks", "ipymusicgen.tasks was removed: use ipymusicgen.models.tasks"),
+        ("from ipymusicgen.client import MusicClient", "ipymusicgen.client.MusicClient was removed: use ipymusicgen."),
+        ("ipymusicgen.client.chunk_ids", "use ipymusicgen.client.faces.chunk_ids"),
+        ("from ipymusicgen.widgets import GenerateForm", "use ipymusicgen.studio().song"),
+        ("ipymusicgen.widgets.KeyInfoPanel", "use ipymusicgen.studio().key_info"),
+        ("import ipymusicgen.library", "the Library class is in ipymusicgen.song_library"),
+    ],
+)
+def test_a_removed_import_path_says_in_one_line_what_replaced_it(statement: str, said: str) -> None:
+    """The package was never released, so no shims: an old name fails at once, naming its replacement."""
+    import ipymusicgen
+    import ipymusicgen.client
+    import ipymusicgen.widgets
+
+    with pytest.raises((ImportError, AttributeError)) as failed:
+        exec(statement, {"ipymusicgen": ipymusicgen})
+    message = str(failed.value)
+    assert said in message and "\n" not in message
+
+
+def test_the_current_paths_still_import() -> None:
+    from ipymusicgen import Journal, MusicClient, library
+    from ipymusicgen.client.faces import chunk_ids
+    from ipymusicgen.models import costs, tasks
+    from ipymusicgen.song_library import Library
+    from ipymusicgen.widgets import TaskWatcher, studio, watch_unfinished
+
+    assert callable(library) and Library and Journal and MusicClient and chunk_ids and costs and tasks
+    assert TaskWatcher and studio and watch_unfinished

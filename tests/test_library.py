@@ -12,8 +12,8 @@ import pytest
 from ipymusicgen import Journal, MusicClient
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.batch.engine import run_batch
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_favourites_and_notes_survive_a_new_process(lib_client: MusicClient, jou
         with pytest.raises(KeyError):
             library.favourite("no-such-task")
     code = (
-        "import sys; from ipymusicgen.library import Library\n"
+        "import sys; from ipymusicgen.song_library import Library\n"
         "lib = Library(sys.argv[1]); s = lib.songs(favourite=True)\n"
         "print(len(s), s[0].id, s[0].note); lib.favourite(s[0].id, on=False); lib.close()\n"
     )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 

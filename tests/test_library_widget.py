@@ -13,9 +13,9 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from ipymusicgen import Journal, MusicClient, session
 from ipymusicgen.archive.archiver import archiver_of
-from ipymusicgen.library import Library
 from ipymusicgen.notebook.library_magics import parse_library_line
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.widgets.library import LibraryView, files_path
 
 

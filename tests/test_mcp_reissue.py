@@ -21,10 +21,10 @@ from ipymusicgen.app import build_client
 from ipymusicgen.batch.engine import request_hash
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
-from ipymusicgen.library import Library
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.mcp.desk import REISSUE_WINDOW_S
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 
 KEY = "k-reissue-secret-90be"
 GENERATE = "/v1/music/generate"

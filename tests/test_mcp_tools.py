@@ -18,10 +18,10 @@ from mcp.client import Client
 from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
-from ipymusicgen.library import Library
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.models.schema import PROMPT_MAX, TITLE_MAX
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 
 KEY = "k-agent-secret-7f3a9c"
 GENERATE = "/v1/music/generate"

@@ -142,8 +142,8 @@ def test_ci_runs_the_readme_test_command_after_setting_up() -> None:
 
 
 def test_the_package_functions_named_like_modules_stay_functions() -> None:
-    """`ipymusicgen.library` is the function whatever loads later (a module of the same name, loaded lazily,
-    would rebind it), in a fresh process that uses the library the way a script does."""
+    """`ipymusicgen.library` is the function whatever loads later (no module shares its name: the class lives in
+    `song_library`), in a fresh process that uses the library the way a script does."""
     import subprocess
     import sys
 
@@ -151,7 +151,7 @@ def test_the_package_functions_named_like_modules_stay_functions() -> None:
         "import ipymusicgen, ipymusicgen.session\n"
         "from ipymusicgen import library\n"
         "ipymusicgen.session.library  # the session's own\n"
-        "import ipymusicgen.library\n"
+        "import ipymusicgen.song_library\n"
         "from ipymusicgen import library as again\n"
         "assert callable(library) and callable(again) and callable(ipymusicgen.analyze), (library, again)\n"
         "assert callable(ipymusicgen.waveform) and callable(ipymusicgen.grid)\n"

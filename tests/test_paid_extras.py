@@ -17,9 +17,9 @@ from ipymusicgen.app import build_client
 from ipymusicgen.archive.extras import UnknownExtraError, held, make_extra
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
-from ipymusicgen.library import Library
 from ipymusicgen.mcp import AgentDesk
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 KEY = "k-extras-secret-51c2"

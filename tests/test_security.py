@@ -40,7 +40,7 @@ from ipymusicgen.models.schema import KeyInfo, TaskRecord, V2Song
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.notebook.magics import KeyReport, Lyrics, Table, mask_key, record_row
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.widgets import GenerateForm, KeyInfoPanel, TaskCard, TaskWatcher, V2Form, studio
+from ipymusicgen.widgets import Studio, TaskCard, TaskWatcher, studio
 
 CANARY = NOTEBOOK_CANARY
 NEEDLES = (CANARY, CANARY[7:19], CANARY[-12:])
@@ -279,13 +279,14 @@ def test_widgets_never_show_the_canary(
     evidence.add("key info error", board.key_info.error)
 
     with stranger_sandbox.client(api_key=CANARY) as wrong:  # a wrong key: the 401 paths
-        stranger_form = GenerateForm(wrong)
+        stranger_form = Studio(wrong).song
         stranger_form.set_values(style="x")
         assert stranger_form.submit() is None and "API key" in stranger_form.error_title
-        stranger_v2 = V2Form(wrong)
+        stranger_v2 = Studio(wrong).v2
         stranger_v2.set_values(is_auto=1, prompt="x")
         assert stranger_v2.submit() is None
-        stranger_panel = KeyInfoPanel(wrong)
+        stranger_panel = Studio(wrong).key_info
+        stranger_panel.refresh()
         assert stranger_panel.info is None and stranger_panel.error
         stranger_watch = TaskWatcher(board.watcher.ids[:2], client=wrong, autostart=False)
         stranger_watch.poll_once()
@@ -631,13 +632,14 @@ def test_a_hostile_service_through_the_widgets() -> None:
         max_retries=0,
         http_client=httpx.Client(transport=httpx.MockTransport(handler)),
     )
-    form = GenerateForm(client)
+    form = Studio(client).song
     form.set_values(action="auto", style="calm")
     assert form.submit() is None
-    v2 = V2Form(client)
+    v2 = Studio(client).v2
     v2.set_values(is_auto=1, prompt="calm")
     assert v2.submit() is None
-    panel = KeyInfoPanel(client)
+    panel = Studio(client).key_info
+    panel.refresh()
     watcher = TaskWatcher(["a", "b"], client=client, autostart=False)
     watcher.poll_once()
     failing = TaskWatcher(["c"], v2_ids=["d"], client=client, autostart=False)

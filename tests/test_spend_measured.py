@@ -12,8 +12,8 @@ from helpers import wait_until
 
 from ipymusicgen import MusicClient, Settings
 from ipymusicgen.batch.engine import run_batch
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 KEY = "spend-key"

@@ -19,8 +19,8 @@ import pytest
 
 from ipymusicgen import MusicClient
 from ipymusicgen.errors import JournalUnavailableError, JournalWriteWarning
-from ipymusicgen.library import Library
 from ipymusicgen.mcp.desk import AgentDesk
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage import db as storage_db
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal
@@ -385,7 +385,7 @@ def test_damage_found_after_opening_is_the_same_one_line_in_every_store(tmp_path
     journal, library, batches = opened
     reads = [
         journal.attempts,
-        lambda: library.query("SELECT * FROM attempts"),
+        lambda: library._rows("SELECT * FROM attempts"),
         batches.names,
     ]
     messages = []

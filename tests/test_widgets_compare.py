@@ -10,8 +10,8 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from ipymusicgen import session
-from ipymusicgen.library import Library, LibrarySong
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library, LibrarySong
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets.compare import CompareView, compare
 

@@ -95,7 +95,7 @@ def test_musicgen_key_never_shows_secrets_of_the_service_address(sandbox: Sandbo
 
 def test_forged_library_intents_never_raise_in_the_kernel(sandbox: Sandbox, tmp_path: Any) -> None:
     from ipymusicgen import Journal
-    from ipymusicgen.library import Library
+    from ipymusicgen.song_library import Library
     from ipymusicgen.widgets.library import LibraryView
 
     journal_path = tmp_path / "journal.sqlite3"
@@ -325,7 +325,7 @@ def test_a_cards_text_line_stays_one_line() -> None:
 
 def test_forged_library_state_from_the_browser_is_bounded(tmp_path: Any) -> None:
     from ipymusicgen import Journal
-    from ipymusicgen.library import Library
+    from ipymusicgen.song_library import Library
     from ipymusicgen.widgets.library import LibraryView
 
     journal_path = tmp_path / "journal.sqlite3"

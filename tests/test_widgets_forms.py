@@ -12,7 +12,6 @@ import pytest
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.models.schema import ACTIONS, PROMPT_MAX, TITLE_MAX, shape_fields
-from ipymusicgen.widgets import GenerateForm, KeyInfoPanel, LyricsForm, V2Form
 from ipymusicgen.widgets.studio import KeyPane, LyricsPane, SongPane, Studio, V2Pane
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -34,9 +33,26 @@ def offline_client(handler: Handler | None = None) -> MusicClient:
     )
 
 
+def song_pane(client: MusicClient, **values: Any) -> SongPane:
+    """The Song pane of a new studio, prefilled with `values` (the one form model)."""
+    pane = Studio(client).song
+    if values:
+        pane.set_values(**values)
+    return pane
+
+
+def v2_pane(client: MusicClient) -> V2Pane:
+    return Studio(client).v2
+
+
+def lyrics_pane(client: MusicClient, *, target: SongPane | None = None) -> LyricsPane:
+    """The Lyrics pane; "use in song" fills the Song pane of the same studio (`target`'s, when given)."""
+    return (target.studio if target is not None else Studio(client)).lyrics
+
+
 @pytest.fixture
 def form() -> SongPane:
-    return GenerateForm(client=offline_client())
+    return song_pane(offline_client())
 
 
 def shown(form: Any) -> set[str]:
@@ -47,13 +63,15 @@ def problem(form: Any, name: str) -> str:
     return form.fields[name]["problem"]
 
 
-def test_the_old_names_are_the_studios_panes() -> None:
+def test_the_old_form_names_are_gone_and_say_which_pane_replaced_them() -> None:
     client = offline_client()
-    song, v2, lyrics = GenerateForm(client, style="jazz"), V2Form(client), LyricsForm(client)
+    song, v2, lyrics = song_pane(client, style="jazz"), v2_pane(client), lyrics_pane(client)
     assert isinstance(song, SongPane) and isinstance(v2, V2Pane) and isinstance(lyrics, LyricsPane)
     assert isinstance(song.studio, Studio) and song.client is client
     assert song.values()["style"] == "jazz"
-    assert isinstance(KeyInfoPanel(client, load=False), KeyPane)
+    assert isinstance(Studio(client).key_info, KeyPane)
+    with pytest.raises(ImportError, match=r"GenerateForm was removed: use ipymusicgen\.studio\(\)\.song"):
+        from ipymusicgen.widgets import GenerateForm  # noqa: F401
 
 
 @pytest.mark.parametrize("action", ACTIONS)
@@ -152,12 +170,12 @@ def test_set_values_refuses_unknown_fields(form: SongPane) -> None:
 
 
 def test_unknown_model_follows_the_clients_setting() -> None:
-    strict = GenerateForm(client=offline_client())
+    strict = song_pane(offline_client())
     strict.set_values(mv="MFV9.9")
     assert "unknown model" in problem(strict, "mv")
     lenient = offline_client()
     lenient.settings = lenient.settings.with_changes(allow_unknown_models=True)
-    form = GenerateForm(client=lenient)
+    form = song_pane(lenient)
     form.set_values(mv="MFV9.9")
     assert problem(form, "mv") == "" and form.values()["mv"] == "MFV9.9"
 
@@ -185,7 +203,7 @@ def test_submit_sends_once_and_calls_back_with_ids() -> None:
         seen_busy.append(form.busy and not form.state()["can_submit"])
         return envelope({"ids": ["t1", "t2"]})
 
-    form = GenerateForm(client=offline_client(handler))
+    form = song_pane(offline_client(handler))
     got: list[list[str]] = []
     form.on_submitted(got.append)
     form.set_values(action="auto", style="lo-fi")
@@ -202,7 +220,7 @@ def test_server_422_lands_on_the_field_as_plain_text() -> None:
         detail = [{"loc": ["body", "custom", "title"], "msg": "<b>bad</b> title", "type": "value_error"}]
         return httpx.Response(422, json={"detail": detail})
 
-    form = GenerateForm(client=offline_client(handler))
+    form = song_pane(offline_client(handler))
     form.set_values(action="custom", title="ok")
     assert form.submit() is None
     assert problem(form, "title") == "<b>bad</b> title"  # data: the front end sets it with textContent
@@ -211,7 +229,7 @@ def test_server_422_lands_on_the_field_as_plain_text() -> None:
 
 
 def test_auth_error_is_shown_in_the_form() -> None:
-    form = GenerateForm(client=offline_client(lambda r: httpx.Response(401, json={"message": "invalid api key"})))
+    form = song_pane(offline_client(lambda r: httpx.Response(401, json={"message": "invalid api key"})))
     form.set_values(style="x")
     assert form.submit() is None
     assert form.error_title == "API key problem" and "invalid api key" in form.error
@@ -226,7 +244,7 @@ def test_auth_error_is_shown_in_the_form() -> None:
 
 def test_no_credits_error_is_shown_as_plain_text() -> None:
     handler: Handler = lambda r: envelope(None, 400, "insufficient credits <script>x</script>")  # noqa: E731
-    form = GenerateForm(client=offline_client(handler))
+    form = song_pane(offline_client(handler))
     form.set_values(style="x")
     form.submit()
     assert form.error_title == "No credits left"
@@ -237,7 +255,7 @@ def test_unexpected_exceptions_never_escape_the_button() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise RuntimeError("boom <x>")
 
-    form = GenerateForm(client=offline_client(handler))
+    form = song_pane(offline_client(handler))
     form.set_values(style="x")
     form.submit()  # must not raise
     assert "boom <x>" in form.error
@@ -247,7 +265,7 @@ def test_unexpected_exceptions_never_escape_the_button() -> None:
 
 
 def test_v2_is_auto_switches_the_visible_fields() -> None:
-    form = V2Form(client=offline_client())
+    form = v2_pane(offline_client())
     assert shown(form) == {"is_auto", "model_version", "prompt"}
     form.set_values(is_auto=0)
     assert shown(form) == set(form.fields)
@@ -258,7 +276,7 @@ def test_v2_is_auto_switches_the_visible_fields() -> None:
 
 
 def test_v2_prompt_count_and_bounds() -> None:
-    form = V2Form(client=offline_client())
+    form = v2_pane(offline_client())
     assert not form.valid  # required, empty
     form.set_values(prompt="calm piano")
     assert form.fields["prompt"]["count"] == f"10 of {PROMPT_MAX} characters"
@@ -269,7 +287,7 @@ def test_v2_prompt_count_and_bounds() -> None:
 
 
 def test_v2_auto_mode_sends_only_what_applies() -> None:
-    form = V2Form(client=offline_client())
+    form = v2_pane(offline_client())
     form.set_values(is_auto=0, prompt="p", lyrics="words", title="T")
     assert form.values()["lyrics"] == "words"
     form.set_values(is_auto=1)
@@ -277,7 +295,7 @@ def test_v2_auto_mode_sends_only_what_applies() -> None:
 
 
 def test_v2_extension_rule_is_the_models() -> None:
-    form = V2Form(client=offline_client())
+    form = v2_pane(offline_client())
     form.set_values(is_auto=0, prompt="p", continue_song_id="s", continue_at=0)
     assert "more than 0" in problem(form, "continue_at")
     form.set_values(model_version="v3.0", continue_at=500)
@@ -288,7 +306,7 @@ def test_v2_extension_rule_is_the_models() -> None:
 
 def test_v2_submit_returns_song_ids() -> None:
     songs = [{"song_id": "s1", "status": "RUNNING"}, {"song_id": "s2", "status": "RUNNING"}]
-    form = V2Form(client=offline_client(lambda r: envelope(songs)))
+    form = v2_pane(offline_client(lambda r: envelope(songs)))
     got: list[list[str]] = []
     form.on_submitted(lambda result: got.append([song.id for song in result]))
     form.set_values(prompt="p")
@@ -303,8 +321,8 @@ def test_v2_submit_returns_song_ids() -> None:
 def test_lyrics_are_kept_as_text_and_handed_to_the_song_pane() -> None:
     text = "[Verse]\n<b>rain</b> & sun"
     client = offline_client(lambda r: envelope({"text": text, "title": "Weather"}))
-    target = GenerateForm(client=client)
-    form = LyricsForm(client=client, target=target)
+    target = song_pane(client)
+    form = lyrics_pane(client, target=target)
     assert not form.valid  # empty prompt
     form.set_values(prompt="weather")
     form.submit()
@@ -318,7 +336,7 @@ def test_lyrics_are_kept_as_text_and_handed_to_the_song_pane() -> None:
 
 
 def test_lyrics_without_target_fill_their_own_studios_song_pane() -> None:
-    form = LyricsForm(client=offline_client(lambda r: envelope({"text": "la la"})))
+    form = lyrics_pane(offline_client(lambda r: envelope({"text": "la la"})))
     form.set_values(prompt="p")
     form.submit()
     form.use_in_song()

@@ -12,8 +12,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import Grid
-from ipymusicgen.library import Library
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets.compare import CompareView
 from ipymusicgen.widgets.grid import GridView

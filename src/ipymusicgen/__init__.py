@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._removed import install_finder, missing
 from ._version import __version__
 from .client.faces import AsyncMusicClient, MusicClient, Resumed
 from .config import Settings
@@ -42,8 +43,10 @@ from .errors import (
 )
 from .models.schema import TaskRecord, V2Song
 from .models.tasks import TaskState
-from .session import analyze, library, waveform  # named like modules: bound after they load, so the functions win
+from .session import analyze, library, waveform
 from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
+
+install_finder()  # `import ipymusicgen.journal` and other removed paths say what replaced them
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -120,8 +123,6 @@ _LAZY = {
     "get_async_client": ("ipymusicgen.session", "get_async_client"),
     "watch_unfinished": ("ipymusicgen.widgets", "watch_unfinished"),
 }
-_MODULES = {"costs": "ipymusicgen.models.costs", "tasks": "ipymusicgen.models.tasks"}
-"""Modules that moved into a layer's package, still reachable as `from ipymusicgen import costs`."""
 
 
 def __getattr__(name: str) -> Any:
@@ -130,11 +131,7 @@ def __getattr__(name: str) -> Any:
 
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
-    if name in _MODULES:
-        import importlib
-
-        return importlib.import_module(_MODULES[name])
-    raise AttributeError(f"module 'ipymusicgen' has no attribute {name!r}")
+    raise missing(__name__, name)  # a removed name says what replaced it
 
 
 def grid(

@@ -21,7 +21,7 @@ from .archive.waveform import DEFAULT_POINTS, song_path, task_id_of
 from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings, env_float
-from .library import Library  # loaded with the session, before `ipymusicgen` binds its `library()` function
+from .song_library import Library
 from .lifecycle import at_exit
 from .storage.journal import Journal
 

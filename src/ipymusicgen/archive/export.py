@@ -19,7 +19,7 @@ from ..client.downloads import safe_filename, unique_path
 from .archiver import song_info
 
 if TYPE_CHECKING:
-    from ..library import Library, LibrarySong
+    from ..song_library import Library, LibrarySong
 
 SIDECAR = "song.json"
 LYRICS = "lyrics.txt"

@@ -9,8 +9,10 @@ batches plug in from the composition root (`ipymusicgen.app`) through `client.wi
 - `waiting`: wait, poll, resume; `transport`: bounded sync transport; `downloads`: files.
 """
 
-from .faces import *  # noqa: F403  (the old `ipymusicgen.client` module's names)
-from .faces import __all__ as _faces_all
-from .faces import _Core
+from typing import Any
 
-__all__ = [*_faces_all, "_Core"]
+from .._removed import missing
+
+
+def __getattr__(name: str) -> Any:
+    raise missing(__name__, name)  # the faces' names live in `client.faces` (and `ipymusicgen` itself)

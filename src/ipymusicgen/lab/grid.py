@@ -25,7 +25,7 @@ from ..storage.batches import NEVER_SENT, store_for
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient
-    from ..library import Library
+    from ..song_library import Library
 
 MAX_CELLS = 200
 """More rows than this in one grid is a typo (a list of 1,000 styles), refused before anything is priced."""

@@ -26,10 +26,10 @@ from ..client.faces import MusicClient
 from ..client.responses import create_may_have_landed
 from ..client.waiting import check_id
 from ..errors import JournalUnavailableError, MusicGenError, RequestValidationError
-from ..library import Library
 from ..models import costs
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
+from ..song_library import Library
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
 from .ledger import Ledger, OverBudget, Spend
 from .songs import song_view

@@ -9,7 +9,7 @@ from ..safe_html import http_url
 from .text import service_text
 
 if TYPE_CHECKING:
-    from ..library import Library, LibrarySong
+    from ..song_library import Library, LibrarySong
 
 TEXT_MAX = 20_000
 """Longest text field returned (lyrics): one odd record cannot flood an agent's context."""

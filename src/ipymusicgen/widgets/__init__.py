@@ -7,21 +7,23 @@ rules of their own (they show the request models' problems). The front end (anyw
 
 from __future__ import annotations
 
-from .aliases import GenerateForm, KeyInfoPanel, LyricsForm, V2Form
+from typing import Any
+
+from .._removed import missing
 from .card import TaskCard
 from .song_data import song_card
 from .studio import Studio, studio
 from .watcher import TaskWatcher, watch_unfinished
 
 __all__ = [
-    "GenerateForm",
-    "KeyInfoPanel",
-    "LyricsForm",
     "Studio",
     "TaskCard",
     "TaskWatcher",
-    "V2Form",
     "song_card",
     "studio",
     "watch_unfinished",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    raise missing(__name__, name)  # the old form names say which studio pane replaced them

@@ -31,7 +31,7 @@ from .song_data import compact_peaks, plain
 from .text import TextRepr
 
 if TYPE_CHECKING:
-    from ..library import Library
+    from ..song_library import Library
 
 MODES = ("ab", "abx")
 VOTE_WAIT = 1.0

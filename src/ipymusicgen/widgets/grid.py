@@ -26,7 +26,7 @@ from .text import TextRepr
 
 if TYPE_CHECKING:
     from ..batch.engine import Batch
-    from ..library import Library
+    from ..song_library import Library
 
 PICKS = 2
 ELSEWHERE = "being sent elsewhere"

@@ -16,8 +16,8 @@ import anywidget
 import traitlets
 
 from ..archive.archiver import archive_label
-from ..library import Library, LibrarySong
 from ..models.tasks import STATE_WORDS
+from ..song_library import Library, LibrarySong
 from ..storage.library import LibraryWriteError
 from ._static import css, esm
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path

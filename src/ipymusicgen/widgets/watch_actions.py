@@ -164,7 +164,7 @@ class ActionsPart:
         self._finished_record(task_id)
         path = getattr(getattr(self._client, "journal", None), "path", None)
         if path:
-            from ..library import Library
+            from ..song_library import Library
 
             opened = Library(path)
         else:
