@@ -93,3 +93,28 @@ def test_patches_change_only_what_they_say_and_a_missed_one_asks_for_the_whole(p
     assert root.locator(".ims-batch-note").text_content() == "the last word"
     page.evaluate("(message) => window.deliver(message)", {**patches[-1], "version": patches[-1]["version"] + 3})
     assert page.evaluate("() => window.sent") == [{"kind": "resync"}]
+
+
+def test_a_planned_batch_offers_send_then_its_question_with_confirm_and_cancel(page: Page, client: MusicClient) -> None:
+    """A `%%musicgen_batch` cell on a paid key shows its rows unsent: Send, then the question PaidAsk asked."""
+    from ipymusicgen.batch.engine import validate_rows
+    from ipymusicgen.widgets.batch import PricedBatch
+
+    rows = validate_rows([{"style": HOSTILE, "mv": "MFV2.0"}, {"style": "waltz", "mv": "MFV2.0"}])
+    view = BatchView(confirm=True)
+    view.plan(PricedBatch(tuple(rows), 4, None, "planned", 2), client, lambda: None)  # type: ignore[arg-type,return-value]
+    mount(page, "batch", view.data)
+    root = page.locator(".ipymusicgen-batch")
+    assert "Not sent: 2 rows, about 4 credits" in (root.locator(".ims-batch-line").text_content() or "")
+    assert root.locator(".ims-batch-row[data-state='not sent']").count() == 2 and page.locator("img").count() == 0
+    root.locator("button.ims-batch-send").click()
+    assert page.evaluate("() => window.sent") == [{"kind": "send"}]
+    view.send_planned(confirmed=False)  # what the kernel does with that intent: it asks
+    page.evaluate("(next) => window.change(next)", view.data)
+    assert (root.locator(".ims-batch-question").text_content() or "").startswith("Send 2 rows, about 4 credits")
+    assert root.locator("button.ims-batch-send").count() == 0
+    assert root.locator("button.ims-primary").all_inner_texts() == ["Confirm"]
+    root.locator("button.ims-batch-cancel").click()
+    root.locator("button.ims-batch-confirm").click()
+    assert page.evaluate("() => window.sent.slice(1)") == [{"kind": "cancel"}, {"kind": "confirm"}]
+    page.evaluate("() => window.cleanup()")
