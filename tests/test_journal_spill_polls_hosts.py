@@ -231,8 +231,8 @@ def test_indexing_records_the_library_already_holds_writes_nothing(journal_path:
         store.index_records([TaskRecord(id="a", status=0)])  # blanks never erase, so nothing to write either
         assert [s for s in seen if s.split()[0].upper() in ("BEGIN", "UPDATE", "INSERT", "DELETE", "COMMIT")] == []
         store.index_records([TaskRecord(id="a", status=0, title="Renamed", lyric="new words")])  # still indexed
-        assert [r["id"] for r in store.query("SELECT id FROM library_fts WHERE library_fts MATCH 'Renamed'")] == ["a"]
-        assert store.query("SELECT lyrics FROM library_songs WHERE id = 'a'")[0]["lyrics"] == "new words"
+        assert [r["id"] for r in store._rows("SELECT id FROM library_fts WHERE library_fts MATCH 'Renamed'")] == ["a"]
+        assert store._rows("SELECT lyrics FROM library_songs WHERE id = 'a'")[0]["lyrics"] == "new words"
     finally:
         store.db.set_trace_callback(None)
         store.close()

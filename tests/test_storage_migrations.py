@@ -85,7 +85,7 @@ def test_rerunning_the_old_journals_finished_batch_by_name_sends_nothing(old_jou
 
 def test_the_library_store_and_batch_store_open_an_old_journal_too(old_journal: Path) -> None:
     store = LibraryStore(old_journal)
-    assert store.query("SELECT note FROM library_songs WHERE id = ?", (FAVOURITE,))[0]["note"] == "the good take"
+    assert store._rows("SELECT note FROM library_songs WHERE id = ?", (FAVOURITE,))[0]["note"] == "the good take"
     store.close()
     batches = BatchStore(old_journal)
     assert [r.state for r in batches.rows("fixture-batch").values()] == ["complete", "complete"]

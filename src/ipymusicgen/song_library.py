@@ -13,7 +13,6 @@ import html
 import math
 import numbers
 import re
-import sqlite3
 import time
 import unicodedata
 import warnings
@@ -24,16 +23,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .lifecycle import at_exit
+from .storage.errors import StorageUnavailableError
 from .storage.journal import JournalWriteWarning
 from .storage.library import LibraryStore, unpack_peaks
+from .storage.songs import ORDERS, SongFilter
 
 if TYPE_CHECKING:
     from .lab.ratings import Leaderboard
 
 SPEND_BY = ("day", "model", "batch")
-PAID_OUTCOMES = ("submitted", "unknown")
-"""Attempts that may have cost credits (rejected ones did not; pending ones are being sent)."""
-ORDERS = ("newest", "rating")
 LEADERBOARD_BY = ("model", "style", "batch", "song")
 _STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
 _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.UNICODE)
@@ -122,21 +120,18 @@ class SongList(list[LibrarySong]):
         return f"<table class='ipymusicgen-library-table'>{head}{rows}</table>"
 
 
-def _range_clauses(column: str, bounds: Any) -> list[tuple[str, float]]:
-    """`(low, high)` (either end None) as SQL clauses on `column`; a bad range raises ValueError naming it."""
+def _range(name: str, bounds: Any) -> tuple[float | None, float | None] | None:
+    """`(low, high)` (either end None) checked; a bad range raises ValueError naming it."""
     if bounds is None:
-        return []
-    name = column.split(".")[-1]
+        return None
     if not isinstance(bounds, tuple | list) or len(bounds) != 2:
         raise ValueError(f"{name} takes (low, high), either end None (got {bounds!r})")
-    clauses = []
-    for op, end in ((">=", bounds[0]), ("<=", bounds[1])):
-        if end is None:
-            continue
-        if isinstance(end, bool) or not isinstance(end, numbers.Real) or not math.isfinite(end):
+    ends: list[float | None] = []
+    for end in bounds:
+        if end is not None and (isinstance(end, bool) or not isinstance(end, numbers.Real) or not math.isfinite(end)):
             raise ValueError(f"{name}: each end is a finite number or None (got {end!r})")
-        clauses.append((f"{column} {op} ?", float(end)))
-    return clauses
+        ends.append(None if end is None else float(end))
+    return ends[0], ends[1]
 
 
 class Comparisons(list[dict[str, Any]]):
@@ -246,20 +241,6 @@ def _since(value: Any) -> float | None:
     return dt.datetime.fromisoformat(text).timestamp()
 
 
-_SELECT = """
-SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url, t.cover_url, t.song_id,
-       t.fail_reason, l.lyrics, l.prompt, l.model, l.action, l.batch, l.duration_s, l.parent_id,
-       l.favourite, l.kept, l.note, l.archive_path, l.archive_size, l.wav_path, l.cover_path, l.archive_error,
-       l.peaks, (SELECT r.stars FROM ratings r WHERE r.id = t.id) AS stars, l.bpm, l.musical_key, l.lufs,
-       l.true_peak_db, l.silence_start_s, l.silence_end_s, l.analysis_error,
-       (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
-FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
-"""
-_SELECT_TEXT = _SELECT.replace(
-    "FROM tasks t LEFT JOIN", "FROM library_fts JOIN tasks t ON t.rowid = library_fts.rowid LEFT JOIN"
-)
-
-
 def _song(row: Any) -> LibrarySong:
     return LibrarySong(
         id=row["id"], call=row["attempt_id"], take=int(row["take"] or 1), state=row["state"], title=row["title"],
@@ -283,14 +264,14 @@ class Library:
         self.path = self.store.path
         try:
             self.store.sync()
-        except sqlite3.OperationalError as exc:  # another kernel holds the file: every song is still listed
+        except StorageUnavailableError as exc:  # another kernel holds the file: every song is still listed
             warnings.warn(
                 f"The library could not index new songs in {self.path} ({exc}); they are listed, and searchable "
                 "once the library is opened again.", JournalWriteWarning, stacklevel=2)  # fmt: skip
         _open_libraries.add(self)
 
     def __repr__(self) -> str:
-        count = self.store.query("SELECT COUNT(*) AS n FROM tasks")[0]["n"]
+        count = self.store.song_count()
         return f"Library({str(self.path)!r}, {count} songs)"
 
     def close(self) -> None:
@@ -304,7 +285,7 @@ class Library:
 
     # -- finding -------------------------------------------------------------------------------------
 
-    def _where(
+    def _filter(
         self,
         text: str | None,
         state: str | None,
@@ -315,38 +296,21 @@ class Library:
         bpm: Any = None,
         key: str | None = None,
         lufs: Any = None,
-    ) -> tuple[str, list[Any]]:
-        clauses, params = ["1=1"], []
-        for column, bounds in (("l.bpm", bpm), ("l.lufs", lufs)):
-            for sql, value in _range_clauses(column, bounds):
-                clauses.append(sql)
-                params.append(value)
-        if key:
-            clauses.append("LOWER(l.musical_key) = LOWER(?)")
-            params.append(" ".join(str(key).split()))
+    ) -> SongFilter:
+        """The user's filters, checked and normalised, as the storage's `SongFilter`."""
         query = fts_query(text) if text else None
-        if text and query is None:
-            clauses.append("0")
-        if query:
-            clauses.append("library_fts MATCH ?")
-            params.append(query)
-        if state:
-            clauses.append("t.state = ?")
-            params.append(_STATE_ALIASES.get(state, state))
-        if favourite is not None:
-            clauses.append("COALESCE(l.favourite, 0) = ?")
-            params.append(1 if favourite else 0)
-        start = _since(since)
-        if start is not None:
-            clauses.append("t.created_at >= ?")
-            params.append(start)
-        if model:
-            clauses.append("l.model = ?")
-            params.append(model)
-        if batch:
-            clauses.append("l.batch = ?")
-            params.append(batch)
-        return " AND ".join(clauses), params
+        return SongFilter(
+            match=query,
+            nothing=bool(text) and query is None,
+            state=_STATE_ALIASES.get(state, state) if state else None,
+            favourite=favourite,
+            since=_since(since),
+            model=model or None,
+            batch=batch or None,
+            bpm=_range("bpm", bpm),
+            key=" ".join(str(key).split()) if key else None,
+            lufs=_range("lufs", lufs),
+        )
 
     def songs(
         self,
@@ -372,48 +336,31 @@ class Library:
         """
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} (got {order!r})")
-        where, params = self._where(text, state, favourite, since, model, batch, bpm, key, lufs)
-        page = [_whole(limit, "limit"), _whole(offset, "offset")]
-        rowid = "library_fts.rowid" if text else "t.rowid"
-        by = f"{rowid} DESC" if order == "newest" else f"COALESCE(stars, 0) DESC, {rowid} DESC"
-        if text:  # newest first straight from the full-text index (its rowids are the journal's)
-            sql = f"{_SELECT_TEXT} WHERE {where} ORDER BY {by} LIMIT ? OFFSET ?"
-        else:
-            sql = f"{_SELECT} WHERE {where} ORDER BY {by} LIMIT ? OFFSET ?"
-        return SongList(_song(r) for r in self.store.query(sql, [*params, *page]))
+        where = self._filter(text, state, favourite, since, model, batch, bpm, key, lufs)
+        rows = self.store.songs(where, order=order, limit=_whole(limit, "limit"), offset=_whole(offset, "offset"))
+        return SongList(_song(r) for r in rows)
 
     def count(self, text: str | None = None, state: str | None = None, favourite: bool | None = None,
               since: Any = None, model: str | None = None, batch: str | None = None, *, bpm: Any = None,
               key: str | None = None, lufs: Any = None) -> int:  # fmt: skip
         """How many songs `songs()` would page through with these filters."""
-        where, params = self._where(text, state, favourite, since, model, batch, bpm, key, lufs)
-        if text and where == "1=1 AND library_fts MATCH ?":  # text alone: the full-text index counts by itself
-            sql = "SELECT COUNT(*) AS n FROM library_fts WHERE library_fts MATCH ?"
-            return int(self.store.query(sql, params)[0]["n"])
-        joins = "library_fts JOIN tasks t ON t.rowid = library_fts.rowid" if text else "tasks t"
-        if favourite is not None or model or batch or bpm is not None or key or lufs is not None:
-            joins += " LEFT JOIN library_songs l ON l.id = t.id"
-        sql = f"SELECT COUNT(*) AS n FROM {joins} WHERE {where}"
-        return int(self.store.query(sql, params)[0]["n"])
+        return self.store.count(self._filter(text, state, favourite, since, model, batch, bpm, key, lufs))
 
     def song(self, task_id: str) -> LibrarySong:
-        rows = self.store.query(f"{_SELECT} WHERE t.id = ?", (task_id,))
-        if not rows:
+        row = self.store.song(task_id)
+        if row is None:
             raise KeyError(f"No song {task_id!r} in the library")
-        return _song(rows[0])
+        return _song(row)
 
     def archived_path(self, task_id: str) -> Path | None:
-        rows = self.store.query("SELECT archive_path FROM library_songs WHERE id = ?", (task_id,))
-        path = rows[0]["archive_path"] if rows else None
+        path = self.store.archive_path(task_id)
         return Path(path) if path and Path(path).is_file() else None
 
     def models(self) -> list[str]:
-        rows = self.store.query("SELECT DISTINCT model FROM library_songs WHERE model IS NOT NULL ORDER BY model")
-        return [r["model"] for r in rows]
+        return self.store.models()
 
     def batches(self) -> list[str]:
-        rows = self.store.query("SELECT DISTINCT batch FROM library_songs WHERE batch IS NOT NULL ORDER BY batch")
-        return [r["batch"] for r in rows]
+        return self.store.batch_names()
 
     # -- choosing ------------------------------------------------------------------------------------
 
@@ -448,15 +395,7 @@ class Library:
 
     def compare_results(self, *, blind: bool | None = None) -> Comparisons:
         """Every vote, oldest first, with both songs' titles: `blind=True` keeps only blind ones."""
-        sql = (
-            "SELECT c.winner, c.loser, c.blind, c.voted_at, w.title AS winner_title, l.title AS loser_title"
-            " FROM comparisons c LEFT JOIN tasks w ON w.id = c.winner LEFT JOIN tasks l ON l.id = c.loser"
-        )
-        params: list[Any] = []
-        if blind is not None:
-            sql += " WHERE c.blind = ?"
-            params.append(1 if blind else 0)
-        rows = self.store.query(sql + " ORDER BY c.voted_at, c.id", params)
+        rows = self.store.comparisons(blind=blind)
         return Comparisons([dict(r) | {"blind": bool(r["blind"])} for r in rows])
 
     def leaderboard(self, by: str = "model", *, blind_only: bool = False) -> Leaderboard:
@@ -471,23 +410,12 @@ class Library:
             for r in self.compare_results(blind=True if blind_only else None)
         ]
         ids = sorted({v.winner for v in votes} | {v.loser for v in votes})
-        groups: dict[str, str] = {}
-        if ids:
-            column = {"model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id"}[by]
-            marks = ",".join("?" * len(ids))
-            rows = self.store.query(
-                f"SELECT t.id, {column} AS g FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
-                f" WHERE t.id IN ({marks})",
-                ids,
-            )
-            groups = {r["id"]: (r["g"] or "(none)") for r in rows}
+        groups = {task_id: group or "(none)" for task_id, group in self.store.groups(ids, by).items()}
         return leaderboard(by, votes, lambda task_id: groups.get(task_id, "(none)"))
 
     def takes(self, task_id: str) -> SongList:
         """Every song the same paid call made (this one included), in take order."""
-        rows = self.store.query(
-            f"{_SELECT} WHERE t.attempt_id = (SELECT attempt_id FROM tasks WHERE id = ?) ORDER BY t.rowid", (task_id,)
-        )
+        rows = self.store.takes(task_id)
         if not rows:
             return SongList([self.song(task_id)])
         return SongList(_song(r) for r in rows)
@@ -497,8 +425,7 @@ class Library:
         `{"id", "title", "action", "state", "children": [...]}`; `"current": True` marks `task_id`."""
         root, seen = task_id, {task_id}
         while True:
-            rows = self.store.query("SELECT parent_id FROM library_songs WHERE id = ?", (root,))
-            parent = rows[0]["parent_id"] if rows else None
+            parent = self.store.parent(root)
             if not parent or parent in seen:
                 break
             seen.add(parent)
@@ -507,19 +434,8 @@ class Library:
 
     def _subtree(self, node: str, current: str, seen: set[str]) -> dict[str, Any]:
         seen.add(node)
-        rows = self.store.query(
-            "SELECT t.title, t.state, l.action FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE t.id = ?",
-            (node,),
-        )
-        info = rows[0] if rows else None
-        children = [
-            r["id"]
-            for r in self.store.query(
-                "SELECT l.id FROM library_songs l LEFT JOIN tasks t ON t.id = l.id WHERE l.parent_id = ?"
-                " ORDER BY t.created_at, l.id",
-                (node,),
-            )
-        ]
+        info = self.store.node(node)
+        children = self.store.children(node)
         return {
             "id": node,
             "title": info["title"] if info else None,
@@ -538,22 +454,7 @@ class Library:
 
         if by not in SPEND_BY:
             raise ValueError(f"by must be one of {', '.join(SPEND_BY)} (got {by!r})")
-        model = (
-            "COALESCE(json_extract(a.payload, '$.mv'), json_extract(a.payload, '$.model_version'),"
-            " json_extract(a.payload, '$.model'))"
-        )
-        key = {
-            "day": "date(a.created_at, 'unixepoch', 'localtime')",
-            "model": f"COALESCE({model}, '(default)')",
-            "batch": "COALESCE((SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
-            " WHERE t.attempt_id = a.id LIMIT 1), '(none)')",
-        }[by]
-        rows = self.store.query(  # grouped in SQLite (one pass, no JSON parsed in Python), then priced per model
-            f"SELECT {key} AS k, {model} AS m, COUNT(*) AS calls, SUM((SELECT COUNT(*) FROM tasks t"
-            " WHERE t.attempt_id = a.id AND t.state = 'complete')) AS songs, MIN(a.created_at) AS first"
-            f" FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES} AND a.endpoint NOT LIKE '%lyric%'"
-            " GROUP BY k, m ORDER BY first"
-        )
+        rows = self.store.spend(by)
         groups: dict[str, dict[str, Any]] = {}
         for r in rows:
             group = groups.setdefault(
@@ -569,16 +470,7 @@ class Library:
     def _runs(self) -> list[dict[str, Any]]:
         """Every batch run measured on the key: its spend, or None where it cannot be told (the run did not end,
         or other paid calls fell inside its window, so the key's counts moved for them too)."""
-        runs = self.store.query(
-            "SELECT r.batch, r.started_at, r.finished_at, r.counts_before, r.counts_after, r.calls,"
-            " date(r.started_at, 'unixepoch', 'localtime') AS day,"
-            " (SELECT COUNT(*) FROM attempts a WHERE a.created_at BETWEEN r.started_at AND r.finished_at"
-            f"   AND a.outcome IN {PAID_OUTCOMES} AND a.endpoint NOT LIKE '%lyric%') AS paid_in_window,"
-            " (SELECT group_concat(DISTINCT COALESCE(json_extract(b.request, '$.mv'),"
-            "   json_extract(b.request, '$.model_version'), '(default)')) FROM batch_rows b"
-            "   WHERE b.batch = r.batch AND b.state NOT IN ('pending', 'rejected', 'skipped')) AS models"
-            " FROM batch_runs r WHERE r.calls > 0 OR r.finished_at IS NULL ORDER BY r.started_at"
-        )
+        runs = self.store.batch_runs()
         found = []
         for r in runs:
             ended = r["finished_at"] is not None and r["counts_before"] is not None and r["counts_after"] is not None
@@ -594,33 +486,27 @@ class Library:
         A batch sums its runs (a re-run is measured on its own); a day or a model counts only when runs measured
         cleanly cover all of its calls (a model: runs of that one model). Estimates are never added in.
         """
-        with contextlib.suppress(Exception):  # a journal without batch runs: nothing measured
-            runs = self._runs()
-            measured: dict[str, int | None] = {}
-            for key_value, group in groups.items():
-                if by == "batch":
-                    mine = [run for run in runs if run["batch"] == key_value]
-                elif by == "day":
-                    mine = [run for run in runs if run["day"] == key_value]
-                else:
-                    mine = [run for run in runs if run["models"] == [key_value]]
-                covered = sum(run["calls"] for run in mine)
-                if (
-                    mine
-                    and all(run["spent"] is not None for run in mine)
-                    and (by == "batch" or covered >= group["calls"])
-                ):
-                    measured[key_value] = sum(run["spent"] for run in mine)
-                elif mine and by == "batch":
-                    measured[key_value] = None
-            return measured
-        return {}
+        # every journal the library opens has its batch runs (migrations); a failing read is said, not hidden
+        runs = self._runs()
+        measured: dict[str, int | None] = {}
+        for key_value, group in groups.items():
+            if by == "batch":
+                mine = [run for run in runs if run["batch"] == key_value]
+            elif by == "day":
+                mine = [run for run in runs if run["day"] == key_value]
+            else:
+                mine = [run for run in runs if run["models"] == [key_value]]
+            covered = sum(run["calls"] for run in mine)
+            if mine and all(run["spent"] is not None for run in mine) and (by == "batch" or covered >= group["calls"]):
+                measured[key_value] = sum(run["spent"] for run in mine)
+            elif mine and by == "batch":
+                measured[key_value] = None
+        return measured
 
     # -- archive -------------------------------------------------------------------------------------
 
     def failed_archives(self) -> SongList:
-        rows = self.store.query(f"{_SELECT} WHERE l.archive_error IS NOT NULL AND l.archive_path IS NULL")
-        return SongList(_song(r) for r in rows)
+        return SongList(_song(r) for r in self.store.failed_archives())
 
     def __iter__(self) -> Iterator[LibrarySong]:
         offset = 0

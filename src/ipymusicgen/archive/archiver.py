@@ -157,16 +157,9 @@ class SongInfo:
 
 
 def song_info(store: LibraryStore, task_id: str) -> SongInfo | None:
-    rows = store.query(
-        "SELECT t.id, t.title, t.style, t.audio_url, t.cover_url, t.created_at, COALESCE(l.lyrics, t.lyrics) AS lyrics,"
-        " l.model, l.action, l.archive_path, t.version, l.archive_tries, l.duration_s, a.payload"
-        " FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
-        " LEFT JOIN attempts a ON a.id = t.attempt_id WHERE t.id = ?",
-        (task_id,),
-    )
-    if not rows:
+    r = store.archive_source(task_id)
+    if r is None:
         return None
-    r = rows[0]
     try:
         request = json.loads(r["payload"] or "{}")
     except ValueError:
@@ -324,8 +317,7 @@ def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) ->
     if song is None:
         raise LookupError(f"{task_id} is not in the journal")
     if url is None:
-        song_rows = store.query("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
-        url = client.generate_wav((song_rows[0]["song_id"] if song_rows else None) or task_id)
+        url = client.generate_wav(store.service_song_id(task_id) or task_id)
     staging = _staging_dir(archiver.directory)
     try:
         staged = client.download(url, staging)
@@ -571,8 +563,8 @@ def _stored(store: LibraryStore, task_id: str) -> tuple[list[list[float]] | None
     """An archived song's peaks and its archive note (why it has no waveform), as stored."""
     from ..storage.library import unpack_peaks
 
-    rows = store.query("SELECT peaks, archive_error FROM library_songs WHERE id = ?", (task_id,))
-    return (unpack_peaks(rows[0]["peaks"]), rows[0]["archive_error"]) if rows else (None, None)
+    stored = store.stored_peaks(task_id)
+    return (unpack_peaks(stored[0]), stored[1]) if stored is not None else (None, None)
 
 
 def archive_label(path: Path | None, error: str | None) -> str:

@@ -151,9 +151,9 @@ def _service_song_id(client: MusicClient, task_id: str) -> str:
     """The id the service's extras take: the task's `song_id` where the journal knows one, else the id itself."""
     store = _library_store(client)
     if store is not None:
-        rows = store.query("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
-        if rows and rows[0]["song_id"]:
-            return str(rows[0]["song_id"])
+        found = store.service_song_id(task_id)
+        if found:
+            return str(found)
     return task_id
 
 

@@ -108,12 +108,17 @@ def set_costs(table: Mapping[str, int] | None = None, /, **costs: int) -> dict[s
     return cost_table()
 
 
+MODEL_FIELDS = ("mv", "model_version", "model")
+"""Where a request names its model: `mv` in v1, `model_version` in v2, `model` in payloads journalled before."""
+
+
 def model_of(request: Any) -> str | None:
-    """The model a request asks for (`mv` in v1, `model_version` in v2), or None when it names none."""
+    """The model a request asks for, or None when it names none: the one rule, for prices, the library and
+    spend (SQL calls it as `request_model`)."""
     if isinstance(request, BaseModel):
-        name = getattr(request, "mv", None) or getattr(request, "model_version", None)
+        name = next((v for v in (getattr(request, f, None) for f in MODEL_FIELDS) if v), None)
     elif isinstance(request, Mapping):
-        name = request.get("mv") or request.get("model_version")
+        name = next((v for v in (request.get(f) for f in MODEL_FIELDS) if v), None)
     else:
         name = None
     return str(name) if name else None

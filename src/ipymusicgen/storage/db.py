@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..errors import JournalUnavailableError
 from .migrations import APPLICATION_ID, refuse_newer
+from .songs import add_functions
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another kernel's transaction before the journal counts as locked."""
@@ -160,6 +161,7 @@ def _connect(target: str | Path, busy_timeout: float, path: Path | None = None) 
     db = sqlite3.connect(target, timeout=busy_timeout, check_same_thread=False, isolation_level=None, uri=uri)
     try:
         db.row_factory = sqlite3.Row
+        add_functions(db)
         db.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout * 1000))}")
         refuse_newer(db, path)
         check_pages(db, path)

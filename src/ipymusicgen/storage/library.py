@@ -18,9 +18,11 @@ from typing import Any
 
 from ..config import service_address
 from ..errors import MusicGenError
+from ..models.costs import model_of
 from .connection import Shared, acquire
 from .db import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import LATEST, migrate, version_of
+from .songs import Row, SongQueries
 
 TEXT_LIMIT = 50_000
 PEAK_SCALE = 127
@@ -29,11 +31,6 @@ PEAK_SCALE = 127
 
 class LibraryWriteError(MusicGenError):
     """A choice (favourite, note, keep) could not be written: the journal file is locked, full or read-only."""
-
-
-def model_of(payload: dict[str, Any]) -> str | None:
-    value = payload.get("mv") or payload.get("model_version") or payload.get("model")
-    return str(value) if value else None
 
 
 def prompt_of(payload: dict[str, Any]) -> str | None:
@@ -57,7 +54,7 @@ def unpack_peaks(blob: bytes | None) -> list[list[float]]:
     return values.reshape(-1, 2).round(3).tolist()
 
 
-class LibraryStore:
+class LibraryStore(SongQueries):
     """Reads and writes of the library tables; one connection, shared by threads behind a lock."""
 
     def __init__(self, journal_path: str | Path) -> None:
@@ -120,9 +117,9 @@ class LibraryStore:
             with write_transaction(self.db, self.lock) as db:
                 yield db
 
-    def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         with self.lock, damage_named(self.path):
-            return self.db.execute(sql, tuple(params)).fetchall()
+            return [dict(row) for row in self.db.execute(sql, tuple(params)).fetchall()]
 
     # -- indexing ------------------------------------------------------------------------------------
 
@@ -150,7 +147,7 @@ class LibraryStore:
     ) -> bool:
         """Whether indexing this record changes its library row or search text (the rules of `index_records`)."""
         try:
-            found = self.query(
+            found = self._rows(
                 "SELECT l.lyrics, l.duration_s, l.prompt, t.title AS t_title, t.style AS t_style, f.rowid AS f_rowid,"
                 " f.title AS f_title, f.style AS f_style, f.lyrics AS f_lyrics, f.prompt AS f_prompt"
                 " FROM library_songs l JOIN tasks t ON t.id = l.id LEFT JOIN library_fts f ON f.rowid = t.rowid"
@@ -369,7 +366,7 @@ class LibraryStore:
             " AND t.audio_url IS NOT NULL AND (l.archive_path IS NULL)"
         )
         wanted = {service_address(h) for h in hosts or ()}
-        found = self.query(sql.replace("SELECT t.id", "SELECT t.id, t.host") + " ORDER BY t.created_at")
+        found = self._rows(sql.replace("SELECT t.id", "SELECT t.id, t.host") + " ORDER BY t.created_at")
         return [r["id"] for r in found if not wanted or service_address(r["host"]) in wanted]  # however spelled
 
 

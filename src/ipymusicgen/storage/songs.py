@@ -1,0 +1,256 @@
+"""The library's reads over the journal's file: songs, search, takes, lineage, votes and spend, as named queries.
+
+Every statement the library, the archive and the agent desk need lives here (`LibraryStore` has these methods),
+so the layers above write no SQL. Rows come back as plain dicts keyed by column name. Two rules have their one
+home here: what a song's lyrics are (`SONG_LYRICS`) and which model a request used (`request_model`, the
+`models.costs.model_of` rule registered as an SQL function on the connection).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..models.costs import model_of
+
+Row = dict[str, Any]
+PAID_OUTCOMES = ("submitted", "unknown")
+"""Attempts that may have cost credits (rejected ones did not; pending ones are being sent)."""
+SONG_LYRICS = "COALESCE(l.lyrics, t.lyrics)"
+"""A song's lyrics: what the library kept (the request's, or a record's), else what the service answered."""
+ORDERS = ("newest", "rating")
+GROUP_COLUMNS = {"model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id"}
+SPEND_KEYS = {
+    "day": "date(a.created_at, 'unixepoch', 'localtime')",
+    "model": "COALESCE(request_model(a.payload), '(default)')",
+    "batch": "COALESCE((SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
+    " WHERE t.attempt_id = a.id LIMIT 1), '(none)')",
+}
+
+_SELECT = f"""
+SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url, t.cover_url, t.song_id,
+       t.fail_reason, {SONG_LYRICS} AS lyrics, l.prompt, l.model, l.action, l.batch, l.duration_s, l.parent_id,
+       l.favourite, l.kept, l.note, l.archive_path, l.archive_size, l.wav_path, l.cover_path, l.archive_error,
+       l.peaks, (SELECT r.stars FROM ratings r WHERE r.id = t.id) AS stars, l.bpm, l.musical_key, l.lufs,
+       l.true_peak_db, l.silence_start_s, l.silence_end_s, l.analysis_error,
+       (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
+FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
+"""
+_SELECT_TEXT = _SELECT.replace(
+    "FROM tasks t LEFT JOIN", "FROM library_fts JOIN tasks t ON t.rowid = library_fts.rowid LEFT JOIN"
+)
+
+
+def request_model(payload: str | None) -> str | None:
+    """The model a journalled request (its JSON) used: `models.costs.model_of`, as SQL calls it."""
+    try:
+        value = json.loads(payload or "{}")
+    except ValueError:
+        return None
+    return model_of(value) if isinstance(value, dict) else None
+
+
+def add_functions(db: sqlite3.Connection) -> None:
+    """The Python rules SQL statements call (`request_model`), on a connection."""
+    db.create_function("request_model", 1, request_model, deterministic=True)
+
+
+@dataclass(frozen=True)
+class SongFilter:
+    """Which songs a library query keeps; the values are checked and normalised by the caller."""
+
+    match: str | None = None
+    """A full-text query (FTS5 syntax); `nothing` when the user's text has no word to search."""
+    nothing: bool = False
+    state: str | None = None
+    favourite: bool | None = None
+    since: float | None = None
+    model: str | None = None
+    batch: str | None = None
+    bpm: tuple[float | None, float | None] | None = None
+    key: str | None = None
+    lufs: tuple[float | None, float | None] | None = None
+
+    def where(self) -> tuple[str, list[Any]]:
+        clauses, params = ["1=1"], []
+        for column, bounds in (("l.bpm", self.bpm), ("l.lufs", self.lufs)):
+            for op, end in zip((">=", "<="), bounds or (None, None), strict=True):
+                if end is not None:
+                    clauses.append(f"{column} {op} ?")
+                    params.append(end)
+        if self.key:
+            clauses.append("LOWER(l.musical_key) = LOWER(?)")
+            params.append(self.key)
+        if self.nothing:
+            clauses.append("0")
+        if self.match:
+            clauses.append("library_fts MATCH ?")
+            params.append(self.match)
+        for clause, value in (("t.state = ?", self.state), ("l.model = ?", self.model), ("l.batch = ?", self.batch)):
+            if value:
+                clauses.append(clause)
+                params.append(value)
+        if self.favourite is not None:
+            clauses.append("COALESCE(l.favourite, 0) = ?")
+            params.append(1 if self.favourite else 0)
+        if self.since is not None:
+            clauses.append("t.created_at >= ?")
+            params.append(self.since)
+        return " AND ".join(clauses), params
+
+    @property
+    def text(self) -> bool:
+        return self.match is not None
+
+    @property
+    def needs_library(self) -> bool:
+        return (
+            self.favourite is not None
+            or bool(self.model or self.batch or self.key)
+            or self.bpm is not None
+            or self.lufs is not None
+        )
+
+
+class SongQueries:
+    """The library's named reads; mixed into `LibraryStore`, which gives `_rows`."""
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+        raise NotImplementedError
+
+    def song_count(self) -> int:
+        return int(self._rows("SELECT COUNT(*) AS n FROM tasks")[0]["n"])
+
+    def songs(self, where: SongFilter, *, order: str = "newest", limit: int, offset: int) -> list[Row]:
+        """A page of songs newest first (journal order), or best rated first."""
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)} (got {order!r})")
+        clauses, params = where.where()
+        rowid = "library_fts.rowid" if where.text else "t.rowid"
+        by = f"{rowid} DESC" if order == "newest" else f"COALESCE(stars, 0) DESC, {rowid} DESC"
+        select = _SELECT_TEXT if where.text else _SELECT  # newest first straight from the full-text index
+        return self._rows(f"{select} WHERE {clauses} ORDER BY {by} LIMIT ? OFFSET ?", [*params, limit, offset])
+
+    def count(self, where: SongFilter) -> int:
+        clauses, params = where.where()
+        if where.text and clauses == "1=1 AND library_fts MATCH ?":  # text alone: the index counts by itself
+            return int(self._rows("SELECT COUNT(*) AS n FROM library_fts WHERE library_fts MATCH ?", params)[0]["n"])
+        joins = "library_fts JOIN tasks t ON t.rowid = library_fts.rowid" if where.text else "tasks t"
+        if where.needs_library:
+            joins += " LEFT JOIN library_songs l ON l.id = t.id"
+        return int(self._rows(f"SELECT COUNT(*) AS n FROM {joins} WHERE {clauses}", params)[0]["n"])
+
+    def song(self, task_id: str) -> Row | None:
+        rows = self._rows(f"{_SELECT} WHERE t.id = ?", (task_id,))
+        return rows[0] if rows else None
+
+    def takes(self, task_id: str) -> list[Row]:
+        """Every song the same paid call made, in take order."""
+        return self._rows(
+            f"{_SELECT} WHERE t.attempt_id = (SELECT attempt_id FROM tasks WHERE id = ?) ORDER BY t.rowid", (task_id,)
+        )
+
+    def failed_archives(self) -> list[Row]:
+        return self._rows(f"{_SELECT} WHERE l.archive_error IS NOT NULL AND l.archive_path IS NULL")
+
+    def archive_path(self, task_id: str) -> str | None:
+        rows = self._rows("SELECT archive_path FROM library_songs WHERE id = ?", (task_id,))
+        return rows[0]["archive_path"] if rows else None
+
+    def stored_peaks(self, task_id: str) -> tuple[bytes | None, str | None] | None:
+        """An archived song's packed peaks and its archive note, or None when the library has no row."""
+        rows = self._rows("SELECT peaks, archive_error FROM library_songs WHERE id = ?", (task_id,))
+        return (rows[0]["peaks"], rows[0]["archive_error"]) if rows else None
+
+    def service_song_id(self, task_id: str) -> str | None:
+        """The `song_id` the service gave a task (what its extras take), if the journal knows one."""
+        rows = self._rows("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
+        return rows[0]["song_id"] if rows and rows[0]["song_id"] else None
+
+    def archive_source(self, task_id: str) -> Row | None:
+        """What the archive writes of a song (its tags, file name, sidecar), with the request that made it."""
+        rows = self._rows(
+            f"SELECT t.id, t.title, t.style, t.audio_url, t.cover_url, t.created_at, {SONG_LYRICS} AS lyrics,"
+            " l.model, l.action, l.archive_path, t.version, l.archive_tries, l.duration_s, a.payload"
+            " FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
+            " LEFT JOIN attempts a ON a.id = t.attempt_id WHERE t.id = ?",
+            (task_id,),
+        )
+        return rows[0] if rows else None
+
+    def models(self) -> list[str]:
+        rows = self._rows("SELECT DISTINCT model FROM library_songs WHERE model IS NOT NULL ORDER BY model")
+        return [r["model"] for r in rows]
+
+    def batch_names(self) -> list[str]:
+        rows = self._rows("SELECT DISTINCT batch FROM library_songs WHERE batch IS NOT NULL ORDER BY batch")
+        return [r["batch"] for r in rows]
+
+    def comparisons(self, *, blind: bool | None = None) -> list[Row]:
+        """Every vote, oldest first, with both songs' titles."""
+        sql = (
+            "SELECT c.winner, c.loser, c.blind, c.voted_at, w.title AS winner_title, l.title AS loser_title"
+            " FROM comparisons c LEFT JOIN tasks w ON w.id = c.winner LEFT JOIN tasks l ON l.id = c.loser"
+        )
+        params: list[Any] = []
+        if blind is not None:
+            sql += " WHERE c.blind = ?"
+            params.append(1 if blind else 0)
+        return self._rows(sql + " ORDER BY c.voted_at, c.id", params)
+
+    def groups(self, ids: Sequence[str], by: str) -> dict[str, str | None]:
+        """Each song's model, style, batch or id (what a leaderboard ranks)."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._rows(
+            f"SELECT t.id, {GROUP_COLUMNS[by]} AS g FROM tasks t LEFT JOIN library_songs l ON l.id = t.id"
+            f" WHERE t.id IN ({marks})",
+            ids,
+        )
+        return {r["id"]: r["g"] for r in rows}
+
+    def parent(self, task_id: str) -> str | None:
+        rows = self._rows("SELECT parent_id FROM library_songs WHERE id = ?", (task_id,))
+        return rows[0]["parent_id"] if rows else None
+
+    def node(self, task_id: str) -> Row | None:
+        """A song's title, state and action, as its lineage shows it."""
+        rows = self._rows(
+            "SELECT t.title, t.state, l.action FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE t.id = ?",
+            (task_id,),
+        )
+        return rows[0] if rows else None
+
+    def children(self, task_id: str) -> list[str]:
+        rows = self._rows(
+            "SELECT l.id FROM library_songs l LEFT JOIN tasks t ON t.id = l.id WHERE l.parent_id = ?"
+            " ORDER BY t.created_at, l.id",
+            (task_id,),
+        )
+        return [r["id"] for r in rows]
+
+    def spend(self, by: str) -> list[Row]:
+        """Paid calls grouped by day, model or batch (`k`) and model (`m`): calls, complete songs, first call."""
+        return self._rows(  # grouped in SQLite (one pass), then priced per model by the caller
+            f"SELECT {SPEND_KEYS[by]} AS k, request_model(a.payload) AS m, COUNT(*) AS calls,"
+            " SUM((SELECT COUNT(*) FROM tasks t WHERE t.attempt_id = a.id AND t.state = 'complete')) AS songs,"
+            f" MIN(a.created_at) AS first FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES}"
+            " AND a.endpoint NOT LIKE '%lyric%' GROUP BY k, m ORDER BY first"
+        )
+
+    def batch_runs(self) -> list[Row]:
+        """Every batch run that called or has not ended: its counts, its day, the paid calls inside its window
+        and the models of its sent rows (comma-separated)."""
+        return self._rows(
+            "SELECT r.batch, r.started_at, r.finished_at, r.counts_before, r.counts_after, r.calls,"
+            " date(r.started_at, 'unixepoch', 'localtime') AS day,"
+            " (SELECT COUNT(*) FROM attempts a WHERE a.created_at BETWEEN r.started_at AND r.finished_at"
+            f"   AND a.outcome IN {PAID_OUTCOMES} AND a.endpoint NOT LIKE '%lyric%') AS paid_in_window,"
+            " (SELECT group_concat(DISTINCT COALESCE(request_model(b.request), '(default)')) FROM batch_rows b"
+            "   WHERE b.batch = r.batch AND b.state NOT IN ('pending', 'rejected', 'skipped')) AS models"
+            " FROM batch_runs r WHERE r.calls > 0 OR r.finished_at IS NULL ORDER BY r.started_at"
+        )

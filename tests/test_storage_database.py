@@ -1,0 +1,181 @@
+"""Storage is the one place that knows the database: no SQL, `sqlite3` import or pragma outside `storage/` (the
+sandbox, which plays the service, aside), and one connection per journal file per process however often the
+library, the waveform, the analysis or the archiver open it."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ipymusicgen"
+ALLOWED = ("storage", "sandbox")
+SQL = re.compile(
+    r"\bSELECT\b[\s\S]*\bFROM\b|\bINSERT\s+(OR\s+\w+\s+)?INTO\b|\bUPDATE\s+\w+\s+SET\b|\bDELETE\s+FROM\b"
+    r"|\bCREATE\s+(TABLE|INDEX|VIRTUAL)\b|\bPRAGMA\b|\bjson_extract\s*\(|\bCOALESCE\s*\("
+)
+
+
+def outside_storage() -> list[Path]:
+    return [path for path in sorted(PACKAGE.rglob("*.py")) if path.relative_to(PACKAGE).parts[0] not in ALLOWED]
+
+
+def sql_found(path: Path) -> list[str]:
+    """Imports of sqlite3 and string literals that read as SQL, as `file:line: text`."""
+    source = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        found += [f"{path.name}:{node.lineno}: import {n}" for n in names if n.split(".")[0] == "sqlite3"]
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.STRING and SQL.search(token.string):
+            found.append(f"{path.name}:{token.start[0]}: {' '.join(token.string.split())[:80]}")
+    return found
+
+
+def test_the_check_finds_sql_where_it_is() -> None:
+    found = [f for path in sorted((PACKAGE / "storage").glob("*.py")) for f in sql_found(path)]
+    assert any("import sqlite3" in f for f in found)
+    assert any("SELECT" in f for f in found) and any("PRAGMA" in f for f in found)
+
+
+@pytest.mark.xfail(strict=True, reason="the batch engine, the agent desk and two widgets still name sqlite3")
+def test_no_sql_sqlite_or_pragma_outside_storage() -> None:
+    found = [f"{path.relative_to(PACKAGE)}: {f}" for path in outside_storage() for f in sql_found(path)]
+    assert found == []
+
+
+COUNT_CONNECTIONS = """
+import json, os, sys, warnings
+from pathlib import Path
+warnings.simplefilter("ignore")
+from ipymusicgen import session
+from ipymusicgen.song_library import Library
+from ipymusicgen.storage.database import Database
+
+journal = session.get_journal()
+path = Path(journal.path).resolve()
+
+def connections():
+    opened = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if Path(os.readlink(f"/proc/self/fd/{fd}")) == path:
+                opened += 1
+        except OSError:
+            pass
+    return opened
+
+seen = [connections()]
+for _ in range(12):
+    session.library()
+    session.library(path)
+    for call in (session.waveform, session.analyze):
+        try:
+            call("no-such-song")
+        except Exception:
+            pass
+seen.append(connections())
+db = Database(path)
+db.library.songs_count() if hasattr(db.library, "songs_count") else None
+db.batches.names()
+db.extras.of_song("no-such-song")
+with Library(path) as opened:
+    opened.songs()
+seen.append(connections())
+print("SEEN=" + json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the process's open files in /proc")
+def test_one_connection_per_journal_file_however_often_it_is_opened(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(
+        {
+            "MUSICGEN_API_KEY": "test-key-not-real",
+            "MUSICGEN_BASE_URL": "http://127.0.0.1:9",
+            "MUSICGEN_JOURNAL": str(tmp_path / "journal.sqlite3"),
+            "MUSICGEN_ARCHIVE_DIR": str(tmp_path / "songs"),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_CONNECTIONS], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.split("SEEN=")[-1])
+    assert seen == [1, 1, 1], seen
+
+
+def journal_with(path: Path, payloads: dict[str, dict[str, object]], lyrics: dict[str, str]) -> None:
+    """Songs journalled as the client journals them: a paid attempt each, its task, what polling learnt."""
+    from ipymusicgen.models.schema import TaskRecord
+    from ipymusicgen.storage.journal import Journal
+
+    with Journal(path) as journal:
+        for task_id, payload in payloads.items():
+            attempt = journal.begin("generate", "http://127.0.0.1:9", payload)
+            journal.submitted(attempt, [task_id])
+        journal.observe([TaskRecord(id=i, status=1, title=f"song {i}", lyric=lyrics.get(i)) for i in payloads])
+
+
+def test_a_songs_lyrics_are_one_rule_for_the_library_and_the_archive(tmp_path: Path) -> None:
+    from ipymusicgen.archive.archiver import song_info
+    from ipymusicgen.song_library import Library
+
+    path = tmp_path / "journal.sqlite3"
+    journal_with(path, {"asked": {"style": "x", "lyrics": "the words asked for"}, "told": {"style": "y"}},
+                 {"told": "the words the service sang"})  # fmt: skip
+    with Library(path) as library:
+        for task_id, words in (("asked", "the words asked for"), ("told", "the words the service sang")):
+            assert library.song(task_id).lyrics == words
+            assert song_info(library.store, task_id).lyrics == words
+
+
+def test_which_model_a_request_used_is_one_rule(tmp_path: Path) -> None:
+    from ipymusicgen.models.costs import model_of
+    from ipymusicgen.song_library import Library
+
+    payloads = {
+        "v1": {"style": "x", "mv": "MFV2.0"},
+        "v2": {"prompt": "y", "model_version": "v4.5"},
+        "old": {"style": "z", "model": "MFV1.5"},
+        "none": {"style": "w"},
+    }
+    path = tmp_path / "journal.sqlite3"
+    journal_with(path, payloads, {})
+    with Library(path) as library:
+        for task_id, payload in payloads.items():
+            assert library.song(task_id).model == model_of(payload)
+        spent = {row["model"] for row in library.spend(by="model").rows}
+    assert spent == {"MFV2.0", "v4.5", "MFV1.5", "(default)"}
+
+
+def test_a_spend_read_that_fails_is_said_not_taken_for_nothing_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ipymusicgen.song_library import Library
+    from ipymusicgen.storage.errors import StorageUnavailableError
+
+    path = tmp_path / "journal.sqlite3"
+    journal_with(path, {"a": {"style": "x", "mv": "MFV2.0"}}, {})
+    with Library(path) as library:
+        assert library.spend(by="batch").rows[0]["credits_measured"] is None  # nothing measured: no batch ran
+
+        def fails() -> list[dict[str, object]]:
+            raise StorageUnavailableError("disk I/O error")
+
+        monkeypatch.setattr(library.store, "batch_runs", fails)
+        with pytest.raises(StorageUnavailableError, match="disk I/O error"):
+            library.spend(by="day")
