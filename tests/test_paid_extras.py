@@ -316,3 +316,20 @@ def test_a_paid_wav_whose_download_failed_is_downloaded_later_without_paying_aga
     later = make_extra(make_client(), song, "wav")
     assert later.state == "reused" and later.path is not None and later.path.is_file() and not later.sent
     assert service.request_counts()[WAV] == 1
+
+
+def test_an_exported_song_carries_the_wav_made_for_it(
+    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    import json
+
+    import ipymusicgen
+
+    client = make_client()
+    song = finished_song(client, service)
+    made = make_extra(client, song, "wav")
+    (folder,) = ipymusicgen.export(song, tmp_path / "out", journal_path=tmp_path / "journal.sqlite3")
+    wavs = list(folder.glob("*.wav"))
+    assert len(wavs) == 1 and wavs[0].read_bytes() == made.path.read_bytes()
+    sidecar = json.loads((folder / "song.json").read_text())
+    assert sidecar["files"]["wav"] == wavs[0].name
