@@ -111,11 +111,11 @@ def test_magic_opens_the_library_of_the_session(monkeypatch: pytest.MonkeyPatch)
         assert view.status == "No songs match."
         view.close()
         shell.run_line_magic("config", "MusicGen.archive_dir = 'off'")
-        from ipymusicgen.archive.archiver import _dir_override
+        from ipymusicgen.archive.archiver import places
 
-        assert _dir_override == [False]
+        assert places.chosen is False
         shell.run_line_magic("config", "MusicGen.archive_dir = ''")
-        assert _dir_override == []
+        assert places.chosen is None
     finally:
         shell.run_line_magic("unload_ext", "ipymusicgen")
         shell.config.pop("MusicGen", None)

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..client.downloads import safe_filename, unique_path
 from ..lifecycle import add_worker, at_exit
@@ -52,13 +52,26 @@ TITLE_CHARS, TITLE_BYTES = 100, 200
 IDLE_SECONDS = 2.0
 """The worker exits (closing its connections) after this long with nothing to do; the next record restarts it."""
 
-_dir_override: list[Any] = []  # [path | False] once set by set_archive_dir / %config MusicGen.archive_dir
-_sandbox_dir: list[Path] = []
+
+@dataclass
+class ArchivePlaces:
+    """Where this process archives: the kernel's own choice, and the sandbox's temp folder once made."""
+
+    chosen: str | Path | Literal[False] | None = None
+    """Set by `set_archive_dir` / `%config MusicGen.archive_dir`: a path, False (off), or None (the default)."""
+    sandbox: Path | None = None
+    """One temp folder per process for sandbox songs, removed at exit."""
+
+
+places = ArchivePlaces()
 
 
 def set_archive_dir(directory: str | Path | bool | None) -> None:
     """Where this kernel archives songs (as `%config MusicGen.archive_dir`): a path, False (off) or None (default)."""
-    _dir_override[:] = [] if directory in (None, "", True) else [directory]
+    if directory is None or directory is True or directory == "":
+        places.chosen = None
+    else:
+        places.chosen = directory
 
 
 def is_sandbox(client: _Core) -> bool:
@@ -74,10 +87,10 @@ def default_archive_dir() -> Path:
 
 def sandbox_archive_dir() -> Path:
     """One temp directory per process for sandbox songs: never the user's archive."""
-    if not _sandbox_dir:
-        _sandbox_dir.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-")))
+    if places.sandbox is None:
+        places.sandbox = Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-"))
         at_exit(_remove_sandbox_dir)  # sandbox songs do not outlive the process
-    return _sandbox_dir[0]
+    return places.sandbox
 
 
 _sandbox_dir_lock = threading.Lock()
@@ -89,13 +102,14 @@ def _remove_sandbox_dir() -> None:
     """At exit: wait (bounded) for a song being archived there, then remove the folder; the worker (a daemon
     thread still running until the interpreter stops) finds the lock taken and archives nothing more there."""
     _sandbox_dir_lock.acquire(timeout=SANDBOX_EXIT_WAIT)
-    shutil.rmtree(_sandbox_dir[0], ignore_errors=True)
+    if places.sandbox is not None:
+        shutil.rmtree(places.sandbox, ignore_errors=True)
 
 
 @contextlib.contextmanager
 def _archiving_into(directory: Path) -> Iterator[bool]:
     """Whether a song may be archived into `directory` now (False once the sandbox folder is gone at exit)."""
-    if not _sandbox_dir or directory != _sandbox_dir[0]:
+    if places.sandbox is None or directory != places.sandbox:
         yield True
         return
     if not _sandbox_dir_lock.acquire(timeout=SANDBOX_EXIT_WAIT):
@@ -119,8 +133,8 @@ def archive_dir_for(client: _Core, choice: Any = True) -> Path | None:
         return Path(choice).expanduser()
     if is_sandbox(client):
         return sandbox_archive_dir()
-    if _dir_override:
-        return None if _dir_override[0] is False else Path(_dir_override[0]).expanduser()
+    if places.chosen is not None:
+        return None if places.chosen is False else Path(places.chosen).expanduser()
     env = os.environ.get(ENV_ARCHIVE, "").strip()
     if env.lower() in {"0", "false", "off", "no"}:
         return None
