@@ -111,8 +111,11 @@ def test_a_wav_whose_answer_was_lost_is_unknown_and_never_resent_unless_forced(
         make_extra(client, song, "wav")
     found = held(client, song, "wav")
     assert found is not None and found.state == "unknown"
-    with pytest.raises(UnknownExtraError, match="nothing was sent again"):
+    with pytest.raises(UnknownExtraError, match=r"nothing was sent again.*--force"):
         make_extra(make_client(), song, "wav")
+    asker = Asker()  # nor by an agent: it is told, not asked to pay
+    said = call(AgentDesk(make_client()), "make_extra", {"task_id": song, "kind": "wav"}, asker=asker)
+    assert said.is_error and "may have been charged" in said.content[0].text and asker.questions == []
     assert service.request_counts()[WAV] == 1
     forced = make_extra(client, song, "wav", force=True)
     assert forced.state == "made" and service.request_counts()[WAV] == 2

@@ -123,8 +123,8 @@ def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = Fa
                 return ExtraResult(task_id, spec.name, "elsewhere", None, None, note, False)
             raise UnknownExtraError(
                 f"The {spec.label} of {task_id} was asked before and may have been charged without an answer "
-                f"({found.note or 'no answer'}); nothing was sent again. Check the service, then pass force=True "
-                "to ask again."
+                f"({found.note or 'no answer'}); nothing was sent again. Check the service, then ask again with "
+                f"force=True (`%musicgen_{spec.name} --force {task_id}`)."
             )
         value = _send(client, store, task_id, spec)
         path = _keep(client, store, task_id, spec, value)
