@@ -24,6 +24,7 @@ from browser_utils import (
     STEP_MS,
     jupyter_server,
     kernel_ready,
+    marimo_server,
     notebook_page,
     one_cell_notebook,
     shot,
@@ -179,3 +180,61 @@ def test_a_view_destroyed_releases_its_blob_urls(server: Server, page: Page) -> 
     page.keyboard.press("Shift+Enter")
     page.wait_for_function("b => window.revoked.includes(b)", arg=blob, timeout=STEP_MS)
     expect(page.locator(".ipymusicgen-library")).to_have_count(0)
+
+
+MARIMO_APP = """
+import marimo
+
+app = marimo.App(width="full")
+
+
+@app.cell
+def _():
+    import marimo as mo
+
+    import ipymusicgen
+    from ipymusicgen import MusicClient, session
+    from ipymusicgen.archive.archiver import archiver_of
+    from ipymusicgen.widgets.library import LibraryView
+    from ipymusicgen.widgets.watcher import TaskWatcher
+
+    shared = ipymusicgen.get_client()  # the embedded sandbox: no key in this process
+    client = MusicClient(settings=shared.settings, journal=shared.journal, archive={outside!r})
+    ids = client.generate(action="custom", title="Tide", style="harp", lyrics="la").ids
+    watcher = TaskWatcher(ids, client=client)
+    client.wait(ids)
+    assert archiver_of(client).join(60)
+    watcher.wait()
+    session._session.sandbox.reset()  # the songs' URLs answer 404 from now on
+    view = mo.ui.anywidget(LibraryView(ipymusicgen.library()))
+    mo.vstack([mo.ui.anywidget(watcher), view])
+    return
+
+
+if __name__ == "__main__":
+    app.run()
+"""
+
+
+@pytest.fixture(scope="module")
+def marimo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """marimo (no files/ API at all) running the app above: its URL."""
+    home = tmp_path_factory.mktemp("card-audio-marimo")
+    app = MARIMO_APP.format(outside=str(home / "data" / "archive"))
+    with marimo_server(app, home, "card-audio-marimo.log") as url:
+        yield url
+
+
+def test_in_marimo_a_song_whose_url_answers_404_plays_from_its_cards(marimo: str, browser: Browser) -> None:
+    with notebook_page(browser, "99-last-card-audio-marimo") as page:
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url) if "/files/" in request.url else None)
+        page.goto(marimo)
+        library_cards = page.locator(".ipymusicgen-library .ipymusicgen-song")
+        expect(library_cards).to_have_count(2, timeout=FIRST_AUDIO_MS)
+        play_once(page, library_cards.nth(0))
+        watcher_cards = page.locator(".ipymusicgen-watcher .ipymusicgen-song")
+        expect(watcher_cards).to_have_count(2, timeout=STEP_MS)
+        play_once(page, watcher_cards.nth(1))
+        shot(page, "card-audio-marimo")
+        assert not [seen for seen in asked if seen.startswith(marimo)]  # the page never asks marimo for files/
