@@ -62,3 +62,15 @@ def test_a_paid_batch_cell_refuses_a_bad_row_before_any_plan(
     with pytest.raises(UsageError, match="3"), capture_output():
         paid_shell.run_cell_magic("musicgen_batch", "", LINES + "--mv NOPE9 x\n")
     assert creates(paid_service) == 0
+
+
+def test_the_line_form_from_a_variable_asks_the_same_way(paid_shell: InteractiveShell, paid_service: Sandbox) -> None:
+    paid_shell.user_ns["songs"] = [{"style": "waltz", "mv": "MFV2.0"}]
+    with capture_output() as shown:
+        paid_shell.run_line_magic("musicgen_batch", "--from songs --no-watch")
+    assert "Not sent: 1 row, about 2 credits (estimate)" in shown.stdout and creates(paid_service) == 0
+    view = paid_shell.user_ns["_batch_view"]
+    view.send_planned()  # from code the call is the decision
+    assert view.batch is not None
+    view.batch.wait(60)
+    assert creates(paid_service) == 1

@@ -181,3 +181,42 @@ def test_a_confirm_sends_only_what_was_asked_and_asks_again_when_it_changed() ->
     assert ask.press("extra", 1, lambda _: None) is True  # nothing to pay now: sent, never asked
     ask.forced = False
     assert ask.press("send", {"rows": 2}, lambda _: "?") is True and ask.asked is None
+
+
+@pytest.mark.parametrize("confirm", [False, True], ids=["confirm-off", "confirm-on"])
+def test_a_grid_view_follows_its_callers_confirm_choice(client: MusicClient, service: Sandbox, confirm: bool) -> None:
+    from ipymusicgen.lab.grid import Grid
+    from ipymusicgen.widgets.grid import GridView
+
+    view = GridView(Grid(client, {"action": "auto", "mv": "MFV2.0"}, {"style": ["lo-fi", "jazz"]}), confirm=confirm)
+    try:
+        view.board._handle_custom_msg({"kind": "run"}, [])
+        if confirm:
+            assert view.grid.batch is None and view.board.data["asking"].startswith("Send 2 rows, about 4 credits")
+            assert service.request_counts().get(GENERATE, 0) == 0
+            view.board._handle_custom_msg({"kind": "confirm"}, [])
+        assert view.grid.batch is not None and not view.asking
+        wait_until(lambda: service.request_counts().get(GENERATE, 0) == 2, "the grid's two rows sent")
+    finally:
+        view.close()
+
+
+def test_panes_reach_their_studio_only_through_its_public_interface() -> None:
+    """`PaneHost` is the whole interface: no pane touches a private name of its studio."""
+    import ast
+    import inspect
+
+    from ipymusicgen.widgets import batch_pane, pane
+    from ipymusicgen.widgets import studio as studio_module
+
+    reached = []
+    for module in (pane, batch_pane, studio_module):
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "_studio"
+            ):
+                reached.append(f"{module.__name__}:{node.lineno} _studio.{node.attr}")
+    assert reached == []
