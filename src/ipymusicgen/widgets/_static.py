@@ -1,13 +1,16 @@
 """The front-end files of each view: `esm(view)` = common.js + <view>.js, `css(view)` = common.css + <view>.css.
 
-common.js holds plain functions (no `export`), the song card renderer among them, so every view's
-module can call them once both are joined; there is no JS build step. Files are read once and cached.
+common.js is the front-end kit (buttons, option lists, the song card): plain functions (no `export`), so every
+view's module can call them once both are joined; there is no JS build step. Files are read once and cached.
+Every view declares its front end one way: `_esm, _css = front_end("grid")` (docs/frontend.md).
 """
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+
+import traitlets
 
 STATIC = Path(__file__).parent / "static"
 
@@ -31,3 +34,9 @@ def esm(view: str) -> str:
 def css(view: str) -> str:
     """The style sheet of a view: the shared card styles, then the view's own (which may be absent)."""
     return f"{_read('common.css')}\n/* ---- {view}.css ---- */\n{_read(f'{view}.css')}"
+
+
+def front_end(view: str) -> tuple[traitlets.Unicode, traitlets.Unicode]:
+    """A view's `_esm` and `_css` as synced traits of its class: `_esm, _css = front_end("grid")`. Declared on the
+    class, anywidget adds no traits per instance (a page of cards stays cheap)."""
+    return traitlets.Unicode(esm(view)).tag(sync=True), traitlets.Unicode(css(view)).tag(sync=True)

@@ -18,7 +18,7 @@ import traitlets
 
 from ..errors import one_line
 from ..models import costs
-from ._static import css, esm
+from ._static import front_end
 from .paid_ask import PaidAsk
 from .text import TextRepr
 
@@ -89,8 +89,7 @@ class BatchView(TextRepr, anywidget.AnyWidget):
     so a front end that connects later gets it whole. A 200-row batch's data is about 21 KB; a patch, a few rows.
     """
 
-    _esm = traitlets.Unicode(esm("batch")).tag(sync=True)
-    _css = traitlets.Unicode(css("batch")).tag(sync=True)
+    _esm, _css = front_end("batch")
     data = traitlets.Dict().tag(sync=True)
 
     def __init__(self, batch: Batch | None = None, *, watcher: Any = None, confirm: bool | None = None) -> None:

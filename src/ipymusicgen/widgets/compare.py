@@ -25,7 +25,7 @@ import traitlets
 from ..errors import one_line
 from ..safe_html import http_url
 from ..storage.library import LibraryWriteError
-from ._static import css, esm
+from ._static import front_end
 from .audio_channel import AudioChannel, AudioSource, BlindRound
 from .song_data import compact_peaks, plain
 from .text import TextRepr
@@ -97,8 +97,7 @@ class CompareView(TextRepr, anywidget.AnyWidget):
     makes it once, up front, since some front ends (marimo) cannot make a widget from a button's message.
     """
 
-    _esm = traitlets.Unicode(esm("compare")).tag(sync=True)
-    _css = traitlets.Unicode(css("compare")).tag(sync=True)
+    _esm, _css = front_end("compare")
     data = traitlets.Dict().tag(sync=True)
 
     def __init__(

@@ -18,7 +18,7 @@ import traitlets
 
 from ..errors import one_line
 from ..lab.grid import Grid, GridCell
-from ._static import css, esm
+from ._static import front_end
 from .compare import CompareView
 from .paid_ask import PaidAsk
 from .song_data import Record, plain, song_card
@@ -42,8 +42,7 @@ class GridBoard(anywidget.AnyWidget):
     that connects later still gets the whole current board. A 200-row board is about 750 KiB; a patch, a cell.
     """
 
-    _esm = traitlets.Unicode(esm("grid")).tag(sync=True)
-    _css = traitlets.Unicode(css("grid")).tag(sync=True)
+    _esm, _css = front_end("grid")
     data = traitlets.Dict().tag(sync=True)
     comparison = anywidget.WidgetTrait().tag(sync=True)
     """The blind comparison of two picked songs, drawn under the grid by the board itself (a child view), so a

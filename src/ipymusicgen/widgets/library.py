@@ -19,7 +19,7 @@ from ..archive.archiver import archive_label
 from ..models.tasks import STATE_WORDS
 from ..song_library import Library, LibrarySong
 from ..storage.library import LibraryWriteError
-from ._static import css, esm
+from ._static import front_end
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
 from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
@@ -92,8 +92,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
     >>> LibraryView(text="rain")      # opened on a search
     """
 
-    _esm = traitlets.Unicode(esm("library")).tag(sync=True)
-    _css = traitlets.Unicode(css("library")).tag(sync=True)
+    _esm, _css = front_end("library")
     cards = traitlets.List(traitlets.Dict()).tag(sync=True)
     text = traitlets.Unicode("").tag(sync=True)
     filters = traitlets.Dict({"state": "", "favourite": False, "model": "", "batch": ""}).tag(sync=True)

@@ -41,7 +41,7 @@ from ..models.schema import (
 )
 from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
-from ._static import css, esm
+from ._static import front_end
 from .batch_pane import BatchPane
 from .fields import error_title
 from .library import LibraryView
@@ -338,8 +338,7 @@ class KeyPane:
 class StudioView(anywidget.AnyWidget):
     """The one front-end model of the studio: tabs, the forms, the key panel (state in, intents out)."""
 
-    _esm = esm("studio")
-    _css = css("studio")
+    _esm, _css = front_end("studio")
     tab = traitlets.Unicode("song").tag(sync=True)
     tabs = traitlets.List().tag(sync=True)
     panes = traitlets.Dict().tag(sync=True)

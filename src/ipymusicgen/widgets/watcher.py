@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anywidget
-import traitlets
 
 from ..archive.archiver import add_archive_listener, archive_label
 from ..client.faces import MusicClient
 from ..models.schema import V2Song
 from ..models.tasks import TaskSet
 from ..session import register_watcher, unregister_watcher
-from ._static import css, esm
+from ._static import front_end
 from .card import TaskCard
 from .card_audio import CardAudio
 from .paid_ask import PaidAsk
@@ -51,8 +50,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
     The takes of one call sit side by side. Newest calls come first; `page_size` calls per page.
     """
 
-    _esm = traitlets.Unicode(esm("watcher")).tag(sync=True)
-    _css = traitlets.Unicode(css("watcher")).tag(sync=True)
+    _esm, _css = front_end("watcher")
 
     def __init__(
         self,

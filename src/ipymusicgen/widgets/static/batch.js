@@ -9,11 +9,8 @@ function imsBatchDraw(root, data, send) {
   head.appendChild(imsEl("strong", "ims-batch-name", data.name || "batch"));
   head.appendChild(imsEl("span", "ims-batch-line", data.line || ""));
   if (data.can_stop) {
-    const stop = imsEl("button", "ims-batch-stop", "Stop");
-    stop.type = "button";
-    stop.title = "Start no more rows (the ones sent are still followed)";
-    stop.setAttribute("aria-label", stop.title);
-    stop.addEventListener("click", () => send({ kind: "stop" }));
+    const stop = imsTextButton("ims-batch-stop", "Stop", "Start no more rows (the ones sent are still followed)", () =>
+      send({ kind: "stop" }), true);
     head.appendChild(stop);
   }
   root.appendChild(head);

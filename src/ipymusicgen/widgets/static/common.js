@@ -1,4 +1,4 @@
-// ipymusicgen shared front-end helpers: the song card and the call group (docs/frontend.md).
+// ipymusicgen shared front-end kit: buttons, option lists, the song card and the call group (docs/frontend.md).
 // Plain functions, no `export`: Python joins this file with each view's module (widgets/_static.py).
 // Rules: server text only through textContent; URLs only when Python put them in the data (it keeps
 // http(s) only); every decision (state, label, actions) was taken in Python; the JS draws and sends intents.
@@ -54,13 +54,43 @@ function imsIcon(name) {
   return svg;
 }
 
-/** A plain button with words on it (its name is its text) and an optional tooltip. */
-function imsTextButton(cls, text, title, onClick) {
+/** The one text button of every view: words (or a symbol such as ‹) on it, an optional tooltip, an intent on
+ *  click. Its accessible name is its text; `named` makes it the tooltip instead (a symbol needs words). */
+function imsTextButton(cls, text, title, onClick, named) {
   const button = imsEl("button", cls, text);
   button.type = "button";
   if (title) button.title = title;
-  button.addEventListener("click", onClick);
+  if (named && title) button.setAttribute("aria-label", title);
+  if (onClick) button.addEventListener("click", onClick);
   return button;
+}
+
+/** A <select> with a tooltip and accessible name that calls `onChange(value)` when a person picks. */
+function imsSelect(cls, label, onChange) {
+  const select = imsEl("select", cls);
+  if (label) {
+    select.title = label;
+    select.setAttribute("aria-label", label);
+  }
+  if (onChange) select.addEventListener("change", () => onChange(select.value));
+  return select;
+}
+
+/** Fill a <select> with `[text, value]` pairs (as Python sends them), rebuilt only when they changed, then
+ *  choose `current`. The options are text (textContent), whatever the service or the user named them. */
+function imsOptions(select, pairs, current) {
+  const key = JSON.stringify(pairs);
+  if (select._imsOptions !== key) {
+    select._imsOptions = key;
+    select.replaceChildren(
+      ...pairs.map(([text, value]) => {
+        const option = imsEl("option", null, text);
+        option.value = String(value);
+        return option;
+      })
+    );
+  }
+  select.value = current === undefined || current === null ? "" : String(current);
 }
 
 /** Draw a child view (a `WidgetTrait` reference the kernel set) into `box`, through anywidget's host (0.11+);

@@ -49,12 +49,9 @@ function imsCompareView(root, model) {
   const question = imsEl("div", "ims-compare-question");
   const players = imsEl("div", "ims-compare-players");
   const transport = imsEl("div", "ims-compare-transport");
-  const play = imsEl("button", "ims-compare-play", "Play");
-  play.type = "button";
+  const play = imsTextButton("ims-compare-play", "Play");
   const time = imsEl("span", "ims-compare-time", "0:00");
-  const clearLoop = imsEl("button", "ims-compare-clear-loop", "Clear loop");
-  clearLoop.type = "button";
-  clearLoop.title = "Drag across a waveform to loop a region; this plays the whole song again";
+  const clearLoop = imsTextButton("ims-compare-clear-loop", "Clear loop", "Drag across a waveform to loop a region; this plays the whole song again");
   const choices = imsEl("div", "ims-compare-choices");
   const note = imsEl("div", "ims-compare-note");
   const trouble = imsEl("div", "ims-compare-trouble");
@@ -202,11 +199,8 @@ function imsCompareView(root, model) {
       const row = imsEl("div", "ims-compare-player");
       row.dataset.label = player.label;
       row.dataset.peaks = !state.data.revealed ? "neutral" : player.peaks && player.peaks.length ? "kernel" : "none";
-      const pick = imsEl("button", "ims-compare-label", player.label);
-      pick.type = "button";
-      pick.title = "Listen to " + player.label + " (key " + ({ A: 1, B: 2, X: 3 }[player.label] || "") + ")";
-      pick.setAttribute("aria-label", pick.title);
-      pick.addEventListener("click", () => select(player.label));
+      const key = { A: 1, B: 2, X: 3 }[player.label] || "";
+      const pick = imsTextButton("ims-compare-label", player.label, `Listen to ${player.label} (key ${key})`, () => select(player.label), true);
       const canvas = imsEl("canvas", "ims-compare-wave");
       canvas.title = "Click to seek; drag to loop a region";
       let down = null;
@@ -240,10 +234,8 @@ function imsCompareView(root, model) {
     if (!state.data.revealed) {
       const words = state.data.mode === "abx" ? ["X is A (←)", "X is B (→)"] : ["A is better (←)", "B is better (→)"];
       for (const [label, text] of [["A", words[0]], ["B", words[1]]]) {
-        const button = imsEl("button", "ims-compare-choose", text);
-        button.type = "button";
+        const button = imsTextButton("ims-compare-choose", text, "", () => choose(label));
         button.dataset.label = label;
-        button.addEventListener("click", () => choose(label));
         choices.appendChild(button);
       }
     }

@@ -3,40 +3,10 @@
 // per day; this file draws them with the shared song card and sends intents back. No HTML from data.
 // Where a card's player reads (a URL, or the kernel's bytes by an opaque name) Python decided: no URL is made here.
 
-function imsLibraryButton(text, label, onClick, cls) {
-  const button = imsEl("button", cls || "ims-page-button", text);
-  button.type = "button";
-  button.title = label;
-  button.setAttribute("aria-label", label);
-  button.addEventListener("click", onClick);
-  return button;
-}
-
-function imsLibrarySelect(label, onChange) {
-  const select = imsEl("select", "ims-library-select");
-  select.title = label;
-  select.setAttribute("aria-label", label);
-  select.addEventListener("change", () => onChange(select.value));
-  return select;
-}
-
-function imsLibraryOptions(select, values, anyLabel, current) {
-  const options = [["", anyLabel], ...values.map((v) => [v, v])];
-  const key = JSON.stringify(options);
-  if (select._key !== key) {
-    select._key = key;
-    select.replaceChildren(...options.map(([value, text]) => {
-      const option = imsEl("option", null, text);
-      option.value = value;
-      return option;
-    }));
-  }
-  select.value = current || "";
-}
-
 export default {
   render({ model, el }) {
     const send = imsCardSender(model);
+    const anyOf = (text, values) => [[text, ""], ...values.map((value) => [value, value])];
     const root = imsEl("div", "ipymusicgen-library");
     const bar = imsEl("div", "ims-library-bar");
     const search = imsEl("input", "ims-library-search");
@@ -49,16 +19,16 @@ export default {
       timer = setTimeout(() => send({ kind: "search", text: search.value }), 250);
     });
     const filter = (key, value) => send({ kind: "filter", filters: { [key]: value } });
-    const state = imsLibrarySelect("State", (v) => filter("state", v));
-    imsLibraryOptions(state, ["ready", "failed", "preview", "writing"], "Any state", "");
-    const modelSelect = imsLibrarySelect("Model", (v) => filter("model", v));
-    const batchSelect = imsLibrarySelect("Batch", (v) => filter("batch", v));
+    const state = imsSelect("ims-library-select", "State", (v) => filter("state", v));
+    imsOptions(state, anyOf("Any state", ["ready", "failed", "preview", "writing"]), "");
+    const modelSelect = imsSelect("ims-library-select", "Model", (v) => filter("model", v));
+    const batchSelect = imsSelect("ims-library-select", "Batch", (v) => filter("batch", v));
     const favLabel = imsEl("label", "ims-library-fav");
     const fav = imsEl("input");
     fav.type = "checkbox";
     fav.addEventListener("change", () => filter("favourite", fav.checked));
     favLabel.append(fav, imsEl("span", null, "Favourites"));
-    const refresh = imsLibraryButton("↻", "Refresh", () => send({ kind: "refresh" }));
+    const refresh = imsTextButton("ims-page-button", "↻", "Refresh", () => send({ kind: "refresh" }), true);
     bar.append(search, state, modelSelect, batchSelect, favLabel, refresh);
 
     const status = imsEl("div", "ims-library-status");
@@ -67,8 +37,8 @@ export default {
     const lineage = imsEl("div", "ims-library-lineage");
     const grid = imsEl("div", "ims-library-grid");
     const pager = imsEl("div", "ims-pager");
-    const prev = imsLibraryButton("‹", "Newer songs", () => send({ kind: "page", page: model.get("page") - 1 }));
-    const next = imsLibraryButton("›", "Older songs", () => send({ kind: "page", page: model.get("page") + 1 }));
+    const prev = imsTextButton("ims-page-button", "‹", "Newer songs", () => send({ kind: "page", page: model.get("page") - 1 }), true);
+    const next = imsTextButton("ims-page-button", "›", "Older songs", () => send({ kind: "page", page: model.get("page") + 1 }), true);
     const pageLabel = imsEl("span", "ims-page-label");
     pager.append(prev, pageLabel, next);
     const spend = imsEl("div", "ims-library-spend");
@@ -80,8 +50,8 @@ export default {
       if (document.activeElement !== search) search.value = model.get("text") || "";
       state.value = f.state || "";
       fav.checked = Boolean(f.favourite);
-      imsLibraryOptions(modelSelect, model.get("models") || [], "Any model", f.model);
-      imsLibraryOptions(batchSelect, model.get("batches") || [], "Any batch", f.batch);
+      imsOptions(modelSelect, anyOf("Any model", model.get("models") || []), f.model);
+      imsOptions(batchSelect, anyOf("Any batch", model.get("batches") || []), f.batch);
       batchSelect.hidden = !(model.get("batches") || []).length;
     };
 
@@ -102,11 +72,11 @@ export default {
           if (!data) continue;
           const extra = imsEl("div", "ims-library-extra");
           if (cards.length > 1 && data.state === "ready") {
-            const keep = imsLibraryButton(data.kept ? "Kept" : "Keep", data.kept ? "This take is kept" : "Keep this take", () => send({ kind: "keep", id: data.id }), "ims-library-keep");
+            const keep = imsTextButton("ims-library-keep", data.kept ? "Kept" : "Keep", data.kept ? "This take is kept" : "Keep this take", () => send({ kind: "keep", id: data.id }), true);
             keep.setAttribute("aria-pressed", String(Boolean(data.kept)));
             extra.appendChild(keep);
           }
-          if (data.has_lineage) extra.appendChild(imsLibraryButton("Lineage", "Show the songs this one was extended or joined from", () => send({ kind: "lineage", id: data.id }), "ims-library-link"));
+          if (data.has_lineage) extra.appendChild(imsTextButton("ims-library-link", "Lineage", "Show the songs this one was extended or joined from", () => send({ kind: "lineage", id: data.id }), true));
           if (data.note) extra.appendChild(imsEl("span", "ims-library-note", data.note));
           card.classList.toggle("ims-kept", Boolean(data.kept));
           card.classList.toggle("ims-archive-failed", Boolean(data.archive_failed));
@@ -125,7 +95,7 @@ export default {
         item.style.paddingLeft = `${Math.min(row.depth, 8) * 1.2}em`;
         list.appendChild(item);
       }
-      lineage.replaceChildren(imsEl("strong", null, "Lineage"), list, imsLibraryButton("All songs", "Back to all songs", () => send({ kind: "lineage", id: "" })));
+      lineage.replaceChildren(imsEl("strong", null, "Lineage"), list, imsTextButton("ims-page-button", "All songs", "Back to all songs", () => send({ kind: "lineage", id: "" }), true));
     };
 
     const drawPager = () => {

@@ -24,7 +24,7 @@ function studioField(formName, spec, send) {
     input = imsEl("textarea", "ims-input");
     input.rows = spec.name === "lyrics" ? 7 : 2;
   } else if (spec.kind === "select") {
-    input = imsEl("select", "ims-input");
+    input = imsSelect("ims-input");
   } else if (spec.kind === "toggle") {
     input = imsEl("div", "ims-toggle");
     input.setAttribute("role", "radiogroup");
@@ -83,32 +83,19 @@ function studioUpdateField(formName, field, data, send) {
   field.row.classList.toggle("ims-is-required", !!data.required);
   const input = field.input;
   if (data.kind === "select") {
-    const key = JSON.stringify(data.options);
-    if (key !== field.optionsKey) {
-      field.optionsKey = key;
-      input.replaceChildren(
-        ...data.options.map(([label, value]) => {
-          const option = imsEl("option", "", label);
-          option.value = String(value);
-          return option;
-        })
-      );
-    }
-    input.value = String(data.value);
+    imsOptions(input, data.options, data.value);
   } else if (data.kind === "toggle") {
     const key = JSON.stringify(data.options);
     if (key !== field.optionsKey) {
       field.optionsKey = key;
       input.replaceChildren(
         ...data.options.map(([label, value]) => {
-          const button = imsEl("button", "ims-toggle-option", label);
-          button.type = "button";
-          button.dataset.value = String(value);
-          button.setAttribute("role", "radio");
-          button.addEventListener("click", () => {
+          const button = imsTextButton("ims-toggle-option", label, "", () => {
             send({ kind: "input", form: formName, name: data.name, value: String(value) });
             send({ kind: "touch", form: formName, name: data.name });
           });
+          button.dataset.value = String(value);
+          button.setAttribute("role", "radio");
           return button;
         })
       );
@@ -132,14 +119,6 @@ function studioUpdateField(formName, field, data, send) {
   if (data.required && input.setAttribute) input.setAttribute("aria-required", "true");
 }
 
-/** A text button (not an icon) with a label for screen readers. */
-function studioButton(text, cls, onClick) {
-  const button = imsEl("button", "ims-button " + (cls || ""), text);
-  button.type = "button";
-  button.addEventListener("click", onClick);
-  return button;
-}
-
 /** One form pane (song / v2 / lyrics): fields built once from the first state, then updated. */
 function studioForm(formName, state, send, extras) {
   const root = imsEl("form", "ims-form");
@@ -155,12 +134,12 @@ function studioForm(formName, state, send, extras) {
   errorBox.setAttribute("role", "alert");
   const errorTitle = imsEl("strong", "ims-error-title");
   const errorText = imsEl("div", "ims-error-text");
-  const dismiss = studioButton("Dismiss", "ims-error-dismiss", () => send({ kind: "dismiss", form: formName }));
+  const dismiss = imsTextButton("ims-button ims-error-dismiss", "Dismiss", "", () => send({ kind: "dismiss", form: formName }));
   dismiss.setAttribute("aria-label", "Dismiss this error");
   errorBox.append(errorTitle, errorText, dismiss);
 
   const actions = imsEl("div", "ims-submit-row");
-  const submit = studioButton(state.submit_label, "ims-primary", () => {
+  const submit = imsTextButton("ims-button ims-primary", state.submit_label, "", () => {
     const focused = document.activeElement;
     if (focused && root.contains(focused) && focused.name !== undefined) focused.blur();
     send({ kind: "submit", form: formName });
@@ -170,7 +149,7 @@ function studioForm(formName, state, send, extras) {
   const status = imsEl("span", "ims-status");
   status.setAttribute("role", "status");
   status.setAttribute("aria-live", "polite");
-  const idsButton = studioButton("ids", "ims-link", () => {
+  const idsButton = imsTextButton("ims-button ims-link", "ids", "", () => {
     ids.hidden = !ids.hidden;
     idsButton.setAttribute("aria-expanded", ids.hidden ? "false" : "true");
   });
@@ -183,10 +162,10 @@ function studioForm(formName, state, send, extras) {
   const confirm = imsEl("div", "ims-confirm");
   confirm.setAttribute("role", "alertdialog");
   const confirmText = imsEl("span", "ims-confirm-text");
-  const yes = studioButton("Confirm and send", "ims-primary ims-confirm-yes", () =>
+  const yes = imsTextButton("ims-button ims-primary ims-confirm-yes", "Confirm and send", "", () =>
     send({ kind: "confirm", form: formName })
   );
-  const no = studioButton("Cancel", "ims-confirm-no", () => send({ kind: "cancel", form: formName }));
+  const no = imsTextButton("ims-button ims-confirm-no", "Cancel", "", () => send({ kind: "cancel", form: formName }));
   confirm.append(confirmText, yes, no);
 
   root.append(grid, actions, ids, confirm, errorBox);
@@ -231,7 +210,7 @@ function studioKey(send) {
   const table = imsEl("table", "ims-key-table");
   const error = imsEl("div", "ims-error");
   error.setAttribute("role", "alert");
-  const refresh = studioButton("Check again", "", () => send({ kind: "refresh_key" }));
+  const refresh = imsTextButton("ims-button", "Check again", "", () => send({ kind: "refresh_key" }));
   refresh.setAttribute("aria-label", "Check the key and its credits again");
   root.append(status, credits, table, refresh, error);
 
@@ -295,7 +274,7 @@ function studioRender({ model, el, host }) {
     const box = imsEl("div", "ims-lyrics-result");
     const title = imsEl("strong", "ims-lyrics-title");
     const text = imsEl("pre", "ims-lyrics-text");
-    const use = studioButton("Use in a song", "", () => send({ kind: "use_lyrics" }));
+    const use = imsTextButton("ims-button", "Use in a song", "", () => send({ kind: "use_lyrics" }));
     use.setAttribute("aria-label", "Use these lyrics in the Song tab");
     box.append(title, text, use);
     formRoot.appendChild(box);
@@ -307,12 +286,9 @@ function studioRender({ model, el, host }) {
   };
 
   for (const tab of model.get("tabs")) {
-    const button = imsEl("button", "ims-tab", tab.title);
-    button.type = "button";
-    if (tab.hint) button.title = tab.hint;
+    const button = imsTextButton("ims-tab", tab.title, tab.hint, () => send({ kind: "tab", tab: tab.id }));
     button.setAttribute("role", "tab");
     button.dataset.tab = tab.id;
-    button.addEventListener("click", () => send({ kind: "tab", tab: tab.id }));
     tabButtons[tab.id] = button;
     bar.appendChild(button);
     const panel = imsEl("div", "ims-panel");

@@ -62,15 +62,6 @@ function imsCallFailed(group, send) {
   row._parts.retry.hidden = !first.retryable;
 }
 
-function imsWatcherButton(text, label, onClick) {
-  const button = imsEl("button", "ims-page-button", text);
-  button.type = "button";
-  button.title = label;
-  button.setAttribute("aria-label", label);
-  button.addEventListener("click", onClick);
-  return button;
-}
-
 export default {
   render({ model, el }) {
     const root = imsEl("div", "ipymusicgen-watcher");
@@ -81,8 +72,8 @@ export default {
     counts.setAttribute("aria-live", "polite");
     const pager = imsEl("div", "ims-pager");
     let header = { page: 0, pages: 1 };
-    const prev = imsWatcherButton("‹", "Newer songs", () => model.send({ kind: "page", page: header.page - 1 }));
-    const next = imsWatcherButton("›", "Older songs", () => model.send({ kind: "page", page: header.page + 1 }));
+    const prev = imsTextButton("ims-page-button", "‹", "Newer songs", () => model.send({ kind: "page", page: header.page - 1 }), true);
+    const next = imsTextButton("ims-page-button", "›", "Older songs", () => model.send({ kind: "page", page: header.page + 1 }), true);
     const pageLabel = imsEl("span", "ims-page-label");
     pager.append(prev, pageLabel, next);
     const hideFailed = imsTextButton("ims-hide-failed", "Hide failed", "Leave failed calls out of the list (they stay counted)", () =>
