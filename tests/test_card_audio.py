@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -77,6 +78,16 @@ def test_python_picks_files_url_under_a_files_api_root_then_a_known_good_url_the
     assert audio.fields("d", path=str(outside), url=None)["play_url"] is None
     assert audio.fields("e", path=None, url="javascript:alert(1)") == {"play_url": None, "play_source": ""}
     assert audio.fields("f", path=str(root / "gone.mp3"), url=None) == {"play_url": None, "play_source": ""}
+
+    for name in ("a#b?c%d.mp3", "é ü.mp3"):  # names a URL would misread are quoted
+        odd = root / "songs" / name
+        odd.write_bytes(MP3)
+        expected = "/user/ann/files/songs/" + quote(name)
+        assert audio.fields(name, path=str(odd), url=None)["play_url"] == expected and "#" not in expected
+    hidden = root / ".local" / "share" / "ipymusicgen" / "song.mp3"  # a server started in the home folder
+    hidden.parent.mkdir(parents=True)
+    hidden.write_bytes(MP3)
+    assert audio.fields("h", path=str(hidden), url=None)["play_url"] is None  # Jupyter serves no hidden file
 
     no_api = CardAudio(page, apis=[])  # marimo, VS Code, Colab, a remote kernel: no files/ at all
     assert no_api.fields("a", path=str(inside), url=None)["play_url"] is None

@@ -73,7 +73,10 @@ def files_path(path: str | Path | None, roots: list[Path]) -> str | None:
         return None
     for root in roots:
         if target.is_relative_to(root):
-            return target.relative_to(root).as_posix()
+            relative = target.relative_to(root)
+            if any(part.startswith(".") for part in relative.parts):  # Jupyter serves no hidden file (~/.local)
+                return None
+            return relative.as_posix()
     return None
 
 
