@@ -3,6 +3,7 @@ the studio's fields are read from the models, so a field added to a model appear
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -95,3 +96,26 @@ def test_the_magics_help_says_what_the_models_say() -> None:
     helped = {o.names[-1].removeprefix("--").replace("-", "_"): o.kwargs["help"] for o in MUSICGEN_OPTIONS}
     for name, description in words.items():
         assert helped[name].replace("%%", "%").startswith(description), name
+
+
+class TempoV2Request(schema.V2Request):
+    """A v2 request with a field the spec might add tomorrow."""
+
+    bpm: Annotated[int | None, Field(ge=40, le=240, description="beats per minute to aim for")] = None
+
+
+def test_a_new_v2_field_is_a_described_tool_parameter_and_studio_field(
+    client: MusicClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ipymusicgen.mcp.server", "ipymusicgen.widgets.studio"):
+        module = importlib.import_module(name)  # where each reads the v2 model: the one class a new spec would change
+        monkeypatch.setattr(module, "V2Request", TempoV2Request)  # where each reads the v2 model
+    bpm = tools(client)["generate_song_v2"].input_schema["properties"]["bpm"]
+    assert bpm["description"] == "beats per minute to aim for" and bpm["anyOf"][0]["maximum"] == 240
+    made = Studio(client, confirm=False)
+    try:
+        made.v2.set_values(is_auto=0)
+        field = {item["name"]: item for item in made.view.panes["v2"]["fields"]}["bpm"]
+        assert field["description"] == "beats per minute to aim for" and field["kind"] == "number" and field["shown"]
+    finally:
+        made.close()
