@@ -108,7 +108,7 @@ def test_a_new_v2_field_is_a_described_tool_parameter_and_studio_field(
     client: MusicClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("ipymusicgen.mcp.server", "ipymusicgen.widgets.studio"):
-        module = importlib.import_module(name)  # where each reads the v2 model: the one class a new spec would change
+        module = importlib.import_module(name)
         monkeypatch.setattr(module, "V2Request", TempoV2Request)  # where each reads the v2 model
     bpm = tools(client)["generate_song_v2"].input_schema["properties"]["bpm"]
     assert bpm["description"] == "beats per minute to aim for" and bpm["anyOf"][0]["maximum"] == 240
