@@ -9,12 +9,15 @@ from the page entirely (every request to it refused).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -22,6 +25,7 @@ from browser_utils import (
     FIRST_AUDIO_MS,
     KERNEL_READY_MS,
     STEP_MS,
+    blank_page,
     jupyter_server,
     kernel_ready,
     marimo_server,
@@ -29,9 +33,14 @@ from browser_utils import (
     one_cell_notebook,
     shot,
 )
-from playwright.sync_api import Browser, Locator, Page, Request, expect
+from playwright.sync_api import Browser, Locator, Page, Request, Route, expect
 
 from benchmarks._browser import run_all
+from ipymusicgen.archive.archiver import archiver_of
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
+from ipymusicgen.storage.journal import Journal
+from ipymusicgen.widgets._static import css, esm
 
 SOURCE = """\
 import urllib.request, urllib.error
@@ -238,3 +247,81 @@ def test_in_marimo_a_song_whose_url_answers_404_plays_from_its_cards(marimo: str
         play_once(page, watcher_cards.nth(1))
         shot(page, "card-audio-marimo")
         assert not [seen for seen in asked if seen.startswith(marimo)]  # the page never asks marimo for files/
+
+
+BRIDGE = """() => {
+  window.kernel = (message) => {
+    window.kernelAnswer(message).then((answers) => {
+      for (const { content, bytes } of answers) {
+        const buffers = bytes ? [new DataView(Uint8Array.from(atob(bytes), (c) => c.charCodeAt(0)).buffer)] : [];
+        window.deliver(content, buffers);
+      }
+    });
+  };
+}"""
+
+
+def test_a_url_that_fails_only_when_the_player_starts_plays_the_kernels_bytes_on_the_same_press(
+    browser: Browser, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The card is drawn while its URL still answers nothing; Play is pressed; then the URL answers 404: the
+    same press plays the kernel's bytes (a real watcher's cards and channel behind a stand-in widget model)."""
+    from test_compare_browser import CHANNEL_HARNESS
+
+    from ipymusicgen.widgets.watcher import TaskWatcher
+
+    journal = tmp_path / "journal.sqlite3"
+    with sandbox.client(journal=Journal(journal), archive=tmp_path / "outside") as client:
+        ids = list(client.generate(action="custom", style="harp", title="Tide", lyrics="la").ids)
+        client.wait(ids)
+        archiver = archiver_of(client)
+        assert archiver is not None and archiver.join(30)
+        watcher = TaskWatcher(ids, client=client, autostart=False)
+        watcher.show(client.tasks(ids))
+        with Library(journal) as library:  # what the archive's listener would have told a watcher made earlier
+            for task_id in ids:
+                watcher.annotate(task_id, archived_path=library.song(task_id).archive_path)
+        sent: list[tuple[dict[str, Any], list[bytes]]] = []
+        came = threading.Condition()
+
+        def send(content: dict[str, Any], buffers: list[bytes] | None = None) -> None:
+            with came:
+                sent.append((content, list(buffers or ())))
+                came.notify_all()
+
+        def answer(message: dict[str, Any]) -> list[dict[str, Any]]:
+            if message.get("kind") == "hello":
+                return [{"content": watcher.snapshot(), "bytes": None}]
+            if message.get("kind") != "audio":
+                return []
+            start = len(sent)
+            watcher._handle_custom_msg(message, [])
+            with came:
+                assert came.wait_for(lambda: any(c.get("kind") == "audio" for c, _ in sent[start:]), STEP_MS / 1000)
+            content, buffers = next((c, b) for c, b in sent[start:] if c.get("kind") == "audio")
+            return [{"content": content, "bytes": base64.b64encode(buffers[0]).decode() if buffers else None}]
+
+        watcher.send = send  # type: ignore[method-assign]
+        held: list[Route] = []
+        try:
+            with blank_page(browser, viewport={"width": 900, "height": 700}) as page:
+                page.route(
+                    f"{sandbox.base_url}/files/**", lambda route: held.append(route)
+                )  # the URL answers nothing for now
+                page.expose_function("kernelAnswer", answer)
+                page.evaluate(BRIDGE)
+                page.evaluate(CHANNEL_HARNESS, [esm("watcher"), css("watcher"), None, "800px"])
+                card = page.locator(".ipymusicgen-song").first
+                expect(card.get_by_role("button", name="Play")).to_be_enabled(timeout=STEP_MS)
+                assert (card.locator("audio").get_attribute("src") or "").startswith(sandbox.base_url)
+                card.get_by_role("button", name="Play").click()
+                expect(card.get_by_role("button", name="Pause")).to_be_visible()  # the press is in, the URL pending
+                assert held  # the player asked for its URL and got no answer yet; now it fails
+                for route in held:
+                    route.fulfill(status=404, body="expired")
+                page.route(f"{sandbox.base_url}/files/**", lambda route: route.fulfill(status=404, body="expired"))
+                page.wait_for_function(PLAYING, arg=card.locator("audio").element_handle(), timeout=STEP_MS)
+                asked = page.evaluate("() => window.sent.filter((m) => m.kind === 'audio').length")
+                assert asked == 1  # one card played: one request for bytes
+        finally:
+            watcher.close()
