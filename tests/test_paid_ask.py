@@ -26,6 +26,7 @@ SUBMIT = "/v2/submit"
 LYRICS = "/v1/lyrics"
 WAV = "/v1/music/generate-wav"
 MP4 = "/v1/music/generate-mp4"
+TASKS = "/v1/music/tasks"
 FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
 """A request whose songs the sandbox fails (it fetches no audio from elsewhere)."""
 
@@ -220,3 +221,34 @@ def test_panes_reach_their_studio_only_through_its_public_interface() -> None:
             ):
                 reached.append(f"{module.__name__}:{node.lineno} _studio.{node.attr}")
     assert reached == []
+
+
+def test_a_retry_asked_for_one_batch_is_asked_again_for_another(client: MusicClient, service: Sandbox) -> None:
+    """The second press sends only the failed rows the question priced: a view now on another batch asks again."""
+    from ipymusicgen.batch.engine import run_batch
+    from ipymusicgen.storage.batches import BatchStore
+    from ipymusicgen.widgets.batch import BatchView
+
+    store = BatchStore(None)
+    first, second = (
+        run_batch(
+            client, [{**FOREIGN, "audio_url": f"https://example.com/{name}.mp3"}], name=name, wait=False, store=store
+        )
+        for name in ("one", "two")
+    )
+    for batch in (first, second):
+        while not batch.done:  # the frozen clock moves on each time the batch has caught up
+            before = service.request_counts().get(TASKS, 0)
+            service.clock.stages(2)  # type: ignore[attr-defined]
+            wait_until(lambda b=before, x=batch: x.done or service.request_counts().get(TASKS, 0) >= b + 1, "a round")
+    view = BatchView(first, confirm=True)
+    view._handle_custom_msg({"kind": "retry_failed"}, [])
+    assert view.data["note"].startswith("Retry 1 failed row(s)?")
+    view.update(second)
+    sent = service.request_counts().get(GENERATE, 0)
+    view._handle_custom_msg({"kind": "retry_failed"}, [])  # not the batch the question priced
+    assert view.batch is second and service.request_counts().get(GENERATE, 0) == sent
+    assert view.data["note"].startswith("The failed rows changed since they were priced. Retry 1 failed row(s)?")
+    view._handle_custom_msg({"kind": "retry_failed"}, [])
+    assert view.batch is not second and view.batch.name == "two-retry-1"
+    wait_until(lambda: service.request_counts().get(GENERATE, 0) == sent + 1, "the retry sent")
