@@ -19,35 +19,15 @@ if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 
-SLOW_MODULES = frozenset(
-    {
-        "test_batch_browser",
-        "test_batch_kill",
-        "test_benchmarks",
-        "test_browser",
-        "test_browser_library",
-        "test_browser_marimo",
-        "test_browser_marimo_library",
-        "test_compare_browser",
-        "test_grid_browser",
-        "test_kill_resume",
-        "test_lab_front_ends",
-        "test_mcp_transports",
-        "test_notebooks",
-        "test_setup_script",
-        "test_widgets_cards_browser",
-    }
-)
-"""Whole modules of kernels, browsers, notebooks, kill tests and setup runs: `pytest -m "not slow"` skips them."""
 SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server", "notebook_runs"})
 """Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark kernels, browsers, notebooks and kill tests `slow` (one rule here, not a marker in every file)."""
+    """Mark `slow` every test that asks for a browser or a kernel; a whole slow module says so itself
+    (`pytestmark = pytest.mark.slow`), and what `slow` means is said once, in pyproject's markers."""
     for item in items:
-        module = item.module.__name__.rpartition(".")[2] if getattr(item, "module", None) else ""
-        if module in SLOW_MODULES or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 

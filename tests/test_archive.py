@@ -42,7 +42,7 @@ def _make_song(client: MusicClient, **fields: object) -> list[str]:
     return ids
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_finished_songs_are_archived_with_their_tags(archived_client: MusicClient, tmp_path: Path) -> None:
     ids = _make_song(archived_client, mv="MFV2.0")
     songs = tmp_path / "songs"
@@ -71,7 +71,7 @@ def test_finished_songs_are_archived_with_their_tags(archived_client: MusicClien
         assert len(song.peaks) == 400 and song.archive_error is None
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_failed_archive_is_recorded_and_retried_without_duplicates(
     archived_client: MusicClient, sandbox: Sandbox, tmp_path: Path
 ) -> None:
@@ -95,7 +95,7 @@ def test_a_failed_archive_is_recorded_and_retried_without_duplicates(
         assert all(library.song(i).archive_path for i in ids)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_new_client_retries_what_an_earlier_one_could_not_archive(sandbox: Sandbox, tmp_path: Path) -> None:
     journal_path = tmp_path / "journal.sqlite3"
     with sandbox.client(journal=Journal(journal_path), archive=False) as first:
@@ -123,7 +123,7 @@ def test_archive_off_and_sandbox_identity(sandbox: Sandbox, tmp_path: Path, monk
     real.close()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_wav_is_archived_beside_the_mp3(archived_client: MusicClient, tmp_path: Path) -> None:
     ids = _make_song(archived_client)
     wav = archive_wav(ids[0], client=archived_client)
@@ -156,7 +156,7 @@ def test_a_raster_cover_is_embedded(tmp_path: Path) -> None:
     assert os.path.getsize(song_path) > len(cover.read_bytes())
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_hostile_title_stays_inside_the_archive(archived_client: MusicClient, tmp_path: Path) -> None:
     ids = _make_song(archived_client, title="../../outside/..\\evil\x07 name")
     names = sorted(p.name for p in (tmp_path / "songs").glob("*.mp3"))
@@ -164,7 +164,7 @@ def test_a_hostile_title_stays_inside_the_archive(archived_client: MusicClient, 
     assert not (tmp_path / "outside").exists() and all("/" not in n and "\x07" not in n for n in names)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_async_client_archives_too(sandbox: Sandbox, tmp_path: Path) -> None:
     import asyncio
 
@@ -180,7 +180,7 @@ def test_the_async_client_archives_too(sandbox: Sandbox, tmp_path: Path) -> None
     assert sorted(p.name[-14:-4] for p in (tmp_path / "a").glob("*.mp3")) == sorted(f"[{i[:8]}]" for i in ids)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A keyed session (a sandbox with its own key stands in for the real service): opening the library retries."""
     from ipymusicgen import library, session
@@ -207,7 +207,7 @@ def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pyte
             session.configure(api_key=None, base_url=None, v2_base_url=None, journal_path=None, poll_interval=None)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_process_that_archived_and_exits_leaves_only_the_journal_file(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -240,7 +240,7 @@ def test_file_names_keep_the_id_whatever_the_title_and_never_leave_the_folder() 
     assert name(None, "CON") == "untitled [CON].mp3"
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_v2_songs_are_archived_with_their_model(archived_client: MusicClient, tmp_path: Path) -> None:
     songs = archived_client.submit_v2(is_auto=0, model_version="v4.0", prompt="cello at dawn", lyrics="[Verse]\nmist")
     ids = [s.id for s in songs]

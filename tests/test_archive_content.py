@@ -74,7 +74,7 @@ def archive_now(service: Sandbox, journal: Path, songs: Path) -> MusicClient:
     return client
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["expired.mp3", "empty.mp3"])
 def test_what_is_not_the_song_is_an_archive_error_then_a_fresh_url_archives_it(
     service: Sandbox, files: HostileServer, tmp_path: Path, bad: str
@@ -98,7 +98,7 @@ def test_what_is_not_the_song_is_an_archive_error_then_a_fresh_url_archives_it(
     assert Path(song.archive_path).read_bytes()[:3] == b"ID3" and len(song.peaks) == 400
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_cover_that_is_audio_is_not_kept_and_never_takes_the_songs_name(service: Sandbox, tmp_path: Path) -> None:
     journal, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
     task_id = made_song(service, journal)
@@ -110,7 +110,7 @@ def test_a_cover_that_is_audio_is_not_kept_and_never_takes_the_songs_name(servic
     assert names == [f"Harbour Lights [{task_id[:8]}].mp3"]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_cover_is_named_by_what_its_bytes_are(service: Sandbox, tmp_path: Path) -> None:
     journal, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
     task_id = made_song(service, journal)
@@ -119,7 +119,7 @@ def test_the_cover_is_named_by_what_its_bytes_are(service: Sandbox, tmp_path: Pa
     assert names == [f"Harbour Lights [{task_id[:8]}].mp3", f"Harbour Lights [{task_id[:8]}].svg"]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_crafted_file_that_decodes_to_hours_is_archived_without_peaks(
     service: Sandbox, files: HostileServer, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ def _archived(directory: Path) -> list[str]:
     return sorted(p.name[-14:-4] for p in directory.glob("*.mp3"))
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("wait", [False, True])
 def test_resume_retries_failed_archives(sandbox: Sandbox, tmp_path: Path, wait: bool) -> None:
     songs = tmp_path / "songs"
@@ -37,7 +37,7 @@ def test_resume_retries_failed_archives(sandbox: Sandbox, tmp_path: Path, wait: 
         assert not library.failed_archives()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_async_resume_retries_failed_archives(sandbox: Sandbox, tmp_path: Path) -> None:
     songs = tmp_path / "songs"
 

@@ -98,7 +98,7 @@ def test_unknown_models_are_estimated_at_the_dearest_price() -> None:
     assert costs.estimate_credits({"v2": True, "model_version": "v4.5-plus", "prompt": "p", "is_auto": 1}) == 3
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_concurrency_is_never_exceeded_server_side(
     client: MusicClient, sandbox: Sandbox, clock: ManualClock, running_limit: list[int], store: BatchStore
 ) -> None:
@@ -114,7 +114,7 @@ def test_concurrency_is_never_exceeded_server_side(
     assert len(set(batch.ids)) == 14 and all(len(r.records) == 2 for r in batch.rows)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_429_storm_backs_off_and_sends_each_row_once(
     client: MusicClient, sandbox: Sandbox, store: BatchStore
 ) -> None:
@@ -131,7 +131,7 @@ def test_a_429_storm_backs_off_and_sends_each_row_once(
     assert batch.real_cost_per_call == 2
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_create_in_doubt_is_unknown_and_never_resent(
     client: MusicClient, sandbox: Sandbox, store: BatchStore
 ) -> None:
@@ -148,7 +148,7 @@ def test_a_create_in_doubt_is_unknown_and_never_resent(
     assert [r.state for r in forced.rows] == ["complete"] * 3 and creates(sandbox) == 4
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_one_failing_row_does_not_fail_the_others(client: MusicClient, sandbox: Sandbox, store: BatchStore) -> None:
     foreign = {"action": "upload", "audio_url": "https://example.com/song.mp3"}  # the sandbox fails its songs
     batch = run_batch(client, [*rows(2), foreign, *rows(1, "jazz")], concurrency=2, store=store)
@@ -159,7 +159,7 @@ def test_one_failing_row_does_not_fail_the_others(client: MusicClient, sandbox: 
         batch.raise_for_failures()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_no_credits_mid_batch_fails_that_row_skips_the_rest_and_a_rerun_sends_only_those(
     client: MusicClient, sandbox: Sandbox, store: BatchStore
 ) -> None:
@@ -223,7 +223,7 @@ def test_stop_starts_no_more_rows_and_follows_the_sent_ones(
     assert "stopped" in (batch.rows[4].error or "")
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_rerun_with_the_same_name_sends_nothing_again_and_a_changed_row_is_refused(
     client: MusicClient, sandbox: Sandbox, store: BatchStore
 ) -> None:
@@ -264,7 +264,7 @@ def test_html_repr_escapes_server_and_user_text(client: MusicClient, store: Batc
     assert "<img" not in html and "&lt;img" in html
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_async_client_runs_the_same_batch(sandbox: Sandbox, store: BatchStore) -> None:
     async def scenario() -> Batch:
         async with sandbox.async_client() as client:
@@ -294,7 +294,7 @@ def test_running_the_same_batch_twice_at_once_in_one_kernel_sends_each_row_once(
     assert all(r.state == "complete" for r in finished)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_locked_journal_refuses_the_batch_before_anything_is_sent(
     client: MusicClient, sandbox: Sandbox, tmp_path: Path
 ) -> None:
@@ -315,7 +315,7 @@ def test_a_locked_journal_refuses_the_batch_before_anything_is_sent(
     assert run_batch(client, rows(2), store=store).counts()["complete"] == 2  # unlocked: it runs
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["server_error", "malformed", "slow"])
 def test_every_doubtful_create_answer_leaves_its_row_unknown(kind: str, sandbox: Sandbox, store: BatchStore) -> None:
     fault: dict[str, object] = {"kind": kind, "path": GENERATE, "count": 1}
@@ -329,7 +329,7 @@ def test_every_doubtful_create_answer_leaves_its_row_unknown(kind: str, sandbox:
     assert [r.state for r in again.rows] == ["unknown", "complete"] and creates(sandbox) == 2
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_async_batch_rides_out_429s_too(sandbox: Sandbox, store: BatchStore) -> None:
     sandbox.state.max_running = 1
 
@@ -343,7 +343,7 @@ def test_async_batch_rides_out_429s_too(sandbox: Sandbox, store: BatchStore) -> 
     assert len(set(batch.ids)) == 6 and len(sandbox.state.tasks_of(sandbox.api_key)) == 6  # ...none made twice
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize(("status", "doubtful"), [(598, True), (507, True), (530, True), (500, True), (501, False)])
 def test_a_batch_row_is_in_doubt_exactly_when_the_client_journals_it_unknown(status: int, doubtful: bool) -> None:
     """One rule for both: any 5xx but 501/505 may have been carried out (a proxy's 598 after forwarding)."""

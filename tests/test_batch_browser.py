@@ -18,6 +18,8 @@ from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets.batch import BatchView
 
+pytestmark = pytest.mark.slow  # a real Chromium
+
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:

@@ -60,7 +60,7 @@ def test_whole_numbers_of_any_kind_are_accepted(client: MusicClient) -> None:
     assert batch.counts()["complete"] == 1
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_search_typed_in_decomposed_unicode_finds_the_song(sandbox: Sandbox, tmp_path: Path) -> None:
     journal_path = tmp_path / "journal.sqlite3"
     with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "songs") as client:
@@ -77,7 +77,7 @@ def test_a_search_typed_in_decomposed_unicode_finds_the_song(sandbox: Sandbox, t
             assert library.count(text=decomposed) == len(ids)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_sandbox_with_its_own_key_never_archives_into_the_users_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -100,7 +100,7 @@ def test_a_sandbox_with_its_own_key_never_archives_into_the_users_folder(
     assert not (tmp_path / "xdg").exists() or not any((tmp_path / "xdg").rglob("*.mp3"))
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_runs_again(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
@@ -171,7 +171,7 @@ def test_an_archive_killed_mid_download_leaves_no_partial_file_once_archiving_ru
     assert len(list(songs.glob("*.mp3"))) == 2
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its_ids(
     sandbox: Sandbox, tmp_path: Path, short_locks: float
 ) -> None:
@@ -213,7 +213,7 @@ def test_a_journal_locked_while_a_batch_create_is_answered_keeps_the_row_and_its
         journal.close()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and_says_why_a_choice_waits(
     sandbox: Sandbox, tmp_path: Path, short_locks: float
 ) -> None:
@@ -259,7 +259,7 @@ def test_a_library_opened_while_another_kernel_holds_the_journal_lists_songs_and
         assert library.song(ids[0]).favourite
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_library_magic_searches_words_with_an_apostrophe(sandbox: Sandbox, tmp_path: Path) -> None:
     from IPython.core.error import UsageError
 
@@ -295,7 +295,7 @@ def test_library_pages_and_times_take_odd_numbers_without_sqlite_errors(sandbox:
                 library.songs(**bad)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_bytes_that_are_not_audio_are_an_archive_error_not_the_song(sandbox: Sandbox, tmp_path: Path) -> None:
     """Bytes no audio header starts (served as audio/mpeg) are not kept as the song: an archive error, retried."""
     import socket

@@ -35,7 +35,7 @@ def ip(sandbox_shell: InteractiveShell) -> InteractiveShell:
     return sandbox_shell
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_each_line_is_a_musicgen_line_with_variables(ip: InteractiveShell, sandbox: Sandbox) -> None:
     ip.user_ns["mood"] = "rainy"
     name = unique()
@@ -64,7 +64,7 @@ def test_a_bad_line_is_one_usage_error_naming_it_and_nothing_is_sent(ip: Interac
     assert creates(sandbox) == 0
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_from_a_dataframe_and_rerun_sends_nothing_twice(ip: InteractiveShell, sandbox: Sandbox) -> None:
     ip.user_ns["frame"] = pd.DataFrame(
         {"style": ["ambient pads", "sea shanty", "drum and bass"], "mv": ["MFV2.0", None, "MFV1.5"]}
@@ -82,7 +82,7 @@ def test_from_a_dataframe_and_rerun_sends_nothing_twice(ip: InteractiveShell, sa
     assert creates(sandbox) == 3
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_view_feeds_the_watcher_and_reads_as_text(ip: InteractiveShell, sandbox: Sandbox) -> None:
     ip.user_ns["songs_list"] = [{"style": "<b>bold</b> polka"}, {"style": "waltz"}]
     with capture_output() as out:
@@ -102,7 +102,7 @@ def views_of(batch: Batch) -> list[BatchView]:
     return [cb.__self__ for cb in batch._listeners if isinstance(getattr(cb, "__self__", None), BatchView)]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_batch_tab_shows_the_estimate_and_refusals_then_starts(ip: InteractiveShell, sandbox: Sandbox) -> None:
     studio = Studio(session.get_client())
     form = studio.batch

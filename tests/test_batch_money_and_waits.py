@@ -67,7 +67,7 @@ def test_the_credits_left_check_runs_whatever_the_estimate(client: MusicClient, 
     assert sandbox.request_counts().get(GENERATE, 0) == 0
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_budget_is_also_measured_on_the_key(client: MusicClient, sandbox: Sandbox, store, monkeypatch) -> None:
     """An estimate lower than the real price (MFV2.0 at 1, charged 2) cannot spend past the budget."""
     monkeypatch.setenv(costs.ENV_COSTS, "MFV2.0=1")
@@ -106,7 +106,7 @@ def test_a_retry_after_of_zero_still_backs_off_exponentially() -> None:
     assert delays[0] >= 0.75
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_429_that_never_ends_ends_the_rows_unsent_and_a_rerun_sends_them(
     sandbox: Sandbox, client: MusicClient, store: BatchStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,7 +162,7 @@ def test_stop_wakes_an_async_batch_too(sandbox: Sandbox, store: BatchStore, monk
 # -- cancelled sends, refused names -----------------------------------------------------------------------
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_an_async_batch_cancelled_mid_create_leaves_its_rows_unknown_not_claimed(
     sandbox: Sandbox, store: BatchStore
 ) -> None:
@@ -253,7 +253,7 @@ def test_a_typo_in_the_price_table_is_one_line_from_the_batch_magic(
     assert sandbox.request_counts().get(GENERATE, 0) == 0
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_studio_opens_with_a_typo_in_the_price_table_and_still_asks_first(
     sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:

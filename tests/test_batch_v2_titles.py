@@ -33,7 +33,7 @@ def test_a_v2_rows_title_and_lyrics_survive_to_the_finished_record(client: Music
     assert batch.rows[1].state == "complete"
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_async_face_keeps_them_too(sandbox: Sandbox) -> None:
     async def scenario() -> Batch:
         async with sandbox.async_client() as client:

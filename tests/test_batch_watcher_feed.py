@@ -57,7 +57,7 @@ def ip(sandbox_shell: InteractiveShell) -> InteractiveShell:
     return sandbox_shell
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_magics_watcher_draws_the_batchs_rounds_without_querying_again(
     ip: InteractiveShell, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,7 +83,7 @@ def test_the_magics_watcher_draws_the_batchs_rounds_without_querying_again(
     watcher.close()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_watcher_following_a_running_batch_waits_on_its_rounds(sandbox: Sandbox) -> None:
     with sandbox.client() as client:
         log = PollLog(client)
@@ -101,7 +101,7 @@ def test_a_watcher_following_a_running_batch_waits_on_its_rounds(sandbox: Sandbo
         watcher.close()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_show_draws_records_polled_elsewhere_and_never_polls_them(sandbox: Sandbox) -> None:
     with sandbox.client() as client:
         ids = client.generate(action="auto", style="ambient").ids

@@ -20,6 +20,8 @@ from benchmarks import __main__ as runner
 from benchmarks._common import Row, interleaved
 from benchmarks.bench_watcher import expected_requests
 
+pytestmark = pytest.mark.slow  # runs the benchmarks
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

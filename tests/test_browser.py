@@ -39,6 +39,8 @@ from playwright.sync_api import Browser, Locator, Page, expect
 from benchmarks._browser import run_all
 from ipymusicgen.sandbox import Sandbox
 
+pytestmark = pytest.mark.slow  # real Jupyter front ends in Chromium
+
 DOCS = ROOT / "docs"
 UPDATE_DOCS = "IPYMUSICGEN_UPDATE_SCREENSHOT"
 """Set to 1 to copy the best screenshots over docs/*.png (the README's pictures)."""

@@ -34,6 +34,8 @@ from ipymusicgen import MusicClient
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.widgets.library import LibraryView
 
+pytestmark = pytest.mark.slow  # a real JupyterLab in Chromium
+
 shared = ipymusicgen.get_client()  # the embedded sandbox (no key in this kernel)
 client = MusicClient(settings=shared.settings, journal=shared.journal, archive="songs")  # under the server root
 ids = client.generate(action="custom", title="Harbour <b>lights</b>", style="harp, rain",

@@ -16,6 +16,8 @@ from playwright.sync_api import expect
 
 from benchmarks._browser import chromium
 
+pytestmark = pytest.mark.slow  # marimo in Chromium
+
 APP = textwrap.dedent(
     """
     import marimo

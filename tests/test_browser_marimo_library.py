@@ -19,6 +19,8 @@ from browser_utils import FINAL_AUDIO, SCREENSHOTS, STEP_MS, marimo_server
 from playwright.sync_api import Browser, expect
 from test_browser_library import PEAKS_DRAWN
 
+pytestmark = pytest.mark.slow  # marimo in Chromium
+
 APP = textwrap.dedent(
     """
     import marimo

@@ -169,7 +169,7 @@ print("not interrupted", flush=True)
 """
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_ctrl_c_during_a_paid_send_journals_the_attempt_as_unknown(tmp_path: Path) -> None:
     """A real Ctrl-C (SIGINT to a fresh process) while its paid request waits for an answer.
 
@@ -268,7 +268,7 @@ def test_a_real_key_on_loopback_journals_and_the_sandbox_does_not(
 DRIP_BODY = b'{"status": 200, "message": "Success", "data": []}' + b" " * 200
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_drip_fed_read_is_bounded_sync_and_async() -> None:
     with hostile(lambda req, sock: server.drip(sock, DRIP_BODY, every=0.05)) as server:
         with client_for(server, timeout=0.5) as client, pytest.raises(APITimeoutError, match="did not answer in time"):
@@ -282,7 +282,7 @@ def test_a_drip_fed_read_is_bounded_sync_and_async() -> None:
             asyncio.run(read())
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_drip_fed_headers_are_bounded_too(face: str) -> None:
     """The status line and headers one byte per 0.1 s (~30 s in all): each read is quick, so only a deadline
@@ -304,7 +304,7 @@ def test_drip_fed_headers_are_bounded_too(face: str) -> None:
     assert server.dripped and max(server.dripped) < 200
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_drip_fed_paid_answer_is_unknown_and_not_resent(journal: Journal) -> None:
     body = b'{"status": 200, "data": {"ids": ["a", "b"]}}' + b" " * 200
     with (
@@ -317,7 +317,7 @@ def test_a_drip_fed_paid_answer_is_unknown_and_not_resent(journal: Journal) -> N
     assert [a.outcome for a in journal.attempts()] == ["unknown"]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("face", ["sync", "async"])
 def test_wait_timeout_bounds_the_exchange_not_only_the_rounds(face: str) -> None:
     """A 100-byte answer drip-fed over 25 s, within the 30 s HTTP timeout: a wait(timeout=1) must hang
@@ -340,7 +340,7 @@ def test_wait_timeout_bounds_the_exchange_not_only_the_rounds(face: str) -> None
     assert server.dripped and max(server.dripped) < len(body)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_wait_with_a_timeout_ends_against_a_server_that_never_finishes() -> None:
     with (
         hostile(lambda req, sock: server.hold(sock)) as server,
@@ -444,7 +444,7 @@ def test_a_huge_answer_is_refused_declared_or_streamed() -> None:
             client.tasks(["t1"])
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_422_with_thousands_of_entries_gives_a_short_message() -> None:
     detail = [{"loc": ["body", "style"], "msg": "x" * 500, "type": "value_error"}] * 10_000
     with (
@@ -586,7 +586,7 @@ def test_text_that_echoes_the_key_is_redacted_everywhere(journal: Journal) -> No
     assert KEY.encode() not in (Path(journal.path)).read_bytes()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_transport_errors_that_quote_the_key_are_redacted(journal: Journal) -> None:
     """A transport (a proxy, a TLS layer) may quote the header it choked on; errors and notes stay clean."""
 

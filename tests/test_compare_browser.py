@@ -21,6 +21,8 @@ from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets._static import css, esm
 from ipymusicgen.widgets.compare import CompareView
 
+pytestmark = pytest.mark.slow  # a real Chromium
+
 STEP_MS = 30_000
 AUDIO = ".ipymusicgen-compare audio"
 READY = (

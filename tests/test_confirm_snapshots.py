@@ -61,7 +61,7 @@ def press(pane: BatchPane, kind: str) -> None:
     pane.studio._on_msg(pane.studio.view, {"kind": kind, "form": "batch"}, [])
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_batch_tab_sends_the_rows_it_priced_not_what_the_variable_became(
     form_on: Callable[[dict[str, Any]], BatchPane], paid: Sandbox
 ) -> None:

@@ -98,7 +98,7 @@ def test_an_undeclared_oversized_stream_is_cut_off_and_nothing_is_left(tmp_path:
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_drip_fed_download_is_cut_off_and_nothing_is_left(tmp_path: Path) -> None:
     """5,000 bytes at one per 20 ms (100 s): after its grace (the 0.5 s HTTP timeout) a download must keep
     a sane pace, so the client hangs up long before the end; headers dripped the same way are bounded too."""

@@ -124,7 +124,7 @@ READ_FAULTS = {
 }
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("kind", list(READ_FAULTS))
 def test_a_single_read_retries_through_the_fault(
@@ -175,7 +175,7 @@ WAIT_FAULTS = {kind: spec.replace("count=2", "count=1") for kind, spec in READ_F
 WAIT_FAULTS["malformed"] = "malformed:count=1"
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(WAIT_FAULTS))
 def test_wait_polls_through_faults_beyond_the_retries(
     sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal, kind: str
@@ -194,7 +194,7 @@ def test_wait_polls_through_faults_beyond_the_retries(
     TALLY["recovered"] += len(records)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_wait_gives_up_at_its_deadline_naming_the_last_error(
     sandbox: Sandbox, make_client: Callable[..., MusicClient]
 ) -> None:
@@ -236,7 +236,7 @@ CREATE_FAULTS: dict[str, tuple[type[Exception], str, bool]] = {
 }
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("v2", [False, True], ids=["v1", "v2"])
 @pytest.mark.parametrize("kind", list(CREATE_FAULTS))
 def test_a_create_under_a_fault_is_sent_once_and_journalled(
@@ -328,7 +328,7 @@ def poll_until_done(watcher: TaskWatcher) -> list[str | None]:
     return errors
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(WATCHER_FAULTS))
 def test_watcher_shows_read_faults_and_completes(
     sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal, kind: str
@@ -354,7 +354,7 @@ def test_watcher_shows_read_faults_and_completes(
         watcher.close()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_watcher_thread_backs_off_and_finishes(
     sandbox: Sandbox, make_client: Callable[..., MusicClient], journal: Journal
 ) -> None:

@@ -16,6 +16,8 @@ from ipymusicgen.lab.grid import Grid
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.grid import GridView
 
+pytestmark = pytest.mark.slow  # a real Chromium
+
 
 @pytest.fixture
 def view(sandbox: Sandbox) -> Iterator[GridView]:

@@ -89,7 +89,7 @@ def pending_attempts(journal: Path) -> list[sqlite3.Row]:
             return []
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_paid_call_killed_mid_flight_is_reported_unknown_but_not_while_its_process_lives(
     silent: SilentServer, tmp_path: Path
 ) -> None:
@@ -232,7 +232,7 @@ def test_the_busy_timeout_is_a_parameter(tmp_path: Path) -> None:
         assert journal._db.execute("PRAGMA busy_timeout").fetchone()[0] == 250
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_paid_answer_arriving_while_the_journal_is_locked_keeps_its_ids(tmp_path: Path, holder: Holder) -> None:
     """The server answers only once another connection holds the journal: the ids are returned, warned, kept."""
     path = tmp_path / "journal.sqlite3"

@@ -39,7 +39,7 @@ print("REPORT=" + json.dumps(report))
 """
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_process_using_the_session_leaves_no_temp_folder_and_no_user_journal(tmp_path: Path) -> None:
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()

@@ -26,6 +26,8 @@ from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
 
+pytestmark = pytest.mark.slow  # kills kernels
+
 GENERATE_PATH = "/v1/music/generate"
 SUBMIT_PATH = "/v2/submit"
 TASKS_PATH = "/v1/music/tasks"

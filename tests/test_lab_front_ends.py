@@ -31,6 +31,8 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from benchmarks._browser import run_all
 
+pytestmark = pytest.mark.slow  # real front ends in Chromium
+
 GRID_CELL = (
     "import uuid\n"
     "from ipymusicgen import grid\n"

@@ -126,7 +126,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_every_module_has_a_layer() -> None:
     for name in graph():
         layer_of(name)  # a KeyError names a module that sits in no layer
@@ -151,7 +151,7 @@ def test_imports_only_go_down_the_layers() -> None:
     assert upward == []
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_client_layer_imports_nothing_above_itself() -> None:
     """Named on its own because it is the rule the design hangs on (no archive, session, sandbox or UI)."""
     edges = graph()
@@ -183,7 +183,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_script_that_generates_waits_and_archives_loads_no_notebook_widget_or_sandbox_server(tmp_path: Path) -> None:
     with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={"script-key": 100}) as service:
         done = subprocess.run(

@@ -35,7 +35,7 @@ def _songs(client: MusicClient, **request: object) -> list[str]:
     return ids
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_full_text_search_finds_a_word_of_the_lyrics(lib_client: MusicClient, journal_path: Path) -> None:
     lyric_ids = _songs(lib_client, action="custom", title="Night Ferry", style="dream pop",
                        lyrics="[Verse]\nporcelain tides under the crane lights")  # fmt: skip
@@ -56,7 +56,7 @@ def test_full_text_search_finds_a_word_of_the_lyrics(lib_client: MusicClient, jo
         assert library.songs(since="1h") and not library.songs(since=4102444800)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_favourites_and_notes_survive_a_new_process(lib_client: MusicClient, journal_path: Path) -> None:
     ids = _songs(lib_client, action="auto", style="bossa nova")
     with Library(journal_path) as library:
@@ -75,7 +75,7 @@ def test_favourites_and_notes_survive_a_new_process(lib_client: MusicClient, jou
         assert not library.songs(favourite=True)  # the other process's change is seen here too
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_takes_and_lineage_after_an_extend(lib_client: MusicClient, journal_path: Path) -> None:
     first = _songs(lib_client, action="custom", title="Root", style="folk", lyrics="[Verse]\nroots")
     extended = _songs(lib_client, action="extend", continue_song_id=first[0], continue_at=2, style="folk")
@@ -95,7 +95,7 @@ def test_takes_and_lineage_after_an_extend(lib_client: MusicClient, journal_path
         assert library.lineage(first[1])["children"] == []
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_spend_by_day_model_and_batch(lib_client: MusicClient, journal_path: Path) -> None:
     _songs(lib_client, action="auto", style="one", mv="MFV2.0")
     batch = run_batch(

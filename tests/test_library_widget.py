@@ -37,7 +37,7 @@ def _songs(client: MusicClient, **request: object) -> list[str]:
     return ids
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_cards_carry_waveform_player_and_takes(filled: tuple[Library, list[str], list[str]]) -> None:
     library, first, extended = filled
     view = LibraryView(library, page_size=3)
@@ -75,7 +75,7 @@ def test_cards_carry_waveform_player_and_takes(filled: tuple[Library, list[str],
     view.close()
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_archived_file_under_a_server_root_plays_through_the_files_api(
     filled: tuple[Library, list[str], list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,7 +122,7 @@ def test_magic_opens_the_library_of_the_session(monkeypatch: pytest.MonkeyPatch)
     assert shell.find_line_magic("musicgen_library") is None
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_watcher_cards_show_the_archive_and_favourites_reach_the_library(sandbox: Sandbox, tmp_path: Path) -> None:
     from helpers import wait_until
 

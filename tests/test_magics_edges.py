@@ -230,7 +230,7 @@ def test_songs_list_a_song_once() -> None:
     assert html.count("<audio") == 1 and "One (final)" in html and len(songs) == 2
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_load_ext_without_a_key_says_sandbox_once(tmp_path: Path) -> None:
     """A newcomer's first two cells: one line about the sandbox, not the same news twice."""
     import os
@@ -259,7 +259,7 @@ def test_task_list_limit_must_be_a_count(ip: InteractiveShell, value: str) -> No
         ip.run_line_magic("musicgen_tasks", f"--limit {value}")
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_resume_lists_a_paid_request_left_pending_by_a_killed_kernel(
     ip: InteractiveShell, sandbox: Sandbox, tmp_path: Path
 ) -> None:

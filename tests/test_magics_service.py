@@ -80,7 +80,7 @@ def test_wait_returns_complete_tasks(ip: InteractiveShell) -> None:
     assert song.audio_url and song.duration_seconds
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_extend_concat_upload_and_upload_extend(ip: InteractiveShell) -> None:
     song = _finished_song(ip)
     ip.user_ns.update(sid=song.song_id or song.id, url=song.audio_url)
@@ -101,7 +101,7 @@ def test_extend_concat_upload_and_upload_extend(ip: InteractiveShell) -> None:
     assert payload["action"] == "upload_extend" and payload["lyrics"] == "[Chorus]\nagain"
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_artist_consistency_with_a_singer_from_generate_vibe(ip: InteractiveShell) -> None:
     song = _finished_song(ip)
     ip.user_ns["singer"] = session.get_client().generate_vibe(song.song_id or song.id)
@@ -110,7 +110,7 @@ def test_artist_consistency_with_a_singer_from_generate_vibe(ip: InteractiveShel
     assert all(r.state is TaskState.COMPLETE for r in records)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_v2_description_and_custom_modes(ip: InteractiveShell) -> None:
     ids = ip.run_cell_magic("musicgen", "--v2 --no-watch", "dreamy synth pop")
     assert isinstance(ids, list) and len(ids) == 2 and all(isinstance(i, str) for i in ids)
@@ -201,7 +201,7 @@ def test_default_model_from_config(ip: InteractiveShell) -> None:
     assert _last_payload()["model_version"] == "v3.5"
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_auto_watch_shows_a_watcher(ip: InteractiveShell) -> None:
     from ipymusicgen.widgets import TaskWatcher
 

@@ -311,7 +311,7 @@ def test_wait_reports_progress_and_returns_running_songs_when_its_time_is_up(
     assert song["audio_url"].startswith("http://127.0.0.1") and song["duration_s"] and song["lyrics"]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_songs_are_read_archived_searched_and_returned_as_audio(
     make_desk: Callable[..., AgentDesk], service: Sandbox, tmp_path: Path
 ) -> None:
@@ -339,7 +339,7 @@ def test_songs_are_read_archived_searched_and_returned_as_audio(
     assert record["id"] == ids[0] and record["state"] == "ready"
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_batch_starts_at_once_and_reports_on_itself(make_desk: Callable[..., AgentDesk], service: Sandbox) -> None:
     desk = make_desk()
     rows = [{"style": "one"}, {"style": "two"}]
@@ -357,7 +357,7 @@ def test_a_batch_starts_at_once_and_reports_on_itself(make_desk: Callable[..., A
 # -- the key stays out ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_key_never_appears_in_results_progress_or_errors(
     make_desk: Callable[..., AgentDesk], service: Sandbox
 ) -> None:

@@ -28,6 +28,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from ipymusicgen.sandbox import Sandbox
 
+pytestmark = pytest.mark.slow  # agent server processes
+
 KEY = "k-agent-process-5d21"
 GENERATE = "/v1/music/generate"
 START_WAIT = 60.0

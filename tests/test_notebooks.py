@@ -23,6 +23,8 @@ from notebook_runs import NotebookRuns
 from ipymusicgen.session import SANDBOX_NOTICE
 from ipymusicgen.storage.journal import Journal
 
+pytestmark = pytest.mark.slow  # notebooks in kernels
+
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 

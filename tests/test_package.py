@@ -29,7 +29,7 @@ def test_import_leaves_the_heavy_parts_for_later() -> None:
     assert loaded == ""
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_shared_session_closes_its_connections_at_exit() -> None:
     code = "from ipymusicgen import session; session.get_client().key_info()"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
@@ -59,7 +59,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_wheel_ships_types_front_end_files_and_the_demo_notebooks(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "ipymusicgen/py.typed" in names

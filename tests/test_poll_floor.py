@@ -16,7 +16,7 @@ from ipymusicgen.errors import WaitTimeoutError
 RUNNING = [{"id": "t1", "status": 1, "title": "x"}]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_tiny_interval_is_raised_to_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MUSICGEN_MIN_POLL_INTERVAL")
     polls: list[float] = []

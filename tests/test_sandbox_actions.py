@@ -44,7 +44,7 @@ def test_instrumental_has_no_lyric(client: MusicClient) -> None:
     assert make_song(client, action="auto", instrumental=1).lyric == ""
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_extend_a_made_song_then_concat(client: MusicClient) -> None:
     song = make_song(client)
     extension = finished(client, client.generate(action="extend", continue_song_id=song.song_id, continue_at=2).ids)
@@ -54,7 +54,7 @@ def test_extend_a_made_song_then_concat(client: MusicClient) -> None:
     assert mp3_duration(httpx.get(whole.audio_url or "").content) == pytest.approx(6.0, abs=0.2)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_extend_accepts_the_task_id_and_defaults_to_the_end(client: MusicClient) -> None:
     song = make_song(client)
     extension = finished(client, client.generate(action="extend", continue_song_id=song.id).ids)[0]
@@ -70,7 +70,7 @@ def test_extend_of_an_unknown_song_fails_with_404(client: MusicClient) -> None:
         client.wait(ids, interval=0.05, timeout=5, raise_on_failure=True)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_extend_beyond_the_song_fails(client: MusicClient) -> None:
     song = make_song(client)
     records = finished(client, client.generate(action="extend", continue_song_id=song.song_id, continue_at=30).ids)
@@ -81,7 +81,7 @@ def test_concat_of_an_unknown_song_fails(client: MusicClient) -> None:
     assert_failed(finished(client, client.generate(action="concat", continue_song_id="nope").ids), 404, "nope")
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_upload_of_a_sandbox_file(client: MusicClient) -> None:
     song = make_song(client)
     uploaded = finished(client, client.generate(action="upload", audio_url=song.audio_url).ids)
@@ -109,7 +109,7 @@ def test_upload_extend_refuses_more_than_eight_minutes(client: MusicClient) -> N
     assert_failed(records, 400, "at most 8 minutes")
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_upload_extend_of_an_uploaded_song(client: MusicClient) -> None:
     uploaded = finished(client, client.generate(action="upload", audio_url=data_url(make_wav(5.0))).ids)[0]
     extension = finished(
@@ -120,14 +120,14 @@ def test_upload_extend_of_an_uploaded_song(client: MusicClient) -> None:
     assert whole.duration == 7000
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_upload_extend_needs_an_uploaded_song(client: MusicClient) -> None:
     song = make_song(client)
     records = finished(client, client.generate(action="upload_extend", continue_song_id=song.song_id).ids)
     assert_failed(records, 400, "must be a song made by the upload action")
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_artist_consistency_with_a_singer_from_generate_vibe(client: MusicClient) -> None:
     song = make_song(client)
     singer_id = client.generate_vibe(song.song_id or "")
@@ -155,7 +155,7 @@ def v2_song(client: MusicClient):
     return client.wait(v2_ids=[s.id for s in songs], interval=0.05, timeout=10)[0]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_v2_extension_within_the_song(client: MusicClient) -> None:
     song = v2_song(client)
     extension = client.submit_v2(

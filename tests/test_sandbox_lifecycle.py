@@ -55,7 +55,7 @@ def test_v1_lifecycle_processing_preview_complete(sandbox: Sandbox, client: Musi
         assert task.song_id and task.song_id != task.id
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_preview_url_is_404_before_the_preview_exists(
     sandbox: Sandbox, client: MusicClient, clock: ManualClock
 ) -> None:
@@ -66,7 +66,7 @@ def test_preview_url_is_404_before_the_preview_exists(
     assert httpx.get(url).status_code == 200
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_download_is_a_decodable_mp3_of_the_right_length(client: MusicClient, tmp_path: Path) -> None:
     task = finished(client, client.generate(action="custom", title="Rain Song", lyrics="[Verse]\nla la").ids)[0]
     path = client.download(task, tmp_path)
@@ -83,7 +83,7 @@ def test_cover_is_svg_and_files_need_no_key(client: MusicClient) -> None:
     assert ET.fromstring(answer.content).tag.endswith("svg")
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_generate_wav_serves_a_real_wav(client: MusicClient) -> None:
     task = finished(client, client.generate(action="auto", style="piano").ids)[0]
     url = client.generate_wav(task.song_id or "")
@@ -173,7 +173,7 @@ def test_lyrics(client: MusicClient) -> None:
     assert client.lyrics("a song about the first snow").text == result.text  # reproducible
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_async_client_end_to_end(sandbox: Sandbox, tmp_path: Path) -> None:
     async def scenario() -> tuple[int, float, int]:
         async with sandbox.async_client(max_retries=1) as client:

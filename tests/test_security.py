@@ -249,7 +249,7 @@ def point_session(sandbox: Sandbox, journal: Path) -> None:
 # (a) The canary.
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_widgets_never_show_the_canary(
     canary: Sandbox, stranger_sandbox: Sandbox, canary_session: Path, evidence: Evidence, tmp_path: Path
 ) -> None:
@@ -324,7 +324,7 @@ MAGIC_CELLS = (
 )
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_magics_never_show_the_canary(
     canary: Sandbox, stranger_sandbox: Sandbox, canary_session: Path, evidence: Evidence
 ) -> None:
@@ -378,7 +378,7 @@ def run_and_collect(shell: InteractiveShell, cell: str, evidence: Evidence) -> N
         evidence.error(f"{cell!r} error", error)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_client_errors_never_carry_the_canary(
     canary: Sandbox, stranger_sandbox: Sandbox, evidence: Evidence, tmp_path: Path
 ) -> None:
@@ -519,7 +519,7 @@ def links(html: str) -> list[str]:
     return [attrs.get("href") or "" for tag, attrs in audit(html) if tag == "a"]
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_hostile_titles_lyrics_and_fail_reasons_through_the_magics(
     canary: Sandbox, canary_session: Path, evidence: Evidence
 ) -> None:
@@ -603,7 +603,7 @@ def test_hostile_urls_never_become_players_images_or_links_in_cards(url: str) ->
     assert v2_card.audio_url is None and v2_card.data()["cover_url"] is None and links(v2_card.html) == []
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_hostile_service_through_the_widgets() -> None:
     """A service that answers every call with hostile text: forms, key panel and watcher show it inert."""
     bad_url = "javascript:alert(1)"

@@ -11,6 +11,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # runs scripts/setup
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCKED = "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 4242 (unattended-upgr)"
 

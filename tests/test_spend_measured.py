@@ -41,7 +41,7 @@ def spend(journal: Path, by: str) -> dict[str, dict]:
         return {str(r[by]): r for r in library.spend(by=by).rows}
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_rerun_is_measured_on_its_own(service: Sandbox, tmp_path: Path) -> None:
     journal = tmp_path / "journal.sqlite3"
     with client_of(service, journal) as client:
@@ -60,7 +60,7 @@ def test_a_rerun_is_measured_on_its_own(service: Sandbox, tmp_path: Path) -> Non
     assert day["credits_measured"] is None  # a call no run measured
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_run_that_other_paid_calls_overlapped_is_unknown(service: Sandbox, tmp_path: Path) -> None:
     journal = tmp_path / "journal.sqlite3"
     service.set_faults([{"kind": "slow", "path": GENERATE, "seconds": 1, "count": 1}])

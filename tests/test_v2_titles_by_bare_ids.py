@@ -51,7 +51,7 @@ def test_resume_after_a_restart_keeps_v2_titles_and_lyrics(tmp_path: Path) -> No
     assert all(s.lyrics and "neon rain" in s.lyrics for s in songs)
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_a_v2_song_is_archived_with_its_title(tmp_path: Path) -> None:
     from ipymusicgen.archive.archiver import archiver_of
 

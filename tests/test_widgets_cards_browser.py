@@ -22,6 +22,8 @@ from playwright.sync_api import Browser, Page
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.widgets import TaskWatcher
 
+pytestmark = pytest.mark.slow  # a real Chromium
+
 STEP_MS = 30_000
 
 

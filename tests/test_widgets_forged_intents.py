@@ -223,7 +223,7 @@ def test_task_tables_keep_one_line_per_song_without_control_codes() -> None:
     assert len(shown.splitlines()) == 4  # caption, header, two rows
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_the_batch_tab_asks_to_confirm_with_a_real_key_and_the_browser_cannot_skip_it() -> None:
     paid = Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={REAL_LOOKING_KEY: 40})
     with paid, paid.client(max_retries=0) as client:

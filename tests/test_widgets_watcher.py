@@ -502,7 +502,7 @@ def test_poll_error_is_shown_in_the_header_and_cleared_on_recovery(
     assert watcher.last_error is None and wire.custom(watcher)[0]["header"]["error"] == ""
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_thread_backs_off_and_recovers(
     plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
 ) -> None:
@@ -519,7 +519,7 @@ def test_thread_backs_off_and_recovers(
     assert watcher.card(ids[0]).state is TaskState.COMPLETE
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_thread_waits_as_long_as_a_rate_limit_asks(
     plain_client: MusicClient, sandbox: Sandbox, clock: ManualClock, watchers: Callable[..., TaskWatcher]
 ) -> None:
@@ -681,7 +681,7 @@ def test_a_card_runs_its_actions_through_its_watcher(finished: TaskWatcher, tmp_
     assert loose.run_action("download") is None and "not attached" in loose.message
 
 
-@pytest.mark.slow  # waits on real time (a sandbox's stages, retries, other processes): over half a second
+@pytest.mark.slow
 def test_close_returns_promptly_while_a_request_hangs(clock: ManualClock) -> None:
     """A service that never answers: close() still returns within its bound, and the thread sends nothing after."""
     import socket
