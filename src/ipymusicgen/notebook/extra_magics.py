@@ -46,14 +46,22 @@ def run_extra(line: str, kind: str) -> ExtraResult | None:
         client = session.get_client()
         found = held(client, task_id, kind)
         made_before = found is not None and found.state == "made"
-        if not made_before and not yes and client.settings.needs_confirm(None):
-            price = extra_price(kind)
+
+        def question(_changed: bool) -> str | None:
+            if made_before:  # reused: nothing to pay, nothing asked
+                return None
             left = client.key_info().key_music_counts
-            print(
-                f"Pay about {price} credit(s) (the key has {left} credits left) for the {label} of {task_id}? "
-                f"Nothing was sent. Run `%musicgen_{kind} --yes {task_id}` to send; it is made once and kept "
-                "beside the song."
+            return (
+                f"Pay about {extra_price(kind)} credit(s) (the key has {left} credits left) for the {label} of "
+                f"{task_id}? Nothing was sent. Run `%musicgen_{kind} --yes {task_id}` to send; it is made once and "
+                "kept beside the song."
             )
+
+        from ..widgets.paid_ask import PaidAsk  # the one ask-before-paying rule, as the card's WAV/MP4 buttons
+
+        ask = PaidAsk.of(client.settings, False if yes else None)
+        if not ask.press("extra", (task_id, kind), question):
+            print(ask.question)
             return None
         result = make_extra(client, task_id, kind, force=force)
     except MusicGenError as exc:
