@@ -6,7 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import pytest
 from jupyter_utils import sandbox_env
 
 
@@ -51,3 +53,84 @@ def test_a_grid_made_in_the_lab_without_a_view_shows_its_table() -> None:
         """
     )
     assert said == "table"
+
+
+# -- the workspace: one journal file, built at the top and passed down --------------------------------
+
+
+def test_a_workspace_owns_its_file_and_wires_its_client_to_it(tmp_path: Path) -> None:
+    from ipymusicgen.app import Workspace
+    from ipymusicgen.config import Settings
+
+    folder = tmp_path / "throwaway"
+    folder.mkdir()
+    settings = Settings.from_env().with_changes(api_key="sk-workspace-test", base_url="http://127.0.0.1:9")
+    workspace = Workspace(settings, journal_path=folder / "journal.sqlite3", folder=folder)
+    client = workspace.client
+    assert client is workspace.client and client.journal is workspace.journal is workspace.db.journal
+    assert client.wiring is workspace.wiring and workspace.path == folder / "journal.sqlite3"
+    opened = workspace.library()
+    try:
+        assert opened.path == workspace.path
+    finally:
+        opened.close()
+    workspace.reconfigure(settings.with_changes(poll_interval=0.5))
+    assert workspace.current_client() is None and workspace.client.settings.poll_interval == 0.5
+    workspace.close()
+    assert workspace.current_client() is None and not folder.exists()
+
+
+def test_the_session_is_the_current_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ipymusicgen import session
+
+    monkeypatch.setenv("MUSICGEN_API_KEY", "sk-session-workspace")
+    monkeypatch.setenv("MUSICGEN_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("MUSICGEN_JOURNAL", str(tmp_path / "journal.sqlite3"))
+    session.shutdown()
+    session.configure(api_key="sk-session-workspace", journal_path=str(tmp_path / "journal.sqlite3"))
+    try:
+        workspace = session.current_workspace()
+        assert session.get_client() is workspace.client and session.get_journal() is workspace.journal
+        assert str(workspace.path) == str(tmp_path / "journal.sqlite3")
+        session.configure(poll_interval=0.7)  # the client is rebuilt, the file stays
+        assert session.current_workspace() is workspace and session.get_client().settings.poll_interval == 0.7
+    finally:
+        session.shutdown()
+        session._session.overrides.clear()
+        session._close_journal()
+
+
+def test_the_command_line_uses_the_workspace_it_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ipymusicgen.__main__ import main
+    from ipymusicgen.app import Workspace
+    from ipymusicgen.config import Settings
+    from ipymusicgen.sandbox import Sandbox
+    from ipymusicgen.song_library import Library
+
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
+    with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={"cli-key": 100}) as service:
+        settings = Settings.from_env().with_changes(
+            api_key="cli-key", base_url=service.base_url, v2_base_url=service.v2_base_url, poll_interval=0.05
+        )
+        workspace = Workspace(settings, journal_path=tmp_path / "journal.sqlite3")
+        try:
+            code = main(
+                ["generate", "rain", "--download", str(tmp_path / "songs"), "--interval", "0.05"], workspace=workspace
+            )
+            assert code == 0
+            opened = Library(workspace.path)
+            try:
+                assert len(opened.songs()) == 2  # the songs went to the given file, nowhere else
+            finally:
+                opened.close()
+        finally:
+            workspace.close()
+
+
+def test_a_clients_batch_is_typed() -> None:
+    import inspect
+
+    from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
+
+    assert inspect.signature(MusicClient.batch).return_annotation == "Batch"
+    assert inspect.signature(AsyncMusicClient.batch).return_annotation == "Batch"

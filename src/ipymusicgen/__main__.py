@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import session
+from .app import Workspace
 from .errors import MusicGenError
 from .models.tasks import TaskState
 from .safe_html import public_address
@@ -46,15 +47,21 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _workspace(args: argparse.Namespace) -> Workspace:
+    """The workspace `main` was given, else the session's current one."""
+    return args.workspace if args.workspace is not None else session.current_workspace()
+
+
 def _generate(args: argparse.Namespace) -> int:
-    client = session.get_client()
+    workspace = _workspace(args)
+    client = workspace.client
     fields = {"action": "auto", "style": args.description}
     if args.mv:
         fields["mv"] = args.mv
     if args.instrumental:
         fields["instrumental"] = 1
     result = client.generate(**fields)
-    print(f"submitted: {_shown(', '.join(result.ids))} (recorded in {session.get_journal().path})")
+    print(f"submitted: {_shown(', '.join(result.ids))} (recorded in {workspace.journal.path})")
     songs = client.wait(result.ids, interval=args.interval, on_update=_print_updates)
     for song in songs:
         if song.state is TaskState.COMPLETE and args.download:
@@ -192,11 +199,19 @@ def _port(text: str) -> int:
 def _mcp(args: argparse.Namespace) -> int:
     from .mcp import serve
 
-    serve(http=args.http, host=args.host, port=args.port, budget=args.budget, allow_hosts=args.allow_host)
+    serve(
+        http=args.http,
+        host=args.host,
+        port=args.port,
+        budget=args.budget,
+        allow_hosts=args.allow_host,
+        workspace=args.workspace,
+    )
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -> int:
+    """The command line; `workspace`: the journal file and client to use (default: the session's current one)."""
     parser = argparse.ArgumentParser(prog="ipymusicgen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     generate = commands.add_parser(
@@ -250,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--budget", type=_credits, default=None, help="credits this server may spend in its lifetime")
     agent.set_defaults(run=_mcp)
     args = parser.parse_args(argv)
+    args.workspace = workspace
     try:
         return args.run(args)
     except MusicGenError as exc:

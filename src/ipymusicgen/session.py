@@ -1,4 +1,5 @@
-"""The one shared client that magics, forms and watchers use in a kernel.
+"""The current workspace: the one journal file, its `Database` and the shared client that magics, forms, watchers,
+the command line and the agent server use in a process (`current_workspace()`).
 
 With a key (MUSICGEN_API_KEY, `%musicgen_login` or `configure(api_key=...)`) it talks to the real
 service; with none it starts an embedded sandbox on 127.0.0.1 and says so once, so a newcomer hears
@@ -8,21 +9,20 @@ music without an account.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .app import build_async_client, build_client
+from .app import Workspace
 from .archive.archiver import archiver_of
 from .archive.waveform import DEFAULT_POINTS, song_path, task_id_of
 from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings, env_float
-from .song_library import Library
 from .lifecycle import at_exit
+from .song_library import Library
 from .storage.journal import Journal
 
 if TYPE_CHECKING:
@@ -36,16 +36,14 @@ ENV_SONG_SECONDS = "MUSICGEN_SANDBOX_SONG_SECONDS"
 
 
 class _Session:
-    """Process-wide state behind a lock: settings overrides, the client, the sandbox, the journal."""
+    """Process-wide state behind a lock: settings overrides, the current workspace, the sandbox."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.overrides: dict[str, Any] = {}
-        self.client: MusicClient | None = None
+        self.workspace: Workspace | None = None
+        """The journal file in use with its client; a sandbox's throwaway one lives in a temp folder it removes."""
         self.sandbox: Sandbox | None = None
-        self.journal: Journal | None = None
-        self.journal_folder: str | None = None
-        """The temp folder of the sandbox's throwaway journal, removed when the journal is closed."""
         self.notice_shown = False
         self.watchers: list[Closable] = []
 
@@ -63,9 +61,10 @@ def configure(**changes: Any) -> None:
     """Change settings for this kernel (as `%config MusicGen.x = ...` does); the client is rebuilt."""
     with _session.lock:
         _session.overrides.update(changes)
-        _close_client()
         if {"api_key", "journal_path"} & changes.keys():
             _close_journal()
+        elif _session.workspace is not None:
+            _session.workspace.close_client()  # rebuilt with the new settings on next use
 
 
 def set_api_key(key: str) -> None:
@@ -92,58 +91,61 @@ def _start_sandbox() -> Sandbox:
     return _session.sandbox
 
 
-def get_journal() -> Journal:
-    """The journal: the user's durable one for a key, a throwaway one for the session's own sandbox.
+def current_workspace() -> Workspace:
+    """The workspace in use: the user's durable journal file for a key, a throwaway one for the session's own
+    sandbox (which starts when its first client is built, not before).
 
     Decided by identity, never by host: with no key the session talks to the sandbox it started
     itself, whose songs cost nothing and stay out of the user's journal (even if `journal_path` is
     set); any keyed service, a local proxy on 127.0.0.1 included, is journalled.
     """
     with _session.lock:
-        if _session.journal is None:
+        if _session.workspace is None:
             current = settings()
             if current.has_key:
-                _session.journal = Journal(current.journal_path)
+                _session.workspace = Workspace(current, client_settings=_client_settings)
             else:
                 folder = tempfile.mkdtemp(prefix="ipymusicgen-sandbox-")
-                _session.journal_folder = folder
-                _session.journal = Journal(os.path.join(folder, "journal.sqlite3"))
-        return _session.journal
+                journal = os.path.join(folder, "journal.sqlite3")
+                _session.workspace = Workspace(
+                    current, journal_path=journal, folder=folder, client_settings=_client_settings
+                )
+        return _session.workspace
+
+
+def get_journal() -> Journal:
+    """The current workspace's journal: the user's durable one for a key, a throwaway one for the session's own
+    sandbox."""
+    return current_workspace().journal
 
 
 def _close_journal() -> None:
-    """Close the journal; the sandbox's throwaway one leaves no temp folder behind."""
-    if _session.journal is not None:
-        _session.journal.close()
-        _session.journal = None
-    if _session.journal_folder is not None:
-        shutil.rmtree(_session.journal_folder, ignore_errors=True)
-        _session.journal_folder = None
+    """Close the workspace (its client, its file); the sandbox's throwaway one leaves no temp folder behind."""
+    if _session.workspace is not None:
+        _session.workspace.close()
+        _session.workspace = None
 
 
-def _client_kwargs() -> dict[str, Any]:
+def _client_settings() -> Settings:
     current = settings()
     if current.has_key:
-        return {"settings": current, "journal": get_journal()}
+        return current
     sandbox = _start_sandbox()
-    sandboxed = current.with_changes(
+    return current.with_changes(
         api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, embedded_sandbox=True
     )
-    return {"settings": sandboxed, "journal": get_journal()}
 
 
 def get_client() -> MusicClient:
     """The shared sync client: the real service with a key, else the embedded sandbox."""
     with _session.lock:
-        if _session.client is None:
-            _session.client = build_client(**_client_kwargs())
-        return _session.client
+        return current_workspace().client
 
 
 def get_async_client() -> AsyncMusicClient:
     """A new async client with the shared settings (async clients belong to one event loop)."""
     with _session.lock:
-        return build_async_client(**_client_kwargs())
+        return current_workspace().async_client()
 
 
 class Closable(Protocol):
@@ -173,14 +175,14 @@ def mark_notice_shown() -> None:
 def current_client() -> MusicClient | None:
     """The shared client if one was made, without making one (so asking never starts a sandbox)."""
     with _session.lock:
-        return _session.client
+        return _session.workspace.current_client() if _session.workspace is not None else None
 
 
 def library(journal_path: str | Path | None = None) -> Library:
     """Open the library over the journal in use, and retry any song whose archiving failed before."""
     if journal_path is not None:
         return Library(journal_path)
-    opened = Library(get_journal().path)
+    opened = current_workspace().library()
     retry_archives()
     return opened
 
@@ -240,19 +242,14 @@ def retry_archives() -> None:
         archiver.retry()
 
 
-def _close_client() -> None:
-    if _session.client is not None:
-        _session.client.close()
-        _session.client = None
-
-
 def shutdown() -> None:
     """Stop watchers, the client and the embedded sandbox (used by `%unload_ext`)."""
     with _session.lock:
         for watcher in list(_session.watchers):  # close() unregisters, so walk a copy
             watcher.close()
         _session.watchers.clear()
-        _close_client()
+        if _session.workspace is not None:
+            _session.workspace.close_client()
         if _session.sandbox is not None:
             _session.sandbox.stop()
             _session.sandbox = None

@@ -50,7 +50,6 @@ from ..models.schema import (
     first_text,
 )
 from ..models.tasks import TaskState
-from . import wiring
 from .flows import Flow, Journal, Record, Send, Sleep, UpdateCallback
 from .responses import (
     DOUBT_HINT,
@@ -71,6 +70,7 @@ from .responses import (
 )
 from .retry import RETRYABLE_STATUS, backoff_delay
 from .waiting import WaitFlows, check_id, v1_ids
+from .wiring import Wiring, installed
 
 T = TypeVar("T")
 IDS_QUERY_BUDGET = 4000
@@ -151,7 +151,10 @@ class _Core(WaitFlows):
         allow_unknown_models: bool | None = None,
         allow_insecure_http: bool | None = None,
         archive: bool | str | Path | None = True,
+        wiring: Wiring | None = None,
     ) -> None:
+        """`wiring`: what the layers above give this client (its journal, archive and batches), passed in by the
+        workspace that builds it; a client made by hand gets the package's default (`client.wiring`)."""
         overrides = {
             "api_key": api_key,
             "base_url": base_url,
@@ -169,7 +172,8 @@ class _Core(WaitFlows):
         self._record_listeners: list[UpdateCallback] = []
         self._resume_listeners: list[Callable[[], None]] = []
         self._check_settings()
-        wiring.installed().attach(self, archive)  # the archive listens (archive=False: off; a path: there)
+        self.wiring: Wiring = wiring if wiring is not None else installed()
+        self.wiring.attach(self, archive)  # the archive listens (archive=False: off; a path: there)
 
     def add_record_listener(self, listener: UpdateCallback) -> None:
         """Call `listener(changed_records)` after every polling round that changed something.
@@ -215,7 +219,7 @@ class _Core(WaitFlows):
         self._journal_choice = value
 
     def _open_journal(self) -> Journal:
-        self._opened_journal = wiring.installed().open_journal(self.settings)
+        self._opened_journal = self.wiring.open_journal(self.settings)
         return cast(Journal, self._opened_journal)
 
     def _close_own_journal(self) -> None:

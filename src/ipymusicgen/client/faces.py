@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 from pydantic import BaseModel
@@ -22,7 +22,6 @@ from ..models.schema import (
     V2Song,
 )
 from ..models.tasks import TaskSet
-from . import wiring
 from .core import _MP4_NAMES, _VIBE_NAMES, _WAV_NAMES, IDS_QUERY_BUDGET, T, _Core, chunk_ids
 from .downloads import AtomicFile, SizeLimit, safe_filename, suffix_for
 from .flows import Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
@@ -36,6 +35,9 @@ from .responses import (
 from .retry import RETRYABLE_STATUS, backoff_delay
 from .transport import bounded, bounded_transport
 from .waiting import Resumed, archive_outcome, archive_time_left, is_transient
+
+if TYPE_CHECKING:
+    from ..batch import Batch  # a type only: the batch engine is the workspace's, passed in through `wiring`
 
 __all__ = [
     "DOUBTFUL_STATUS",
@@ -162,7 +164,7 @@ class MusicClient(_Core):
         records = self._run(self._wait_flow(ids, v2_ids, timeout, interval, on_update, raise_on_failure))
         if archived:
             left = archive_time_left(self, timeout, started)
-            archive_outcome(wiring.installed().wait_archived(self, records, left), timeout)
+            archive_outcome(self.wiring.wait_archived(self, records, left), timeout)
         return records
 
     def resume(
@@ -176,10 +178,10 @@ class MusicClient(_Core):
         """The journal's unfinished tasks for these hosts (after a restart); `wait=True` also polls them to the end."""
         return self._run(self._resume_flow(wait, timeout, interval, on_update))
 
-    def batch(self, requests: Any, /, **options: Any) -> Any:
+    def batch(self, requests: Any, /, **options: Any) -> Batch:
         """Many songs from a list or DataFrame: `name`, `concurrency`, `budget`, `wait`, `stall_timeout`,
         `retry_unknown`, `on_update`. Returns a `Batch`; see `ipymusicgen.batch.run_batch`."""
-        return wiring.installed().run_batch(self, requests, options)
+        return self.wiring.run_batch(self, requests, options)
 
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
@@ -324,7 +326,7 @@ class AsyncMusicClient(_Core):
             import asyncio  # here: importing the package leaves asyncio for later
 
             left = archive_time_left(self, timeout, started)
-            found = await asyncio.to_thread(wiring.installed().wait_archived, self, records, left)
+            found = await asyncio.to_thread(self.wiring.wait_archived, self, records, left)
             archive_outcome(found, timeout)
         return records
 
@@ -338,9 +340,9 @@ class AsyncMusicClient(_Core):
     ) -> Resumed:
         return await self._run(self._resume_flow(wait, timeout, interval, on_update))
 
-    async def batch(self, requests: Any, /, **options: Any) -> Any:
+    async def batch(self, requests: Any, /, **options: Any) -> Batch:
         """`MusicClient.batch` on this client; with `wait=False`, `await batch` later."""
-        return await wiring.installed().run_batch_async(self, requests, options)
+        return await self.wiring.run_batch_async(self, requests, options)
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         url, title, fallback = self._download_target(task, allow_preview)

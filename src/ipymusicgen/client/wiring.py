@@ -1,9 +1,10 @@
 """Where the features above the client plug into it, so the client imports nothing above itself.
 
 A client journals paid work, hands finished songs to an archive and runs batches, but the journal
-(storage), the archive and the batch engine live in higher layers. The composition root
-(`ipymusicgen.app`, imported by the package itself) installs one `Wiring` that knows them; the client
-asks it when it is made (`attach`), when it first needs its journal (`open_journal`) and in `batch()`.
+(storage), the archive and the batch engine live in higher layers. A `Workspace` (`ipymusicgen.app`) passes
+its own `Wiring` to each client it builds (`MusicClient(wiring=...)`); a client made by hand gets the default
+the composition root installs here when the package is imported. The client asks it when it is made
+(`attach`), when it first needs its journal (`open_journal`) and in `batch()`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ..batch import Batch
     from ..config import Settings
     from .core import _Core
     from .flows import Journal
@@ -30,9 +32,9 @@ class Wiring(Protocol):
         None; None when this client archives nothing."""
         ...
 
-    def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Any: ...
+    def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch: ...
 
-    async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Any: ...
+    async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch: ...
 
 
 _installed: list[Wiring] = []

@@ -1,7 +1,7 @@
 """`python -m ipymusicgen mcp`: the music server an agent can be trusted with (MCP, the official SDK).
 
-It asks the composition root for the same client the notebook uses (journal, archive, library), so
-what an agent pays for is recorded, archived and searchable like any other song. Layout: `desk`
+It takes a `Workspace` (by default the session's current one): the same client the notebook uses (journal,
+archive, library), so what an agent pays for is recorded, archived and searchable like any other song. Layout: `desk`
 (the rules: price, consent checks, pay once, read), `songs` (a song as plain data), `server` (the
 MCP tools over the desk).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -18,6 +19,9 @@ from .desk import AgentDesk, AgentError
 from .server import AgentServer, build_server
 from .shutdown import Ending
 from .stdio import run_stdio
+
+if TYPE_CHECKING:
+    from ..app import Workspace
 
 __all__ = ["AgentDesk", "AgentError", "AgentServer", "build_server", "serve"]
 
@@ -29,9 +33,11 @@ def serve(
     port: int = 8000,
     budget: int | None = None,
     allow_hosts: Sequence[str] = (),
+    workspace: Workspace | None = None,
 ) -> None:
     """Run the server until its transport closes: stdio by default, or streamable HTTP on `host:port`
-    (bearer token required; see `mcp.http`)."""
+    (bearer token required; see `mcp.http`). `workspace`: the journal file and client the agent's songs go
+    to (default: the session's current one, as a notebook's)."""
     from .. import session
 
     token = made = None
@@ -40,7 +46,7 @@ def serve(
 
         token, made = http_token()  # a bad MUSICGEN_MCP_TOKEN stops here, before anything starts
     session.mark_notice_shown()  # stdout is the protocol's: the one notice goes to stderr below
-    client = session.get_client()
+    client = (workspace if workspace is not None else session.current_workspace()).client
     desk = AgentDesk(client, budget=budget)
     where = "the embedded sandbox (free)" if client.settings.is_embedded_sandbox else "the real service (paid)"
     cap = "no budget" if budget is None else f"a budget of {budget} credits"
