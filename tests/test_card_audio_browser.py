@@ -152,6 +152,14 @@ def test_a_song_archived_outside_the_root_whose_url_answers_404_plays_from_its_c
     library_cards = library.locator(".ipymusicgen-song")
     expect(library_cards).to_have_count(2, timeout=STEP_MS)
     play_once(page, library_cards.nth(0))
+    second = library_cards.nth(1).locator("audio").element_handle()
+    page.wait_for_function("a => !a.getAttribute('src')", arg=second, timeout=STEP_MS)  # its URL failed on the page
+    wave = library_cards.nth(1).locator(".ipymusicgen-waveform")
+    box = wave.bounding_box()
+    assert box is not None
+    wave.click(position={"x": box["width"] / 2, "y": box["height"] / 2})  # a seek loads the kernel's bytes there
+    seeked = "a => (a.getAttribute('src') || '').startsWith('blob:') && a.paused && Math.abs(a.currentTime - 2) < 0.5"
+    page.wait_for_function(seeked, arg=second, timeout=STEP_MS)
     play_once(page, library_cards.nth(1))
 
     watcher_cards = page.locator(".ipymusicgen-watcher .ipymusicgen-song")

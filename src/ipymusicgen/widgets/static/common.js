@@ -265,7 +265,11 @@ function imsDrawWave(card) {
 /** Seek the card's audio to a fraction of its length (click on the waveform, or arrow keys). */
 function imsSeek(card, fraction) {
   const { audio, data } = card._ims;
-  if (!audio.getAttribute("src")) return;
+  if (!audio.getAttribute("src")) {
+    // its bytes first (no play), then the place; a refusal is said on the card and asks no more
+    if (data.play_source) imsKernelPlay(card, false).then(() => audio.getAttribute("src") && imsSeek(card, fraction));
+    return;
+  }
   const go = () => {
     const duration = isFinite(audio.duration) ? audio.duration : data.duration_s;
     if (duration) audio.currentTime = Math.max(0, Math.min(1, fraction)) * duration;
@@ -493,15 +497,16 @@ function imsSetSource(card) {
   }
 }
 
-/** Ask the kernel for the card's bytes (its opaque `play_source`), then play them from a blob: URL in its own player. */
-function imsKernelPlay(card) {
+/** Ask the kernel for the card's bytes (its opaque `play_source`) and put them in its own player as a blob: URL;
+ *  `play` (a press) plays them. Resolves once they are in the player (never rejects: a refusal is said on the card). */
+function imsKernelPlay(card, play = true) {
   const ims = card._ims;
   const kernel = ims.send && ims.send.kernelAudio;
   const source = ims.data.play_source;
-  if (!kernel || !source) return;
-  ims.wantPlay = true;
+  if (!kernel || !source) return Promise.resolve();
+  if (play) ims.wantPlay = true;
   ims.play.setAttribute("aria-busy", "true");
-  kernel.url(source).then(
+  return kernel.url(source).then(
     (url) => {
       ims.play.removeAttribute("aria-busy");
       if (ims.data.play_source !== source) return;
