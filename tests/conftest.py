@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 from helpers import ManualClock
 
-from ipymusicgen import MusicClient
+from ipymusicgen import Journal, MusicClient
 from ipymusicgen.sandbox import Sandbox
 
 if TYPE_CHECKING:
@@ -29,6 +30,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No MUSICGEN_* setting of the machine running the tests (a key, a host, a journal) leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith("MUSICGEN_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[Journal]:
+    """A fresh journal file of the test's own."""
+    opened = Journal(tmp_path / "journal.sqlite3")
+    yield opened
+    opened.close()
 
 
 @pytest.fixture(scope="module")

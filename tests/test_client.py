@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -41,6 +40,8 @@ from ipymusicgen.errors import (
 )
 from ipymusicgen.models.schema import KeyInfo, LyricsResult, TaskRecord, V2Song
 from ipymusicgen.models.tasks import TaskSet, TaskState
+
+pytestmark = pytest.mark.usefixtures("clean_env")  # no MUSICGEN_* setting of the machine leaks in
 
 KEY = "sk-CANARY-5e1f0c7a9b3d"
 BASE = "http://127.0.0.1:9"
@@ -129,13 +130,6 @@ class Clock:
 
     async def async_sleep(self, seconds: float) -> None:
         self.sleep(seconds)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("MUSICGEN_"):
-            monkeypatch.delenv(name)
 
 
 @pytest.fixture(autouse=True)

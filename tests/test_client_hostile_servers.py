@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,21 +46,9 @@ from ipymusicgen.models.schema import V2Request, build_v2_request
 from ipymusicgen.sandbox import DEMO_KEY, Sandbox
 from ipymusicgen.storage.journal import Journal, JournalWriteWarning
 
+pytestmark = pytest.mark.usefixtures("clean_env")  # no MUSICGEN_* setting of the machine leaks in
+
 KEY = "sk-HARDEN-CANARY-7f3a9c"
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("MUSICGEN_"):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    j = Journal(tmp_path / "journal.sqlite3")
-    yield j
-    j.close()
 
 
 def hostile(handler: Any) -> HostileServer:

@@ -8,9 +8,7 @@ seconds: each is a `MusicGenError` with the key nowhere, never a stdlib tracebac
 from __future__ import annotations
 
 import asyncio
-import os
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +28,10 @@ from ipymusicgen.errors import (
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
 
+pytestmark = pytest.mark.usefixtures("clean_env")  # no MUSICGEN_* setting of the machine leaks in
+
 KEY = "sk-Review+Canary/9b1e="
 """A key with characters that URL-encoding changes, and letters of both cases."""
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("MUSICGEN_"):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    j = Journal(tmp_path / "journal.sqlite3")
-    yield j
-    j.close()
 
 
 def client_for(server: HostileServer, journal: Journal | None = None) -> MusicClient:

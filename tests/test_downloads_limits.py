@@ -23,14 +23,9 @@ from ipymusicgen.config import Settings
 from ipymusicgen.errors import DownloadError, MusicGenError
 from ipymusicgen.models.schema import TaskRecord
 
+pytestmark = pytest.mark.usefixtures("clean_env")  # no MUSICGEN_* setting of the machine leaks in
+
 MP3 = b"ID3" + b"\x00" * 2000
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("MUSICGEN_"):
-            monkeypatch.delenv(name)
 
 
 def audio(req: RawRequest, sock: Any) -> None:

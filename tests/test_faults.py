@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,13 +53,6 @@ def _summary() -> Iterator[None]:
         f"\nfault suite: {TALLY['faults']} faults injected, {TALLY['creates']} creates sent (each counted once "
         f"server-side), {TALLY['recovered']} tasks finished through faults"
     )
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    j = Journal(tmp_path / "journal.sqlite3")
-    yield j
-    j.close()
 
 
 @pytest.fixture

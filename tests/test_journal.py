@@ -32,13 +32,6 @@ def make_client(handler, journal: Journal, **kwargs) -> MusicClient:
     )
 
 
-@pytest.fixture
-def journal(tmp_path: Path) -> Journal:
-    j = Journal(tmp_path / "journal.sqlite3")
-    yield j
-    j.close()
-
-
 def test_generate_records_attempt_before_sending_and_ids_after(journal: Journal) -> None:
     seen_during_send: list[list[str]] = []
 

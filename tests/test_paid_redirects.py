@@ -4,9 +4,6 @@ caller is told the outcome is unknown, the attempt is journalled unknown, and no
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hostile_server import HostileServer, RawRequest, respond
@@ -15,21 +12,9 @@ from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
 from ipymusicgen.errors import CreateOutcomeUnknownError, RedirectRefusedError
 from ipymusicgen.storage.journal import Journal
 
+pytestmark = pytest.mark.usefixtures("clean_env")  # no MUSICGEN_* setting of the machine leaks in
+
 KEY = "sk-redirect-canary-7f3a"
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("MUSICGEN_"):
-            monkeypatch.delenv(name)
-
-
-@pytest.fixture
-def journal(tmp_path: Path) -> Iterator[Journal]:
-    j = Journal(tmp_path / "journal.sqlite3")
-    yield j
-    j.close()
 
 
 def redirecting(status: int):
