@@ -51,7 +51,6 @@ def test_the_check_finds_sql_where_it_is() -> None:
     assert any("SELECT" in f for f in found) and any("PRAGMA" in f for f in found)
 
 
-@pytest.mark.xfail(strict=True, reason="the batch engine, the agent desk and two widgets still name sqlite3")
 def test_no_sql_sqlite_or_pragma_outside_storage() -> None:
     found = [f"{path.relative_to(PACKAGE)}: {f}" for path in outside_storage() for f in sql_found(path)]
     assert found == []
@@ -179,3 +178,40 @@ def test_a_spend_read_that_fails_is_said_not_taken_for_nothing_measured(
         monkeypatch.setattr(library.store, "batch_runs", fails)
         with pytest.raises(StorageUnavailableError, match="disk I/O error"):
             library.spend(by="day")
+
+
+def test_the_batches_counters_are_retired_by_a_migration_and_old_journals_keep_their_measures(tmp_path: Path) -> None:
+    """Journals written at schema 10 kept a batch's counts twice (the `batches` row and its runs); step 11 keeps
+    them in `batch_runs` only: a batch measured before runs existed becomes a run, and the counters go."""
+    import sqlite3
+
+    from ipymusicgen.storage.batches import BatchStore
+    from ipymusicgen.storage.migrations import LATEST, MIGRATIONS
+
+    path = tmp_path / "journal.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    for step in MIGRATIONS[:10]:
+        step(db)
+    db.execute("PRAGMA user_version = 10")
+    db.execute("INSERT INTO batches VALUES ('old', 100.0, 50, 44, 3)")  # measured, but no run (a lost run row)
+    db.execute("INSERT INTO batches VALUES ('ran', 200.0, 40, 38, 1)")  # measured, and its run says the same
+    db.execute("INSERT INTO batch_runs (batch, started_at, finished_at, counts_before, counts_after, calls)"
+               " VALUES ('ran', 200.0, 210.0, 40, 38, 1)")  # fmt: skip
+    db.execute("INSERT INTO batches (name, created_at) VALUES ('unmeasured', 300.0)")
+    db.close()
+
+    store = BatchStore(path)
+    try:
+        assert store.names() == ["old", "ran", "unmeasured"]
+        assert store.counts("old")[:2] == (50, 44) and store.counts("ran")[:2] == (40, 38)
+        assert store.counts("unmeasured")[:2] == (None, None)
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == LATEST >= 11
+        assert [r[1] for r in db.execute("PRAGMA table_info(batches)")] == ["name", "created_at"]
+        runs = db.execute("SELECT batch, counts_before, counts_after, calls FROM batch_runs ORDER BY batch").fetchall()
+        assert runs == [("old", 50, 44, 3), ("ran", 40, 38, 1)]
+    finally:
+        db.close()

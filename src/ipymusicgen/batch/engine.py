@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import numbers
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -34,6 +33,7 @@ from ..errors import (
 from ..models import costs
 from ..models.tasks import TaskSet, TaskState
 from ..storage.batches import BatchStore, StoredRow, store_for
+from ..storage.errors import StorageError, StorageUnavailableError
 from . import overlap
 from .result import STATES, Batch
 from .rows import (
@@ -217,7 +217,7 @@ class _Engine:
                 continue
             try:
                 claimed = self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown)
-            except sqlite3.OperationalError as exc:  # locked by another kernel, full: not sent, a re-run sends it
+            except StorageUnavailableError as exc:  # locked by another kernel, full: not sent, a re-run sends it
                 row.state, row.error = "failed", f"not sent: the batch's row could not be recorded ({exc})"
                 row.finished_at = now
                 self.batch._changed()
@@ -412,7 +412,6 @@ class _Engine:
         self.store.flush()  # row states a locked file refused earlier
         if counts_after is not None:
             self.batch.counts_after = counts_after
-            self.store.record_counts(self.name, after=counts_after)
         self.store.finish_run(self.batch.run_id, counts_after, self.batch.calls)
         self.batch.finished_at = time.monotonic()
         self.batch._done.set()
@@ -447,7 +446,7 @@ def _prepare(
     store = store or store_for(_journal_path(client))
     try:
         stored = store.open_batch(name, [(r.request_hash, json.dumps(r.request.to_payload()), r.v2) for r in rows])
-    except sqlite3.Error as exc:
+    except StorageError as exc:
         raise BatchError(f"The batch's rows cannot be recorded in {store!r} ({exc}); nothing was sent.") from None
     except ValueError as exc:
         index = exc.args[0]
@@ -479,7 +478,6 @@ def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> Non
             budget=batch.budget,
             counts_left=counts_left,
         )
-    batch.store.record_counts(batch.name, before=counts_left)
     if counts_left is not None:
         batch.run_id = batch.store.start_run(batch.name, engine.host, counts_left)
     if engine.to_send():  # after every refusal: a refused run, or one with nothing to send, spends nothing

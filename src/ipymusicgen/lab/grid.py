@@ -13,7 +13,6 @@ import html
 import itertools
 import json
 import math
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..batch.engine import Batch, BatchError, validate_rows
 from ..models import costs
 from ..storage.batches import NEVER_SENT, store_for
+from ..storage.errors import StorageError
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient
@@ -250,7 +250,7 @@ def _derived_name_and_order(
     try:
         store = store_for(getattr(client.journal, "path", None) if client.journal is not None else None)
         stored = store.rows(family)
-    except sqlite3.Error:  # an unreadable store: the grid's own values name it
+    except StorageError:  # an unreadable store: the grid's own values name it
         return _derived_name(base, axes, repeat), in_order, ""
     if not stored:
         return family, in_order, ""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import sqlite3
 import threading
 import time
 import uuid
@@ -31,6 +30,7 @@ from ..models.schema import LyricsResult, V2Song, build_generate_request, build_
 from ..models.tasks import TaskSet
 from ..song_library import Library
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
+from ..storage.errors import StorageError, StorageUnavailableError
 from .ledger import Ledger, OverBudget, Spend
 from .songs import song_view
 from .text import quoted
@@ -230,7 +230,7 @@ class AgentDesk:
         if recent:
             return f"{prefix}{max(recent)}"
         name = f"{prefix}{int(now)}"
-        with contextlib.suppress(ValueError, sqlite3.Error):  # recorded again when sent; a locked file says so there
+        with contextlib.suppress(ValueError, StorageError):  # recorded again when sent; a locked file says so there
             self.store.open_batch(name, [(digest, json.dumps(request.to_payload()), v2)])
         return name
 
@@ -277,14 +277,14 @@ class AgentDesk:
             self.store.open_batch(plan.name, [(digest, json.dumps(plan.request.to_payload()), v2)])
         except ValueError:
             raise AgentError("idempotency_key: already used with different parameters") from None
-        except sqlite3.Error as exc:  # locked by another program, read-only, full: the notebook's words
+        except StorageError as exc:  # locked by another program, read-only, full: the notebook's words
             raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
         spend = self._reserve(plan.estimate)  # checked and taken in one step: two calls cannot both fit
         try:
             claimed = self.store.claim(plan.name, 0, plan.estimate)
         except BaseException as exc:
             self.ledger.release(spend)
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, StorageError):
                 raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
             raise
         if not claimed:
@@ -299,7 +299,7 @@ class AgentDesk:
         except BaseException as exc:
             landed = create_may_have_landed(exc) or not isinstance(exc, Exception)
             state = "unknown" if landed else "rejected"
-            with contextlib.suppress(sqlite3.Error):  # the client's journal holds the attempt either way
+            with contextlib.suppress(StorageError):  # the client's journal holds the attempt either way
                 self.store.set_state(plan.name, 0, state, error=_one_line(exc)[:500])
             if not landed:
                 self.ledger.release(spend)
@@ -309,7 +309,7 @@ class AgentDesk:
                 return self._answer(plan, [], "unknown", f"{_one_line(exc)}; nothing was sent again")
             raise
         self.ledger.settle(spend, before, self._counts_left())
-        with contextlib.suppress(sqlite3.Error):  # sent: the client's journal has the ids (or keeps them to write)
+        with contextlib.suppress(StorageError):  # sent: the client's journal has the ids (or keeps them to write)
             self.store.set_state(plan.name, 0, "submitted", ids=ids)
         return self._answer(plan, ids, "sent", "started: call wait_for_songs with these ids")
 
@@ -430,7 +430,7 @@ class AgentDesk:
         except BatchError as exc:
             self.ledger.release(spend)
             raise AgentError(_one_line(exc)) from None
-        except sqlite3.Error as exc:  # its rows could not be recorded: nothing was sent
+        except StorageError as exc:  # its rows could not be recorded: nothing was sent
             self.ledger.release(spend)
             raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
         except BaseException:
@@ -494,7 +494,7 @@ class AgentDesk:
         library = self.library()
         if library is None:
             return []
-        with contextlib.suppress(sqlite3.OperationalError):  # another process holds the file: search what is indexed
+        with contextlib.suppress(StorageUnavailableError):  # another process holds the file: search what is indexed
             library.store.sync()  # songs this server learnt of since it opened
         songs = library.songs(text=text or None, favourite=favourite, model=model, limit=limit)
         return [song_view(None, s.id, library, song=s) for s in songs]

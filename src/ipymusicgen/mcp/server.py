@@ -19,7 +19,6 @@ import functools
 import hashlib
 import inspect
 import json
-import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
@@ -47,6 +46,7 @@ from ..client.waiting import check_id
 from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request, field_descriptions
 from ..models.tasks import TaskSet
+from ..storage.errors import StorageError
 from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan
 from .outputs import (
     AccountOutput,
@@ -210,7 +210,7 @@ class AgentServer:
 
     def _error(self, exc: BaseException) -> ToolError:
         text = service_text(one_line(exc)) or type(exc).__name__  # a service's message may carry escapes
-        if isinstance(exc, sqlite3.Error):  # never SQLite's own words: what the journal cannot do, and what to do
+        if isinstance(exc, StorageError):  # never SQLite's own words: what the journal cannot do, and what to do
             where = self.desk.store.path or "in memory"
             text = f"The journal {where} cannot be read or written now ({storage_reason(exc)}); try again"
         elif not isinstance(exc, AgentError):

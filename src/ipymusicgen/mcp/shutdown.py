@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+
+from ..storage.errors import StorageClosedError
 
 TRY_FOR_S = 1.0
 """How long the journal is tried at close before the ids are spilled."""
@@ -26,7 +27,7 @@ TRY_FOR_S = 1.0
 def keep_unsaved(journal: Any, within: float = TRY_FOR_S) -> bool:
     """Write what waits in memory if the journal takes it at once, else spill it; True once nothing waits.
 
-    A writer waiting on another's lock is interrupted (`sqlite3.Connection.interrupt`): its ids join the
+    A writer waiting on another's lock is interrupted (`Journal.interrupt`): its ids join the
     ones waiting in memory instead of holding the journal for its whole busy timeout.
     """
     if journal is None:
@@ -35,14 +36,14 @@ def keep_unsaved(journal: Any, within: float = TRY_FOR_S) -> bool:
     deadline = time.monotonic() + within
     while not lock.acquire(timeout=0.05):
         with contextlib.suppress(Exception):
-            journal._db.interrupt()
+            journal.interrupt()
         if time.monotonic() > deadline:
             return False
     try:
         try:
             with journal._quick():
                 journal.close()
-        except sqlite3.ProgrammingError:  # closed already: what arrived since is spilled by this close
+        except StorageClosedError:  # closed already: what arrived since is spilled by this close
             journal.close()
         return not journal.backlog_ids
     finally:

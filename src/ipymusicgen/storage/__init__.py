@@ -1,7 +1,11 @@
-"""The storage layer: one SQLite file (the journal) and its stores.
+"""The storage layer: the one place that knows the journal is an SQLite file (every SQL statement lives here).
 
-- `db`: the one connection helper (WAL, busy timeout, 0600 files, write transactions);
+- `database`: `Database`, one journal file and its concerns (journal, library, batches, extras), the object the
+  layers above hold; `errors`: the engine's failures by name (`StorageError`), so no layer above names SQLite;
+- `connection`: one connection per journal file per process, shared by every store over it, with its lock;
+- `db`: opening the file (recognised, private, WAL, busy timeout, damage checks) and write transactions;
 - `migrations`: numbered schema steps, applied once, in order (`PRAGMA user_version`);
-- `journal`: paid attempts and tasks; `batches`: batch rows; `library`: songs, favourites, archive;
+- `journal`: paid attempts and tasks; `batches`: batch rows and runs; `library` and `songs`: the library's
+  writes and reads; `extras`: paid extras of a song;
 - `owner`: which process owns an attempt (alive or not).
 """

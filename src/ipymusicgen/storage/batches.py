@@ -94,7 +94,11 @@ class BatchStore:
     @property
     def _db(self) -> sqlite3.Connection:
         """The journal file's one connection in this process (shared with the other stores), or memory's."""
-        return self._memory if self._memory is not None else self._shared.db  # type: ignore[union-attr]
+        if self._memory is not None:
+            return self._memory
+        if self._shared is None:  # this store was closed, whoever else still uses the file
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._shared.db
 
     @_db.setter
     def _db(self, db: sqlite3.Connection) -> None:
@@ -156,6 +160,7 @@ class BatchStore:
             if not sent[0]:
                 db.execute("DELETE FROM batch_rows WHERE batch = ?", (name,))
                 db.execute("DELETE FROM batches WHERE name = ?", (name,))
+                db.execute("DELETE FROM batch_runs WHERE batch = ? AND calls = 0", (name,))  # measured nothing
             db.execute("INSERT OR IGNORE INTO batches (name, created_at) VALUES (?, ?)", (name, now))
             known = {
                 r["row_index"]: r["request_hash"]
@@ -201,8 +206,6 @@ class BatchStore:
                 f" error = NULL, cost = ?, updated_at = ? WHERE batch = ? AND row_index = ? AND state IN ({marks})",
                 (os.getpid(), Owner.current().started, cost, time.time(), name, index, *allowed),
             )
-            if cursor.rowcount:
-                db.execute("UPDATE batches SET calls = calls + 1 WHERE name = ?", (name,))
             return cursor.rowcount == 1
 
     def set_state(
@@ -219,16 +222,6 @@ class BatchStore:
                 (state, json.dumps(ids), error, time.time(), name, index),
             )
         self._record([statement])
-
-    def record_counts(self, name: str, *, before: int | None = None, after: int | None = None) -> None:
-        statements: list[tuple[str, tuple[Any, ...]]] = []
-        if before is not None:
-            statements.append(
-                ("UPDATE batches SET counts_before = COALESCE(counts_before, ?) WHERE name = ?", (before, name))
-            )
-        if after is not None:
-            statements.append(("UPDATE batches SET counts_after = ? WHERE name = ?", (after, name)))
-        self._record(statements)
 
     def start_run(self, name: str, host: str | None, counts_before: int | None) -> int | None:
         """A run of the batch begins (the key's counts just read); its id, or None if the file refused it."""
@@ -256,14 +249,19 @@ class BatchStore:
 
     @_damage_named
     def counts(self, name: str) -> tuple[int | None, int | None, int]:
-        """(counts left before the batch's first call, after its last, rows whose create went out)."""
+        """(counts left before the batch's first measured run, after its last, rows whose create went out)."""
         with self._lock:
-            row = self._db.execute("SELECT counts_before, counts_after FROM batches WHERE name = ?", (name,)).fetchone()
+            row = self._db.execute(
+                "SELECT (SELECT counts_before FROM batch_runs WHERE batch = ?1 AND counts_before IS NOT NULL"
+                " ORDER BY started_at, id LIMIT 1), (SELECT counts_after FROM batch_runs WHERE batch = ?1 AND"
+                " counts_after IS NOT NULL ORDER BY started_at DESC, id DESC LIMIT 1)",
+                (name,),
+            ).fetchone()
             marks = ",".join("?" * len(NEVER_SENT))
             calls = self._db.execute(
                 f"SELECT COUNT(*) FROM batch_rows WHERE batch = ? AND state NOT IN ({marks})", (name, *NEVER_SENT)
             ).fetchone()[0]
-        return (row[0], row[1], calls) if row else (None, None, 0)
+        return row[0], row[1], calls
 
     @_damage_named
     def names(self) -> list[str]:
@@ -276,7 +274,6 @@ class BatchStore:
                 self._memory.close()
             shared, self._shared = self._shared, None
         if shared is not None:
-            self._memory = shared.db  # what it held, for a late caller to find closed or still in use
             shared.release()
 
 

@@ -68,7 +68,6 @@ class ExtrasStore:
     def __init__(self, journal_path: str | Path) -> None:
         self.path = Path(journal_path)
         self._shared: Shared | None = acquire(self.path)
-        self._connection = self._shared
         self.lock = self._shared.lock
         try:
             with self.lock, damage_named(self.path):
@@ -80,7 +79,9 @@ class ExtrasStore:
     @property
     def db(self) -> sqlite3.Connection:
         """The file's one connection in this process, shared with the journal and the other stores."""
-        return self._connection.db
+        if self._shared is None:  # this store was closed, whoever else still uses the file
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._shared.db
 
     def close(self) -> None:
         """This store is done with the file (the connection closes with its last user)."""

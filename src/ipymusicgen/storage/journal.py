@@ -254,7 +254,9 @@ class Journal:
     @property
     def _db(self) -> sqlite3.Connection:
         """The file's one connection in this process (`connection.acquire`), shared with the other stores."""
-        return self._connection.db
+        if self._shared is None:  # this journal was closed, whoever else still uses the file
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._shared.db
 
     def _prepare(self) -> bool:
         """Bring the file's schema up to date (`migrations.migrate`); False if it cannot be written now.
@@ -275,6 +277,10 @@ class Journal:
         except (sqlite3.Error, OSError, JournalUnavailableError):  # replaced, damaged: the ids wait in memory
             return
         self._ready = self._prepare()
+
+    def interrupt(self) -> None:
+        """Stop a statement waiting on another's lock, from any thread (at shutdown: its ids join the backlog)."""
+        self._db.interrupt()
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
         self._connection.use_timeout(self.busy_timeout)

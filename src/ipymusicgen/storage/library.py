@@ -65,7 +65,6 @@ class LibraryStore(SongQueries):
             raise LibraryWriteError(
                 f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."
             ) from None
-        self._connection = self._shared
         self.lock = self._shared.lock
         self._waits: float | None = None
         """Seconds this store's writes wait for another process's lock (None: the journal's default)."""
@@ -74,7 +73,9 @@ class LibraryStore(SongQueries):
     @property
     def db(self) -> sqlite3.Connection:
         """The file's one connection in this process, shared with the journal and the other stores."""
-        return self._connection.db
+        if self._shared is None:  # this store was closed, whoever else still uses the file
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._shared.db
 
     def _prepare(self) -> bool:
         """Bring the schema up to date; False if the file cannot be written now (read-only, or another kernel
@@ -109,7 +110,9 @@ class LibraryStore(SongQueries):
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         with damage_named(self.path):
-            self._connection.use_timeout(busy_timeout_or_default(self._waits))
+            if self._shared is None:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            self._shared.use_timeout(busy_timeout_or_default(self._waits))
             if not self._ready:
                 with self.lock:
                     migrate(self.db, self.path)  # raises what keeps the file from being written

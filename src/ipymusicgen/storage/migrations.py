@@ -250,6 +250,25 @@ def m010_paid_extras(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def m011_retire_batch_counters(db: sqlite3.Connection) -> None:
+    """A batch's measure lives in its runs only (step 6 made them; its counters in `batches` were kept beside
+    them since). A batch measured with no run of its own becomes one run, then `batches` keeps its name and
+    start only (the table rebuilt, which any SQLite can do)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(batches)")}
+    if "counts_before" in columns:
+        db.execute(
+            "INSERT INTO batch_runs (batch, started_at, finished_at, counts_before, counts_after, calls)"
+            " SELECT b.name, b.created_at, (SELECT MAX(r.updated_at) FROM batch_rows r WHERE r.batch = b.name),"
+            " b.counts_before, b.counts_after, b.calls FROM batches b WHERE b.counts_before IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM batch_runs r WHERE r.batch = b.name)"
+        )
+    db.execute("CREATE TABLE batches_retired (name TEXT PRIMARY KEY, created_at REAL NOT NULL)")
+    db.execute("INSERT INTO batches_retired (name, created_at) SELECT name, created_at FROM batches")
+    db.execute("DROP TABLE batches")
+    db.execute("ALTER TABLE batches_retired RENAME TO batches")
+
+
 LATEST = len(MIGRATIONS)
 
 

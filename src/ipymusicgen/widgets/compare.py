@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import random
 import secrets
-import sqlite3
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import traitlets
 
 from ..errors import one_line
 from ..safe_html import http_url
+from ..storage.errors import StorageError
 from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .audio_channel import AudioChannel, AudioSource, BlindRound
@@ -157,7 +157,7 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         if self.mode == "ab":
             try:
                 recorded = self._vote(chosen, other)
-            except (LibraryWriteError, sqlite3.Error) as exc:
+            except (LibraryWriteError, StorageError) as exc:
                 busy = isinstance(exc, LibraryWriteError) and "locked" in str(exc)
                 reason = "the journal is busy: another notebook or kernel is writing to it" if busy else one_line(exc)
                 self.note = f"Your choice was not saved ({reason[:300]}). The pair is kept, still blind: choose again."
@@ -234,7 +234,7 @@ class CompareView(TextRepr, anywidget.AnyWidget):
                 self._publish()
                 return
             self.pick(content["label"])
-        except (LibraryWriteError, sqlite3.Error):  # said in the view by pick()
+        except (LibraryWriteError, StorageError):  # said in the view by pick()
             return
         except Exception as exc:  # a button never raises: said in the view
             self.note = f"That choice could not be taken ({one_line(exc)[:300]}); the pair is kept: choose again."
