@@ -134,3 +134,29 @@ def test_a_clients_batch_is_typed() -> None:
 
     assert inspect.signature(MusicClient.batch).return_annotation == "Batch"
     assert inspect.signature(AsyncMusicClient.batch).return_annotation == "Batch"
+
+
+def test_waveform_looks_songs_up_in_the_workspaces_own_library_without_opening_one_per_call() -> None:
+    said = run_fresh(
+        """
+        import ipymusicgen
+        from ipymusicgen import session
+        from ipymusicgen.song_library import Library
+
+        opened = []
+        original = Library.__init__
+        def counting(self, *args, **kwargs):
+            opened.append(self)
+            original(self, *args, **kwargs)
+        Library.__init__ = counting
+
+        client = ipymusicgen.get_client()
+        ids = list(client.generate(action="auto", style="lo-fi").ids)
+        client.wait(ids, timeout=120, archived=True)
+        shapes = {ipymusicgen.waveform(task_id, points=20).shape for task_id in ids * 3}
+        assert shapes == {(20, 2)} and len(opened) == 1, (shapes, len(opened))
+        assert opened[0] is session.current_workspace().songs
+        print("one library")
+        """
+    )
+    assert said == "one library"

@@ -113,6 +113,7 @@ class Workspace:
         self.folder = Path(folder) if folder is not None else None
         self._lock = threading.RLock()
         self._client: MusicClient | None = None
+        self._songs: Library | None = None
 
     def __repr__(self) -> str:
         return f"Workspace({str(self.db.path)!r})"
@@ -157,10 +158,19 @@ class Workspace:
             self.settings = settings
 
     def library(self) -> Library:
-        """The library over this file (the file's one connection is shared; close it when done)."""
+        """A library over this file for the caller to keep and close (the file's one connection is shared)."""
         from .song_library import Library
 
         return Library(self.db.path)
+
+    @property
+    def songs(self) -> Library:
+        """The workspace's own library, opened (and brought up to date with the journal) once, for looking songs
+        up again and again (`waveform()`, `analyze()`); it closes with the workspace."""
+        with self._lock:
+            if self._songs is None:
+                self._songs = self.library()
+            return self._songs
 
     def close_client(self) -> None:
         with self._lock:
@@ -172,6 +182,9 @@ class Workspace:
         """Close the shared client and the file's concerns; a throwaway folder goes with them."""
         with self._lock:
             self.close_client()
+            if self._songs is not None:
+                self._songs.close()
+                self._songs = None
             self.db.close()
             if self.folder is not None:
                 shutil.rmtree(self.folder, ignore_errors=True)

@@ -196,7 +196,7 @@ def analyze(song_or_path: Any) -> Analysis:
     from .lab.analysis import analyze_file
 
     task_id = task_id_of(song_or_path)
-    opened = library() if task_id is not None else None
+    opened = _songs() if task_id is not None else None
     path = song_path(song_or_path, find=opened.archived_path if opened is not None else None)
     try:
         measures = analyze_file(path)
@@ -229,7 +229,15 @@ def grid(
 def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> Any:
     """Peak envelope of a song (`archive.waveform`): an audio file path, or a record or task id the library has
     archived. A numpy array of shape (points, 2), min and max per bucket, in [-1, 1]."""
-    return archive_waveform(song_or_path, points, find=lambda task_id: library().archived_path(task_id))
+    return archive_waveform(song_or_path, points, find=lambda task_id: _songs().archived_path(task_id))
+
+
+def _songs() -> Library:
+    """The current workspace's own library, to look songs up without opening one per call; a song whose archive
+    failed before is retried, as `library()` does."""
+    opened = current_workspace().songs
+    retry_archives()
+    return opened
 
 
 def retry_archives() -> None:
