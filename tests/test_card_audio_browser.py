@@ -162,6 +162,14 @@ def test_a_song_archived_outside_the_root_whose_url_answers_404_plays_from_its_c
     page.wait_for_function(seeked, arg=second, timeout=STEP_MS)
     play_once(page, library_cards.nth(1))
 
+    # a search redraws every card: the played ones keep the kernel's copy, none tries the failed URLs again
+    library_cards.nth(0).evaluate("card => { card.dataset.old = 'yes'; }")
+    library.get_by_label("Search songs").fill("Tide")
+    expect(library.locator(".ipymusicgen-song[data-old]")).to_have_count(0, timeout=STEP_MS)
+    expect(library_cards).to_have_count(2)
+    redrawn = page.evaluate("() => [...document.querySelectorAll('.ipymusicgen-library audio')].map(a => a.src)")
+    assert all(src.startswith("blob:") for src in redrawn), redrawn
+
     watcher_cards = page.locator(".ipymusicgen-watcher .ipymusicgen-song")
     expect(watcher_cards).to_have_count(2, timeout=STEP_MS)
     play_once(page, watcher_cards.nth(0))

@@ -364,6 +364,7 @@ function renderSongCard(container, data, send) {
     const src = audio.getAttribute("src") || "";
     if (!src || src.startsWith("blob:")) return;
     card._ims.failedUrl = src;
+    if (card._ims.send && card._ims.send.failedUrls) card._ims.send.failedUrls.add(src); // a redrawn card skips it
     audio.removeAttribute("src");
     imsPlayable(card);
     if (card._ims.wantPlay) imsKernelPlay(card);
@@ -468,7 +469,8 @@ function updateSongCard(card, data, send) {
 function imsCardSrc(card) {
   const { data, send, failedUrl } = card._ims;
   const url = data.play_url === undefined ? data.audio_url : data.play_url;
-  if (url && url !== failedUrl) return url;
+  const failed = url === failedUrl || Boolean(send && send.failedUrls && send.failedUrls.has(url));
+  if (url && !failed) return url;
   const kernel = send && send.kernelAudio;
   return (kernel && data.play_source && kernel.loaded(data.play_source)) || null;
 }
@@ -527,6 +529,7 @@ function imsKernelPlay(card, play = true) {
 function imsCardSender(model) {
   const send = (message) => model.send(message);
   send.kernelAudio = imsKernelAudio(model);
+  send.failedUrls = new Set(); // URLs that did not load in this view: not tried again when a card is redrawn
   send.release = () => send.kernelAudio.release();
   return send;
 }
