@@ -88,7 +88,7 @@ for _ in range(12):
             pass
 seen.append(connections())
 db = Database(path)
-db.library.songs_count() if hasattr(db.library, "songs_count") else None
+db.library.song_count()
 db.batches.names()
 db.extras.of_song("no-such-song")
 with Library(path) as opened:
@@ -215,3 +215,45 @@ def test_the_batches_counters_are_retired_by_a_migration_and_old_journals_keep_t
         assert runs == [("old", 50, 44, 3), ("ran", 40, 38, 1)]
     finally:
         db.close()
+
+
+def test_threads_opening_one_file_share_one_connection_closed_by_its_last_user(tmp_path: Path) -> None:
+    import sqlite3
+    import threading
+
+    from ipymusicgen.storage.connection import acquire, open_connections
+
+    path = tmp_path / "journal.sqlite3"
+    start = threading.Barrier(8)
+    got: list[object] = []
+
+    def take() -> None:
+        start.wait()
+        got.append(acquire(path))
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    shared = got[0]
+    assert all(other is shared for other in got) and shared.users == 8  # type: ignore[attr-defined]
+    assert [s for s in open_connections() if s.path == path.resolve()] == [shared]
+    for one in got:
+        one.release()  # type: ignore[attr-defined]
+    assert [s for s in open_connections() if s.path == path.resolve()] == []
+    with pytest.raises(sqlite3.ProgrammingError):
+        shared.db.execute("SELECT 1")  # type: ignore[attr-defined]
+
+
+def test_a_file_replaced_on_disk_is_a_new_file_with_its_own_connection(tmp_path: Path) -> None:
+    from ipymusicgen.storage.journal import Journal
+
+    path = tmp_path / "journal.sqlite3"
+    first = Journal(path)
+    try:
+        path.rename(tmp_path / "moved-aside.sqlite3")
+        with Journal(path) as second:  # a fresh journal in its place, not the moved one's connection
+            assert second._db is not first._db and second.history() == []
+    finally:
+        first.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from ..storage.errors import StorageClosedError
+from ..storage.errors import StorageClosedError, StorageError
 
 TRY_FOR_S = 1.0
 """How long the journal is tried at close before the ids are spilled."""
@@ -35,7 +35,7 @@ def keep_unsaved(journal: Any, within: float = TRY_FOR_S) -> bool:
     lock = journal._lock
     deadline = time.monotonic() + within
     while not lock.acquire(timeout=0.05):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(StorageError):  # closed already: nothing is waiting on it
             journal.interrupt()
         if time.monotonic() > deadline:
             return False

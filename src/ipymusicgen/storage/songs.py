@@ -12,11 +12,111 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ..models.costs import model_of
 
 Row = dict[str, Any]
+
+
+class SongRow(TypedDict):
+    """One song as the library reads it: its task, its library row, its stars and its take."""
+
+    id: str
+    attempt_id: str | None
+    state: str
+    title: str | None
+    style: str | None
+    created_at: float
+    audio_url: str | None
+    cover_url: str | None
+    song_id: str | None
+    fail_reason: str | None
+    lyrics: str | None
+    prompt: str | None
+    model: str | None
+    action: str | None
+    batch: str | None
+    duration_s: float | None
+    parent_id: str | None
+    favourite: int | None
+    kept: int | None
+    note: str | None
+    archive_path: str | None
+    archive_size: int | None
+    wav_path: str | None
+    cover_path: str | None
+    archive_error: str | None
+    peaks: bytes | None
+    stars: int | None
+    bpm: float | None
+    musical_key: str | None
+    lufs: float | None
+    true_peak_db: float | None
+    silence_start_s: float | None
+    silence_end_s: float | None
+    analysis_error: str | None
+    take: int
+
+
+class ArchiveSourceRow(TypedDict):
+    """What the archive writes of a song, with the request (JSON) that made it."""
+
+    id: str
+    title: str | None
+    style: str | None
+    audio_url: str | None
+    cover_url: str | None
+    created_at: float
+    lyrics: str | None
+    model: str | None
+    action: str | None
+    archive_path: str | None
+    version: int
+    archive_tries: int | None
+    duration_s: float | None
+    payload: str | None
+
+
+class VoteRow(TypedDict):
+    winner: str
+    loser: str
+    blind: int
+    voted_at: float
+    winner_title: str | None
+    loser_title: str | None
+
+
+class NodeRow(TypedDict):
+    title: str | None
+    state: str
+    action: str | None
+
+
+class SpendRow(TypedDict):
+    """Paid calls of one group (`k`: a day, model or batch) on one model (`m`)."""
+
+    k: str
+    m: str | None
+    calls: int
+    songs: int | None
+    first: float
+
+
+class RunRow(TypedDict):
+    """One batch run as spend measures it."""
+
+    batch: str
+    started_at: float
+    finished_at: float | None
+    counts_before: int | None
+    counts_after: int | None
+    calls: int
+    day: str
+    paid_in_window: int
+    models: str | None
+
+
 PAID_OUTCOMES = ("submitted", "unknown")
 """Attempts that may have cost credits (rejected ones did not; pending ones are being sent)."""
 SONG_LYRICS = "COALESCE(l.lyrics, t.lyrics)"
@@ -121,10 +221,14 @@ class SongQueries:
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         raise NotImplementedError
 
+    def _typed(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        """Rows a method's own return type names (a TypedDict of the statement's columns)."""
+        return self._rows(sql, params)
+
     def song_count(self) -> int:
         return int(self._rows("SELECT COUNT(*) AS n FROM tasks")[0]["n"])
 
-    def songs(self, where: SongFilter, *, order: str = "newest", limit: int, offset: int) -> list[Row]:
+    def songs(self, where: SongFilter, *, order: str = "newest", limit: int, offset: int) -> list[SongRow]:
         """A page of songs newest first (journal order), or best rated first."""
         if order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)} (got {order!r})")
@@ -132,7 +236,8 @@ class SongQueries:
         rowid = "library_fts.rowid" if where.text else "t.rowid"
         by = f"{rowid} DESC" if order == "newest" else f"COALESCE(stars, 0) DESC, {rowid} DESC"
         select = _SELECT_TEXT if where.text else _SELECT  # newest first straight from the full-text index
-        return self._rows(f"{select} WHERE {clauses} ORDER BY {by} LIMIT ? OFFSET ?", [*params, limit, offset])
+        rows = self._rows(f"{select} WHERE {clauses} ORDER BY {by} LIMIT ? OFFSET ?", [*params, limit, offset])
+        return cast(list[SongRow], rows)
 
     def count(self, where: SongFilter) -> int:
         clauses, params = where.where()
@@ -143,18 +248,19 @@ class SongQueries:
             joins += " LEFT JOIN library_songs l ON l.id = t.id"
         return int(self._rows(f"SELECT COUNT(*) AS n FROM {joins} WHERE {clauses}", params)[0]["n"])
 
-    def song(self, task_id: str) -> Row | None:
+    def song(self, task_id: str) -> SongRow | None:
         rows = self._rows(f"{_SELECT} WHERE t.id = ?", (task_id,))
-        return rows[0] if rows else None
+        return cast(SongRow, rows[0]) if rows else None
 
-    def takes(self, task_id: str) -> list[Row]:
+    def takes(self, task_id: str) -> list[SongRow]:
         """Every song the same paid call made, in take order."""
-        return self._rows(
+        return self._typed(
             f"{_SELECT} WHERE t.attempt_id = (SELECT attempt_id FROM tasks WHERE id = ?) ORDER BY t.rowid", (task_id,)
         )
 
-    def failed_archives(self) -> list[Row]:
-        return self._rows(f"{_SELECT} WHERE l.archive_error IS NOT NULL AND l.archive_path IS NULL")
+    def failed_archives(self) -> list[SongRow]:
+        rows = self._rows(f"{_SELECT} WHERE l.archive_error IS NOT NULL AND l.archive_path IS NULL")
+        return cast(list[SongRow], rows)
 
     def archive_path(self, task_id: str) -> str | None:
         rows = self._rows("SELECT archive_path FROM library_songs WHERE id = ?", (task_id,))
@@ -170,7 +276,7 @@ class SongQueries:
         rows = self._rows("SELECT song_id FROM tasks WHERE id = ?", (task_id,))
         return rows[0]["song_id"] if rows and rows[0]["song_id"] else None
 
-    def archive_source(self, task_id: str) -> Row | None:
+    def archive_source(self, task_id: str) -> ArchiveSourceRow | None:
         """What the archive writes of a song (its tags, file name, sidecar), with the request that made it."""
         rows = self._rows(
             f"SELECT t.id, t.title, t.style, t.audio_url, t.cover_url, t.created_at, {SONG_LYRICS} AS lyrics,"
@@ -179,7 +285,7 @@ class SongQueries:
             " LEFT JOIN attempts a ON a.id = t.attempt_id WHERE t.id = ?",
             (task_id,),
         )
-        return rows[0] if rows else None
+        return cast(ArchiveSourceRow, rows[0]) if rows else None
 
     def models(self) -> list[str]:
         rows = self._rows("SELECT DISTINCT model FROM library_songs WHERE model IS NOT NULL ORDER BY model")
@@ -189,7 +295,7 @@ class SongQueries:
         rows = self._rows("SELECT DISTINCT batch FROM library_songs WHERE batch IS NOT NULL ORDER BY batch")
         return [r["batch"] for r in rows]
 
-    def comparisons(self, *, blind: bool | None = None) -> list[Row]:
+    def comparisons(self, *, blind: bool | None = None) -> list[VoteRow]:
         """Every vote, oldest first, with both songs' titles."""
         sql = (
             "SELECT c.winner, c.loser, c.blind, c.voted_at, w.title AS winner_title, l.title AS loser_title"
@@ -199,7 +305,7 @@ class SongQueries:
         if blind is not None:
             sql += " WHERE c.blind = ?"
             params.append(1 if blind else 0)
-        return self._rows(sql + " ORDER BY c.voted_at, c.id", params)
+        return cast(list[VoteRow], self._rows(sql + " ORDER BY c.voted_at, c.id", params))
 
     def groups(self, ids: Sequence[str], by: str) -> dict[str, str | None]:
         """Each song's model, style, batch or id (what a leaderboard ranks)."""
@@ -217,13 +323,13 @@ class SongQueries:
         rows = self._rows("SELECT parent_id FROM library_songs WHERE id = ?", (task_id,))
         return rows[0]["parent_id"] if rows else None
 
-    def node(self, task_id: str) -> Row | None:
+    def node(self, task_id: str) -> NodeRow | None:
         """A song's title, state and action, as its lineage shows it."""
         rows = self._rows(
             "SELECT t.title, t.state, l.action FROM tasks t LEFT JOIN library_songs l ON l.id = t.id WHERE t.id = ?",
             (task_id,),
         )
-        return rows[0] if rows else None
+        return cast(NodeRow, rows[0]) if rows else None
 
     def children(self, task_id: str) -> list[str]:
         rows = self._rows(
@@ -233,19 +339,19 @@ class SongQueries:
         )
         return [r["id"] for r in rows]
 
-    def spend(self, by: str) -> list[Row]:
+    def spend(self, by: str) -> list[SpendRow]:
         """Paid calls grouped by day, model or batch (`k`) and model (`m`): calls, complete songs, first call."""
-        return self._rows(  # grouped in SQLite (one pass), then priced per model by the caller
+        return self._typed(  # grouped in SQLite (one pass), priced by the caller
             f"SELECT {SPEND_KEYS[by]} AS k, request_model(a.payload) AS m, COUNT(*) AS calls,"
             " SUM((SELECT COUNT(*) FROM tasks t WHERE t.attempt_id = a.id AND t.state = 'complete')) AS songs,"
             f" MIN(a.created_at) AS first FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES}"
             " AND a.endpoint NOT LIKE '%lyric%' GROUP BY k, m ORDER BY first"
         )
 
-    def batch_runs(self) -> list[Row]:
+    def batch_runs(self) -> list[RunRow]:
         """Every batch run that called or has not ended: its counts, its day, the paid calls inside its window
         and the models of its sent rows (comma-separated)."""
-        return self._rows(
+        return self._typed(
             "SELECT r.batch, r.started_at, r.finished_at, r.counts_before, r.counts_after, r.calls,"
             " date(r.started_at, 'unixepoch', 'localtime') AS day,"
             " (SELECT COUNT(*) FROM attempts a WHERE a.created_at BETWEEN r.started_at AND r.finished_at"
