@@ -160,3 +160,25 @@ def test_waveform_looks_songs_up_in_the_workspaces_own_library_without_opening_o
         """
     )
     assert said == "one library"
+
+
+def test_a_cards_extend_opens_a_studio_without_importing_the_widgets_first() -> None:
+    """A lone watcher's Extend prefills a studio pane that sends into that watcher, in a process that never
+    imported `ipymusicgen.widgets` itself (only the package's public `TaskWatcher`)."""
+    said = run_fresh(
+        """
+        import ipymusicgen
+
+        client = ipymusicgen.get_client()
+        ids = list(client.generate(action="auto", style="lo-fi").ids)
+        client.wait(ids, timeout=120)
+        watcher = ipymusicgen.TaskWatcher(ids, client=client, autostart=False)
+        watcher.poll_once()
+        watcher._handle_custom_msg({"kind": "extend", "id": ids[0]}, [])
+        form = watcher.extend_form
+        assert form is not None and form.studio.watcher is watcher, watcher.card(ids[0]).note
+        assert form.values()["action"] == "extend" and form.values()["continue_song_id"]
+        print(type(watcher.extend_studio).__name__)
+        """
+    )
+    assert said == "Studio"
