@@ -47,7 +47,8 @@ def measure_waveform(runs: int = 3, seconds: float = AUDIO_SECONDS) -> dict[str,
 
 def fill_journal(path: Path, songs: int, seed: int = 1) -> None:
     """A journal file with `songs` finished songs (two per paid call) and their library rows."""
-    from ipymusicgen.storage.journal import Journal, open_db
+    from ipymusicgen.storage.db import open_db
+    from ipymusicgen.storage.journal import Journal
     from ipymusicgen.storage.library import LibraryStore
 
     Journal(path).close()
@@ -199,7 +200,7 @@ except OSError:
 before = status("VmRSS")
 placed = archive_song(Local(), store, folder / "songs", "bench-task")
 after = status("VmHWM")
-peaks = store.query("SELECT peaks FROM library_songs WHERE id = 'bench-task'")[0]["peaks"]
+peaks = (store.stored_peaks("bench-task") or (None, None))[0]
 print(json.dumps({"baseline_mb": before, "peak_mb": after, "kept": placed.is_file(), "peaks": peaks is not None}))
 """
 
