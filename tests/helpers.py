@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 
+import httpx
 import ipywidgets as w
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -53,6 +55,26 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) 
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for: {what}")
         time.sleep(0.02)
+
+
+def wait_until_serving(
+    url: str,
+    process: subprocess.Popen[bytes],
+    timeout: float = WAIT,
+    *,
+    method: str = "GET",
+    said: Callable[[], str] = str,
+) -> httpx.Response:
+    """Wait until a server process answers HTTP at `url` (any status; its answer is returned); fail at once, with
+    what `said()` returns (the process's words), if the process exits first or the bound passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.request(method, url, timeout=1.0)
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the HTTP server did not start: {said()}") from None
+            time.sleep(0.1)
 
 
 def html_values(widget: w.Widget) -> list[str]:

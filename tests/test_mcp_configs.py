@@ -10,13 +10,12 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
+from helpers import wait_until_serving
 from jupyter_ai_persona_manager.mcp_server_models import McpServerHttp, McpServerStdio, McpSettings
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -121,14 +120,7 @@ def test_each_documented_http_config_reaches_a_server_started_with_a_token(host:
     command = [str(executable), "mcp", "--http", "--port", str(port), "--budget", "30"]
     server = subprocess.Popen(command, env=clean, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                assert httpx.post(url, timeout=1.0).status_code == 401  # up, and closed to a request without it
-                break
-            except httpx.TransportError:
-                assert server.poll() is None and time.monotonic() < deadline, "the HTTP server did not start"
-                time.sleep(0.1)
+        assert wait_until_serving(url, server, 60, method="POST").status_code == 401  # up, closed without it
 
         async def account() -> dict[str, Any]:
             with anyio.fail_after(60):

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from helpers import wait_until_serving
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -85,16 +86,12 @@ def start(tmp_path: Path, *extra: str, token: str | None = TOKEN, files: int | N
             running.stderr.append(line.decode(errors="replace"))
 
     threading.Thread(target=collect, daemon=True).start()
-    deadline = time.monotonic() + START_WAIT
-    while True:
-        try:
-            httpx.get(running.url, timeout=1.0)
-            return running
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop(running)
-                raise AssertionError(f"the HTTP server did not start: {running.said()}") from None
-            time.sleep(0.1)
+    try:
+        wait_until_serving(running.url, process, START_WAIT, said=running.said)
+    except AssertionError:
+        stop(running)
+        raise
+    return running
 
 
 def stop(running: Running) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import ManualClock
+from helpers import ManualClock, wait_until_serving
 
 from ipymusicgen.app import build_client
 from ipymusicgen.config import Settings
@@ -51,15 +51,7 @@ def server_url(service: Sandbox, tmp_path: Path) -> Iterator[str]:
     command = [sys.executable, "-m", "ipymusicgen", "mcp", "--http", "--port", str(port)]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + START_WAIT
-    while True:
-        try:
-            httpx.get(url, timeout=1.0)
-            break
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError("the HTTP server did not start") from None
-            time.sleep(0.1)
+    wait_until_serving(url, process, START_WAIT)
     yield url
     process.terminate()
     try:

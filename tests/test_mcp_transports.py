@@ -10,17 +10,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import psutil
 import pytest
-from helpers import ManualClock
+from helpers import ManualClock, wait_until_serving
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -161,15 +159,7 @@ def http_server(service: Sandbox, tmp_path: Path) -> Iterator[str]:
     env = {**server_env(service, tmp_path), "MUSICGEN_MCP_TOKEN": HTTP_TOKEN}
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + START_WAIT
-    while True:
-        try:
-            httpx.get(url, timeout=1.0)
-            break
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the HTTP server did not start: {process.stderr.read().decode()}") from None
-            time.sleep(0.1)
+    wait_until_serving(url, process, START_WAIT, said=lambda: process.stderr.read().decode())
     yield url
     process.terminate()
     try:
