@@ -277,11 +277,10 @@ BRIDGE = """() => {
 }"""
 
 
-def test_a_url_that_fails_only_when_the_player_starts_plays_the_kernels_bytes_on_the_same_press(
-    browser: Browser, sandbox: Sandbox, tmp_path: Path
-) -> None:
-    """The card is drawn while its URL still answers nothing; Play is pressed; then the URL answers 404: the
-    same press plays the kernel's bytes (a real watcher's cards and channel behind a stand-in widget model)."""
+@contextlib.contextmanager
+def watcher_page(browser: Browser, sandbox: Sandbox, tmp_path: Path) -> Iterator[tuple[Page, Any, list[Route]]]:
+    """A real watcher of two archived songs drawn in a blank page behind the stand-in widget model, whose audio
+    requests its channel answers; the songs' URLs answer nothing until the test says (the held routes)."""
     from test_compare_browser import CHANNEL_HARNESS
 
     from ipymusicgen.widgets.watcher import TaskWatcher
@@ -321,23 +320,51 @@ def test_a_url_that_fails_only_when_the_player_starts_plays_the_kernels_bytes_on
         held: list[Route] = []
         try:
             with blank_page(browser, viewport={"width": 900, "height": 700}) as page:
-                page.route(
-                    f"{sandbox.base_url}/files/**", lambda route: held.append(route)
-                )  # the URL answers nothing for now
+                page.route(f"{sandbox.base_url}/files/**", lambda route: held.append(route))  # no answer yet
                 page.expose_function("kernelAnswer", answer)
                 page.evaluate(BRIDGE)
                 page.evaluate(CHANNEL_HARNESS, [esm("watcher"), css("watcher"), None, "800px"])
-                card = page.locator(".ipymusicgen-song").first
-                expect(card.get_by_role("button", name="Play")).to_be_enabled(timeout=STEP_MS)
-                assert (card.locator("audio").get_attribute("src") or "").startswith(sandbox.base_url)
-                card.get_by_role("button", name="Play").click()
-                expect(card.get_by_role("button", name="Pause")).to_be_visible()  # the press is in, the URL pending
-                assert held  # the player asked for its URL and got no answer yet; now it fails
-                for route in held:
-                    route.fulfill(status=404, body="expired")
-                page.route(f"{sandbox.base_url}/files/**", lambda route: route.fulfill(status=404, body="expired"))
-                page.wait_for_function(PLAYING, arg=card.locator("audio").element_handle(), timeout=STEP_MS)
-                asked = page.evaluate("() => window.sent.filter((m) => m.kind === 'audio').length")
-                assert asked == 1  # one card played: one request for bytes
+                yield page, watcher, held
+                for route in held:  # every route is answered before the page goes
+                    with contextlib.suppress(Exception):
+                        route.fulfill(status=404, body="expired")
         finally:
             watcher.close()
+
+
+def test_a_url_that_fails_only_when_the_player_starts_plays_the_kernels_bytes_on_the_same_press(
+    browser: Browser, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The card is drawn while its URL still answers nothing; Play is pressed; then the URL answers 404: the
+    same press plays the kernel's bytes."""
+    with watcher_page(browser, sandbox, tmp_path) as (page, _watcher, held):
+        card = page.locator(".ipymusicgen-song").first
+        expect(card.get_by_role("button", name="Play")).to_be_enabled(timeout=STEP_MS)
+        assert (card.locator("audio").get_attribute("src") or "").startswith(sandbox.base_url)
+        card.get_by_role("button", name="Play").click()
+        expect(card.get_by_role("button", name="Pause")).to_be_visible()  # the press is in, the URL pending
+        assert held  # the player asked for its URL and got no answer yet; now it fails
+        page.route(f"{sandbox.base_url}/files/**", lambda route: route.fulfill(status=404, body="expired"))
+        while held:
+            held.pop().fulfill(status=404, body="expired")
+        page.wait_for_function(PLAYING, arg=card.locator("audio").element_handle(), timeout=STEP_MS)
+        asked = page.evaluate("() => window.sent.filter((m) => m.kind === 'audio').length")
+        assert asked == 1  # one card played: one request for bytes
+
+
+def test_a_song_above_the_download_cap_is_refused_in_one_line_on_its_card_and_no_bytes_come(
+    browser: Browser, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    with watcher_page(browser, sandbox, tmp_path) as (page, watcher, held):
+        watcher.card_audio.channel.limit = lambda: 1000  # bytes: every song is larger
+        page.route(f"{sandbox.base_url}/files/**", lambda route: route.fulfill(status=404, body="expired"))
+        while held:
+            held.pop().fulfill(status=404, body="expired")
+        card = page.locator(".ipymusicgen-song").first
+        audio = card.locator("audio").element_handle()
+        page.wait_for_function("a => !a.getAttribute('src')", arg=audio, timeout=STEP_MS)
+        card.get_by_role("button", name="Play").click()
+        expect(card.locator(".ims-note")).to_contain_text("above the limit", timeout=STEP_MS)
+        note = card.locator(".ims-note").inner_text()
+        assert "\n" not in note.strip() and "max_download_mb" in note
+        assert page.evaluate("a => a.getAttribute('src')", audio) is None
