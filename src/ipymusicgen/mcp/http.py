@@ -218,7 +218,8 @@ def run_http(
         lifespan="on",
         log_level="warning",
         timeout_keep_alive=KEEP_ALIVE_S,
-        limit_concurrency=protocol.cap + 1,  # past the cap, requests in flight are answered 503
+        # No limit_concurrency: connections are capped (one request each), and uvicorn's limit also counts
+        # requests still receiving their body, so slow bodies would turn normal clients away with 503.
         **config,
     )
     with contextlib.suppress(KeyboardInterrupt):
