@@ -84,7 +84,11 @@ class BatchStore:
         else:
             self._shared = acquire(self.path)
             self._lock = self._shared.lock
-        self._ready = self._prepare()
+        try:
+            self._ready = self._prepare()
+        except BaseException:
+            self.close()
+            raise
         self._deferred: list[tuple[str, tuple[Any, ...]]] = []
         """Row states the file refused (locked by another kernel, disk full): written before the next write."""
 

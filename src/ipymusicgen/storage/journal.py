@@ -242,10 +242,15 @@ class Journal:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
         self._connection = self._shared
         self._lock = self._shared.lock
-        self._connection.use_timeout(busy_timeout)
-        self._ready = self._prepare()
-        if self._ready:
-            self._take_spills()
+        try:
+            self._connection.use_timeout(busy_timeout)
+            self._ready = self._prepare()
+            if self._ready:
+                self._take_spills()
+        except BaseException:  # refused (a newer version's file): this journal gives up its share at once
+            self._shared, shared = None, self._shared
+            shared.release()
+            raise
         _open_journals.add(self)
 
     def __repr__(self) -> str:

@@ -68,7 +68,11 @@ class LibraryStore(SongQueries):
         self.lock = self._shared.lock
         self._waits: float | None = None
         """Seconds this store's writes wait for another process's lock (None: the journal's default)."""
-        self._ready = self._prepare()
+        try:
+            self._ready = self._prepare()
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def db(self) -> sqlite3.Connection:
