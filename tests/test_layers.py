@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("app",),
     ("session",),
     ("notebook", "widgets"),
-    ("__init__", "__main__", "mcp"),
+    ("__init__", "__main__", "mcp", "gateway"),
 ]
 """Bottom to top: a module may import its own layer or those below, never one above."""
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -264,6 +264,9 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
     )
     agent.add_argument("--budget", type=_credits, default=None, help="credits this server may spend in its lifetime")
     agent.set_defaults(run=_mcp)
+    from .gateway.cli import add_gateway_parser
+
+    add_gateway_parser(commands)
     args = parser.parse_args(argv)
     args.workspace = workspace
     try:

@@ -350,6 +350,8 @@ class _Core(WaitFlows):
         attempt = 0
         while True:
             request = self._build_request(endpoint, json=json, params=params)
+            if endpoint.paid and attempt_id:  # a gateway sends one key upstream at most once
+                request.headers["Idempotency-Key"] = attempt_id
             try:
                 outcome = yield Send(request, deadline)
             finally:

@@ -1,0 +1,306 @@
+"""The gateway's HTTP face: the service's own paths, bodies and envelopes, v1 and v2 on one host.
+
+Each request: Host checked (DNS rebinding), the user found from `x-api-key` (a token, hashed), the body
+validated with the project's models, then a read is forwarded under the one retry policy, or a paid call
+reserves its price and claims its idempotency key in one ledger transaction, is sent upstream once, and
+settles, releases or stays unknown. A user sees only their own tasks: another user's id is sent upstream
+as an id that does not exist, so the answer is exactly that of a missing id.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..client.responses import is_doubtful
+from ..errors import FieldProblem, RequestValidationError
+from ..models.costs import estimate_credits, model_of
+from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
+from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
+from .tokens import same_hash, token_hash
+from .upstream import Answer, MaybeSent, NotSent, Upstream
+
+INVALID_KEY = "Invalid or missing API key"
+IDEMPOTENCY_HEADER = "idempotency-key"
+MAX_IDEMPOTENCY_KEY = 200
+MAY_HAVE_BEEN_CHARGED = (
+    "A call with this Idempotency-Key was already sent and its outcome is not known yet: it may have been "
+    "charged. It was not sent again; check the task list before trying a new call."
+)
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def envelope(data: Any, status: int = 200, message: str = "Success") -> dict[str, Any]:
+    return {"status": status, "message": message, "data": data}
+
+
+def _no_credits(whose: str) -> JSONResponse:
+    """The service's own "no credits left" answer (an error inside an HTTP 200), naming whose budget ran out."""
+    return JSONResponse(envelope(None, 400, f"Insufficient credits: no credits left in the {whose}"))
+
+
+def _validation_answer(exc: RequestValidationError) -> JSONResponse:
+    detail = [{"loc": ["body", *p.field.split(".")], "msg": p.message, "type": "value_error"} for p in exc.problems]
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _host_of(header: str) -> str:
+    host = header.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _missing_id() -> str:
+    return "missing-" + secrets.token_hex(8)
+
+
+class Gateway:
+    """The gateway's rules over a ledger and an upstream; `create_app` wraps it in Starlette."""
+
+    def __init__(self, ledger: Ledger, upstream: Upstream, *, host: str = "127.0.0.1", allow_hosts: Iterable[str] = ()):
+        self.ledger = ledger
+        self.upstream = upstream
+        self.allowed_hosts = LOOPBACK_HOSTS | {host.lower()} | {h.lower() for h in allow_hosts}
+
+    def host_allowed(self, header: str | None) -> bool:
+        return header is not None and _host_of(header) in self.allowed_hosts
+
+    def user_of(self, token: str | None) -> str | None:
+        if not token:
+            return None
+        wanted = token_hash(token)
+        found = self.ledger.user_by_token_hash(wanted)
+        return found[0] if found is not None and same_hash(found[1], wanted) else None
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def tasks(self, user: str, ids_text: str | None) -> Response:
+        ids = [i for i in (ids_text or "").split(",") if i]
+        mine = self.ledger.owned(user, ids)
+        if mine:
+            return _relay(self.upstream.read("/v1/music/tasks", {"ids": ",".join(mine)}))
+        stand_in = _missing_id()
+        return _relay(self.upstream.read("/v1/music/tasks", {"ids": stand_in}), (stand_in, ",".join(ids)))
+
+    def query_v2(self, user: str, song_id: str | None) -> Response:
+        if song_id is None:
+            return JSONResponse(
+                {"detail": [{"loc": ["query", "song_id"], "msg": "Field required", "type": "missing"}]}, 422
+            )
+        if self.ledger.owned(user, [song_id]):
+            return _relay(self.upstream.read("/v2/query", {"song_id": song_id}))
+        stand_in = _missing_id()
+        return _relay(self.upstream.read("/v2/query", {"song_id": stand_in}), (stand_in, song_id))
+
+    def key_info(self, user: str) -> Response:
+        """The caller's remaining credits, never the upstream account's key, e-mail, member id or key name."""
+        left = self.ledger.remaining(user)
+        upstream_left: int | None = None
+        answer = self.upstream.read("/v1/get_api_key_info")
+        if answer.status_code == 200:
+            try:
+                data = json.loads(answer.body)
+                record = data.get("data", data) if isinstance(data, dict) else {}
+                counts = record.get("key_music_counts") if isinstance(record, dict) else None
+                upstream_left = int(counts) if isinstance(counts, int | float) else None
+            except (ValueError, TypeError):
+                upstream_left = None
+        known = [n for n in (left, upstream_left) if n is not None]
+        record = {
+            "x_api_key": None,
+            "key_status": 1,
+            "key_music_counts": min(known) if known else None,
+            "email": None,
+            "member_id": None,
+            "key_name": user,
+        }
+        return JSONResponse(envelope(record))
+
+    # -- paid calls -----------------------------------------------------------------------------------
+
+    def paid(
+        self,
+        user: str,
+        path: str,
+        idem_key: str | None,
+        payload: Any,
+        params: dict[str, str] | None,
+        request: Any,
+        swap: tuple[str, str] | None = None,
+    ) -> Response:
+        estimated = estimate_credits(request)
+        reservation = self.ledger.reserve(user, idem_key, path, model_of(request), estimated)
+        if reservation.kind == "over":
+            return _no_credits(reservation.over or "team budget")
+        if reservation.kind == "repeat":
+            if reservation.state in (DONE, REFUSED) and reservation.status_code is not None:
+                return Response(reservation.body or b"", reservation.status_code, media_type="application/json")
+            return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
+        call_id = reservation.call_id
+        assert call_id is not None
+        try:
+            answer = self.upstream.paid(path, params, payload)
+        except NotSent:
+            self.ledger.finish(call_id, REFUSED, None, None)
+            message = "The upstream service could not be reached; nothing was sent or charged."
+            return JSONResponse(envelope(None, 502, message), status_code=502)
+        except MaybeSent:
+            self.ledger.finish(call_id, UNKNOWN, None, None)
+            return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
+        state = _outcome(answer)
+        if state == DONE:
+            self.ledger.add_tasks(user, _created_ids(answer.body))
+        self.ledger.finish(call_id, state, answer.status_code, answer.body)
+        return _relay(answer, swap)
+
+
+def _envelope_status(body: bytes) -> int | None:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    status = data.get("status") if isinstance(data, dict) else None
+    return status if isinstance(status, int) else None
+
+
+def _outcome(answer: Answer) -> str:
+    """done (charged), refused (definitely not: release), or unknown (maybe charged: keep the reservation)."""
+    if is_doubtful(answer.status_code):
+        return UNKNOWN
+    if answer.status_code != 200:
+        return REFUSED
+    status = _envelope_status(answer.body)
+    if status is None or status == 200:
+        return DONE if status == 200 else UNKNOWN
+    return UNKNOWN if is_doubtful(status) else REFUSED
+
+
+def _created_ids(body: bytes) -> list[str]:
+    """Task ids (v1 `data.ids`) or song ids (v2 `data[*].song_id`) a paid answer created."""
+    try:
+        data = json.loads(body).get("data")
+    except (ValueError, AttributeError):
+        return []
+    if isinstance(data, dict) and isinstance(data.get("ids"), list):
+        return [str(i) for i in data["ids"]]
+    if isinstance(data, list):
+        return [str(s["song_id"]) for s in data if isinstance(s, dict) and s.get("song_id")]
+    return []
+
+
+def _relay(answer: Answer, swap: tuple[str, str] | None = None) -> Response:
+    """The upstream's answer as it came; with `swap`, the stand-in id sent for another user's (or an unknown) id
+    reads as the id asked for, so the answer is exactly the one a missing id gets."""
+    body = answer.body
+    if swap is not None:
+        body = body.replace(swap[0].encode(), json.dumps(swap[1])[1:-1].encode())
+    return Response(body, answer.status_code, headers=answer.headers)
+
+
+# -- Starlette wiring ---------------------------------------------------------------------------------
+
+
+def _refusal(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+def create_app(gateway: Gateway) -> Starlette:
+    async def guarded(request: Request, work: Callable[[str, Request], Any]) -> Response:
+        if not gateway.host_allowed(request.headers.get("host")):
+            return _refusal(403, "This host name is not served here")
+        user = await run_in_threadpool(gateway.user_of, request.headers.get("x-api-key"))
+        if user is None:
+            return _refusal(401, INVALID_KEY)
+        return await work(user, request)
+
+    def paid_route(path: str, build: Callable[[Any, Request], Any]) -> Route:
+        async def endpoint(request: Request) -> Response:
+            async def work(user: str, request: Request) -> Response:
+                idem_key = request.headers.get(IDEMPOTENCY_HEADER) or None
+                if idem_key is not None and len(idem_key) > MAX_IDEMPOTENCY_KEY:
+                    return _refusal(400, f"Idempotency-Key: at most {MAX_IDEMPOTENCY_KEY} characters")
+                raw = await request.body()
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    detail = [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
+                    return JSONResponse({"detail": detail}, status_code=422)
+                try:
+                    model, payload, params, swap = build(body, request)
+                except RequestValidationError as exc:
+                    return _validation_answer(exc)
+                return await run_in_threadpool(gateway.paid, user, path, idem_key, payload, params, model, swap)
+
+            return await guarded(request, work)
+
+        return Route(path, endpoint, methods=["POST"])
+
+    def v1_body(body: Any, request: Request) -> Any:
+        if not isinstance(body, dict):
+            raise RequestValidationError([_problem("body", "a JSON object is needed")])
+        model = build_generate_request(body, allow_unknown_models=True)
+        return model, model.to_payload(), None, None
+
+    def v2_body(body: Any, request: Request) -> Any:
+        if not isinstance(body, dict):
+            raise RequestValidationError([_problem("body", "a JSON object is needed")])
+        model = build_v2_request(body, allow_unknown_models=True)
+        return model, model.to_payload(), None, None
+
+    def lyrics_body(body: Any, request: Request) -> Any:
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        model = build_lyrics_request(prompt)  # type: ignore[arg-type]
+        return model, model.to_payload(), None, None
+
+    def song_extra(body: Any, request: Request) -> Any:
+        song_id = request.query_params.get("song_id")
+        if not song_id:
+            raise RequestValidationError([_problem("song_id", "Field required")])
+        if gateway.ledger.owned(request.scope["gateway_user"], [song_id]):
+            return {"song_id": song_id}, None, {"song_id": song_id}, None
+        stand_in = _missing_id()
+        return {"song_id": song_id}, None, {"song_id": stand_in}, (stand_in, song_id)
+
+    def read_route(path: str, handler: Callable[[str, Request], Response]) -> Route:
+        async def endpoint(request: Request) -> Response:
+            async def work(user: str, request: Request) -> Response:
+                return await run_in_threadpool(handler, user, request)
+
+            return await guarded(request, work)
+
+        return Route(path, endpoint, methods=["GET"])
+
+    def with_user(route: Route) -> Route:
+        """A route whose body builder needs the caller (the song extras check the song is theirs)."""
+        inner = route.endpoint
+
+        async def endpoint(request: Request) -> Response:
+            user = await run_in_threadpool(gateway.user_of, request.headers.get("x-api-key"))
+            request.scope["gateway_user"] = user
+            return await inner(request)
+
+        return Route(route.path, endpoint, methods=["POST"])
+
+    routes = [
+        paid_route("/v1/music/generate", v1_body),
+        paid_route("/v2/submit", v2_body),
+        paid_route("/v1/lyrics", lyrics_body),
+        *(with_user(paid_route(f"/v1/music/generate-{kind}", song_extra)) for kind in ("vibe", "wav", "mp4")),
+        read_route("/v1/music/tasks", lambda user, r: gateway.tasks(user, r.query_params.get("ids"))),
+        read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
+        read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
+    ]
+    return Starlette(routes=routes)
+
+
+def _problem(field: str, message: str) -> FieldProblem:
+    return FieldProblem(field, message)

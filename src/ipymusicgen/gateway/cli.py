@@ -1,0 +1,174 @@
+"""`python -m ipymusicgen gateway ...`: serve, and the admin commands (users, budgets, spend)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ENV_UPSTREAM_KEY = "MUSICGEN_UPSTREAM_KEY"
+DEFAULT_PORT = 8790
+
+
+def default_database() -> str:
+    """The SQLite ledger beside the journal."""
+    from ..storage.journal import default_journal_path
+
+    return str(Path(default_journal_path()).with_name("gateway.sqlite3"))
+
+
+def _credits(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"use a whole number of credits, 0 or more (got {text!r})")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"use a port from 1 to 65535 (got {text!r})")
+    return int(text)
+
+
+def add_gateway_parser(commands: Any) -> None:
+    """Add `gateway` and its subcommands to the package's command line."""
+    from ..config import DEFAULT_BASE_URL, DEFAULT_V2_BASE_URL
+
+    gateway = commands.add_parser("gateway", help="a team gateway: one upstream key, budgets, a shared ledger")
+    sub = gateway.add_subparsers(dest="gateway_command", required=True)
+
+    def with_database(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser.add_argument(
+            "--database", default=None, help="a SQLite file (default: beside the journal) or postgresql://..."
+        )
+        return parser
+
+    serve = with_database(sub.add_parser("serve", help="serve the service's API to the team's tokens"))
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--upstream", default=DEFAULT_BASE_URL, help="the service's v1 base URL")
+    serve.add_argument("--upstream-v2", default=DEFAULT_V2_BASE_URL, help="the service's v2 base URL")
+    serve.add_argument(
+        "--allow-host", action="append", default=[], metavar="NAME", help="a Host name clients use (repeatable)"
+    )
+    serve.set_defaults(run=_serve)
+
+    user = sub.add_parser("user", help="add, list, budget or revoke users")
+    users = user.add_subparsers(dest="user_command", required=True)
+    add = with_database(users.add_parser("add", help="add a user; prints their token once, on the last line"))
+    add.add_argument("name")
+    add.add_argument("--budget", type=_credits, default=None, help="credits this user may spend (default: no cap)")
+    add.set_defaults(run=_user_add)
+    with_database(users.add_parser("list", help="users, budgets and what each has spent")).set_defaults(run=_user_list)
+    budget = with_database(users.add_parser("budget", help="set a user's budget"))
+    budget.add_argument("name")
+    budget.add_argument("credits", type=_credits)
+    budget.set_defaults(run=_user_budget)
+    revoke = with_database(users.add_parser("revoke", help="revoke a user's token"))
+    revoke.add_argument("name")
+    revoke.set_defaults(run=_user_revoke)
+
+    team = sub.add_parser("team", help="the team's budget")
+    teams = team.add_subparsers(dest="team_command", required=True)
+    team_budget = with_database(teams.add_parser("budget", help="cap the team's total spend"))
+    team_budget.add_argument("credits", type=_credits)
+    team_budget.set_defaults(run=_team_budget)
+
+    spend = with_database(sub.add_parser("spend", help="calls and credits per user, day or model"))
+    spend.add_argument("--by", choices=("user", "day", "model"), default="user")
+    spend.set_defaults(run=_spend)
+
+
+def _ledger(args: argparse.Namespace) -> Any:
+    from ..storage.ledger_engines import open_ledger
+
+    return open_ledger(args.database or default_database())
+
+
+def _checked(name: str) -> str:
+    if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
+        raise SystemExit(f"error: a user name is 1 to 64 letters, digits, '.', '_' or '-' (got {name!r})")
+    return name
+
+
+def _user_add(args: argparse.Namespace) -> int:
+    from ..storage.ledger import LedgerError
+    from .tokens import new_token, token_hash
+
+    token = new_token()
+    with _ledger(args) as ledger:
+        try:
+            ledger.add_user(_checked(args.name), token_hash(token), args.budget)
+        except LedgerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    budget = "no cap" if args.budget is None else f"{args.budget} credits"
+    print(f"added {args.name} (budget: {budget}); their token, shown only this once, is on the next line:")
+    print(token)
+    return 0
+
+
+def _user_list(args: argparse.Namespace) -> int:
+    with _ledger(args) as ledger:
+        for row in ledger.users():
+            budget = "-" if row.budget is None else str(row.budget)
+            state = " revoked" if row.revoked else ""
+            print(f"{row.name}\tbudget {budget}\tspent {row.spent}{state}")
+    return 0
+
+
+def _admin(args: argparse.Namespace, action: Any, done: str) -> int:
+    from ..storage.ledger import LedgerError
+
+    with _ledger(args) as ledger:
+        try:
+            action(ledger)
+        except LedgerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    print(done)
+    return 0
+
+
+def _user_budget(args: argparse.Namespace) -> int:
+    return _admin(
+        args, lambda ledger: ledger.set_user_budget(args.name, args.credits), f"{args.name}: budget {args.credits}"
+    )
+
+
+def _user_revoke(args: argparse.Namespace) -> int:
+    return _admin(args, lambda ledger: ledger.revoke(args.name), f"{args.name}: token revoked")
+
+
+def _team_budget(args: argparse.Namespace) -> int:
+    return _admin(args, lambda ledger: ledger.set_team_budget(args.credits), f"team budget {args.credits}")
+
+
+def _spend(args: argparse.Namespace) -> int:
+    with _ledger(args) as ledger:
+        rows = ledger.spend(args.by)
+    print(f"{args.by}\tcalls\testimated\tmeasured\tunknown")
+    for row in rows:
+        measured = "-" if row.measured is None else str(row.measured)
+        print(f"{row.group}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    key = os.environ.get(ENV_UPSTREAM_KEY, "").strip()
+    if not key:
+        print(f"error: set {ENV_UPSTREAM_KEY} to the upstream key (never a flag: it would show in ps)", file=sys.stderr)
+        return 2
+    from .server import serve
+
+    serve(
+        database=args.database or default_database(),
+        host=args.host,
+        port=args.port,
+        upstream=args.upstream,
+        upstream_v2=args.upstream_v2,
+        key=key,
+        allow_hosts=args.allow_host,
+    )
+    return 0

@@ -1,0 +1,38 @@
+"""Run the gateway under uvicorn in the foreground (the `gateway serve` command)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..storage.ledger_engines import open_ledger
+from .app import Gateway, create_app
+from .upstream import Upstream
+
+
+def build(database: str, upstream: str, upstream_v2: str, key: str, host: str, allow_hosts: Iterable[str] = ()):
+    """The app and what it holds (closed by the caller)."""
+    ledger = open_ledger(database)
+    gateway = Gateway(ledger, Upstream(upstream, upstream_v2, key), host=host, allow_hosts=allow_hosts)
+    return gateway, create_app(gateway)
+
+
+def serve(
+    *, database: str, host: str, port: int, upstream: str, upstream_v2: str, key: str, allow_hosts: Iterable[str] = ()
+) -> None:
+    import uvicorn
+
+    gateway, app = build(database, upstream, upstream_v2, key, host, allow_hosts)
+    print(f"ipymusicgen gateway on http://{host}:{port} (v1 and v2), ledger: {_shown_database(database)}", flush=True)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    finally:
+        gateway.upstream.close()
+        gateway.ledger.close()
+
+
+def _shown_database(url: str) -> str:
+    """The database without its password."""
+    if "://" in url and "@" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return url

@@ -1,0 +1,22 @@
+"""User tokens: high-entropy random strings, stored only as their SHA-256, compared in constant time."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+PREFIX = "mgw_"
+
+
+def new_token() -> str:
+    """A fresh token (256 random bits): a plain hash is enough for a secret no one could guess or brute-force."""
+    return PREFIX + secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def same_hash(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())

@@ -1,0 +1,305 @@
+"""The team gateway's ledger: users, budgets, paid calls and task owners, on SQLite or PostgreSQL.
+
+One interface (`Ledger`) and one set of statements; an engine only says how to connect, how to take the
+one write lock a reservation needs (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `SELECT ... FOR UPDATE` on the
+team row) and how to create its tables. Every paid call reserves its estimate from the user's and the team's
+budget in the same transaction that claims its idempotency key, so two gateways on one database can neither
+overspend a budget nor send one key twice. `ledger_engines.open_ledger(url)` picks the engine from the URL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
+"""A call's states: sent (or being sent), answered, definitely refused (released), outcome unknown."""
+CHARGED = (PENDING, DONE, UNKNOWN)
+"""States whose credits count against a budget: a reservation is kept until the call is known refused."""
+GROUPS = {"user": "user_name", "day": "day", "model": "model"}
+
+
+class LedgerError(RuntimeError):
+    """A ledger command that cannot be carried out (an unknown user, a name taken)."""
+
+
+@dataclass(frozen=True)
+class UserRow:
+    name: str
+    budget: int | None
+    revoked: bool
+    spent: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What `reserve` decided: `new` (call_id to send), `over` (whose budget), or `repeat` (the first call)."""
+
+    kind: str
+    call_id: int | None = None
+    over: str | None = None
+    state: str | None = None
+    status_code: int | None = None
+    body: bytes | None = None
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    group: str
+    calls: int
+    estimated: int
+    measured: int | None
+    unknown: int
+
+
+_CHARGE_SUM = "COALESCE(SUM(COALESCE(measured, estimated)), 0)"
+_CHARGED_IN = "state IN ('pending', 'done', 'unknown')"
+
+
+class Ledger:
+    """Statements shared by both engines; subclasses give `_connect`, `_lock_for_reserve`, `_create_tables`."""
+
+    placeholder = "?"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._lock = threading.RLock()
+        self._conn: Any = None
+        with self._cursor() as cur:
+            self._create_tables(cur)
+
+    # -- engine hooks ---------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _begin(self, cur: Any) -> None:
+        raise NotImplementedError
+
+    def _lock_for_reserve(self, cur: Any, user: str) -> None:
+        raise NotImplementedError
+
+    def _create_tables(self, cur: Any) -> None:
+        raise NotImplementedError
+
+    def _is_stale(self, exc: BaseException) -> bool:
+        return False
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _sql(self, text: str) -> str:
+        return text if self.placeholder == "?" else text.replace("?", self.placeholder)
+
+    @contextmanager
+    def _cursor(self) -> Iterator[Any]:
+        """One transaction on this process's connection (opened again when the server dropped it)."""
+        with self._lock:
+            for attempt in (0, 1):
+                if self._conn is None:
+                    self._conn = self._connect()
+                cur = self._conn.cursor()
+                try:
+                    self._begin(cur)
+                except Exception as exc:  # a connection the server closed (a restart): one fresh try
+                    self._drop()
+                    if attempt or not self._is_stale(exc):
+                        raise
+                    continue
+                try:
+                    yield _Cursor(cur, self._sql)
+                except BaseException:
+                    try:
+                        self._conn.rollback() if self._conn is not None else None
+                    except Exception:
+                        self._drop()
+                    raise
+                else:
+                    self._conn.commit()
+                return
+
+    def _drop(self) -> None:
+        try:
+            if self._conn is not None:
+                self._conn.close()
+        except Exception:
+            pass
+        self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- users ----------------------------------------------------------------------------------------
+
+    def add_user(self, name: str, token_hash: str, budget: int | None) -> None:
+        with self._cursor() as cur:
+            if cur.one("SELECT 1 FROM users WHERE name = ?", (name,)):
+                raise LedgerError(f"there is already a user named {name!r}")
+            cur.run(
+                "INSERT INTO users (name, token_hash, budget, revoked, created_at) VALUES (?, ?, ?, 0, ?)",
+                (name, token_hash, budget, time.time()),
+            )
+
+    def users(self) -> list[UserRow]:
+        with self._cursor() as cur:
+            rows = cur.all(
+                f"SELECT u.name, u.budget, u.revoked, (SELECT {_CHARGE_SUM} FROM calls c "
+                f"WHERE c.user_name = u.name AND {_CHARGED_IN}) FROM users u ORDER BY u.name"
+            )
+        return [UserRow(r[0], r[1], bool(r[2]), int(r[3])) for r in rows]
+
+    def set_user_budget(self, name: str, budget: int | None) -> None:
+        with self._cursor() as cur:
+            if not cur.one("SELECT 1 FROM users WHERE name = ?", (name,)):
+                raise LedgerError(f"no user named {name!r}")
+            cur.run("UPDATE users SET budget = ? WHERE name = ?", (budget, name))
+
+    def revoke(self, name: str) -> None:
+        with self._cursor() as cur:
+            if not cur.one("SELECT 1 FROM users WHERE name = ?", (name,)):
+                raise LedgerError(f"no user named {name!r}")
+            cur.run("UPDATE users SET revoked = 1 WHERE name = ?", (name,))
+
+    def set_team_budget(self, budget: int | None) -> None:
+        with self._cursor() as cur:
+            cur.run("UPDATE team SET budget = ? WHERE id = 1", (budget,))
+
+    def team_budget(self) -> int | None:
+        with self._cursor() as cur:
+            row = cur.one("SELECT budget FROM team WHERE id = 1")
+        return row[0] if row else None
+
+    def user_by_token_hash(self, token_hash: str) -> tuple[str, str] | None:
+        """(name, stored hash) of the live user holding this token, or None (missing or revoked)."""
+        with self._cursor() as cur:
+            row = cur.one("SELECT name, token_hash FROM users WHERE token_hash = ? AND revoked = 0", (token_hash,))
+        return (row[0], row[1]) if row else None
+
+    def remaining(self, user: str) -> int | None:
+        """Credits the user may still spend (the smaller of their budget and the team's); None: no cap."""
+        with self._cursor() as cur:
+            return self._left(cur, user)[0]
+
+    def _left(self, cur: _Cursor, user: str) -> tuple[int | None, str | None]:
+        team = cur.one("SELECT budget FROM team WHERE id = 1")
+        mine = cur.one("SELECT budget FROM users WHERE name = ?", (user,))
+        left: list[tuple[int, str]] = []
+        if team and team[0] is not None:
+            spent = cur.one(f"SELECT {_CHARGE_SUM} FROM calls WHERE {_CHARGED_IN}")[0]
+            left.append((team[0] - int(spent), "team budget"))
+        if mine and mine[0] is not None:
+            spent = cur.one(f"SELECT {_CHARGE_SUM} FROM calls WHERE user_name = ? AND {_CHARGED_IN}", (user,))[0]
+            left.append((mine[0] - int(spent), f"{user}'s budget"))
+        if not left:
+            return None, None
+        amount, whose = min(left)
+        return max(amount, 0), whose
+
+    # -- paid calls -----------------------------------------------------------------------------------
+
+    def reserve(self, user: str, idem_key: str | None, endpoint: str, model: str | None, estimated: int) -> Reservation:
+        """Claim the idempotency key and reserve `estimated` credits, in one transaction; or say why not."""
+        with self._cursor() as cur:
+            self._lock_for_reserve(cur, user)
+            if idem_key:
+                row = cur.one(
+                    "SELECT state, status_code, body FROM calls WHERE user_name = ? AND idem_key = ?", (user, idem_key)
+                )
+                if row:
+                    body = bytes(row[2]) if row[2] is not None else None
+                    return Reservation("repeat", state=row[0], status_code=row[1], body=body)
+            left, whose = self._left(cur, user)
+            if left is not None and left < estimated:
+                return Reservation("over", over=whose)
+            now = time.time()
+            row = cur.one(
+                "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day) "
+                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
+                (user, idem_key, endpoint, model, estimated, now, time.strftime("%Y-%m-%d", time.gmtime(now))),
+            )
+            return Reservation("new", call_id=int(row[0]))
+
+    def finish(
+        self, call_id: int, state: str, status_code: int | None, body: bytes | None, measured: int | None = None
+    ) -> None:
+        """Record how a call ended: `done` (kept, settled to `measured` when known), `refused` (released), `unknown`."""
+        with self._cursor() as cur:
+            cur.run(
+                "UPDATE calls SET state = ?, status_code = ?, body = ?, measured = ? WHERE id = ?",
+                (state, status_code, body, measured, call_id),
+            )
+
+    # -- task owners ----------------------------------------------------------------------------------
+
+    def add_tasks(self, user: str, ids: list[str]) -> None:
+        with self._cursor() as cur:
+            for task_id in ids:
+                if not cur.one("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)):
+                    cur.run("INSERT INTO tasks (task_id, user_name) VALUES (?, ?)", (task_id, user))
+
+    def owned(self, user: str, ids: list[str]) -> list[str]:
+        """The ids among `ids` that belong to `user`, in their order."""
+        if not ids:
+            return []
+        with self._cursor() as cur:
+            marks = ", ".join("?" for _ in ids)
+            mine = {
+                r[0]
+                for r in cur.all(
+                    f"SELECT task_id FROM tasks WHERE user_name = ? AND task_id IN ({marks})", (user, *ids)
+                )
+            }
+        return [i for i in ids if i in mine]
+
+    # -- spend ----------------------------------------------------------------------------------------
+
+    def spend(self, by: str = "user", user: str | None = None) -> list[SpendRow]:
+        """Per group: calls, estimated credits, measured credits (None when none measured), unknown calls."""
+        column = GROUPS[by]
+        where = "WHERE user_name = ?" if user else ""
+        with self._cursor() as cur:
+            rows = cur.all(
+                f"SELECT COALESCE({column}, '-'), COUNT(*), "
+                f"COALESCE(SUM(CASE WHEN {_CHARGED_IN} THEN estimated ELSE 0 END), 0), "
+                "SUM(measured), "
+                "SUM(CASE WHEN state IN ('pending', 'unknown') THEN 1 ELSE 0 END) "
+                f"FROM calls {where} GROUP BY 1 ORDER BY 1",
+                (user,) if user else (),
+            )
+        return [SpendRow(str(r[0]), int(r[1]), int(r[2]), None if r[3] is None else int(r[3]), int(r[4])) for r in rows]
+
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call row (for tests and audits)."""
+        with self._cursor() as cur:
+            rows = cur.all("SELECT id, user_name, idem_key, endpoint, model, estimated, measured, state FROM calls")
+        names = ("id", "user", "idem_key", "endpoint", "model", "estimated", "measured", "state")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+
+class _Cursor:
+    """A cursor speaking `?` placeholders on either engine."""
+
+    def __init__(self, cur: Any, sql: Any) -> None:
+        self._cur = cur
+        self._sql = sql
+
+    def run(self, text: str, params: tuple[Any, ...] = ()) -> None:
+        self._cur.execute(self._sql(text), params)
+
+    def one(self, text: str, params: tuple[Any, ...] = ()) -> Any:
+        self._cur.execute(self._sql(text), params)
+        return self._cur.fetchone()
+
+    def all(self, text: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        self._cur.execute(self._sql(text), params)
+        return list(self._cur.fetchall())

@@ -1,0 +1,16 @@
+"""Which ledger engine a database URL names (kept apart from `ledger`, which both engines import)."""
+
+from __future__ import annotations
+
+from .ledger import Ledger
+
+
+def open_ledger(url: str) -> Ledger:
+    """`postgresql://...` (or `postgres://`): PostgreSQL; anything else: a SQLite file (`sqlite:///path` or a path)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from .ledger_postgres import PostgresLedger
+
+        return PostgresLedger(url)
+    from .ledger_sqlite import SqliteLedger
+
+    return SqliteLedger(url.removeprefix("sqlite://"))

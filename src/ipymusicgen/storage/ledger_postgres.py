@@ -1,0 +1,53 @@
+"""The ledger on PostgreSQL (psycopg 3): one ledger for many gateway processes on many machines.
+
+A reservation locks the team row (`SELECT ... FOR UPDATE`), so reservations run one at a time across every
+gateway while reads run freely. A connection the server dropped (a restart) is found by a cheap statement
+at the start of each transaction and opened again once; a statement that fails mid-transaction is an error
+for that call, never retried blindly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .ledger import Ledger
+
+CONNECT_TIMEOUT = 10
+SCHEMA_LOCK = 3131_0001
+"""Advisory lock id: two gateways starting at once do not race to create the same tables."""
+
+
+class PostgresLedger(Ledger):
+    placeholder = "%s"
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT)
+
+    def _begin(self, cur: Any) -> None:
+        cur.execute("SELECT 1")
+
+    def _is_stale(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+    def _lock_for_reserve(self, cur: Any, user: str) -> None:
+        cur.one("SELECT budget FROM team WHERE id = 1 FOR UPDATE")
+
+    def _create_tables(self, cur: Any) -> None:
+        cur.run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+        cur.run(
+            "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, "
+            "budget BIGINT, revoked INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL)"
+        )
+        cur.run("CREATE TABLE IF NOT EXISTS team (id INTEGER PRIMARY KEY, budget BIGINT)")
+        cur.run("INSERT INTO team (id, budget) VALUES (1, NULL) ON CONFLICT (id) DO NOTHING")
+        cur.run(
+            "CREATE TABLE IF NOT EXISTS calls (id BIGSERIAL PRIMARY KEY, user_name TEXT NOT NULL, "
+            "idem_key TEXT, endpoint TEXT NOT NULL, model TEXT, estimated BIGINT NOT NULL, measured BIGINT, "
+            "state TEXT NOT NULL, status_code INTEGER, body BYTEA, created_at DOUBLE PRECISION NOT NULL, "
+            "day TEXT NOT NULL, UNIQUE (user_name, idem_key))"
+        )
+        cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")

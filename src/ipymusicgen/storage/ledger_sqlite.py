@@ -1,0 +1,73 @@
+"""The ledger on a SQLite file: the embedded default, one machine (processes share it through file locks)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from .ledger import Ledger
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class SqliteLedger(Ledger):
+    """Every transaction is `BEGIN IMMEDIATE`: one writer at a time across processes, so a reservation's read
+    of what is spent and its insert cannot interleave with another's."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)  # it holds token hashes: 0600 like the journal
+            os.close(fd)
+        super().__init__(str(self.path))
+
+    def _connect(self) -> Any:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        return _AutoCommit(conn)
+
+    def _begin(self, cur: Any) -> None:
+        cur.execute("BEGIN IMMEDIATE")
+
+    def _lock_for_reserve(self, cur: Any, user: str) -> None:
+        """`BEGIN IMMEDIATE` already holds the database's write lock."""
+
+    def _create_tables(self, cur: Any) -> None:
+        cur.run(
+            "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, "
+            "budget INTEGER, revoked INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL)"
+        )
+        cur.run("CREATE TABLE IF NOT EXISTS team (id INTEGER PRIMARY KEY, budget INTEGER)")
+        cur.run("INSERT OR IGNORE INTO team (id, budget) VALUES (1, NULL)")
+        cur.run(
+            "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY AUTOINCREMENT, user_name TEXT NOT NULL, "
+            "idem_key TEXT, endpoint TEXT NOT NULL, model TEXT, estimated INTEGER NOT NULL, measured INTEGER, "
+            "state TEXT NOT NULL, status_code INTEGER, body BLOB, created_at REAL NOT NULL, day TEXT NOT NULL, "
+            "UNIQUE (user_name, idem_key))"
+        )
+        cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+
+
+class _AutoCommit:
+    """sqlite3 in autocommit mode with explicit BEGIN: commit/rollback are statements."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def cursor(self) -> sqlite3.Cursor:
+        return self._conn.cursor()
+
+    def commit(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self._conn.close()

@@ -1,0 +1,273 @@
+"""The team gateway, in-process, in front of a keyed sandbox; every behaviour on both ledgers (SQLite and a real
+PostgreSQL the tests start): auth, Host check, task privacy, budgets, idempotency, spend, and the upstream key
+never in any answer, log, row or file."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, post
+from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.errors import AuthenticationError, InsufficientCreditsError
+from ipymusicgen.models.tasks import TaskState
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
+from ipymusicgen.storage.ledger_engines import open_ledger
+
+GENERATE = {"action": "auto", "style": "lo-fi rain", "mv": "MFV3.0"}
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Sandbox]:
+    """The service the gateway fronts: a sandbox that knows only the canary key."""
+    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "gateway.sqlite3")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database()
+
+
+@pytest.fixture
+def gateway(database: str, upstream: Sandbox, clean_env: None) -> Iterator[GatewayThread]:
+    upstream.reset()
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
+        yield running
+
+
+def client_for(gateway: GatewayThread, token: str, tmp_path: Path) -> MusicClient:
+    journal = Journal(tmp_path / f"journal-{token[-6:]}.sqlite3")
+    return MusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, journal=journal, timeout=20)
+
+
+def test_a_music_client_makes_songs_end_to_end_through_the_gateway(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    token = add_user(database, "alice", budget=50)
+    with client_for(gateway, token, tmp_path) as client:
+        ids = client.generate(**GENERATE).ids
+        songs = client.wait(ids, interval=0.05, timeout=30)
+        assert [s.state for s in songs] == [TaskState.COMPLETE] * len(ids)
+        v2 = client.submit_v2(is_auto=1, prompt="sea shanty", model_version="v4.5")
+        assert v2 and all(song.id for song in v2)
+        assert client.lyrics("a song about rain").text
+        info = client.key_info()
+    assert info.key_music_counts == 50 - 3 - 2 - 1  # the user's budget less what the cost table priced
+    assert info.key_name == "alice"
+    assert upstream.request_counts().get("/v1/music/generate") == 1
+    calls = open_ledger(database).calls()
+    assert {c["endpoint"] for c in calls} == {"/v1/music/generate", "/v2/submit", "/v1/lyrics"}
+    assert all(c["idem_key"] for c in calls), "the client sends its journal attempt id as the Idempotency-Key"
+    assert {c["state"] for c in calls} == {"done"}
+
+
+@pytest.mark.parametrize("which", ["missing", "unknown", "revoked"])
+def test_a_missing_unknown_or_revoked_token_gets_the_services_auth_answer(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, which: str
+) -> None:
+    token = add_user(database, "bob")
+    if which == "revoked":
+        assert cli("user", "revoke", "bob", "--database", database)[0] == 0
+    sent = {"missing": None, "unknown": token[:-2] + "xx", "revoked": token}[which]
+    headers = {"x-api-key": sent} if sent else {}
+    for path in ("/v1/get_api_key_info", "/v1/music/tasks?ids=a"):
+        answer = httpx.get(gateway.url + path, headers=headers)
+        assert answer.status_code == 401 and answer.json() == {"detail": "Invalid or missing API key"}
+    answer = httpx.post(gateway.url + "/v1/music/generate", json=GENERATE, headers=headers)
+    assert answer.status_code == 401
+    if sent:
+        with client_for(gateway, sent, tmp_path) as client, pytest.raises(AuthenticationError):
+            client.generate(**GENERATE)
+    assert upstream.request_counts() == {}
+
+
+def test_a_forged_host_header_is_refused_before_anything_else(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "carol")
+    for host in ("evil.example", "evil.example:8790", "127.0.0.1.evil.example"):
+        answer = post(gateway.url, "/v1/music/generate", token, GENERATE, host=host)
+        assert answer.status_code == 403
+    assert post(gateway.url, "/v1/lyrics", token, {"prompt": "x"}, host=f"localhost:{gateway.port}").status_code == 200
+    assert upstream.request_counts() == {"/v1/lyrics": 1}
+
+
+def test_a_user_sees_another_users_task_exactly_as_a_missing_one(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    alice, bob = add_user(database, "alice"), add_user(database, "bob")
+    ids = post(gateway.url, "/v1/music/generate", alice, GENERATE).json()["data"]["ids"]
+    song = post(gateway.url, "/v2/submit", alice, {"is_auto": 1, "prompt": "p", "model_version": "v4.5"})
+    song_id = song.json()["data"][0]["song_id"]
+
+    def tasks(token: str, wanted: str) -> httpx.Response:
+        return httpx.get(gateway.url + "/v1/music/tasks", params={"ids": wanted}, headers={"x-api-key": token})
+
+    def query(token: str, wanted: str) -> httpx.Response:
+        return httpx.get(gateway.url + "/v2/query", params={"song_id": wanted}, headers={"x-api-key": token})
+
+    assert [t["id"] for t in tasks(alice, ",".join(ids)).json()] == ids
+    foreign, missing = tasks(bob, ",".join(ids)), tasks(bob, "no-such-task")
+    assert (foreign.status_code, foreign.json()) == (missing.status_code, missing.json()) == (200, [])
+    assert query(alice, song_id).json()["data"]
+    foreign, missing = query(bob, song_id), query(bob, "no-such-song")
+    assert foreign.status_code == missing.status_code and "No song" in foreign.json()["message"]
+    assert foreign.text.replace(song_id, "ID") == missing.text.replace("no-such-song", "ID")
+    wav = post(gateway.url, f"/v1/music/generate-wav?song_id={ids[0]}", bob, None).json()
+    assert wav["status"] != 200, "bob cannot pay for a rendering of alice's song (upstream: no such song)"
+
+
+def test_over_budget_answers_no_credits_naming_whose_budget(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    token = add_user(database, "dave", budget=4)
+    with client_for(gateway, token, tmp_path) as client:
+        client.generate(**GENERATE)  # 3 of 4
+        with pytest.raises(InsufficientCreditsError, match="dave's budget"):
+            client.generate(**GENERATE)
+        assert cli("user", "budget", "dave", "100", "--database", database)[0] == 0
+        assert cli("team", "budget", "5", "--database", database)[0] == 0
+        with pytest.raises(InsufficientCreditsError, match="team budget"):
+            client.generate(**GENERATE)
+        assert client.lyrics("one credit left in the team").text  # the cost table prices lyrics too
+        assert client.key_info().key_music_counts == 1
+    assert upstream.request_counts() == {"/v1/music/generate": 1, "/v1/lyrics": 1, "/v1/get_api_key_info": 1}
+
+
+def test_a_repeated_idempotency_key_returns_the_first_answer_and_sends_once(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "erin")
+    first = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-1"})
+    again = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-1"})
+    assert first.status_code == again.status_code == 200 and first.json() == again.json()
+    assert upstream.request_counts() == {"/v1/music/generate": 1}
+    other = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-2"})
+    assert other.json()["data"]["ids"] != first.json()["data"]["ids"]
+    assert upstream.request_counts() == {"/v1/music/generate": 2}
+
+
+def test_a_key_whose_call_is_in_flight_or_unknown_answers_may_have_been_charged(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    token = add_user(database, "fay", budget=10)
+    upstream.set_faults([{"kind": "drop", "path": "/v1/music/generate", "after": True}])
+    with client_for(gateway, token, tmp_path) as client:
+        with pytest.raises(Exception, match=r"(?i)may have"):
+            client.generate(**GENERATE)
+        (attempt,) = client.journal.attempts()
+        assert attempt.outcome == "unknown", "the client never resends a call the gateway says may be charged"
+    key = attempt.id
+    repeat = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": key})
+    assert repeat.status_code == 503 and "may have been charged" in repeat.json()["message"]
+    assert upstream.request_counts() == {"/v1/music/generate": 1}
+    code, out = cli("spend", "--by", "user", "--database", database)
+    assert code == 0 and out.splitlines()[1].split("\t") == ["fay", "1", "3", "-", "1"]
+    assert open_ledger(database).remaining("fay") == 7, "an unknown call's reservation is kept"
+
+
+def test_a_definite_refusal_releases_the_reservation(gateway: GatewayThread, database: str, upstream: Sandbox) -> None:
+    token = add_user(database, "gus", budget=3)
+    upstream.set_faults([{"kind": "rate_limit", "path": "/v1/music/generate"}])
+    refused = post(gateway.url, "/v1/music/generate", token, GENERATE)
+    assert refused.status_code == 429 and "retry-after" in refused.headers
+    assert open_ledger(database).remaining("gus") == 3
+    upstream.set_faults([{"kind": "envelope_error", "path": "/v1/music/generate"}])
+    assert post(gateway.url, "/v1/music/generate", token, GENERATE).json()["status"] == 500
+    assert open_ledger(database).remaining("gus") == 0, "an envelope 500 may have been carried out: kept"
+    assert cli("user", "budget", "gus", "6", "--database", database)[0] == 0
+    assert post(gateway.url, "/v1/music/generate", token, GENERATE).json()["status"] == 200
+
+
+def test_invalid_bodies_get_the_422_shape_and_never_go_upstream(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "hal")
+    for body in ({"action": "auto", "title": "x" * 81, "style": "s"}, {"action": "nope"}, [1], "text"):
+        answer = post(gateway.url, "/v1/music/generate", token, body)
+        assert answer.status_code == 422 and answer.json()["detail"][0]["msg"]
+    assert post(gateway.url, "/v2/submit", token, {"is_auto": 1, "prompt": ""}).status_code == 422
+    assert upstream.request_counts() == {}
+
+
+def test_spend_by_user_day_and_model_keeps_estimated_and_measured_apart(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    ivy, jon = add_user(database, "ivy"), add_user(database, "jon")
+    post(gateway.url, "/v1/music/generate", ivy, GENERATE)
+    post(gateway.url, "/v1/music/generate", jon, {**GENERATE, "mv": "MFV2.0"})
+    post(gateway.url, "/v1/lyrics", jon, {"prompt": "p"})
+    lines = {by: cli("spend", "--by", by, "--database", database)[1].splitlines() for by in ("user", "model", "day")}
+    assert lines["user"] == ["user\tcalls\testimated\tmeasured\tunknown", "ivy\t1\t3\t-\t0", "jon\t2\t3\t-\t0"]
+    assert lines["model"][1:] == ["-\t1\t1\t-\t0", "MFV2.0\t1\t2\t-\t0", "MFV3.0\t1\t3\t-\t0"]
+    assert len(lines["day"]) == 2 and lines["day"][1].endswith("\t3\t6\t-\t0")
+    _, out = cli("user", "list", "--database", database)
+    assert out.splitlines() == ["ivy\tbudget -\tspent 3", "jon\tbudget -\tspent 3"]
+
+
+def test_user_add_prints_the_token_once_alone_on_the_last_line_and_stores_only_its_hash(database: str) -> None:
+    code, out = cli("user", "add", "kim", "--budget", "7", "--database", database)
+    token = out.strip().splitlines()[-1]
+    assert code == 0 and token.startswith("mgw_") and len(token) > 40 and " " not in token
+    assert cli("user", "add", "kim", "--database", database)[0] == 2
+    assert token not in _everything_stored(database)
+
+
+def _everything_stored(database: str) -> str:
+    """Every row of every ledger table as text (and, for SQLite, the file's bytes too)."""
+    ledger = open_ledger(database)
+    try:
+        with ledger._cursor() as cur:
+            rows = [cur.all(f"SELECT * FROM {table}") for table in ("users", "team", "calls", "tasks")]
+    finally:
+        ledger.close()
+    text = repr(rows) + "".join(
+        bytes(v).decode("latin-1") for r in rows for row in r for v in row if isinstance(v, bytes | memoryview)
+    )
+    if not database.startswith("postgresql://"):
+        text += "".join(p.read_bytes().decode("latin-1") for p in Path(database).parent.glob("gateway.sqlite3*"))
+    return text
+
+
+def test_the_upstream_key_is_never_in_any_answer_log_row_or_file(
+    gateway: GatewayThread,
+    database: str,
+    upstream: Sandbox,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = add_user(database, "lee", budget=6)
+    seen: list[str] = []
+    with client_for(gateway, token, tmp_path) as client:
+        ids = client.generate(**GENERATE).ids
+        client.wait(ids, interval=0.05, timeout=30)
+        seen.append(repr(client.key_info().model_dump()))
+        with pytest.raises(InsufficientCreditsError) as refused:
+            client.generate(**GENERATE, gender="male")
+            client.generate(**GENERATE, gender="female")
+        seen.append(str(refused.value))
+    for path in ("/v1/get_api_key_info", f"/v1/music/tasks?ids={ids[0]}", "/v2/query?song_id=x"):
+        seen.append(httpx.get(gateway.url + path, headers={"x-api-key": token}).text)
+        seen.append(httpx.get(gateway.url + path, headers={"x-api-key": "wrong"}).text)
+    seen.append(post(gateway.url, "/v1/music/generate", token, {"action": "bad"}).text)
+    seen.append(post(gateway.url, "/v1/lyrics", token, {"prompt": "p"}, host="evil.example").text)
+    upstream.set_faults([{"kind": "server_error", "path": "/v1/lyrics"}])
+    seen.append(post(gateway.url, "/v1/lyrics", token, {"prompt": "p"}).text)
+    seen.append(_everything_stored(database))
+    seen += [p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()]
+    captured = capfd.readouterr()
+    seen += [captured.out, captured.err, caplog.text]
+    assert all(CANARY_KEY not in text for text in seen)
+    assert any("lee" in text for text in seen)  # the search ran over real text
