@@ -19,13 +19,13 @@ from ipymusicgen.storage.batches import BatchStore
 GENERATE = "/v1/music/generate"
 TASKS = "/v1/music/tasks"
 ROWS = 6
+pytestmark = pytest.mark.slow  # kills processes mid-run
 
 SCRIPT = """
 import json, sys
 from ipymusicgen import MusicClient
 from ipymusicgen.batch.engine import run_batch
 
-pytestmark = pytest.mark.slow  # kills processes mid-run
 client = MusicClient(max_retries=0, timeout=120)
 rows = [{"style": f"album song {n}", "mv": "MFV2.0"} for n in range(ROWS)]
 batch = run_batch(client, rows, name="album", concurrency=2, stall_timeout=600)
