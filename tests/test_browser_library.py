@@ -27,14 +27,13 @@ from playwright.sync_api import Browser, Page, expect
 
 from benchmarks._browser import run_all
 
+pytestmark = pytest.mark.slow  # a real JupyterLab in Chromium
 NOTEBOOK = "library-browser.ipynb"
 SOURCE = """\
 import ipymusicgen
 from ipymusicgen import MusicClient
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.widgets.library import LibraryView
-
-pytestmark = pytest.mark.slow  # a real JupyterLab in Chromium
 
 shared = ipymusicgen.get_client()  # the embedded sandbox (no key in this kernel)
 client = MusicClient(settings=shared.settings, journal=shared.journal, archive="songs")  # under the server root
