@@ -46,8 +46,9 @@ def serve(
 
         token, made = http_token()  # a bad MUSICGEN_MCP_TOKEN stops here, before anything starts
     session.mark_notice_shown()  # stdout is the protocol's: the one notice goes to stderr below
-    client = (workspace if workspace is not None else session.current_workspace()).client
-    desk = AgentDesk(client, budget=budget)
+    workspace = workspace if workspace is not None else session.current_workspace()
+    client = workspace.client
+    desk = AgentDesk(client, budget=budget, library_path=workspace.path)  # its songs are the workspace's
     where = "the embedded sandbox (free)" if client.settings.is_embedded_sandbox else "the real service (paid)"
     cap = "no budget" if budget is None else f"a budget of {budget} credits"
     listen = f" on http://{host}:{port}/mcp" if http else " on stdio"
