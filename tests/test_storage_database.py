@@ -257,3 +257,32 @@ def test_a_file_replaced_on_disk_is_a_new_file_with_its_own_connection(tmp_path:
             assert second._db is not first._db and second.history() == []
     finally:
         first.close()
+
+
+def test_writes_a_read_makes_on_the_side_wait_briefly_on_the_shared_connection(tmp_path: Path) -> None:
+    """Settling a dead sender's attempt is tried with a brief wait (never the journal's full one), and the
+    journal's own wait is back for what follows, though the connection is shared with the library."""
+    import sqlite3
+
+    from ipymusicgen.song_library import Library
+    from ipymusicgen.storage.journal import QUICK_BUSY_MS, Journal
+
+    path = tmp_path / "journal.sqlite3"
+    with Journal(path, busy_timeout=5) as journal, Library(path) as library:
+        journal.begin("generate", "http://127.0.0.1:9", {"style": "x"})
+        raw = sqlite3.connect(path)
+        raw.execute("UPDATE attempts SET owner_host = NULL, owner_pid = NULL")  # sent by a version before owners
+        raw.commit()
+        raw.close()
+        seen: list[str] = []
+        journal._db.set_trace_callback(seen.append)
+        try:
+            assert [a.outcome for a in journal.attempts()] == ["unknown"]
+            settle = next(i for i, s in enumerate(seen) if s.startswith("UPDATE attempts"))
+            waits = [s for s in seen[:settle] if s.startswith("PRAGMA busy_timeout")]
+            assert waits and waits[-1] == f"PRAGMA busy_timeout={QUICK_BUSY_MS}"
+            library.songs()
+            journal.history()
+            assert journal._db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        finally:
+            journal._db.set_trace_callback(None)

@@ -16,8 +16,8 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -115,18 +115,22 @@ class BatchStore:
         """Bring the schema up to date; False if the file cannot be written now (read-only, locked): it still
         opens to read, as the journal does, and the next write tries again (and says why it cannot)."""
         try:
-            migrate(self._db, self.path or "memory")
+            with self._lock:
+                migrate(self._db, self.path or "memory")
         except sqlite3.OperationalError:
             return False
         return True
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        if not self._ready:
-            migrate(self._db, self.path or "memory")  # raises what keeps the file from being written
-            self._ready = True
-        if self._shared is not None:
-            self._shared.use_timeout(busy_timeout_or_default(None))
-        return write_transaction(self._db, self._lock)
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:  # the file's connection is shared: its wait and its transaction, under its one lock
+            if not self._ready:
+                migrate(self._db, self.path or "memory")  # raises what keeps the file from being written
+                self._ready = True
+            if self._shared is not None:
+                self._shared.use_timeout(busy_timeout_or_default(None))
+            with write_transaction(self._db, self._lock) as db:
+                yield db
 
     def _record(self, statements: list[tuple[str, tuple[Any, ...]]]) -> bool:
         """Write `statements` after any deferred ones, in one transaction; if the file refuses (locked past the

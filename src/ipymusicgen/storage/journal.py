@@ -27,7 +27,7 @@ import uuid
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,6 +233,8 @@ class Journal:
     def __init__(self, path: str | Path | None = None, *, busy_timeout: float | None = None) -> None:
         self.path = Path(path) if path else default_journal_path()
         self.busy_timeout = busy_timeout = busy_timeout_or_default(busy_timeout)
+        self._waits = busy_timeout
+        """Seconds the next statement waits for another process's lock: `busy_timeout`, briefer inside `_quick`."""
         self._backlog: list[_Unwritten] = []
         self._warned_episode = False
         self._owner = Owner.current()
@@ -270,7 +272,8 @@ class Journal:
         written by a newer version is refused (`JournalVersionError`) before anything is changed.
         """
         try:
-            migrate(self._db, self.path)
+            with self._lock:
+                migrate(self._db, self.path)
         except sqlite3.Error:
             return False
         return True
@@ -287,9 +290,12 @@ class Journal:
         """Stop a statement waiting on another's lock, from any thread (at shutdown: its ids join the backlog)."""
         self._db.interrupt()
 
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        self._connection.use_timeout(self.busy_timeout)
-        return write_transaction(self._db, self._lock)
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:  # the file's connection is shared: its wait and its transaction, under its one lock
+            self._connection.use_timeout(self._waits)
+            with write_transaction(self._db, self._lock) as db:
+                yield db
 
     # -- the backlog -----------------------------------------------------------------------------------
 
@@ -484,7 +490,7 @@ class Journal:
                 with self._quick():
                     self.flush()
             try:
-                self._connection.use_timeout(self.busy_timeout)
+                self._connection.use_timeout(self._waits)
                 return self._db.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
                 if is_damage(exc):
@@ -496,12 +502,11 @@ class Journal:
     def _quick(self) -> Iterator[None]:
         """Writes a read makes on the side (the backlog, settling) try once and never wait out a lock."""
         with self._lock:
-            self._connection.use_timeout(QUICK_BUSY_MS / 1000)
+            before, self._waits = self._waits, QUICK_BUSY_MS / 1000
             try:
                 yield
             finally:
-                with suppress(sqlite3.Error):
-                    self._connection.use_timeout(self.busy_timeout)
+                self._waits = before
 
     def _entries(self, where: str, params: tuple[Any, ...], limit: int | None = None) -> list[JournalEntry]:
         sql = f"SELECT * FROM tasks WHERE {where} ORDER BY created_at DESC, id"

@@ -116,13 +116,13 @@ class LibraryStore(SongQueries):
         with damage_named(self.path):
             if self._shared is None:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-            self._shared.use_timeout(busy_timeout_or_default(self._waits))
-            if not self._ready:
-                with self.lock:
+            with self.lock:  # the file's connection is shared: its wait and its transaction, under its one lock
+                self._shared.use_timeout(busy_timeout_or_default(self._waits))
+                if not self._ready:
                     migrate(self.db, self.path)  # raises what keeps the file from being written
-                self._ready = True
-            with write_transaction(self.db, self.lock) as db:
-                yield db
+                    self._ready = True
+                with write_transaction(self.db, self.lock) as db:
+                    yield db
 
     def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         with self.lock, damage_named(self.path):
