@@ -286,3 +286,26 @@ def test_writes_a_read_makes_on_the_side_wait_briefly_on_the_shared_connection(t
             assert journal._db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
         finally:
             journal._db.set_trace_callback(None)
+
+
+def test_each_concern_of_the_database_has_the_interface_a_second_engine_implements(tmp_path: Path) -> None:
+    import inspect
+
+    from ipymusicgen.storage import interface
+    from ipymusicgen.storage.database import Database
+
+    with Database(tmp_path / "journal.sqlite3") as db:
+        concerns = {
+            interface.TaskConcern: db.journal,
+            interface.LibraryConcern: db.library,
+            interface.BatchConcern: db.batches,
+            interface.ExtrasConcern: db.extras,
+        }
+        assert db.tasks is db.attempts is db.journal and db.ratings is db.library
+        for protocol, concern in concerns.items():
+            assert isinstance(concern, protocol), protocol.__name__
+            for name, declared in vars(protocol).items():
+                if callable(declared) and not name.startswith("_"):
+                    wanted = [p for p in inspect.signature(declared).parameters if p != "self"]
+                    given = list(inspect.signature(getattr(concern, name)).parameters)
+                    assert [p for p in wanted if p not in ("extra",)] == [p for p in given if p in wanted], name

@@ -12,7 +12,8 @@ Concerns (each a query object with named methods; no SQL leaves `storage/`):
 - `db.batches`: batch rows and runs (`batches.BatchStore`);
 - `db.extras`: paid extras of a song (`extras.ExtrasStore`).
 
-A second engine (PostgreSQL) implements the same concerns with the same method names and row types.
+A second engine (PostgreSQL) implements the same concerns (`interface`: one Protocol each) with the same method
+names and row types.
 """
 
 from __future__ import annotations
