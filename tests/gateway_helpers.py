@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 
 import httpx
+from helpers import wait_until
 
 from ipymusicgen.__main__ import main
 from ipymusicgen.gateway.server import build
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.ledger_engines import open_ledger
 
 CANARY_KEY = "upstream-canary-7f3a9c1e5b"
 """The upstream key every gateway test uses: searched for in every answer, log, row and file."""
@@ -37,6 +40,24 @@ def add_user(database: str, name: str, budget: int | None = None) -> str:
     code, out = cli("user", "add", name, *extra, "--database", database)
     assert code == 0, out
     return out.strip().splitlines()[-1]
+
+
+def paid_counts(upstream: Sandbox) -> dict[str, int]:
+    """Requests the sandbox received, less the key-info reads the gateway's meter makes in the background."""
+    return {path: n for path, n in upstream.request_counts().items() if path != "/v1/get_api_key_info"}
+
+
+def settled(database: str) -> None:
+    """Wait until the gateway's meter has measured every answered call (each test sends one at a time)."""
+
+    def measured() -> bool:
+        ledger = open_ledger(database)
+        try:
+            return all(c["measured"] is not None for c in ledger.calls() if c["state"] == "done")
+        finally:
+            ledger.close()
+
+    wait_until(measured, "every answered call measured")
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, post
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
 from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
 
 from ipymusicgen.client.faces import MusicClient
@@ -58,13 +58,16 @@ def test_a_music_client_makes_songs_end_to_end_through_the_gateway(
         ids = client.generate(**GENERATE).ids
         songs = client.wait(ids, interval=0.05, timeout=30)
         assert [s.state for s in songs] == [TaskState.COMPLETE] * len(ids)
+        settled(database)
         v2 = client.submit_v2(is_auto=1, prompt="sea shanty", model_version="v4.5")
         assert v2 and all(song.id for song in v2)
+        settled(database)
         assert client.lyrics("a song about rain").text
+        settled(database)
         info = client.key_info()
-    assert info.key_music_counts == 50 - 3 - 2 - 1  # the user's budget less what the cost table priced
+    assert info.key_music_counts == 50 - 3 - 2 - 0  # the budget less what each call measured (lyrics: free here)
     assert info.key_name == "alice"
-    assert upstream.request_counts().get("/v1/music/generate") == 1
+    assert paid_counts(upstream).get("/v1/music/generate") == 1
     calls = open_ledger(database).calls()
     assert {c["endpoint"] for c in calls} == {"/v1/music/generate", "/v2/submit", "/v1/lyrics"}
     assert all(c["idem_key"] for c in calls), "the client sends its journal attempt id as the Idempotency-Key"
@@ -88,7 +91,7 @@ def test_a_missing_unknown_or_revoked_token_gets_the_services_auth_answer(
     if sent:
         with client_for(gateway, sent, tmp_path) as client, pytest.raises(AuthenticationError):
             client.generate(**GENERATE)
-    assert upstream.request_counts() == {}
+    assert paid_counts(upstream) == {}
 
 
 def test_a_forged_host_header_is_refused_before_anything_else(
@@ -99,7 +102,7 @@ def test_a_forged_host_header_is_refused_before_anything_else(
         answer = post(gateway.url, "/v1/music/generate", token, GENERATE, host=host)
         assert answer.status_code == 403
     assert post(gateway.url, "/v1/lyrics", token, {"prompt": "x"}, host=f"localhost:{gateway.port}").status_code == 200
-    assert upstream.request_counts() == {"/v1/lyrics": 1}
+    assert paid_counts(upstream) == {"/v1/lyrics": 1}
 
 
 def test_a_user_sees_another_users_task_exactly_as_a_missing_one(
@@ -133,15 +136,17 @@ def test_over_budget_answers_no_credits_naming_whose_budget(
     token = add_user(database, "dave", budget=4)
     with client_for(gateway, token, tmp_path) as client:
         client.generate(**GENERATE)  # 3 of 4
+        settled(database)
         with pytest.raises(InsufficientCreditsError, match="dave's budget"):
             client.generate(**GENERATE)
         assert cli("user", "budget", "dave", "100", "--database", database)[0] == 0
         assert cli("team", "budget", "5", "--database", database)[0] == 0
         with pytest.raises(InsufficientCreditsError, match="team budget"):
             client.generate(**GENERATE)
-        assert client.lyrics("one credit left in the team").text  # the cost table prices lyrics too
-        assert client.key_info().key_music_counts == 1
-    assert upstream.request_counts() == {"/v1/music/generate": 1, "/v1/lyrics": 1, "/v1/get_api_key_info": 1}
+        assert client.lyrics("two credits left in the team").text  # priced by the cost table: 1 reserved
+        settled(database)
+        assert client.key_info().key_music_counts == 2, "settled to what it measured: the sandbox's lyrics are free"
+    assert paid_counts(upstream) == {"/v1/music/generate": 1, "/v1/lyrics": 1}
 
 
 def test_a_repeated_idempotency_key_returns_the_first_answer_and_sends_once(
@@ -151,10 +156,10 @@ def test_a_repeated_idempotency_key_returns_the_first_answer_and_sends_once(
     first = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-1"})
     again = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-1"})
     assert first.status_code == again.status_code == 200 and first.json() == again.json()
-    assert upstream.request_counts() == {"/v1/music/generate": 1}
+    assert paid_counts(upstream) == {"/v1/music/generate": 1}
     other = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-2"})
     assert other.json()["data"]["ids"] != first.json()["data"]["ids"]
-    assert upstream.request_counts() == {"/v1/music/generate": 2}
+    assert paid_counts(upstream) == {"/v1/music/generate": 2}
 
 
 def test_a_key_whose_call_is_in_flight_or_unknown_answers_may_have_been_charged(
@@ -170,7 +175,7 @@ def test_a_key_whose_call_is_in_flight_or_unknown_answers_may_have_been_charged(
     key = attempt.id
     repeat = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": key})
     assert repeat.status_code == 503 and "may have been charged" in repeat.json()["message"]
-    assert upstream.request_counts() == {"/v1/music/generate": 1}
+    assert paid_counts(upstream) == {"/v1/music/generate": 1}
     code, out = cli("spend", "--by", "user", "--database", database)
     assert code == 0 and out.splitlines()[1].split("\t") == ["fay", "1", "3", "-", "1"]
     assert open_ledger(database).remaining("fay") == 7, "an unknown call's reservation is kept"
@@ -197,7 +202,7 @@ def test_invalid_bodies_get_the_422_shape_and_never_go_upstream(
         answer = post(gateway.url, "/v1/music/generate", token, body)
         assert answer.status_code == 422 and answer.json()["detail"][0]["msg"]
     assert post(gateway.url, "/v2/submit", token, {"is_auto": 1, "prompt": ""}).status_code == 422
-    assert upstream.request_counts() == {}
+    assert paid_counts(upstream) == {}
 
 
 def test_spend_by_user_day_and_model_keeps_estimated_and_measured_apart(
@@ -205,14 +210,17 @@ def test_spend_by_user_day_and_model_keeps_estimated_and_measured_apart(
 ) -> None:
     ivy, jon = add_user(database, "ivy"), add_user(database, "jon")
     post(gateway.url, "/v1/music/generate", ivy, GENERATE)
+    settled(database)
     post(gateway.url, "/v1/music/generate", jon, {**GENERATE, "mv": "MFV2.0"})
+    settled(database)
     post(gateway.url, "/v1/lyrics", jon, {"prompt": "p"})
+    settled(database)
     lines = {by: cli("spend", "--by", by, "--database", database)[1].splitlines() for by in ("user", "model", "day")}
-    assert lines["user"] == ["user\tcalls\testimated\tmeasured\tunknown", "ivy\t1\t3\t-\t0", "jon\t2\t3\t-\t0"]
-    assert lines["model"][1:] == ["-\t1\t1\t-\t0", "MFV2.0\t1\t2\t-\t0", "MFV3.0\t1\t3\t-\t0"]
-    assert len(lines["day"]) == 2 and lines["day"][1].endswith("\t3\t6\t-\t0")
+    assert lines["user"] == ["user\tcalls\testimated\tmeasured\tunknown", "ivy\t1\t3\t3\t0", "jon\t2\t3\t2\t0"]
+    assert lines["model"][1:] == ["-\t1\t1\t0\t0", "MFV2.0\t1\t2\t2\t0", "MFV3.0\t1\t3\t3\t0"]
+    assert len(lines["day"]) == 2 and lines["day"][1].endswith("\t3\t6\t5\t0")
     _, out = cli("user", "list", "--database", database)
-    assert out.splitlines() == ["ivy\tbudget -\tspent 3", "jon\tbudget -\tspent 3"]
+    assert out.splitlines() == ["ivy\tbudget -\tspent 3", "jon\tbudget -\tspent 2"]
 
 
 def test_user_add_prints_the_token_once_alone_on_the_last_line_and_stores_only_its_hash(database: str) -> None:
@@ -271,3 +279,28 @@ def test_the_upstream_key_is_never_in_any_answer_log_row_or_file(
     seen += [captured.out, captured.err, caplog.text]
     assert all(CANARY_KEY not in text for text in seen)
     assert any("lee" in text for text in seen)  # the search ran over real text
+
+
+def test_the_meter_settles_a_call_only_when_nothing_else_could_have_moved_the_credits(database: str) -> None:
+    ledger = open_ledger(database)
+    try:
+        ledger.add_user("max", "hash-of-max", 20)
+        ledger.meter(100)
+        first = ledger.reserve("max", "a", "/v1/music/generate", "MFV3.0", 3).call_id
+        ledger.finish(first, "done", 200, b"{}")
+        assert ledger.meter(98, first) == 2 and ledger.remaining("max") == 18  # settled to the measured 2
+        second = ledger.reserve("max", "b", "/v1/music/generate", "MFV3.0", 3).call_id
+        third = ledger.reserve("max", "c", "/v1/music/generate", "MFV3.0", 3).call_id
+        ledger.finish(second, "done", 200, b"{}")
+        assert ledger.meter(95, second) is None, "the third call was in flight: the 3 credits could be either's"
+        ledger.finish(third, "done", 200, b"{}")
+        assert ledger.meter(92, third) is None, "the reading before it was taken with a call in flight"
+        refused = ledger.reserve("max", "d", "/v1/music/generate", "MFV3.0", 3).call_id
+        ledger.finish(refused, "refused", 200, b"{}")
+        fourth = ledger.reserve("max", "e", "/v1/music/generate", "MFV3.0", 3).call_id
+        ledger.finish(fourth, "done", 200, b"{}")
+        assert ledger.meter(89, fourth) == 3, "a refused call moves nothing"
+        assert [c["measured"] for c in ledger.calls()] == [2, None, None, None, 3]
+        assert ledger.remaining("max") == 20 - 2 - 3 - 3 - 3
+    finally:
+        ledger.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayProcess, add_user, cli, post
+from gateway_helpers import CANARY_KEY, GatewayProcess, add_user, cli, paid_counts, post
 from helpers import wait_until
 from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
 
@@ -109,13 +109,13 @@ def test_two_gateways_on_one_postgresql_hold_one_team_budget_and_send_one_key_on
 
         outcomes = [o for r in _clients(RACER, lambda i: [], env, tmp_path / "race") for o in r]
         assert sorted(set(outcomes)) == ["over", "paid"] and outcomes.count("paid") == 3
-        assert upstream.request_counts() == {"/v1/music/generate": 3}
+        assert paid_counts(upstream) == {"/v1/music/generate": 3}
         assert open_ledger(database).remaining("racer") == 1
 
         assert cli("team", "budget", "100", "--database", database)[0] == 0
         upstream.set_faults([{"kind": "slow", "path": "/v1/music/generate", "seconds": 1.0}])  # all 8 overlap it
         answers = _clients(SAME_KEY, lambda i: [gateways[i % 2].url, token], lambda i: {}, tmp_path / "once")
-    assert upstream.request_counts() == {"/v1/music/generate": 4}, "one idempotency key: one upstream send"
+    assert paid_counts(upstream) == {"/v1/music/generate": 4}, "one idempotency key: one upstream send"
     paid = [body for status, body in answers if status == 200]
     doubtful = [body for status, body in answers if status == 503]
     assert len(paid) + len(doubtful) == CLIENTS and paid
@@ -147,7 +147,7 @@ def test_a_gateway_killed_mid_send_leaves_the_call_unknown_and_a_second_gateway_
 
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        wait_until(lambda: upstream.request_counts().get("/v1/music/generate") == 1, "the call to reach upstream")
+        wait_until(lambda: paid_counts(upstream).get("/v1/music/generate") == 1, "the call to reach upstream")
         os.kill(first.process.pid, signal.SIGKILL)
         first.process.wait(10)
         sender.join(30)
@@ -158,7 +158,7 @@ def test_a_gateway_killed_mid_send_leaves_the_call_unknown_and_a_second_gateway_
         assert repeat.status_code == 503 and "may have been charged" in repeat.json()["message"]
         fresh = post(second.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k2"})
         assert fresh.json()["status"] == 200, "a restarted gateway continues"
-    assert upstream.request_counts() == {"/v1/music/generate": 2}
+    assert paid_counts(upstream) == {"/v1/music/generate": 2}
     _, out = cli("spend", "--database", database)
     assert out.splitlines()[1].split("\t") == ["kim", "2", "6", "-", "1"]
     assert open_ledger(database).remaining("kim") == 4, "the killed call's reservation is kept"

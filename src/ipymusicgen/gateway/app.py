@@ -10,11 +10,14 @@ as an id that does not exist, so the answer is exactly that of a missing id.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import httpx
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -35,6 +38,7 @@ MAY_HAVE_BEEN_CHARGED = (
     "A call with this Idempotency-Key was already sent and its outcome is not known yet: it may have been "
     "charged. It was not sent again; check the task list before trying a new call."
 )
+log = logging.getLogger(__name__)
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -104,17 +108,7 @@ class Gateway:
     def key_info(self, user: str) -> Response:
         """The caller's remaining credits, never the upstream account's key, e-mail, member id or key name."""
         left = self.ledger.remaining(user)
-        upstream_left: int | None = None
-        answer = self.upstream.read("/v1/get_api_key_info")
-        if answer.status_code == 200:
-            try:
-                data = json.loads(answer.body)
-                record = data.get("data", data) if isinstance(data, dict) else {}
-                counts = record.get("key_music_counts") if isinstance(record, dict) else None
-                upstream_left = int(counts) if isinstance(counts, int | float) else None
-            except (ValueError, TypeError):
-                upstream_left = None
-        known = [n for n in (left, upstream_left) if n is not None]
+        known = [n for n in (left, self.upstream_counts()) if n is not None]
         record = {
             "x_api_key": None,
             "key_status": 1,
@@ -124,6 +118,33 @@ class Gateway:
             "key_name": user,
         }
         return JSONResponse(envelope(record))
+
+    def upstream_counts(self) -> int | None:
+        """Credits left on the upstream key (None when it cannot be read); each reading also feeds the meter."""
+        counts = self._read_counts()
+        if counts is not None:
+            self.ledger.meter(counts)
+        return counts
+
+    def measure(self, call_id: int) -> None:
+        """After a paid call is answered: read the upstream's credits and settle the call to what it cost, when
+        nothing else could have moved them (runs after the answer is sent, so it costs the caller no time)."""
+        try:
+            counts = self._read_counts()
+            if counts is not None:
+                self.ledger.meter(counts, call_id)
+        except Exception:  # a missed measurement leaves the estimate standing; the caller has its answer
+            log.warning("could not measure the cost of call %s", call_id)
+
+    def _read_counts(self) -> int | None:
+        try:
+            answer = self.upstream.read("/v1/get_api_key_info")
+            data = json.loads(answer.body) if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        record = data.get("data", data) if isinstance(data, dict) else None
+        counts = record.get("key_music_counts") if isinstance(record, dict) else None
+        return counts if isinstance(counts, int) and not isinstance(counts, bool) else None
 
     # -- paid calls -----------------------------------------------------------------------------------
 
@@ -160,7 +181,10 @@ class Gateway:
         if state == DONE:
             self.ledger.add_tasks(user, _created_ids(answer.body))
         self.ledger.finish(call_id, state, answer.status_code, answer.body)
-        return _relay(answer, swap)
+        response = _relay(answer, swap)
+        if state == DONE:
+            response.background = BackgroundTask(self.measure, call_id)
+        return response
 
 
 def _envelope_status(body: bytes) -> int | None:

@@ -13,6 +13,7 @@ def build(database: str, upstream: str, upstream_v2: str, key: str, host: str, a
     """The app and what it holds (closed by the caller)."""
     ledger = open_ledger(database)
     gateway = Gateway(ledger, Upstream(upstream, upstream_v2, key), host=host, allow_hosts=allow_hosts)
+    gateway.upstream_counts()  # the meter's first reading: the next paid call can be measured against it
     return gateway, create_app(gateway)
 
 

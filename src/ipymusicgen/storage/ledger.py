@@ -21,6 +21,9 @@ PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
 CHARGED = (PENDING, DONE, UNKNOWN)
 """States whose credits count against a budget: a reservation is kept until the call is known refused."""
 GROUPS = {"user": "user_name", "day": "day", "model": "model"}
+IN_FLIGHT_WINDOW = 600.0
+"""Seconds a pending or unknown call may still move the upstream's credits (a killed gateway's call stays pending
+for ever; after this long its charge, if any, has landed, and measuring resumes)."""
 
 
 class LedgerError(RuntimeError):
@@ -229,15 +232,40 @@ class Ledger:
             )
             return Reservation("new", call_id=int(row[0]))
 
-    def finish(
-        self, call_id: int, state: str, status_code: int | None, body: bytes | None, measured: int | None = None
-    ) -> None:
-        """Record how a call ended: `done` (kept, settled to `measured` when known), `refused` (released), `unknown`."""
+    def finish(self, call_id: int, state: str, status_code: int | None, body: bytes | None) -> None:
+        """Record how a call ended: `done` (kept; `meter` settles it), `refused` (released), `unknown` (kept)."""
         with self._cursor() as cur:
             cur.run(
-                "UPDATE calls SET state = ?, status_code = ?, body = ?, measured = ? WHERE id = ?",
-                (state, status_code, body, measured, call_id),
+                "UPDATE calls SET state = ?, status_code = ?, body = ? WHERE id = ?",
+                (state, status_code, body, call_id),
             )
+
+    def meter(self, counts: int, call_id: int | None = None) -> int | None:
+        """Record the upstream's credits left, read just now; return `call_id`'s measured cost when unambiguous.
+
+        Unambiguous: the last reading was taken with nothing in flight, the only call not refused since then
+        is `call_id`, and nothing is in flight now (pending or unknown within `IN_FLIGHT_WINDOW`). Then the
+        difference is that call's cost, and it settles to it. A reading taken while a call is in flight is no
+        baseline for the next one.
+        """
+        with self._cursor() as cur:
+            self._lock_for_reserve(cur, "")
+            last = cur.one("SELECT counts, last_call FROM meter WHERE id = 1")
+            top = int(cur.one("SELECT COALESCE(MAX(id), 0) FROM calls")[0])
+            recent = time.time() - IN_FLIGHT_WINDOW
+            in_flight = int(
+                cur.one(
+                    "SELECT COUNT(*) FROM calls WHERE state IN ('pending', 'unknown') AND created_at > ?", (recent,)
+                )[0]
+            )
+            measured = None
+            if call_id is not None and last and last[0] is not None and not in_flight:
+                since = [r[0] for r in cur.all("SELECT id FROM calls WHERE id > ? AND state <> 'refused'", (last[1],))]
+                if since == [call_id] and last[0] >= counts:
+                    measured = int(last[0]) - counts
+                    cur.run("UPDATE calls SET measured = ? WHERE id = ? AND state = 'done'", (measured, call_id))
+            cur.run("UPDATE meter SET counts = ?, last_call = ? WHERE id = 1", (None if in_flight else counts, top))
+        return measured
 
     # -- task owners ----------------------------------------------------------------------------------
 

@@ -51,3 +51,5 @@ class PostgresLedger(Ledger):
             "day TEXT NOT NULL, UNIQUE (user_name, idem_key))"
         )
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+        cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts BIGINT, last_call BIGINT)")
+        cur.run("INSERT INTO meter (id) VALUES (1) ON CONFLICT (id) DO NOTHING")

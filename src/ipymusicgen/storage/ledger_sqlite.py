@@ -50,6 +50,8 @@ class SqliteLedger(Ledger):
             "UNIQUE (user_name, idem_key))"
         )
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+        cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts INTEGER, last_call INTEGER)")
+        cur.run("INSERT OR IGNORE INTO meter (id) VALUES (1)")
 
 
 class _AutoCommit:
