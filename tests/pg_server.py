@@ -66,12 +66,21 @@ class PostgresServer:
 
     def start(self) -> PostgresServer:
         self.run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=200"
-        self.run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
+        self.resume()
         return self
 
+    def resume(self) -> None:
+        """Start the server on its data folder (its output to a log file: a pipe would keep `run` waiting)."""
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=200"
+        self.run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
+
+    def halt(self) -> None:
+        """Stop the server, disconnecting every client (as a crash or a restart does)."""
+        self.run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
     def restart(self) -> None:
-        self.run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "restart")
+        self.halt()
+        self.resume()
 
     def stop(self) -> None:
         self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)

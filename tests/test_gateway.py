@@ -304,3 +304,27 @@ def test_the_meter_settles_a_call_only_when_nothing_else_could_have_moved_the_cr
         assert ledger.remaining("max") == 20 - 2 - 3 - 3 - 3
     finally:
         ledger.close()
+
+
+def test_after_postgresql_restarts_the_first_call_succeeds_and_nothing_is_lost_or_doubled(
+    upstream: Sandbox, clean_env: None, request: pytest.FixtureRequest
+) -> None:
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    database = server.new_database()
+    upstream.reset()
+    token = add_user(database, "pat", budget=20)
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as gateway:
+        first = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "r1"})
+        server.restart()  # the gateway's connection is now a dead one
+        second = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "r2"})
+        assert second.status_code == 200 and second.json()["status"] == 200
+        repeat = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "r1"})
+        assert repeat.json() == first.json()
+        server.halt()
+        try:
+            down = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "r3"})
+            assert down.status_code == 503 and "may have been charged" in down.json()["message"]
+        finally:
+            server.resume()
+    assert paid_counts(upstream) == {"/v1/music/generate": 2}, "nothing sent while the ledger was down"
+    assert [c["idem_key"] for c in open_ledger(database).calls()] == ["r1", "r2"]

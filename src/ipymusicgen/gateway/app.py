@@ -323,7 +323,19 @@ def create_app(gateway: Gateway) -> Starlette:
         read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
         read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
     ]
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, exception_handlers={Exception: _failed})
+
+
+UNFINISHED = (
+    "The gateway could not finish this request (its ledger or the upstream service failed). A paid call may "
+    "have been charged: check the task list before trying again."
+)
+
+
+async def _failed(request: Request, exc: Exception) -> Response:
+    """A ledger or upstream failure: a clear 503 (a read is asked again; a paid call is recorded as unknown)."""
+    log.warning("request failed: %s", type(exc).__name__)
+    return JSONResponse(envelope(None, 503, UNFINISHED), status_code=503)
 
 
 def _problem(field: str, message: str) -> FieldProblem:
