@@ -178,9 +178,8 @@ class Gateway:
             self.ledger.finish(call_id, UNKNOWN, None, None)
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
         state = _outcome(answer)
-        if state == DONE:
-            self.ledger.add_tasks(user, _created_ids(answer.body))
-        self.ledger.finish(call_id, state, answer.status_code, answer.body)
+        created = _created_ids(answer.body) if state == DONE else []
+        self.ledger.finish(call_id, state, answer.status_code, answer.body, created)
         response = _relay(answer, swap)
         if state == DONE:
             response.background = BackgroundTask(self.measure, call_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,8 +70,10 @@ class Ledger:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._lock = threading.RLock()
-        self._conn: Any = None
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []
+        """Connections not in use: each transaction takes one (or opens one) and gives it back, so the
+        gateway's threads do not queue behind one connection."""
         with self._cursor() as cur:
             self._create_tables(cur)
 
@@ -80,7 +82,7 @@ class Ledger:
     def _connect(self) -> Any:
         raise NotImplementedError
 
-    def _begin(self, cur: Any) -> None:
+    def _begin(self, cur: Any, write: bool) -> None:
         raise NotImplementedError
 
     def _lock_for_reserve(self, cur: Any, user: str) -> None:
@@ -98,43 +100,48 @@ class Ledger:
         return text if self.placeholder == "?" else text.replace("?", self.placeholder)
 
     @contextmanager
-    def _cursor(self) -> Iterator[Any]:
-        """One transaction on this process's connection (opened again when the server dropped it)."""
-        with self._lock:
-            for attempt in (0, 1):
-                if self._conn is None:
-                    self._conn = self._connect()
-                cur = self._conn.cursor()
-                try:
-                    self._begin(cur)
-                except Exception as exc:  # a connection the server closed (a restart): one fresh try
-                    self._drop()
-                    if attempt or not self._is_stale(exc):
-                        raise
-                    continue
-                try:
-                    yield _Cursor(cur, self._sql)
-                except BaseException:
-                    try:
-                        self._conn.rollback() if self._conn is not None else None
-                    except Exception:
-                        self._drop()
+    def _cursor(self, write: bool = True) -> Iterator[Any]:
+        """One transaction on an idle connection (a dead one, after a server restart, is opened again once)."""
+        for attempt in (0, 1):
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self._connect()
+            cur = conn.cursor()
+            try:
+                self._begin(cur, write)
+            except Exception as exc:  # a connection the server closed (a restart): one fresh try
+                _close_quietly(conn)
+                if attempt or not self._is_stale(exc):
                     raise
-                else:
-                    self._conn.commit()
-                return
+                with self._lock:  # its idle siblings are as dead: open new ones
+                    stale, self._idle = self._idle, []
+                for old in stale:
+                    _close_quietly(old)
+                continue
+            try:
+                yield _Cursor(cur, self._sql)
+                conn.commit()
+            except BaseException:
+                try:
+                    conn.rollback()
+                except Exception:
+                    _close_quietly(conn)
+                    raise
+                self._give_back(conn)
+                raise
+            self._give_back(conn)
+            return
 
-    def _drop(self) -> None:
-        try:
-            if self._conn is not None:
-                self._conn.close()
-        except Exception:
-            pass
-        self._conn = None
+    def _give_back(self, conn: Any) -> None:
+        with self._lock:
+            self._idle.append(conn)
 
     def close(self) -> None:
         with self._lock:
-            self._drop()
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close_quietly(conn)
 
     def __enter__(self) -> Ledger:
         return self
@@ -154,7 +161,7 @@ class Ledger:
             )
 
     def users(self) -> list[UserRow]:
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             rows = cur.all(
                 f"SELECT u.name, u.budget, u.revoked, (SELECT {_CHARGE_SUM} FROM calls c "
                 f"WHERE c.user_name = u.name AND {_CHARGED_IN}) FROM users u ORDER BY u.name"
@@ -178,19 +185,19 @@ class Ledger:
             cur.run("UPDATE team SET budget = ? WHERE id = 1", (budget,))
 
     def team_budget(self) -> int | None:
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             row = cur.one("SELECT budget FROM team WHERE id = 1")
         return row[0] if row else None
 
     def user_by_token_hash(self, token_hash: str) -> tuple[str, str] | None:
         """(name, stored hash) of the live user holding this token, or None (missing or revoked)."""
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             row = cur.one("SELECT name, token_hash FROM users WHERE token_hash = ? AND revoked = 0", (token_hash,))
         return (row[0], row[1]) if row else None
 
     def remaining(self, user: str) -> int | None:
         """Credits the user may still spend (the smaller of their budget and the team's); None: no cap."""
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             return self._left(cur, user)[0]
 
     def _left(self, cur: _Cursor, user: str) -> tuple[int | None, str | None]:
@@ -232,13 +239,19 @@ class Ledger:
             )
             return Reservation("new", call_id=int(row[0]))
 
-    def finish(self, call_id: int, state: str, status_code: int | None, body: bytes | None) -> None:
-        """Record how a call ended: `done` (kept; `meter` settles it), `refused` (released), `unknown` (kept)."""
+    def finish(
+        self, call_id: int, state: str, status_code: int | None, body: bytes | None, task_ids: list[str] = ()
+    ) -> None:
+        """Record how a call ended: `done` (kept; `meter` settles it), `refused` (released), `unknown` (kept);
+        the tasks it created belong to its user (in the same transaction)."""
         with self._cursor() as cur:
             cur.run(
                 "UPDATE calls SET state = ?, status_code = ?, body = ? WHERE id = ?",
                 (state, status_code, body, call_id),
             )
+            if task_ids:
+                user = cur.one("SELECT user_name FROM calls WHERE id = ?", (call_id,))[0]
+                self._own(cur, user, task_ids)
 
     def meter(self, counts: int, call_id: int | None = None) -> int | None:
         """Record the upstream's credits left, read just now; return `call_id`'s measured cost when unambiguous.
@@ -271,15 +284,18 @@ class Ledger:
 
     def add_tasks(self, user: str, ids: list[str]) -> None:
         with self._cursor() as cur:
-            for task_id in ids:
-                if not cur.one("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)):
-                    cur.run("INSERT INTO tasks (task_id, user_name) VALUES (?, ?)", (task_id, user))
+            self._own(cur, user, ids)
+
+    def _own(self, cur: _Cursor, user: str, ids: list[str]) -> None:
+        for task_id in ids:
+            if not cur.one("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)):
+                cur.run("INSERT INTO tasks (task_id, user_name) VALUES (?, ?)", (task_id, user))
 
     def owned(self, user: str, ids: list[str]) -> list[str]:
         """The ids among `ids` that belong to `user`, in their order."""
         if not ids:
             return []
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             marks = ", ".join("?" for _ in ids)
             mine = {
                 r[0]
@@ -295,7 +311,7 @@ class Ledger:
         """Per group: calls, estimated credits, measured credits (None when none measured), unknown calls."""
         column = GROUPS[by]
         where = "WHERE user_name = ?" if user else ""
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             rows = cur.all(
                 f"SELECT COALESCE({column}, '-'), COUNT(*), "
                 f"COALESCE(SUM(CASE WHEN {_CHARGED_IN} THEN estimated ELSE 0 END), 0), "
@@ -308,10 +324,15 @@ class Ledger:
 
     def calls(self) -> list[dict[str, Any]]:
         """Every call row (for tests and audits)."""
-        with self._cursor() as cur:
+        with self._cursor(write=False) as cur:
             rows = cur.all("SELECT id, user_name, idem_key, endpoint, model, estimated, measured, state FROM calls")
         names = ("id", "user", "idem_key", "endpoint", "model", "estimated", "measured", "state")
         return [dict(zip(names, r, strict=True)) for r in rows]
+
+
+def _close_quietly(conn: Any) -> None:
+    with suppress(Exception):
+        conn.close()
 
 
 class _Cursor:

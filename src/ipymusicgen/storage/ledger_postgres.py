@@ -25,7 +25,7 @@ class PostgresLedger(Ledger):
 
         return psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT)
 
-    def _begin(self, cur: Any) -> None:
+    def _begin(self, cur: Any, write: bool) -> None:
         cur.execute("SELECT 1")
 
     def _is_stale(self, exc: BaseException) -> bool:

@@ -13,8 +13,8 @@ BUSY_TIMEOUT_MS = 30_000
 
 
 class SqliteLedger(Ledger):
-    """Every transaction is `BEGIN IMMEDIATE`: one writer at a time across processes, so a reservation's read
-    of what is spent and its insert cannot interleave with another's."""
+    """Every writing transaction is `BEGIN IMMEDIATE`: one writer at a time across processes, so a reservation's
+    read of what is spent and its insert cannot interleave with another's. Reads run beside it (WAL)."""
 
     def __init__(self, path: str) -> None:
         self.path = Path(path).expanduser()
@@ -30,8 +30,8 @@ class SqliteLedger(Ledger):
         conn.execute("PRAGMA journal_mode = WAL")
         return _AutoCommit(conn)
 
-    def _begin(self, cur: Any) -> None:
-        cur.execute("BEGIN IMMEDIATE")
+    def _begin(self, cur: Any, write: bool) -> None:
+        cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
     def _lock_for_reserve(self, cur: Any, user: str) -> None:
         """`BEGIN IMMEDIATE` already holds the database's write lock."""
