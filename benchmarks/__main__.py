@@ -35,6 +35,7 @@ TITLES = {
     13: "agent server: get_songs round trip vs the same client.tasks call direct",
     14: "audio analysis: speed (x real time) and peak memory",
     15: "prompt grid: wall vs the same rows as a batch, view redraw cost",
+    16: "team gateway: task query and paid create vs straight to the upstream, 200 concurrent queries",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -67,6 +68,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_analysis import run
     elif number == 15:
         from .bench_grid import run
+    elif number == 16:
+        from .bench_gateway import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)

@@ -41,9 +41,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     return json.loads(target.read_text()), done.stdout
 
 
-FIGURES = [1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15]
+FIGURES = [1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16]
 """1-7 the foundation's, 10 batches (issue 14), 11 the library (issue 15), 12 the front end in a browser (issue 16),
-13 the agent server (issue 21), 14 audio analysis and 15 prompt grids (issue 22)."""
+13 the agent server (issue 21), 14 audio analysis and 15 prompt grids (issue 22), 16 the team gateway (issue 31)."""
 
 
 def test_quick_run_reports_every_figure(quick_run: tuple[dict, str]) -> None:
@@ -74,7 +74,7 @@ def test_every_row_is_a_number_with_a_verdict(quick_run: tuple[dict, str]) -> No
 def test_figures_that_have_targets_report_pass_or_miss(quick_run: tuple[dict, str]) -> None:
     document, _ = quick_run
     judged = {int(n) for n, f in document["figures"].items() if any(r["passed"] is not None for r in f["rows"])}
-    assert judged == {1, 2, 3, 4, 5, 7, 10, 11, 12, 14, 15}  # 6 and 13 are reported only
+    assert judged == {1, 2, 3, 4, 5, 7, 10, 11, 12, 14, 15, 16}  # 6 and 13 are reported only
     watcher = document["figures"]["5"]["rows"]
     queries = [r for r in watcher if "queries per polling round" in r["name"]]
     assert [r["baseline"] for r in queries] == [1, 1]  # 10 and 100 ids fit one query
