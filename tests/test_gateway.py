@@ -328,3 +328,21 @@ def test_after_postgresql_restarts_the_first_call_succeeds_and_nothing_is_lost_o
             server.resume()
     assert paid_counts(upstream) == {"/v1/music/generate": 2}, "nothing sent while the ledger was down"
     assert [c["idem_key"] for c in open_ledger(database).calls()] == ["r1", "r2"]
+
+
+@pytest.mark.parametrize("fault", ["rate_limit", "server_error"])
+def test_reads_upstream_are_asked_again_under_the_one_retry_policy_and_paid_calls_never(
+    gateway: GatewayThread, database: str, upstream: Sandbox, fault: str
+) -> None:
+    waits: list[float] = []
+    gateway.gateway.upstream.sleep = waits.append  # the policy's waits, on a fake clock
+    token = add_user(database, "rex")
+    ids = post(gateway.url, "/v1/music/generate", token, GENERATE).json()["data"]["ids"]
+    upstream.set_faults([{"kind": fault, "path": "/v1/music/tasks", "count": 2}])
+    answer = httpx.get(gateway.url + "/v1/music/tasks", params={"ids": ",".join(ids)}, headers={"x-api-key": token})
+    assert answer.status_code == 200 and [t["id"] for t in answer.json()] == ids
+    assert paid_counts(upstream)["/v1/music/tasks"] == 3 and len(waits) == 2
+    assert waits[0] == 1.0 if fault == "rate_limit" else 0 < waits[0] <= 0.5  # Retry-After honoured, else backoff
+    upstream.set_faults([{"kind": fault, "path": "/v1/music/generate"}])
+    again = post(gateway.url, "/v1/music/generate", token, GENERATE)
+    assert again.status_code in (429, 500) and paid_counts(upstream)["/v1/music/generate"] == 2

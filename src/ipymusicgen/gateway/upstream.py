@@ -39,7 +39,8 @@ class Upstream:
         self.base_url = base_url.rstrip("/")
         self.v2_base_url = v2_base_url.rstrip("/")
         self._key = key
-        self._sleep = sleep
+        self.sleep = sleep
+        """How the retry policy's waits are waited (tests pass a fake clock)."""
         self._http = httpx.Client(transport=bounded_transport(), timeout=TIMEOUT, follow_redirects=False)
 
     def close(self) -> None:
@@ -64,11 +65,11 @@ class Upstream:
             except httpx.HTTPError:
                 if attempt >= READ_RETRIES:
                     raise
-                self._sleep(backoff_delay(attempt))
+                self.sleep(backoff_delay(attempt))
                 attempt += 1
                 continue
             if response.status_code in RETRYABLE_STATUS and attempt < READ_RETRIES:
-                self._sleep(backoff_delay(attempt, response))
+                self.sleep(backoff_delay(attempt, response))
                 attempt += 1
                 continue
             return self._answer(response)
