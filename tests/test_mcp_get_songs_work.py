@@ -13,6 +13,7 @@ import anyio
 import pytest
 from mcp.client import Client
 
+import ipymusicgen.archive.archiver as archiver_module
 import ipymusicgen.lab.analyst as analyst
 from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
@@ -101,3 +102,72 @@ def test_a_new_process_over_the_same_journal_measures_nothing_again(
         settle(second, tmp_path)
     assert all(s["archived_path"] for a in answers for s in a["songs"])
     assert len(measured) == 2
+
+
+@pytest.fixture
+def archived_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Every song the archive worker is given to keep (a song kept already costs lookups and an announcement)."""
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
+    calls: list[str] = []
+    real = archiver_module.archive_song
+
+    def counting(downloader: Any, store: Any, directory: Path, task_id: str) -> Path:
+        calls.append(task_id)
+        return real(downloader, store, directory, task_id)
+
+    monkeypatch.setattr(archiver_module, "archive_song", counting)
+    return calls
+
+
+def drained(client: MusicClient) -> None:
+    archiver = archiver_module.archiver_of(client)
+    assert archiver is not None and archiver.join(60)
+
+
+def test_repeated_get_songs_hand_kept_songs_to_the_archive_once(
+    sandbox: Sandbox, tmp_path: Path, archived_calls: list[str]
+) -> None:
+    with client_for(sandbox, tmp_path) as client:
+        ids = list(client.generate(action="auto", style="kept once").ids)
+        client.wait(ids, timeout=60, archived=True)
+        drained(client)
+        before = len(archived_calls)
+        answers = get_songs(AgentDesk(client), ids, 6)
+        drained(client)
+    assert all(s["state"] == "ready" and s["archived_path"] for a in answers for s in a["songs"])
+    assert len(archived_calls) - before <= len(ids)  # the first call's records at most, never every call's
+
+
+def test_a_listening_view_still_hears_of_a_kept_song_when_it_is_polled_again(
+    sandbox: Sandbox, tmp_path: Path, archived_calls: list[str]
+) -> None:
+    heard: list[str] = []
+
+    def listener(task_id: str, path: Path | None, peaks: Any, error: str | None) -> None:
+        heard.append(task_id)
+
+    with client_for(sandbox, tmp_path) as client:
+        ids = list(client.generate(action="auto", style="heard again").ids)
+        client.wait(ids, timeout=60, archived=True)
+        get_songs(AgentDesk(client), ids, 2)
+        drained(client)
+        archiver_module.add_archive_listener(listener)  # a watcher opened on old songs: its cards need the word
+        get_songs(AgentDesk(client), ids, 1)
+        drained(client)
+    assert sorted(set(heard)) == sorted(ids)
+
+
+def test_a_kept_song_whose_file_was_removed_is_archived_again_on_the_next_poll(
+    sandbox: Sandbox, tmp_path: Path, archived_calls: list[str]
+) -> None:
+    with client_for(sandbox, tmp_path) as client:
+        ids = list(client.generate(action="auto", style="removed file").ids)
+        client.wait(ids, timeout=60, archived=True)
+        get_songs(AgentDesk(client), ids, 2)
+        drained(client)
+        gone = get_songs(AgentDesk(client), ids[:1], 1)[0]["songs"][0]["archived_path"]
+        Path(gone).unlink()
+        answer = get_songs(AgentDesk(client), ids[:1], 1)[0]
+        drained(client)
+        assert Path(gone).is_file()  # kept again
+    assert answer["songs"][0]["state"] == "ready"

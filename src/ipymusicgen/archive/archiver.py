@@ -51,6 +51,8 @@ TITLE_CHARS, TITLE_BYTES = 100, 200
 """A title's share of a file name, so " [<id>].mp3" always fits after it (downloads.safe_filename bounds)."""
 IDLE_SECONDS = 2.0
 """The worker exits (closing its connections) after this long with nothing to do; the next record restarts it."""
+HANDED_MAX = 10_000
+"""How many songs' last records an archiver remembers to know a poll's record as one it handled already."""
 
 
 @dataclass
@@ -360,6 +362,8 @@ class Archiver:
         self._retried = False
         self.errors: dict[str, str] = {}
         self.archived: dict[str, Path] = {}
+        self._handed: dict[str, Any] = {}
+        """The last record handed over for each song (oldest first, at most `HANDED_MAX`): see `_news`."""
         self._closed = False
         self._stopping = threading.Event()
         _live_archivers.add(self)
@@ -400,7 +404,7 @@ class Archiver:
     # -- what the polling thread calls (cheap) -------------------------------------------------------
 
     def __call__(self, records: Iterable[Any]) -> None:
-        records = list(records)
+        records = self._news(records)
         if not records or self.journal_path is None:
             return
         if not self._retried:
@@ -408,6 +412,25 @@ class Archiver:
             self._queue.put(("retry", None))
         self._queue.put(("records", records))
         self._ensure_worker()
+
+    def _news(self, records: Iterable[Any]) -> list[Any]:
+        """The records with something to do: not the same record again of a song this archiver has kept (its file
+        still there) while no view listens for the archive's word. An agent's every `get_songs` polls afresh, so
+        each finished song arrives on every call; re-indexing it, looking it up and re-reading its peaks only to
+        announce it to no one was most of that call's cost."""
+        records = list(records)
+        with self._lock:
+            fresh = records if _listening() else [r for r in records if not self._handled_before(r)]
+            for record in records:
+                self._handed.pop(record.id, None)
+                self._handed[record.id] = record
+            while len(self._handed) > HANDED_MAX:
+                del self._handed[next(iter(self._handed))]
+        return fresh
+
+    def _handled_before(self, record: Any) -> bool:
+        kept = self.archived.get(record.id)
+        return kept is not None and self._handed.get(record.id) == record and kept.is_file()
 
     def retry(self) -> None:
         """Archive complete songs that are not yet (never tried, or failed before)."""
@@ -586,6 +609,12 @@ def archive_label(path: Path | None, error: str | None) -> str:
     if path is not None:
         return f"archived: {path.name}" + (f" ({error[:160]})" if error else "")
     return f"not archived yet ({(error or 'unknown error')[:160]}); retried on the next resume or library open"
+
+
+def _listening() -> bool:
+    """Whether any view listens for the archive's word (a watcher's card, the library view)."""
+    with _listeners_lock:
+        return any(ref() is not None for ref in _listeners)
 
 
 def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
