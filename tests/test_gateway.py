@@ -30,7 +30,7 @@ def upstream() -> Iterator[Sandbox]:
         yield server
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server process
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "gateway.sqlite3")
@@ -229,6 +229,8 @@ def test_user_add_prints_the_token_once_alone_on_the_last_line_and_stores_only_i
     assert code == 0 and token.startswith("mgw_") and len(token) > 40 and " " not in token
     assert cli("user", "add", "kim", "--database", database)[0] == 2
     assert token not in _everything_stored(database)
+    if not database.startswith("postgresql://"):
+        assert Path(database).stat().st_mode & 0o777 == 0o600, "token hashes: the file is its owner's alone"
 
 
 def _everything_stored(database: str) -> str:
@@ -306,6 +308,7 @@ def test_the_meter_settles_a_call_only_when_nothing_else_could_have_moved_the_cr
         ledger.close()
 
 
+@pytest.mark.slow  # stops and starts the PostgreSQL server
 def test_after_postgresql_restarts_the_first_call_succeeds_and_nothing_is_lost_or_doubled(
     upstream: Sandbox, clean_env: None, request: pytest.FixtureRequest
 ) -> None:
