@@ -303,6 +303,23 @@ def archive_time_left(client: Any, timeout: float | None, started: float) -> flo
     return max(0.0, total - (time.monotonic() - started))
 
 
+def archive_notes(client: Any, records: list[Any], timeout: float | None, started: float) -> list[str]:
+    """After a `--wait` (magics, the CLI): wait, within what `timeout` leaves, for the complete songs' archive when
+    the client archives, so `waveform(id)` / `analyze(id)` find them next; one line per song whose archive failed
+    or is not there yet (never an error: the songs themselves are finished and handed back)."""
+    found = client.wiring.wait_archived(client, records, archive_time_left(client, timeout, started))
+    if found is None:  # this client archives nothing: nothing to wait for
+        return []
+    total = client.settings.wait_timeout if timeout is None else timeout
+    notes = []
+    for task_id, outcome in found.items():
+        if outcome is None:
+            notes.append(f"Song {task_id} not archived within the wait's timeout ({total:g} s); still being archived.")
+        elif isinstance(outcome, str):
+            notes.append(f"Song {task_id} was not archived: {outcome}")
+    return notes
+
+
 def archive_outcome(found: Mapping[str, Any] | None, timeout: float | None) -> None:
     """`wait(archived=True)`'s end: refused when the client archives nothing, a timeout for songs not yet tried."""
     if found is None:

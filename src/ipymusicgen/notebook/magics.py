@@ -24,6 +24,7 @@ from IPython.display import display
 from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
 from .. import session
+from ..client.waiting import archive_notes
 from ..errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
 from ..models.tasks import TaskState
 from ..safe_html import public_address
@@ -316,10 +317,13 @@ class MusicGen(Magics):
         if not args.wait:
             return immediate
         timeout = args.timeout if args.timeout is not None else client.settings.wait_timeout
+        started = time.monotonic()
         records = list(watcher.wait(timeout)) if watcher is not None else client.wait([*ids, *songs], timeout=timeout)
         failed = [r for r in records if r.state is TaskState.FAILED]
         for record in failed:
             print(f"Task {one_line_text(record.id)} failed: {one_line_text(record.fail_reason) or 'no reason given'}")
+        for note in archive_notes(client, records, timeout, started):  # so waveform(id) in the next cell finds it
+            print(one_line_text(note))
         return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
     def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song], request: Any) -> TaskWatcher:
