@@ -98,3 +98,28 @@ def test_a_failed_archive_is_said(ip: InteractiveShell, monkeypatch: pytest.Monk
         songs = ip.run_line_magic("musicgen", "--wait --timeout 60 a tune with nowhere to go")
     assert [s.state for s in songs] == [TaskState.COMPLETE] * 2
     assert "disk full" in out.stdout
+
+
+def test_generate_on_the_command_line_returns_with_the_songs_archived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipymusicgen.__main__ import main
+    from ipymusicgen.app import Workspace
+    from ipymusicgen.config import Settings
+    from ipymusicgen.song_library import Library
+
+    _slow_archive(monkeypatch, 1.5)
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
+    with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={"cli-key": 100}) as service:
+        settings = Settings.from_env().with_changes(
+            api_key="cli-key", base_url=service.base_url, v2_base_url=service.v2_base_url, poll_interval=0.05
+        )
+        workspace = Workspace(settings, journal_path=tmp_path / "journal.sqlite3")
+        try:
+            assert main(["generate", "rain", "--interval", "0.05"], workspace=workspace) == 0
+            with Library(workspace.path) as opened:  # no waiting here: generate waited for the archive
+                ids = [song.id for song in opened.songs()]
+                assert len(ids) == 2 and all(opened.archived_path(i) is not None for i in ids)
+        finally:
+            workspace.close()
+    assert "archived" not in capsys.readouterr().out  # nothing failed, nothing to say

@@ -14,11 +14,13 @@ import shlex
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from . import session
 from .app import Workspace
+from .client.waiting import archive_notes
 from .errors import MusicGenError
 from .models.tasks import TaskState
 from .safe_html import public_address
@@ -62,7 +64,10 @@ def _generate(args: argparse.Namespace) -> int:
         fields["instrumental"] = 1
     result = client.generate(**fields)
     print(f"submitted: {_shown(', '.join(result.ids))} (recorded in {workspace.journal.path})")
+    started = time.monotonic()
     songs = client.wait(result.ids, interval=args.interval, on_update=_print_updates)
+    for note in archive_notes(client, songs, None, started):  # the archive lands a moment after: waited for
+        print(_shown(note))
     for song in songs:
         if song.state is TaskState.COMPLETE and args.download:
             print(f"saved {client.download(song, args.download)}")
