@@ -135,7 +135,8 @@ def sandbox() -> Iterator[Sandbox]:
 
 def test_a_poll_of_finished_songs_through_the_client_writes_nothing(sandbox: Sandbox, journal_path: Path) -> None:
     journal = Journal(journal_path)
-    with sandbox.client(api_key="real-looking-key", journal=journal) as client:
+    # no archive: its thread writes the library on the journal's shared connection whenever a song lands
+    with sandbox.client(api_key="real-looking-key", journal=journal, archive=False) as client:
         ids = client.generate(action="auto", style="lo-fi").ids
         client.wait(ids, timeout=WAIT, interval=0.02)
         client.tasks(ids)  # the last answer with anything new
@@ -269,7 +270,8 @@ def test_a_spill_file_another_user_left_beside_the_journal_is_not_taken(journal_
 
 def test_a_v2_query_of_a_finished_song_writes_nothing(sandbox: Sandbox, journal_path: Path) -> None:
     journal = Journal(journal_path)
-    with sandbox.client(api_key="real-looking-key", journal=journal) as client:
+    # no archive: its thread writes the library on the journal's shared connection whenever a song lands
+    with sandbox.client(api_key="real-looking-key", journal=journal, archive=False) as client:
         songs = client.submit_v2(is_auto=1, model_version="v4.5", prompt="a quiet one")
         client.wait([s.id for s in songs], timeout=WAIT, interval=0.02)
         client.query_v2(songs[0].id)  # the last answer with anything new
