@@ -123,3 +123,13 @@ def test_generate_on_the_command_line_returns_with_the_songs_archived(
         finally:
             workspace.close()
     assert "archived" not in capsys.readouterr().out  # nothing failed, nothing to say
+
+
+def test_the_batch_magic_waits_for_the_archive_too(ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch) -> None:
+    _slow_archive(monkeypatch, 1.5)
+    result = ip.run_cell("%%musicgen_batch --name drawn --no-watch --wait -o made\n--style folk a song to draw\n")
+    assert result.success, result.error_in_exec
+    made = ip.user_ns.pop("made")
+    assert [r.state for r in made.rows] == ["complete"]
+    result = ip.run_cell(f"import ipymusicgen\npeaks = [ipymusicgen.waveform(i) for i in {made.ids!r}]")
+    assert result.success, result.error_in_exec

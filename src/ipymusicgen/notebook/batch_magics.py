@@ -8,6 +8,7 @@ again, with the budget). The batch runs in the background; its progress view sho
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +18,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .. import session
+from ..client.waiting import archive_notes
 from ..errors import MusicGenError, one_line
 from .args import unregister_magics
 from .batch_lines import parse_grid, parse_lines, rows_from_variable
+from .display import text as one_line_text
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -205,6 +208,9 @@ class BatchMagics(Magics):
         if args.wait:
             batch.wait()
             print(batch.progress_line(), flush=True)
+            if batch.client is not None:  # and their archive (bounded), so waveform(id) in the next cell finds it
+                for note in archive_notes(batch.client, batch.records, None, time.monotonic()):
+                    print(one_line_text(note), flush=True)
 
 
 def _watcher(client: Any) -> Any:
