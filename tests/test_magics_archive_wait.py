@@ -116,7 +116,13 @@ def test_generate_on_the_command_line_returns_with_the_songs_archived(
         )
         workspace = Workspace(settings, journal_path=tmp_path / "journal.sqlite3")
         try:
-            assert main(["generate", "rain", "--interval", "0.05"], workspace=workspace) == 0
+            assert (
+                main(
+                    ["generate", "rain", "--interval", "0.05", "--download", str(tmp_path / "songs")],
+                    workspace=workspace,
+                )
+                == 0
+            )
             with Library(workspace.path) as opened:  # no waiting here: generate waited for the archive
                 ids = [song.id for song in opened.songs()]
                 assert len(ids) == 2 and all(opened.archived_path(i) is not None for i in ids)
