@@ -15,6 +15,7 @@ from mcp.client import Client
 
 import ipymusicgen.archive.archiver as archiver_module
 import ipymusicgen.lab.analyst as analyst
+import ipymusicgen.song_library as song_library
 from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
@@ -171,3 +172,20 @@ def test_a_kept_song_whose_file_was_removed_is_archived_again_on_the_next_poll(
         drained(client)
         assert Path(gone).is_file()  # kept again
     assert answer["songs"][0]["state"] == "ready"
+
+
+def test_get_songs_views_decode_no_waveform(
+    sandbox: Sandbox, tmp_path: Path, archived_calls: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent is shown no peaks: a view reads the song's row, never decodes its waveform."""
+    with client_for(sandbox, tmp_path) as client:
+        ids = list(client.generate(action="auto", style="no peaks").ids)
+        client.wait(ids, timeout=60, archived=True)
+        drained(client)
+        decoded: list[object] = []
+        real = song_library.unpack_peaks
+        monkeypatch.setattr(song_library, "unpack_peaks", lambda blob: decoded.append(blob) or real(blob))
+        answer = get_songs(AgentDesk(client), ids, 1)[0]
+    assert [s["id"] for s in answer["songs"]] == ids
+    assert all(s["archived_path"] and s["title"] and s["duration_s"] and "model" in s for s in answer["songs"])
+    assert decoded == []

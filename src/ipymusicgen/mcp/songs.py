@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..models.tasks import SONG_STATES
@@ -37,13 +38,41 @@ def stage(state: str) -> int:
     return min(SONG_STATES.index(state), 3)
 
 
-def song_view(record: Any, task_id: str, library: Library | None, *, song: LibrarySong | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StoredSong:
+    """What a view shows of a library song: its row's words, without the waveform (`Library.song` decodes the
+    peaks, which no agent is shown: most of a `get_songs` view's cost)."""
+
+    state: str
+    title: str | None
+    audio_url: str | None
+    duration_s: float | None
+    lyrics: str | None
+    fail_reason: str | None
+    archive_path: str | None
+    model: str | None
+    favourite: bool
+    style: str | None
+
+
+def stored_song(library: Library, task_id: str) -> StoredSong | None:
+    """The library's song of this id (one row, no waveform decoded), or None when the library has none."""
+    row = library.store.song(task_id)
+    if row is None:
+        return None
+    return StoredSong(
+        state=row["state"], title=row["title"], audio_url=row["audio_url"], duration_s=row["duration_s"],
+        lyrics=row["lyrics"], fail_reason=row["fail_reason"], archive_path=row["archive_path"], model=row["model"],
+        favourite=bool(row["favourite"]), style=row["style"],
+    )  # fmt: skip
+
+
+def song_view(
+    record: Any, task_id: str, library: Library | None, *, song: LibrarySong | StoredSong | None = None
+) -> dict[str, Any]:
     """One song: id, title, state, audio URL (http(s) only), duration, lyrics, archived path, and more."""
     if song is None and library is not None:
-        try:
-            song = library.song(task_id)
-        except KeyError:
-            song = None
+        song = stored_song(library, task_id)
     if record is not None:
         state = state_of(record)
         title, audio, duration = record.title, record.audio_url, record.duration_seconds
