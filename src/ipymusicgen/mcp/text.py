@@ -9,6 +9,7 @@ terminal escape sequences (ANSI CSI/OSC) and control and format characters; lyri
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -34,14 +35,31 @@ def quoted(text: object, limit: int = 80) -> str:
     return '"' + "".join(_escape(ch) for ch in cut) + ('…"' if len(raw) > limit else '"')
 
 
+_NOT_ASCII_SHOWN = re.compile(r"[^ -~]")
+"""A character that may hide (anything but printable ASCII): only these are looked at one by one."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _shown(ch: str) -> str:
+    """A character as kept: hidden ones dropped, a line break or tab (when not kept) a space."""
+    if unicodedata.category(ch) not in HIDDEN:
+        return ch
+    return " " if ch in "\r\n\t" else ""
+
+
+def _shown_line(match: re.Match[str]) -> str:
+    ch = match.group()
+    return ch if ch in "\n\t" else _shown(ch)
+
+
+def _shown_flat(match: re.Match[str]) -> str:
+    return _shown(match.group())
+
+
 def service_text(text: object, *, lines: bool = False) -> str:
     """A service's text without terminal escapes, control or format characters; line breaks kept if `lines`."""
     plain = str(text)
     if plain.isprintable() or (lines and plain.replace("\n", "").replace("\t", "").isprintable()):
         return plain  # the common case, checked in C: nothing hidden (a space other than " " takes the long way)
-    plain = _TERMINAL.sub("", plain)
-    kept = "\n\t" if lines else ""
-    return "".join(
-        ch if ch in kept or unicodedata.category(ch) not in HIDDEN else ("" if ch not in "\r\n\t" else " ")
-        for ch in plain.replace("\r\n", "\n")
-    )
+    plain = _TERMINAL.sub("", plain).replace("\r\n", "\n")
+    return _NOT_ASCII_SHOWN.sub(_shown_line if lines else _shown_flat, plain)  # one pass; ASCII text stays in C
