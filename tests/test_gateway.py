@@ -13,6 +13,7 @@ import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
 from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
 
+from ipymusicgen.batch.rows import BatchBudgetError
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import AuthenticationError, InsufficientCreditsError
 from ipymusicgen.models.tasks import TaskState
@@ -39,7 +40,11 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def gateway(database: str, upstream: Sandbox, clean_env: None) -> Iterator[GatewayThread]:
+def gateway(
+    database: str, upstream: Sandbox, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GatewayThread]:
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")  # the sandbox behind it answers at once
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
     upstream.reset()
     with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
         yield running
@@ -58,6 +63,7 @@ def test_a_music_client_makes_songs_end_to_end_through_the_gateway(
         ids = client.generate(**GENERATE).ids
         songs = client.wait(ids, interval=0.05, timeout=30)
         assert [s.state for s in songs] == [TaskState.COMPLETE] * len(ids)
+        assert client.download(songs[0], tmp_path / "songs").stat().st_size > 1000  # files come from the service
         settled(database)
         v2 = client.submit_v2(is_auto=1, prompt="sea shanty", model_version="v4.5")
         assert v2 and all(song.id for song in v2)
@@ -73,6 +79,19 @@ def test_a_music_client_makes_songs_end_to_end_through_the_gateway(
     assert {c["endpoint"] for c in calls} == {"/v1/music/generate", "/v2/submit", "/v1/lyrics"}
     assert {c["idem_key"] for c in calls} == attempt_ids, "the client sends its journal attempt id as Idempotency-Key"
     assert {c["state"] for c in calls} == {"done"}
+
+
+def test_a_batch_through_the_gateway_sees_the_users_own_credits_left(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    token = add_user(database, "bea", budget=6)
+    rows = [{"style": f"row {i}", "mv": "MFV2.0"} for i in range(4)]  # 4 x 2 credits: more than bea has
+    with client_for(gateway, token, tmp_path) as client:
+        with pytest.raises(BatchBudgetError, match="6 left; nothing was sent"):
+            client.batch(rows, name="too big")
+        batch = client.batch(rows[:3], name="team batch", concurrency=2, stall_timeout=60)
+    assert batch.counts()["complete"] == 3
+    assert paid_counts(upstream)["/v1/music/generate"] == 3
 
 
 @pytest.mark.parametrize("which", ["missing", "unknown", "revoked"])
