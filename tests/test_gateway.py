@@ -369,3 +369,11 @@ def test_reads_upstream_are_asked_again_under_the_one_retry_policy_and_paid_call
     upstream.set_faults([{"kind": fault, "path": "/v1/music/generate"}])
     again = post(gateway.url, "/v1/music/generate", token, GENERATE)
     assert again.status_code in (429, 500) and paid_counts(upstream)["/v1/music/generate"] == 2
+
+
+def test_an_unreachable_ledger_is_one_error_line_without_the_password(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = cli("user", "list", "--database", "postgresql://admin:s3cret-pw@127.0.0.1:1/ledger")
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert err.startswith("error: could not open the ledger at postgresql://***@127.0.0.1:1/ledger")
+    assert "s3cret-pw" not in err and len(err.strip().splitlines()) == 1

@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import MusicGenError
+from .database_url import shown_database
+
 ENV_UPSTREAM_KEY = "MUSICGEN_UPSTREAM_KEY"
 DEFAULT_PORT = 8790
 
@@ -80,10 +83,21 @@ def add_gateway_parser(commands: Any) -> None:
     spend.set_defaults(run=_spend)
 
 
+class LedgerUnavailableError(MusicGenError):
+    """The ledger database cannot be opened (a server down, a folder not writable)."""
+
+
 def _ledger(args: argparse.Namespace) -> Any:
     from ..storage.ledger_engines import open_ledger
 
-    return open_ledger(args.database or default_database())
+    database = args.database or default_database()
+    try:
+        return open_ledger(database)
+    except Exception as exc:  # psycopg's and sqlite3's errors name the host or file, never a password
+        reason = str(exc).replace(database, shown_database(database)).strip().splitlines()
+        raise LedgerUnavailableError(
+            f"could not open the ledger at {shown_database(database)}: {reason[0] if reason else type(exc).__name__}"
+        ) from None
 
 
 def _checked(name: str) -> str:

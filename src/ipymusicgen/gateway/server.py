@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ..storage.ledger_engines import open_ledger
 from .app import Gateway, create_app
+from .database_url import shown_database
 from .upstream import Upstream
 
 
@@ -23,17 +24,9 @@ def serve(
     import uvicorn
 
     gateway, app = build(database, upstream, upstream_v2, key, host, allow_hosts)
-    print(f"ipymusicgen gateway on http://{host}:{port} (v1 and v2), ledger: {_shown_database(database)}", flush=True)
+    print(f"ipymusicgen gateway on http://{host}:{port} (v1 and v2), ledger: {shown_database(database)}", flush=True)
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     finally:
         gateway.upstream.close()
         gateway.ledger.close()
-
-
-def _shown_database(url: str) -> str:
-    """The database without its password."""
-    if "://" in url and "@" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
-    return url
