@@ -1,5 +1,5 @@
-"""The README's JupyterHub service config for the team gateway, loaded by JupyterHub's own config loader and
-checked against the gateway's own command line."""
+"""The JupyterHub service config for the team gateway in docs/team-gateway.md (the README links it), loaded by
+JupyterHub's own config loader and checked against the gateway's own command line."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GATEWAY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "team-gateway.md"
 
 
 def hub_config(tmp_path: Path) -> Path:
-    section = README.read_text(encoding="utf-8").split("## A team gateway", 1)[1].split("\n## ", 1)[0]
+    section = GATEWAY_PAGE.read_text(encoding="utf-8")
     found = re.search(r"\*\*As a JupyterHub service\*\*.*?```python\n(.*?)\n```", section, re.S)
-    assert found, "no JupyterHub config in the README's team gateway section"
+    assert found, "no JupyterHub config in docs/team-gateway.md"
     path = tmp_path / "jupyterhub_config.py"
     path.write_text(found.group(1), encoding="utf-8")
     return path

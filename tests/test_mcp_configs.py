@@ -1,6 +1,6 @@
-"""The agent-host configs the README documents: Jupyter AI's by Jupyter AI's own model, and every one by
-starting the server exactly as it says and calling a tool through the SDK's client (over HTTP, with the
-token passed the way the config passes it)."""
+"""The agent-host configs docs/agents.md documents (the README links it): Jupyter AI's by Jupyter AI's own
+model, and every one by starting the server exactly as it says and calling a tool through the SDK's client (over
+HTTP, with the token passed the way the config passes it)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+AGENTS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "agents.md"
 HOSTS = ("Jupyter AI", "Claude Desktop", "VS Code")
 HTTP_HOSTS = ("Jupyter AI over HTTP", "VS Code over HTTP")
 TOKEN = "t-readme-config-token-0123456789"
@@ -30,10 +30,10 @@ PLACEHOLDERS = ("your-token", "${input:musicgen-mcp-token}")
 
 
 def readme_config(host: str) -> dict[str, Any]:
-    """The JSON block right after the README's bold `**host**` line in "Use it from an agent"."""
-    section = README.read_text(encoding="utf-8").split("## Use it from an agent", 1)[1].split("\n## ", 1)[0]
+    """The JSON block right after the bold `**host**` line of docs/agents.md ("Use it from an agent")."""
+    section = AGENTS_PAGE.read_text(encoding="utf-8")
     found = re.search(rf"\*\*{re.escape(host)}\*\*[^\n]*\n+```json\n(.*?)\n```", section, re.S)
-    assert found, f"no config for {host} in the README"
+    assert found, f"no config for {host} in docs/agents.md"
     return json.loads(found.group(1))
 
 
