@@ -202,11 +202,29 @@ def test_a_stall_fails_a_row_but_slow_progress_does_not(
     engine_clock.advance(11)  # and the songs do not move: a stall
     stalled.wait(timeout=20)
     assert stalled.rows[0].state == "failed" and "no song changed state for 10 s" in (stalled.rows[0].error or "")
+    assert stalled.rows[0].stalled and not row.stalled  # a field, recorded in the store, never read from the error
+    assert store.rows(stalled.name)[0].stalled
     again = run_batch(client, rows(1, "stuck"), stall_timeout=10, wait=False, store=store, clock=engine_clock)
     wait_until(lambda: again.rows[0].state == "submitted", "the stalled row followed again, not resent")
     clock.stages(2)
     again.wait(timeout=20)
     assert again.rows[0].state == "complete" and creates(sandbox) == 2
+
+
+def test_a_failed_row_whose_error_reads_like_a_stall_is_not_followed_again(
+    client: MusicClient, sandbox: Sandbox, clock: ManualClock, store: BatchStore
+) -> None:
+    """Only a row the engine found stalled is followed again on a re-run; a service's reason that happens to start
+    "timed out" is an ordinary failure (its songs are only read once, for `.records`)."""
+    first = run_batch(client, rows(1, "done"), store=store, name="told", wait=False)
+    wait_until(lambda: first.rows[0].state == "submitted", "the row sent")
+    first.stop()
+    ids = first.rows[0].ids
+    clock.stages(2)
+    first.wait(timeout=20)
+    store.set_state("told", 0, "failed", ids=ids, error="timed out: the service gave up on it")
+    again = run_batch(client, rows(1, "done"), store=store, name="told")
+    assert again.rows[0].state == "failed" and not again.rows[0].stalled and creates(sandbox) == 1
 
 
 def test_stop_starts_no_more_rows_and_follows_the_sent_ones(

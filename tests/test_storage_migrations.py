@@ -148,3 +148,27 @@ def test_an_old_world_readable_journal_is_made_private(old_journal: Path) -> Non
     old_journal.chmod(0o644)
     Journal(old_journal).close()
     assert stat.S_IMODE(old_journal.stat().st_mode) == 0o600
+
+
+def test_a_row_an_older_release_failed_as_stalled_is_marked_stalled_once(tmp_path: Path) -> None:
+    """Before step 12 a stalled row was known only by its error's first words; the step reads them once, so a re-run
+    still follows that row's songs, and an ordinary failure stays one."""
+    path = tmp_path / "journal.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    for number, step in enumerate(migrations.MIGRATIONS[:11], start=1):
+        step(db)
+        db.execute(f"PRAGMA user_version = {number}")
+    for index, (state, error) in enumerate(
+        [("failed", "timed out: no song changed state for 900 s"), ("failed", "the service refused it")]
+    ):
+        db.execute(
+            "INSERT INTO batch_rows (batch, row_index, request_hash, request, state, ids, error, updated_at)"
+            " VALUES ('old', ?, 'h', '{}', ?, '[\"a\"]', ?, 0)",
+            (index, state, error),
+        )
+    db.close()
+    store = BatchStore(path)
+    try:
+        assert [r.stalled for r in store.rows("old").values()] == [True, False]
+    finally:
+        store.close()

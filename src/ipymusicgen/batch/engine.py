@@ -74,11 +74,10 @@ RATE_LIMITED = "not sent (rate limited)"
 _RATE_LIMIT_STREAKS: dict[str, int] = {}
 """429s in a row per key (a fingerprint, never the key): every batch on one key backs off together."""
 BACKFILL_ROUNDS = 3
+"""Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
 MAX_CONCURRENCY = 1000
 MAX_SENDING_THREADS = 32
 """Creates sent at once by the sync face; more rows in flight just wait their turn to be sent."""
-STALLED = "timed out"
-"""Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
 _ACTIVE: set[tuple[int, str, int]] = set()
 """(store, batch name, row) whose create a batch in this process is sending right now."""
 
@@ -151,6 +150,7 @@ class _Engine:
             saved = stored[row.index]
             row.ids = list(saved.ids)
             row.error = saved.error
+            row.stalled = saved.stalled
             row.cost = saved.cost or 0 if saved.state not in ("pending", "rejected", "skipped") else 0
             state = saved.state
             if state == "sending":
@@ -167,7 +167,7 @@ class _Engine:
                 row.state = "pending"
                 row.error = None if state != "unknown" else row.error
                 self.queue.append(row)
-            elif state == "submitted" or (state == "failed" and row.ids and (row.error or "").startswith(STALLED)):
+            elif state == "submitted" or (state == "failed" and row.ids and row.stalled):
                 self.watch(row, row.ids)  # a stalled row is followed again: its songs may have moved since
                 row.error = None
             else:
@@ -183,7 +183,7 @@ class _Engine:
         return list(self.queue)
 
     def watch(self, row: BatchRow, ids: list[str]) -> None:
-        row.state = "submitted"
+        row.state, row.stalled = "submitted", False
         row.ids = list(ids)
         row.started_at = row.started_at or self.clock()
         row.last_change = self.clock()
@@ -220,7 +220,7 @@ class _Engine:
             except StorageUnavailableError as exc:  # locked by another kernel, full: not sent, a re-run sends it
                 row.state, row.error = "failed", f"not sent: the batch's row could not be recorded ({exc})"
                 row.finished_at = now
-                self.batch._changed()
+                self.batch.changed()
                 continue
             if not claimed:  # another run took it since this one loaded: followed from the store like the others
                 self.sent_elsewhere(row, "by another run of this batch")
@@ -293,8 +293,8 @@ class _Engine:
         seeded = []
         if not hasattr(result, "ids"):  # v2: the submit answer seeds the set, so its title and lyrics outlive
             seeded = self.tasks.add_records(result)  # the v2 query's blanks (the real service answers title "")
-        self.batch._changed()  # first the row's ids (a watcher makes their cards), then what is known of them
-        self.batch._records_changed(seeded)
+        self.batch.changed()  # first the row's ids (a watcher makes their cards), then what is known of them
+        self.batch.records_changed(seeded)
 
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
         self.sending.discard(row.index)
@@ -314,7 +314,7 @@ class _Engine:
                 row.state, row.finished_at = "failed", now
                 row.error = f"{RATE_LIMITED}: the service answered 429 {streak} times in a row; a re-run sends it"
                 self.store.set_state(self.name, row.index, "rejected", error=row.error)
-                self.batch._changed()
+                self.batch.changed()
                 return
             self.store.set_state(self.name, row.index, "pending")
             row.state = "pending"
@@ -329,7 +329,7 @@ class _Engine:
             self.store.set_state(self.name, row.index, "rejected", error=row.error)
             if isinstance(exc, InsufficientCreditsError | AuthenticationError):
                 self.stop_reason = f"not started: {type(exc).__name__} on row {row.index + 1}"
-        self.batch._changed()
+        self.batch.changed()
 
     # -- following -----------------------------------------------------------------------------------
 
@@ -341,7 +341,7 @@ class _Engine:
         now = self.clock()
         touched = self._follow_elsewhere(now)
         changed = list(changed)
-        self.batch._records_changed(changed)
+        self.batch.records_changed(changed)
         for record in changed:
             row = self.by_id.get(record.id)
             if row is not None:
@@ -366,13 +366,13 @@ class _Engine:
                 self.store.set_state(self.name, row.index, row.state, error=row.error)
                 touched.add(row.index)
             elif row.last_change is not None and now - row.last_change > self.stall_timeout:
-                row.state = "failed"
-                row.error = f"{STALLED}: no song changed state for {self.stall_timeout:g} s"
+                row.state, row.stalled = "failed", True
+                row.error = f"timed out: no song changed state for {self.stall_timeout:g} s"
                 row.finished_at = now
-                self.store.set_state(self.name, row.index, "failed", error=row.error)
+                self.store.set_state(self.name, row.index, "failed", error=row.error, stalled=True)
                 touched.add(row.index)
         if touched:
-            self.batch._changed()
+            self.batch.changed()
 
     @property
     def finished(self) -> bool:
@@ -413,9 +413,7 @@ class _Engine:
         if counts_after is not None:
             self.batch.counts_after = counts_after
         self.store.finish_run(self.batch.run_id, counts_after, self.batch.calls)
-        self.batch.finished_at = time.monotonic()
-        self.batch._done.set()
-        self.batch._changed()
+        self.batch.mark_done()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -565,7 +563,7 @@ def run_batch(
     _check_budget(batch, engine, counts_left)
 
     wake = _Wake()
-    batch._wakers.append(wake.set)
+    batch.add_waker(wake.set)
 
     def drive() -> None:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
@@ -610,8 +608,7 @@ def run_batch(
         if batch.error is not None:
             raise batch.error
     else:
-        batch._thread = threading.Thread(target=drive, name=f"ipymusicgen-batch-{batch.name}", daemon=True)
-        batch._thread.start()
+        batch.run_in_thread(drive)
     return batch
 
 
@@ -650,7 +647,7 @@ async def run_batch_async(
 
     woken = asyncio.Event()
     loop = asyncio.get_running_loop()
-    batch._wakers.append(lambda: loop.call_soon_threadsafe(woken.set))
+    batch.add_waker(lambda: loop.call_soon_threadsafe(woken.set))
 
     async def drive() -> Batch:
         pending: dict[asyncio.Task[Any], BatchRow] = {}
@@ -700,5 +697,5 @@ async def run_batch_async(
 
     if wait:
         return await drive()
-    batch._task = asyncio.ensure_future(drive())
+    batch.run_as_task(drive())
     return batch

@@ -1,6 +1,7 @@
 """`Batch`: what a user holds while a batch runs and after: its rows, their states, its spend and its progress.
 
-Partial success is reported, not raised; the engine (`engine`) changes it, views follow it through listeners.
+Partial success is reported, not raised; the engine (`batch/engine.py`) changes it through the public methods
+under "what the engine tells the batch", views follow it through listeners.
 """
 
 from __future__ import annotations
@@ -94,17 +95,42 @@ class Batch:
         (and a v2 row's submit answer), on the batch's thread: a watcher shows them without polling again."""
         self._record_listeners.append(callback)
 
-    def _changed(self) -> None:
+    # -- what the engine tells the batch (`batch/engine.py` calls these; a user has no need to) ----------
+
+    def changed(self) -> None:
+        """Tell the listeners a row changed (on the batch's thread); a view's bug never stops paid work."""
         for callback in list(self._listeners):
             with contextlib.suppress(Exception):  # a view's bug must not stop paid work
                 callback(self)
 
-    def _records_changed(self, records: list[Any]) -> None:
+    def records_changed(self, records: list[Any]) -> None:
+        """Hand the record listeners the song records a polling round (or a v2 submit) changed."""
         if not records:
             return
         for callback in list(self._record_listeners):
             with contextlib.suppress(Exception):  # a view's bug must not stop paid work
                 callback(records)
+
+    def add_waker(self, wake: Callable[[], Any]) -> None:
+        """`wake()` is called by `stop()`, so whatever the batch rests on ends at once."""
+        self._wakers.append(wake)
+
+    def run_in_thread(self, drive: Callable[[], None]) -> None:
+        """Run the batch (`wait=False` on the sync face) in a daemon thread."""
+        self._thread = threading.Thread(target=drive, name=f"ipymusicgen-batch-{self.name}", daemon=True)
+        self._thread.start()
+
+    def run_as_task(self, drive: Any) -> None:
+        """Run the batch (`wait=False` on the async face) as an asyncio task; `await batch` waits for it."""
+        import asyncio
+
+        self._task = asyncio.ensure_future(drive)
+
+    def mark_done(self) -> None:
+        """The run is over (its counts after read, or none to read): waiters wake, listeners hear it last."""
+        self.finished_at = time.monotonic()
+        self._done.set()
+        self.changed()
 
     @property
     def ids(self) -> list[str]:

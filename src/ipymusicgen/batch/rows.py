@@ -58,6 +58,9 @@ class BatchRow:
     last_change: float | None = None
     rate_limited: int = 0
     """How many of its creates this run were answered 429 (nothing was created)."""
+    stalled: bool = False
+    """Failed because none of its songs changed state within the batch's `stall_timeout` (the engine decides it,
+    the store keeps it): a re-run follows its songs again rather than report it failed."""
 
     @property
     def finished(self) -> bool:

@@ -226,7 +226,7 @@ def _view(watcher: Any) -> Any:
 
 
 def register(ipython: InteractiveShell) -> None:
-    """Register `%%musicgen_batch` once (called by `ipymusicgen.magics.load_ipython_extension`)."""
+    """Register `%%musicgen_batch` once (called by `ipymusicgen.notebook.magics.load_ipython_extension`)."""
     if not isinstance(ipython.magics_manager.registry.get(REGISTRY_NAME), BatchMagics):
         ipython.register_magics(BatchMagics(shell=ipython))
 

@@ -49,6 +49,8 @@ class StoredRow:
     owner_start: str | None
     error: str | None
     cost: int | None
+    stalled: bool = False
+    """Failed by the batch engine because none of its songs changed state in time: a re-run follows it again."""
 
     @property
     def owner_alive(self) -> bool:
@@ -199,6 +201,7 @@ class BatchStore:
                 r["owner_start"],
                 r["error"],
                 r["cost"],
+                bool(r["stalled"]),
             )
             for r in found
         }
@@ -211,23 +214,35 @@ class BatchStore:
         with self._write() as db:
             cursor = db.execute(
                 f"UPDATE batch_rows SET state = 'sending', attempts = attempts + 1, owner_pid = ?, owner_start = ?,"
-                f" error = NULL, cost = ?, updated_at = ? WHERE batch = ? AND row_index = ? AND state IN ({marks})",
+                f" error = NULL, stalled = 0, cost = ?, updated_at = ?"
+                f" WHERE batch = ? AND row_index = ? AND state IN ({marks})",
                 (os.getpid(), Owner.current().started, cost, time.time(), name, index, *allowed),
             )
             return cursor.rowcount == 1
 
     def set_state(
-        self, name: str, index: int, state: str, *, ids: list[str] | None = None, error: str | None = None
+        self,
+        name: str,
+        index: int,
+        state: str,
+        *,
+        ids: list[str] | None = None,
+        error: str | None = None,
+        stalled: bool = False,
     ) -> None:
+        """Record a row's state (`stalled`: failed because none of its songs moved in time; any other write
+        clears it)."""
         if ids is None:
             statement = (
-                "UPDATE batch_rows SET state = ?, error = ?, updated_at = ? WHERE batch = ? AND row_index = ?",
-                (state, error, time.time(), name, index),
+                "UPDATE batch_rows SET state = ?, error = ?, stalled = ?, updated_at = ?"
+                " WHERE batch = ? AND row_index = ?",
+                (state, error, int(stalled), time.time(), name, index),
             )
         else:
             statement = (
-                "UPDATE batch_rows SET state = ?, ids = ?, error = ?, updated_at = ? WHERE batch = ? AND row_index = ?",
-                (state, json.dumps(ids), error, time.time(), name, index),
+                "UPDATE batch_rows SET state = ?, ids = ?, error = ?, stalled = ?, updated_at = ?"
+                " WHERE batch = ? AND row_index = ?",
+                (state, json.dumps(ids), error, int(stalled), time.time(), name, index),
             )
         self._record([statement])
 

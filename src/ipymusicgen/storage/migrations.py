@@ -269,6 +269,14 @@ def m011_retire_batch_counters(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE batches_retired RENAME TO batches")
 
 
+@migration
+def m012_batch_row_stalled(db: sqlite3.Connection) -> None:
+    """A row the batch engine failed because none of its songs moved is marked `stalled` (a re-run follows it
+    again); before this step the only sign was its error's first words, read here once and never again."""
+    _add_missing_columns(db, "batch_rows", (("stalled", "INTEGER NOT NULL DEFAULT 0"),))
+    db.execute("UPDATE batch_rows SET stalled = 1 WHERE state = 'failed' AND error LIKE 'timed out:%'")
+
+
 LATEST = len(MIGRATIONS)
 
 
