@@ -5,12 +5,14 @@ never in any answer, log, row or file."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
+from hostile_server import HostileServer, RawRequest, respond
 from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
 
 from ipymusicgen.batch.rows import BatchBudgetError
@@ -377,3 +379,33 @@ def test_an_unreachable_ledger_is_one_error_line_without_the_password(capsys: py
     assert code == 2 and out == ""
     assert err.startswith("error: could not open the ledger at postgresql://***@127.0.0.1:1/ledger")
     assert "s3cret-pw" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_upstream_echoing_its_key_never_gets_it_past_the_gateway(
+    tmp_path: Path, clean_env: None, hostile_server: Callable[..., HostileServer]
+) -> None:
+    def echo(request: RawRequest, sock: socket.socket) -> None:
+        key = request.headers.get("x-api-key", "")
+        if request.path == "/v1/get_api_key_info":
+            record = {"x_api_key": key, "key_music_counts": 50, "email": "boss@example.org", "key_name": "prod"}
+            respond(sock, 200, {"status": 200, "message": "Success", "data": record})
+        elif request.path == "/v1/music/generate":
+            respond(sock, 200, {"status": 200, "message": f"ok for {key}", "data": {"ids": ["t1", "t2"]}})
+        else:
+            respond(sock, 500, {"detail": f"bad key {key}"}, headers={"Retry-After": "0"})
+
+    server = hostile_server(echo)
+    database = str(tmp_path / "gateway.sqlite3")
+    token = add_user(database, "eve")
+    with GatewayThread(database, server.url, server.url) as gateway:
+        gateway.gateway.upstream.sleep = lambda seconds: None
+        info = httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token})
+        created = post(gateway.url, "/v1/music/generate", token, GENERATE)
+        tasks = httpx.get(gateway.url + "/v1/music/tasks?ids=t1", headers={"x-api-key": token})
+    assert info.json()["data"] == {
+        "x_api_key": None, "key_status": 1, "key_music_counts": 50, "email": None, "member_id": None, "key_name": "eve"
+    }  # fmt: skip
+    assert created.json()["data"]["ids"] == ["t1", "t2"] and tasks.status_code == 500
+    for text in (info.text, created.text, tasks.text, _everything_stored(database)):
+        assert CANARY_KEY not in text
+    assert "***" in created.text and "***" in tasks.text
