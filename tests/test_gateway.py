@@ -409,3 +409,17 @@ def test_an_upstream_echoing_its_key_never_gets_it_past_the_gateway(
     for text in (info.text, created.text, tasks.text, _everything_stored(database)):
         assert CANARY_KEY not in text
     assert "***" in created.text and "***" in tasks.text
+
+
+def test_the_host_check_accepts_loopback_its_own_name_and_allowed_names_only(tmp_path: Path) -> None:
+    from ipymusicgen.gateway import Gateway
+
+    ledger = open_ledger(str(tmp_path / "gateway.sqlite3"))
+    try:
+        gateway = Gateway(ledger, upstream=None, host="10.0.0.5", allow_hosts=["Gateway.Example.org"])  # type: ignore[arg-type]
+        for good in ("127.0.0.1:8790", "localhost", "[::1]:8790", "10.0.0.5:8790", "gateway.example.org"):
+            assert gateway.host_allowed(good), good
+        for bad in (None, "", "evil.example", "127.0.0.1.nip.io:8790", "gateway.example.org.evil", "[::2]:8790"):
+            assert not gateway.host_allowed(bad), bad
+    finally:
+        ledger.close()
