@@ -15,6 +15,7 @@ from hostile_server import HostileServer, RawRequest, respond
 
 from ipymusicgen import MusicClient
 from ipymusicgen.batch import engine as batch_engine
+from ipymusicgen.batch import scheduler as batch_scheduler
 from ipymusicgen.batch.engine import BatchBudgetError, run_batch, run_batch_async
 from ipymusicgen.client.retry import MAX_RETRY_AFTER, RATE_LIMIT_CAP, rate_limit_delay, retry_after
 from ipymusicgen.models import costs
@@ -116,7 +117,7 @@ def test_a_429_that_never_ends_ends_the_rows_unsent_and_a_rerun_sends_them(
         waits.append(rate_limit_delay(streak, source))
         return 0.01  # the real pause is recorded, not slept
 
-    monkeypatch.setattr(batch_engine, "rate_limit_delay", recorded)
+    monkeypatch.setattr(batch_scheduler, "rate_limit_delay", recorded)
     sandbox.set_faults([{"kind": "rate_limit", "path": GENERATE, "rate": 1.0}])
     batch = run_batch(client, rows(3), name="storm", concurrency=3, store=store)
     assert [r.state for r in batch.rows] == ["failed"] * 3
@@ -133,7 +134,7 @@ def test_a_429_that_never_ends_ends_the_rows_unsent_and_a_rerun_sends_them(
 def test_stop_wakes_a_batch_resting_on_a_long_rate_limit(
     sandbox: Sandbox, client: MusicClient, store: BatchStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(batch_engine, "rate_limit_delay", lambda streak, source=None: 3600.0)
+    monkeypatch.setattr(batch_scheduler, "rate_limit_delay", lambda streak, source=None: 3600.0)
     sandbox.set_faults([{"kind": "rate_limit", "path": GENERATE, "rate": 1.0}])
     batch = run_batch(client, rows(2), name="asleep", concurrency=1, store=store, wait=False)
     wait_until(lambda: sandbox.request_counts().get(GENERATE, 0) >= 1, "the first create answered 429")
@@ -143,7 +144,7 @@ def test_stop_wakes_a_batch_resting_on_a_long_rate_limit(
 
 
 def test_stop_wakes_an_async_batch_too(sandbox: Sandbox, store: BatchStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(batch_engine, "rate_limit_delay", lambda streak, source=None: 3600.0)
+    monkeypatch.setattr(batch_scheduler, "rate_limit_delay", lambda streak, source=None: 3600.0)
     sandbox.set_faults([{"kind": "rate_limit", "path": GENERATE, "rate": 1.0}])
 
     async def run() -> Any:
@@ -217,7 +218,7 @@ def test_a_hostile_429_with_retry_after_zero_is_not_a_storm(monkeypatch: pytest.
         waits.append(rate_limit_delay(streak, source))
         return 0.0
 
-    monkeypatch.setattr(batch_engine, "rate_limit_delay", recorded)
+    monkeypatch.setattr(batch_scheduler, "rate_limit_delay", recorded)
 
     def handler(request: RawRequest, sock: Any) -> None:
         if request.path == "/v1/get_api_key_info":

@@ -1,5 +1,6 @@
-"""The batch layer: many songs from rows, within a budget, safe to re-run (`engine`), rows read from text
-or a DataFrame (`rows`). Built on the client and the storage layer's batch store."""
+"""The batch layer: many songs from rows, within a budget, safe to re-run. `engine` runs a batch (its two faces),
+`scheduler` decides, `prepare` checks and records it first, `rows` validates the rows, `result` is what a user
+holds, `overlap` and `retry` what runs on one key share. Built on the client and the storage layer's batch store."""
 
 from .engine import (
     Batch,

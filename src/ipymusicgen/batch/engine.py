@@ -4,55 +4,34 @@
 every row before anything is sent, checks the estimate against the budget and the counts left, then keeps
 at most `concurrency` rows in flight (from their create until their songs finish), following every row
 with one `TaskSet` polled in batched rounds through the client's own calls, so journaling and the retry
-policy stay in the client. Rows are recorded in `batch_store` so a re-run sends only rows never sent.
+policy stay in the client. Rows are recorded in the batch store so a re-run sends only rows never sent.
+
+This module holds the two faces (the sync one sends creates from worker threads, the async one as asyncio tasks);
+what they share before the first call is in `batch/prepare.py`, every decision of a run in `batch/scheduler.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import math
-import numbers
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from ..client.responses import create_may_have_landed
-from ..client.retry import rate_limit_delay
-from ..errors import (
-    AuthenticationError,
-    CreateOutcomeUnknownError,
-    InsufficientCreditsError,
-    MusicGenError,
-    RateLimitError,
-)
-from ..models import costs
-from ..models.tasks import TaskSet, TaskState
-from ..storage.batches import BatchStore, StoredRow, store_for
-from ..storage.errors import StorageError, StorageUnavailableError
-from . import overlap
+from ..errors import MusicGenError
+from ..storage.batches import BatchStore
+from .prepare import check_budget, start
 from .result import STATES, Batch
-from .rows import (
-    BatchBudgetError,
-    BatchError,
-    BatchFailedError,
-    BatchRow,
-    derive_name,
-    request_hash,
-    validate_rows,
-)
+from .rows import BatchBudgetError, BatchError, BatchFailedError, BatchRow, request_hash, validate_rows
+from .scheduler import MAX_RATE_LIMITED, RATE_LIMITED
 
 if TYPE_CHECKING:
     from ..client.faces import AsyncMusicClient, MusicClient
-    from ..models.schema import TaskRecord, V2Song
 
-    Record = TaskRecord | V2Song
-
-__all__ = [  # the rows and the batch live in `rows` and `result`; callers import them from here as before
+__all__ = [  # the rows, the batch and the engine live in `rows`, `result` and `scheduler`; callers import them here
+    "MAX_RATE_LIMITED",
+    "RATE_LIMITED",
     "STATES",
     "Batch",
     "BatchBudgetError",
@@ -65,30 +44,8 @@ __all__ = [  # the rows and the batch live in `rows` and `result`; callers impor
     "validate_rows",
 ]
 
-RATE_LIMIT_WINDOW = 30.0
-"""Seconds a 429 keeps the concurrency lowered before it climbs back one row at a time."""
-MAX_RATE_LIMITED = 8
-"""429s in a row on one key (with growing pauses: about 3 minutes in all) before a row answered 429 ends as
-"not sent (rate limited)": the batch finishes, and a re-run sends it. Any accepted create starts the count again."""
-RATE_LIMITED = "not sent (rate limited)"
-_RATE_LIMIT_STREAKS: dict[str, int] = {}
-"""429s in a row per key (a fingerprint, never the key): every batch on one key backs off together."""
-BACKFILL_ROUNDS = 3
-"""Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
-MAX_CONCURRENCY = 1000
 MAX_SENDING_THREADS = 32
 """Creates sent at once by the sync face; more rows in flight just wait their turn to be sent."""
-_ACTIVE: set[tuple[int, str, int]] = set()
-"""(store, batch name, row) whose create a batch in this process is sending right now."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# The engine: every decision, no I/O of its own (the two drivers below do the calls).
-
-
-def _key_fingerprint(client: Any) -> str:
-    key = client.settings.key_value() or ""
-    return hashlib.sha256(f"{client.settings.base_url}|{key}".encode()).hexdigest()[:16]
 
 
 class _Wake:
@@ -107,420 +64,6 @@ class _Wake:
         with self._lock:
             if self.future.done():
                 self.future = Future()
-
-
-class _Engine:
-    def __init__(
-        self,
-        batch: Batch,
-        *,
-        stall_timeout: float,
-        retry_unknown: bool,
-        poll_interval: float,
-        clock: Callable[[], float],
-    ) -> None:
-        self.batch = batch
-        self.name = batch.name
-        self.store = batch.store
-        self.stall_timeout = stall_timeout
-        self.retry_unknown = retry_unknown
-        self.poll_interval = poll_interval
-        self.clock = clock
-        self.tasks = TaskSet()
-        self.by_id: dict[str, BatchRow] = {}
-        self.queue: deque[BatchRow] = deque()
-        self.sending: set[int] = set()
-        self.limit = batch.concurrency
-        self.paused_until = 0.0
-        self.lowered_until = 0.0
-        self.stop_reason: str | None = None
-        self.backfill: list[BatchRow] = []
-        self.elsewhere: list[BatchRow] = []
-        """Rows another run is sending (`sent_elsewhere`), read from the store each round until they have ids."""
-        self.backfill_rounds = 0
-        self.committed = 0  # estimated credits of rows sent or being sent in this run
-        self.key = ""  # the key's fingerprint: 429 streaks are counted per key
-        self.host = ""  # the service's v1 host: a run's window is checked against other paid calls there
-
-    # -- start ---------------------------------------------------------------------------------------
-
-    def load(self, stored: dict[int, StoredRow]) -> None:
-        """Put each row where its stored state says: send it, watch it, or just report it."""
-        for row in self.batch.rows:
-            saved = stored[row.index]
-            row.ids = list(saved.ids)
-            row.error = saved.error
-            row.stalled = saved.stalled
-            row.cost = saved.cost or 0 if saved.state not in ("pending", "rejected", "skipped") else 0
-            state = saved.state
-            if state == "sending":
-                if saved.owner_alive and not saved.mine:
-                    self.sent_elsewhere(row, f"by process {saved.owner_pid}")
-                    continue
-                if saved.mine and self._key(row) in _ACTIVE:
-                    self.sent_elsewhere(row, "by another run of this batch in this kernel")
-                    continue
-                state = "unknown"
-                row.error = "its create may have been sent (the process sending it ended before the answer)"
-                self.store.set_state(self.name, row.index, "unknown", error=row.error)
-            if state in ("pending", "rejected", "skipped") or (state == "unknown" and self.retry_unknown):
-                row.state = "pending"
-                row.error = None if state != "unknown" else row.error
-                self.queue.append(row)
-            elif state == "submitted" or (state == "failed" and row.ids and row.stalled):
-                self.watch(row, row.ids)  # a stalled row is followed again: its songs may have moved since
-                row.error = None
-            else:
-                row.state = state
-                if row.ids and state in ("complete", "failed"):  # read their records once, for .records
-                    self.backfill.append(row)
-                    self.tasks.add(row.ids, v2=row.v2)
-
-    def _key(self, row: BatchRow) -> tuple[int, str, int]:
-        return (id(self.store), self.name, row.index)
-
-    def to_send(self) -> list[BatchRow]:
-        return list(self.queue)
-
-    def watch(self, row: BatchRow, ids: list[str]) -> None:
-        row.state, row.stalled = "submitted", False
-        row.ids = list(ids)
-        row.started_at = row.started_at or self.clock()
-        row.last_change = self.clock()
-        self.tasks.add(ids, v2=row.v2)
-        for task_id in ids:
-            self.by_id[task_id] = row
-
-    # -- sending -------------------------------------------------------------------------------------
-
-    @property
-    def in_flight(self) -> int:
-        return len(self.sending) + sum(1 for r in self.batch.rows if r.state == "submitted")
-
-    def next_row(self) -> BatchRow | None:
-        """The next row to create now, claimed in the store; None when none may start yet."""
-        now = self.clock()
-        if self.batch.stop_requested and not self.stop_reason:
-            self.stop_reason = "not started: the batch was stopped"
-        if self.stop_reason:  # whatever pause a rate limit set: rows not started are skipped now
-            while self.queue:
-                self._skip(self.queue.popleft(), self.stop_reason)
-            return None
-        if now >= self.lowered_until and self.limit < self.batch.concurrency:
-            self.limit += 1
-            self.lowered_until = now + RATE_LIMIT_WINDOW / max(1, self.batch.concurrency)
-        while self.queue and now >= self.paused_until and self.in_flight < self.limit:
-            row = self.queue.popleft()
-            cost = costs.estimate_credits(row.request)
-            if self.batch.budget is not None and self.committed + cost > self.batch.budget:
-                self._skip(row, f"budget of {self.batch.budget} credits reached")
-                continue
-            try:
-                claimed = self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown)
-            except StorageUnavailableError as exc:  # locked by another kernel, full: not sent, a re-run sends it
-                row.state, row.error = "failed", f"not sent: the batch's row could not be recorded ({exc})"
-                row.finished_at = now
-                self.batch.changed()
-                continue
-            if not claimed:  # another run took it since this one loaded: followed from the store like the others
-                self.sent_elsewhere(row, "by another run of this batch")
-                continue
-            self.committed += cost
-            self.batch.calls += 1
-            row.cost = cost
-            row.started_at = now
-            self.sending.add(row.index)
-            _ACTIVE.add(self._key(row))
-            return row
-        return None
-
-    def sent_elsewhere(self, row: BatchRow, by: str) -> None:
-        """A row another run (in this kernel or another process) is sending: not this run's to send or to pay for,
-        but followed from the store, so its songs show here once that run has their ids."""
-        row.state, row.error, row.cost = "elsewhere", f"being sent elsewhere ({by})", 0
-        row.last_change = self.clock()
-        self.elsewhere.append(row)
-
-    def _follow_elsewhere(self, now: float) -> set[int]:
-        """Read the rows another run is sending from the store: watch their songs once they have ids, send them here
-        if that run let them go unsent, say what it found otherwise."""
-        if not self.elsewhere:
-            return set()
-        stored = self.store.rows(self.name)
-        touched: set[int] = set()
-        for row in list(self.elsewhere):
-            saved = stored.get(row.index)
-            state = saved.state if saved is not None else "pending"
-            if state == "sending":
-                gone = saved is not None and not saved.mine and not saved.owner_alive
-                if not gone and now - (row.last_change or now) <= self.stall_timeout:
-                    continue
-                row.state, row.error = "unknown", "its create was being sent elsewhere and no answer was recorded"
-            elif saved is not None and saved.ids and state in ("submitted", "complete", "failed"):
-                self.watch(row, saved.ids)  # the other run's songs: this run follows them too
-                row.error = None
-            elif state in ("pending", "skipped"):  # the other run stopped before sending it: this run may
-                row.state, row.error = "pending", None
-                self.queue.append(row)
-            else:
-                row.state = "failed" if state == "rejected" else state
-                row.error = saved.error if saved is not None else None
-            if row.finished:
-                row.finished_at = now
-            self.elsewhere.remove(row)
-            touched.add(row.index)
-        return touched
-
-    def _skip(self, row: BatchRow, why: str) -> None:
-        row.state, row.error = "skipped", why
-        self.store.set_state(self.name, row.index, "skipped", error=why)
-
-    def settle(self, row: BatchRow, future: Any) -> None:
-        """Record how a finished create (a thread's or an asyncio future) ended."""
-        error = future.exception()
-        if error is None:
-            self.created(row, future.result())
-        else:
-            self.create_failed(row, error)
-
-    def created(self, row: BatchRow, result: Any) -> None:
-        _RATE_LIMIT_STREAKS.pop(self.key, None)
-        self.sending.discard(row.index)
-        _ACTIVE.discard(self._key(row))
-        ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
-        self.store.set_state(self.name, row.index, "submitted", ids=ids)
-        self.watch(row, ids)
-        seeded = []
-        if not hasattr(result, "ids"):  # v2: the submit answer seeds the set, so its title and lyrics outlive
-            seeded = self.tasks.add_records(result)  # the v2 query's blanks (the real service answers title "")
-        self.batch.changed()  # first the row's ids (a watcher makes their cards), then what is known of them
-        self.batch.records_changed(seeded)
-
-    def create_failed(self, row: BatchRow, exc: BaseException) -> None:
-        self.sending.discard(row.index)
-        _ACTIVE.discard(self._key(row))
-        if not create_may_have_landed(exc):  # certainly not done (a 429, a refusal): it cost nothing
-            self.committed -= row.cost
-            self.batch.calls -= 1
-        if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
-            now = self.clock()
-            streak = _RATE_LIMIT_STREAKS[self.key] = _RATE_LIMIT_STREAKS.get(self.key, 0) + 1
-            self.paused_until = max(self.paused_until, now + rate_limit_delay(streak, exc))
-            self.limit = max(1, min(self.limit - 1, self.in_flight))
-            self.lowered_until = now + RATE_LIMIT_WINDOW
-            row.cost = 0
-            row.rate_limited += 1
-            if streak >= MAX_RATE_LIMITED:  # a 429 that never ends: nothing was created, so the row ends unsent
-                row.state, row.finished_at = "failed", now
-                row.error = f"{RATE_LIMITED}: the service answered 429 {streak} times in a row; a re-run sends it"
-                self.store.set_state(self.name, row.index, "rejected", error=row.error)
-                self.batch.changed()
-                return
-            self.store.set_state(self.name, row.index, "pending")
-            row.state = "pending"
-            self.queue.appendleft(row)
-            return
-        row.finished_at = self.clock()
-        if create_may_have_landed(exc):
-            row.state, row.error = "unknown", str(exc)
-            self.store.set_state(self.name, row.index, "unknown", error=row.error)
-        else:
-            row.state, row.error, row.cost = "failed", str(exc), 0
-            self.store.set_state(self.name, row.index, "rejected", error=row.error)
-            if isinstance(exc, InsufficientCreditsError | AuthenticationError):
-                self.stop_reason = f"not started: {type(exc).__name__} on row {row.index + 1}"
-        self.batch.changed()
-
-    # -- following -----------------------------------------------------------------------------------
-
-    @property
-    def watching(self) -> bool:
-        return bool(self.backfill) or bool(self.elsewhere) or any(r.state == "submitted" for r in self.batch.rows)
-
-    def polled(self, changed: Iterable[Any]) -> None:
-        now = self.clock()
-        touched = self._follow_elsewhere(now)
-        changed = list(changed)
-        self.batch.records_changed(changed)
-        for record in changed:
-            row = self.by_id.get(record.id)
-            if row is not None:
-                row.last_change = now
-                touched.add(row.index)
-        self.backfill_rounds += 1
-        for row in list(self.backfill):
-            found = [r for r in (self.tasks.get(i) for i in row.ids) if r is not None]
-            if len(found) == len(row.ids) or self.backfill_rounds >= BACKFILL_ROUNDS:
-                row.records = found
-                self.backfill.remove(row)
-        for row in self.batch.rows:
-            if row.state != "submitted":
-                continue
-            records = [self.tasks.get(i) for i in row.ids]
-            row.records = [r for r in records if r is not None]
-            if len(row.records) == len(row.ids) and all(r.state.finished for r in row.records):
-                complete = [r for r in row.records if r.state is TaskState.COMPLETE]
-                row.state = "complete" if complete else "failed"
-                row.error = None if complete else "; ".join(str(r.fail_reason or "failed") for r in row.records)
-                row.finished_at = now
-                self.store.set_state(self.name, row.index, row.state, error=row.error)
-                touched.add(row.index)
-            elif row.last_change is not None and now - row.last_change > self.stall_timeout:
-                row.state, row.stalled = "failed", True
-                row.error = f"timed out: no song changed state for {self.stall_timeout:g} s"
-                row.finished_at = now
-                self.store.set_state(self.name, row.index, "failed", error=row.error, stalled=True)
-                touched.add(row.index)
-        if touched:
-            self.batch.changed()
-
-    @property
-    def finished(self) -> bool:
-        return not self.queue and not self.sending and not self.watching
-
-    def measured(self, counts_left: int | None) -> None:
-        """Stop starting rows once the credits measured on the key (before this run minus now) reach the budget:
-        the estimate may be low, the key's own count is what was paid. Not when another run on the key overlapped
-        this one: then the measure is unknown, and the budget counts this run's own calls at their price."""
-        before, budget = self.batch.counts_before, self.batch.budget
-        if counts_left is None or before is None or budget is None or self.stop_reason or self.batch.overlapped:
-            return  # overlapped: the key's counts moved for another run too; `next_row` counts this run's own calls
-        spent = before - counts_left
-        if spent >= budget and self.queue:
-            self.stop_reason = f"not started: {spent} credits spent (measured on the key), the budget of {budget}"
-
-    def cancelled(self, row: BatchRow) -> None:
-        """A create cancelled while it was being sent (an async batch cancelled): it may have been charged, so
-        it is unknown, as the client journals it, and a re-run treats it by the usual rule."""
-        self.create_failed(
-            row,
-            CreateOutcomeUnknownError(
-                "the batch was cancelled while this row's create was being sent; it may have been charged"
-            ),
-        )
-
-    def pause(self) -> float:
-        """Seconds to rest before the next round."""
-        if self.queue and self.in_flight < self.limit:
-            wait = self.paused_until - self.clock()
-            if wait > 0:
-                return min(wait, self.poll_interval) if self.watching else wait
-        return self.poll_interval
-
-    def finish(self, counts_after: int | None) -> None:
-        overlap.end(self.key, self.batch)
-        self.store.flush()  # row states a locked file refused earlier
-        if counts_after is not None:
-            self.batch.counts_after = counts_after
-        self.store.finish_run(self.batch.run_id, counts_after, self.batch.calls)
-        self.batch.mark_done()
-
-
-# ---------------------------------------------------------------------------------------------------
-# Preparing (shared by both faces)
-
-
-def _journal_path(client: Any) -> Any:
-    journal = client.journal
-    return getattr(journal, "path", None) if journal is not None else None
-
-
-def _prepare(
-    client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None, store: BatchStore | None
-) -> tuple[Batch, dict[int, StoredRow]]:
-    if (
-        isinstance(concurrency, bool)
-        or not isinstance(concurrency, numbers.Integral)
-        or not 1 <= concurrency <= MAX_CONCURRENCY
-    ):
-        raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, a whole number (got {concurrency!r})")
-    # a NaN budget would compare False against every cost and so never stop a paid row
-    if budget is not None and (
-        isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0
-    ):
-        raise BatchError(f"budget must be 0 or more credits (got {budget!r})")
-    rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
-    name = name or derive_name(rows)
-    store = store or store_for(_journal_path(client))
-    try:
-        stored = store.open_batch(name, [(r.request_hash, json.dumps(r.request.to_payload()), r.v2) for r in rows])
-    except StorageError as exc:
-        raise BatchError(f"The batch's rows cannot be recorded in {store!r} ({exc}); nothing was sent.") from None
-    except ValueError as exc:
-        index = exc.args[0]
-        raise BatchError(
-            f"Row {index} of batch {name!r} is not the request first recorded under that name and row; "
-            "nothing was sent. Use a new name for a changed batch (or leave the name out)."
-        ) from None
-    batch = Batch(name, rows, store=store, concurrency=concurrency, budget=budget, estimate=0)
-    return batch, stored
-
-
-def _check_budget(batch: Batch, engine: _Engine, counts_left: int | None) -> None:
-    estimate = costs.estimate_total(r.request for r in engine.to_send())
-    batch.estimate = estimate
-    batch.counts_before = counts_left  # this run's: a re-run is measured on its own
-    if batch.budget is not None and estimate > batch.budget:
-        raise BatchBudgetError(
-            f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
-            "nothing was sent.",
-            estimate=estimate,
-            budget=batch.budget,
-            counts_left=counts_left,
-        )
-    if counts_left is not None and estimate > counts_left:
-        raise BatchBudgetError(
-            f"Batch {batch.name!r} would cost about {estimate} credits, but the key has {counts_left} left; "
-            "nothing was sent.",
-            estimate=estimate,
-            budget=batch.budget,
-            counts_left=counts_left,
-        )
-    if counts_left is not None:
-        batch.run_id = batch.store.start_run(batch.name, engine.host, counts_left)
-    if engine.to_send():  # after every refusal: a refused run, or one with nothing to send, spends nothing
-        overlap.begin(engine.key, batch)
-
-
-def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
-    return client.settings.poll_interval_for(max(0.01, min(client.settings.poll_interval, stall_timeout / 4)))
-
-
-def _start(
-    client: Any,
-    requests: Any,
-    name: str | None,
-    concurrency: int,
-    budget: int | None,
-    store: BatchStore | None,
-    on_update: Callable[[Batch], None] | None,
-    stall_timeout: float,
-    retry_unknown: bool,
-    clock: Callable[[], float],
-) -> _Engine:
-    """What both faces do before the first call: validate and store the rows, and load what a re-run knows."""
-    if (
-        isinstance(stall_timeout, bool)
-        or not isinstance(stall_timeout, numbers.Real)
-        or math.isnan(stall_timeout)
-        or stall_timeout <= 0
-    ):  # NaN would never stall, 0 or less at once
-        raise BatchError(f"stall_timeout must be more than 0 seconds (got {stall_timeout!r})")
-    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
-    batch.client = client
-    if on_update is not None:
-        batch.add_listener(on_update)
-    engine = _Engine(
-        batch,
-        stall_timeout=stall_timeout,
-        retry_unknown=retry_unknown,
-        poll_interval=_stall_poll_interval(client, stall_timeout),
-        clock=clock,
-    )
-    engine.key = _key_fingerprint(client)
-    engine.host = client.settings.base_url
-    engine.load(stored)
-    return engine
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -557,10 +100,10 @@ def run_batch(
     Rows are kept in the client's journal file; a client with no journal (the embedded sandbox's) keeps
     them in this process's memory, so re-running in the same kernel is still safe but a restart forgets.
     """
-    engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
+    engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
     counts_left = client.key_info().key_music_counts if engine.to_send() else None
-    _check_budget(batch, engine, counts_left)
+    check_budget(batch, engine, counts_left)
 
     wake = _Wake()
     batch.add_waker(wake.set)
@@ -640,10 +183,10 @@ async def run_batch_async(
     """Run a batch on an `AsyncMusicClient`; same meaning as `run_batch`. `wait=False`: `await batch` later."""
     import asyncio
 
-    engine = _start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
+    engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
     counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
-    _check_budget(batch, engine, counts_left)
+    check_budget(batch, engine, counts_left)
 
     woken = asyncio.Event()
     loop = asyncio.get_running_loop()

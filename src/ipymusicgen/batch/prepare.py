@@ -1,0 +1,131 @@
+"""Before a batch run's first call (shared by both faces in `batch/engine.py`): its options checked, its rows
+validated and recorded in the batch store (or refused whole), what a re-run knows loaded into a new `Engine`, and
+the estimate checked against the budget and the key's counts left."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from ..models import costs
+from ..storage.batches import BatchStore, StoredRow, store_for
+from ..storage.errors import StorageError
+from . import overlap
+from .result import Batch
+from .rows import BatchBudgetError, BatchError, derive_name, validate_rows
+from .scheduler import Engine
+
+MAX_CONCURRENCY = 1000
+
+
+def key_fingerprint(client: Any) -> str:
+    """The key as batches compare it (429 streaks, overlapping runs): a hash with the host, never the key."""
+    key = client.settings.key_value() or ""
+    return hashlib.sha256(f"{client.settings.base_url}|{key}".encode()).hexdigest()[:16]
+
+
+def _journal_path(client: Any) -> Any:
+    journal = client.journal
+    return getattr(journal, "path", None) if journal is not None else None
+
+
+def _prepare(
+    client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None, store: BatchStore | None
+) -> tuple[Batch, dict[int, StoredRow]]:
+    if (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, numbers.Integral)
+        or not 1 <= concurrency <= MAX_CONCURRENCY
+    ):
+        raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, a whole number (got {concurrency!r})")
+    # a NaN budget would compare False against every cost and so never stop a paid row
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0
+    ):
+        raise BatchError(f"budget must be 0 or more credits (got {budget!r})")
+    rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
+    name = name or derive_name(rows)
+    store = store or store_for(_journal_path(client))
+    try:
+        stored = store.open_batch(name, [(r.request_hash, json.dumps(r.request.to_payload()), r.v2) for r in rows])
+    except StorageError as exc:
+        raise BatchError(f"The batch's rows cannot be recorded in {store!r} ({exc}); nothing was sent.") from None
+    except ValueError as exc:
+        index = exc.args[0]
+        raise BatchError(
+            f"Row {index} of batch {name!r} is not the request first recorded under that name and row; "
+            "nothing was sent. Use a new name for a changed batch (or leave the name out)."
+        ) from None
+    batch = Batch(name, rows, store=store, concurrency=concurrency, budget=budget, estimate=0)
+    return batch, stored
+
+
+def check_budget(batch: Batch, engine: Engine, counts_left: int | None) -> None:
+    estimate = costs.estimate_total(r.request for r in engine.to_send())
+    batch.estimate = estimate
+    batch.counts_before = counts_left  # this run's: a re-run is measured on its own
+    if batch.budget is not None and estimate > batch.budget:
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
+            "nothing was sent.",
+            estimate=estimate,
+            budget=batch.budget,
+            counts_left=counts_left,
+        )
+    if counts_left is not None and estimate > counts_left:
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about {estimate} credits, but the key has {counts_left} left; "
+            "nothing was sent.",
+            estimate=estimate,
+            budget=batch.budget,
+            counts_left=counts_left,
+        )
+    if counts_left is not None:
+        batch.run_id = batch.store.start_run(batch.name, engine.host, counts_left)
+    if engine.to_send():  # after every refusal: a refused run, or one with nothing to send, spends nothing
+        overlap.begin(engine.key, batch)
+
+
+def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
+    return client.settings.poll_interval_for(max(0.01, min(client.settings.poll_interval, stall_timeout / 4)))
+
+
+def start(
+    client: Any,
+    requests: Any,
+    name: str | None,
+    concurrency: int,
+    budget: int | None,
+    store: BatchStore | None,
+    on_update: Callable[[Batch], None] | None,
+    stall_timeout: float,
+    retry_unknown: bool,
+    clock: Callable[[], float],
+) -> Engine:
+    """What both faces do before the first call: validate and store the rows, and load what a re-run knows."""
+    if (
+        isinstance(stall_timeout, bool)
+        or not isinstance(stall_timeout, numbers.Real)
+        or math.isnan(stall_timeout)
+        or stall_timeout <= 0
+    ):  # NaN would never stall, 0 or less at once
+        raise BatchError(f"stall_timeout must be more than 0 seconds (got {stall_timeout!r})")
+    batch, stored = _prepare(client, requests, name, concurrency, budget, store)
+    batch.client = client
+    if on_update is not None:
+        batch.add_listener(on_update)
+    engine = Engine(
+        batch,
+        stall_timeout=stall_timeout,
+        retry_unknown=retry_unknown,
+        poll_interval=_stall_poll_interval(client, stall_timeout),
+        clock=clock,
+    )
+    engine.key = key_fingerprint(client)
+    engine.host = client.settings.base_url
+    engine.load(stored)
+    return engine
