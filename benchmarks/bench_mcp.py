@@ -6,7 +6,11 @@ Both sides read the same two finished tasks from one keyed sandbox in this proce
 the library lookup and the result's redaction), and on the server in this process (the SDK's direct
 dispatch: the server's own work without the pipes). Sides alternate in rounds; medians are compared. The
 details add `stdio_floor`: a tool that refuses at once over the same stdio session (the SDK's own round trip,
-no service call), so what get_songs adds over it and over the direct call can be read apart.
+no service call), and `stdio_search`: `search_library` answering the same two songs over it (the SDK's round
+trip carrying get_songs' payload: lyrics twice, as text and as structured content, checked against the
+outputSchema on both ends; no service call), so what get_songs adds over them and over the direct call can be
+read apart. `bound_floor` and `bound_search` are the ratios get_songs would have if it cost nothing but that
+round trip plus the direct call (`floor + direct` over `direct`): figure 13's ratio cannot go below them.
 """
 
 from __future__ import annotations
@@ -48,6 +52,16 @@ async def _floor(session: Any, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
+async def _search(session: Any, count: int) -> float:
+    """The SDK's round trip carrying the same two songs (the library's views), no service call."""
+    start = time.perf_counter()
+    for _ in range(count):
+        result = await session.call_tool("search_library", {"limit": 2})
+        if result.is_error:
+            raise RuntimeError(result.content[0].text)
+    return (time.perf_counter() - start) / count
+
+
 async def _through(session: Any, ids: list[str], count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
@@ -76,14 +90,17 @@ def run(quick: bool = False) -> list[Row]:
             params = StdioServerParameters(command=sys.executable, args=["-m", "ipymusicgen", "mcp"], env=env)
 
             async def measure() -> dict[str, list[float]]:
-                samples: dict[str, list[float]] = {"direct": [], "stdio": [], "in_process": [], "stdio_floor": []}
+                samples: dict[str, list[float]] = {
+                    "direct": [], "stdio": [], "in_process": [], "stdio_floor": [], "stdio_search": []
+                }  # fmt: skip
                 async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
                     await session.initialize()
                     async with Client(build_server(desk)) as local:
                         await _through(session, ids, 2)
+                        await _search(session, 2)
                         await _through(local, ids, 2)
                         for index in range(rounds):
-                            sides = ["direct", "stdio", "in_process", "stdio_floor"]
+                            sides = ["direct", "stdio", "in_process", "stdio_floor", "stdio_search"]
                             for side in sides if index % 2 == 0 else reversed(sides):
                                 if side == "direct":
                                     value = await anyio.to_thread.run_sync(lambda: _direct(client, ids, count))
@@ -91,6 +108,8 @@ def run(quick: bool = False) -> list[Row]:
                                     value = await _through(session, ids, count)
                                 elif side == "stdio_floor":
                                     value = await _floor(session, count)
+                                elif side == "stdio_search":
+                                    value = await _search(session, count)
                                 else:
                                     value = await _through(local, ids, count)
                                 samples[side].append(value)
@@ -99,6 +118,9 @@ def run(quick: bool = False) -> list[Row]:
             samples = anyio.run(measure)
     direct, stdio, local = (median(samples[k]) for k in ("direct", "stdio", "in_process"))
     details = {name: spread([v * 1e3 for v in values]) for name, values in samples.items()}
+    for name in ("floor", "search"):  # the least figure 13 could be: that round trip plus the direct call
+        details[f"bound_{name}"] = round(ratio(median(samples[f"stdio_{name}"]) + direct, direct), 2)
+    details["ratio_of_fastest"] = round(ratio(min(samples["stdio"]), min(samples["direct"])), 2)
     details["calls_per_sample"] = count
     details["cpus"] = os.cpu_count()
     return [
