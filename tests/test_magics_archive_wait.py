@@ -139,3 +139,24 @@ def test_the_batch_magic_waits_for_the_archive_too(ip: InteractiveShell, monkeyp
     assert [r.state for r in made.rows] == ["complete"]
     result = ip.run_cell(f"import ipymusicgen\npeaks = [ipymusicgen.waveform(i) for i in {made.ids!r}]")
     assert result.success, result.error_in_exec
+
+
+@pytest.mark.parametrize("measure", ["waveform", "analyze"])
+def test_a_song_being_archived_is_waited_for_by_waveform_and_analyze(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, measure: str
+) -> None:
+    """Right after a plain `client.wait()` (no archived=True) the archive is still on its way: the call by id waits
+    for it, briefly, instead of raising FileNotFoundError."""
+    if measure == "analyze":
+        pytest.importorskip("librosa")
+    _slow_archive(monkeypatch, 1.5)
+    client = session.get_client()
+    ids = client.generate(action="auto", style="measured at once").ids
+    client.wait(ids)
+    result = getattr(session, measure)(ids[0])
+    assert result is not None
+
+
+def test_an_unknown_id_is_still_refused_at_once(ip: InteractiveShell) -> None:
+    with pytest.raises(FileNotFoundError, match="archived"):
+        session.waveform("no-such-song")

@@ -197,7 +197,7 @@ def analyze(song_or_path: Any) -> Analysis:
 
     task_id = task_id_of(song_or_path)
     opened = _songs() if task_id is not None else None
-    path = song_path(song_or_path, find=opened.archived_path if opened is not None else None)
+    path = song_path(song_or_path, find=_archived_finder(opened) if opened is not None else None)
     try:
         measures = analyze_file(path)
     except (ValueError, OSError) as exc:  # not audio, past the cap, unreadable: the old numbers must not stand
@@ -229,7 +229,29 @@ def grid(
 def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> Any:
     """Peak envelope of a song (`archive.waveform`): an audio file path, or a record or task id the library has
     archived. A numpy array of shape (points, 2), min and max per bucket, in [-1, 1]."""
-    return archive_waveform(song_or_path, points, find=lambda task_id: _songs().archived_path(task_id))
+    return archive_waveform(song_or_path, points, find=lambda task_id: _archived_finder(_songs())(task_id))
+
+
+ARCHIVE_GRACE_SECONDS = 10.0
+"""How long `waveform(id)` / `analyze(id)` wait for a song whose archive is on its way (it lands a moment after
+the song finishes; longer on a busy machine) before saying there is no file."""
+
+
+def _archived_finder(opened: Library) -> Callable[[str], Path | None]:
+    """The library's file for a song id; when there is none yet, wait (at most ARCHIVE_GRACE_SECONDS) for the shared
+    client's archiver to finish what it has in hand (`_songs()` just asked it to retry songs not kept), then look
+    again: a song being archived right now is found, an unknown id is refused once the archiver is idle."""
+
+    def find(task_id: str) -> Path | None:
+        found = opened.archived_path(task_id)
+        client = current_client() if found is None else None
+        archiver = archiver_of(client) if client is not None else None
+        if archiver is not None:
+            archiver.join(ARCHIVE_GRACE_SECONDS)
+            found = opened.archived_path(task_id)
+        return found
+
+    return find
 
 
 def _songs() -> Library:
