@@ -115,6 +115,30 @@ def clock(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> ManualClock:
     return manual
 
 
+@pytest.fixture(scope="module")
+def paid_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox playing the paid service, one per module: its only key is the module's own, so its clients
+    journal as for the real service. The module says everything that differs in `PAID_SANDBOX`, e.g.
+    `{"keys": {KEY: 100}, "song_seconds": 2}` (stages of 0.2 s and no faults unless it says otherwise)."""
+    options = getattr(request.module, "PAID_SANDBOX", None)
+    if options is None:
+        pytest.fail(f"{request.module.__name__} asks for paid_sandbox but sets no PAID_SANDBOX (its key, its credits)")
+    with Sandbox(**{"stage_seconds": 0.2, "faults": "", **options}) as server:
+        yield server
+
+
+@pytest.fixture
+def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    """The module's paid sandbox, reset before and after, its songs' stages moved only by the test
+    (`service.clock.stages()`)."""
+    paid_sandbox.reset()
+    manual = ManualClock(paid_sandbox.state.stage_seconds)
+    monkeypatch.setattr(paid_sandbox.state, "clock", manual)
+    paid_sandbox.clock = manual  # type: ignore[attr-defined]
+    yield paid_sandbox
+    paid_sandbox.reset()
+
+
 SESSION_SETTINGS = ("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models")
 
 

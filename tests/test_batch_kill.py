@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import wait_until
 
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
@@ -19,6 +18,8 @@ from ipymusicgen.storage.batches import BatchStore
 GENERATE = "/v1/music/generate"
 TASKS = "/v1/music/tasks"
 ROWS = 6
+PAID_SANDBOX = {"keys": {"not-the-demo-key": 100}, "song_seconds": 4}
+"""The paid sandbox (`conftest.paid_sandbox`): a key that is not the demo key, so its clients journal."""
 pytestmark = pytest.mark.slow  # kills processes mid-run
 
 SCRIPT = """
@@ -33,15 +34,6 @@ print(json.dumps([[r.index, r.state, r.ids] for r in batch.rows]))
 """.replace("ROWS", str(ROWS))
 
 
-@pytest.fixture
-def paid_sandbox(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Sandbox, ManualClock]]:
-    """A sandbox with a key that is not the demo key: its clients journal, as for the real service."""
-    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"not-the-demo-key": 100}) as server:
-        clock = ManualClock(server.state.stage_seconds)
-        monkeypatch.setattr(server.state, "clock", clock)
-        yield server, clock
-
-
 def tasks_polled(sandbox: Sandbox) -> int:
     return sandbox.request_counts().get(TASKS, 0)
 
@@ -51,10 +43,8 @@ def start(sandbox: Sandbox, journal: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE, text=True)
 
 
-def test_kill_9_mid_batch_then_rerun_in_a_new_process(
-    paid_sandbox: tuple[Sandbox, ManualClock], tmp_path: Path
-) -> None:
-    sandbox, clock = paid_sandbox
+def test_kill_9_mid_batch_then_rerun_in_a_new_process(service: Sandbox, tmp_path: Path) -> None:
+    sandbox, clock = service, service.clock  # type: ignore[attr-defined]
     journal = tmp_path / "journal.sqlite3"
     # The first create is answered late (its work done at once, as a slow service does): in doubt at the kill.
     sandbox.set_faults([{"kind": "slow", "path": GENERATE, "seconds": 120, "count": 1}])

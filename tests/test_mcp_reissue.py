@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import wait_until
 from mcp import types
 from mcp.client import Client
 from test_mcp_tools import Asker, call, data
@@ -27,25 +27,11 @@ from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 
 KEY = "k-reissue-secret-90be"
+PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 2}
+"""The paid sandbox (`conftest.paid_sandbox`): this module's own key and credits."""
 GENERATE = "/v1/music/generate"
 SUBMIT = "/v2/submit"
 PAID_SONG_TOOLS = ("generate_song", "generate_song_v2")
-
-
-@pytest.fixture(scope="module")
-def paid_sandbox() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.2, song_seconds=2, keys={KEY: 100}, faults="") as server:
-        yield server
-
-
-@pytest.fixture
-def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    paid_sandbox.reset()
-    clock = ManualClock(paid_sandbox.state.stage_seconds)
-    monkeypatch.setattr(paid_sandbox.state, "clock", clock)
-    paid_sandbox.clock = clock  # type: ignore[attr-defined]
-    yield paid_sandbox
-    paid_sandbox.reset()
 
 
 class WindowClock:

@@ -24,6 +24,8 @@ from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 
 KEY = "k-agent-secret-7f3a9c"
+PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 4}
+"""The paid sandbox (`conftest.paid_sandbox`); its songs move on the wall clock here (this module's `service`)."""
 GENERATE = "/v1/music/generate"
 SUBMIT = "/v2/submit"
 PAID_TOOLS = {"generate_song", "generate_song_v2", "write_lyrics", "run_batch", "make_extra"}
@@ -33,12 +35,6 @@ MODES = ("auto", "legacy")
 (the server sends elicitation/create mid-call): a user is asked either way."""
 
 Elicit = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
-
-
-@pytest.fixture(scope="module")
-def paid_sandbox() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.2, song_seconds=4, keys={KEY: 100}, faults="") as server:
-        yield server
 
 
 @pytest.fixture

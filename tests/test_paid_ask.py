@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import wait_until
 
 from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
@@ -21,6 +21,8 @@ from ipymusicgen.widgets.paid_ask import PaidAsk
 from ipymusicgen.widgets.studio import Studio, studio
 
 KEY = "k-paid-ask-secret-7e21"
+PAID_SANDBOX = {"keys": {KEY: 100_000}, "song_seconds": 2}
+"""The paid sandbox (`conftest.paid_sandbox`): this module's own key and credits."""
 GENERATE = "/v1/music/generate"
 SUBMIT = "/v2/submit"
 LYRICS = "/v1/lyrics"
@@ -29,22 +31,6 @@ MP4 = "/v1/music/generate-mp4"
 TASKS = "/v1/music/tasks"
 FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
 """A request whose songs the sandbox fails (it fetches no audio from elsewhere)."""
-
-
-@pytest.fixture(scope="module")
-def paid_sandbox() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.2, song_seconds=2, keys={KEY: 100_000}, faults="") as server:
-        yield server
-
-
-@pytest.fixture
-def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    paid_sandbox.reset()
-    clock = ManualClock(paid_sandbox.state.stage_seconds)
-    monkeypatch.setattr(paid_sandbox.state, "clock", clock)
-    paid_sandbox.clock = clock  # type: ignore[attr-defined]
-    yield paid_sandbox
-    paid_sandbox.reset()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ManualClock
 from test_mcp_tools import Asker, call, data
 
 from ipymusicgen.app import build_client
@@ -23,24 +22,10 @@ from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 KEY = "k-extras-secret-51c2"
+PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 2}
+"""The paid sandbox (`conftest.paid_sandbox`): this module's own key and credits."""
 WAV = "/v1/music/generate-wav"
 MP4 = "/v1/music/generate-mp4"
-
-
-@pytest.fixture(scope="module")
-def paid_sandbox() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.2, song_seconds=2, keys={KEY: 100}, faults="") as server:
-        yield server
-
-
-@pytest.fixture
-def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    paid_sandbox.reset()
-    clock = ManualClock(paid_sandbox.state.stage_seconds)
-    monkeypatch.setattr(paid_sandbox.state, "clock", clock)
-    paid_sandbox.clock = clock  # type: ignore[attr-defined]
-    yield paid_sandbox
-    paid_sandbox.reset()
 
 
 @pytest.fixture
