@@ -60,6 +60,8 @@ def test_waveform_in_the_next_cell_finds_a_song_the_line_magic_waited_for(
     assert result.success, result.error_in_exec
     songs = ip.user_ns["songs"]
     assert [s.state for s in songs] == [TaskState.COMPLETE] * 2
+    kept = session.current_workspace().songs
+    assert all(kept.archived_path(s.id) is not None for s in songs)  # no waiting here: --wait waited
     result = ip.run_cell("import ipymusicgen\npeaks = [ipymusicgen.waveform(s.id) for s in songs]")
     assert result.success, result.error_in_exec
     assert all(p.shape[1] == 2 for p in ip.user_ns["peaks"])
@@ -160,3 +162,18 @@ def test_a_song_being_archived_is_waited_for_by_waveform_and_analyze(
 def test_an_unknown_id_is_still_refused_at_once(ip: InteractiveShell) -> None:
     with pytest.raises(FileNotFoundError, match="archived"):
         session.waveform("no-such-song")
+
+
+@pytest.mark.parametrize("line", ["--v2 --wait --timeout 60 a v2 tune to draw", "--wait --timeout 60 a watched tune"])
+def test_v2_and_the_watcher_path_wait_for_the_archive_too(
+    ip: InteractiveShell, monkeypatch: pytest.MonkeyPatch, line: str
+) -> None:
+    if "watched" in line:
+        ip.run_line_magic("config", "MusicGen.auto_watch = True")  # the wait goes through the watcher
+    _slow_archive(monkeypatch, 1.5)
+    songs = ip.run_line_magic("musicgen", line)
+    assert songs and all(s.state is TaskState.COMPLETE for s in songs)
+    kept = session.current_workspace().songs
+    assert all(kept.archived_path(s.id) is not None for s in songs)  # no waiting here: --wait waited
+    result = ip.run_cell(f"import ipymusicgen\npeaks = [ipymusicgen.waveform(i) for i in {[s.id for s in songs]!r}]")
+    assert result.success, result.error_in_exec
