@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import ipywidgets as w
@@ -55,6 +56,22 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = WAIT) 
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for: {what}")
         time.sleep(0.02)
+
+
+def advance_until_done(batches: Any, clock: ManualClock, sandbox: Any) -> None:
+    """Move a frozen sandbox clock on, two stages at a time, each time the batch (or every one of a list) has
+    caught up: a polling round after the move, or done. Waits on the sandbox's count of task reads, not on time."""
+    every = list(batches) if isinstance(batches, list | tuple) else [batches]
+
+    def done() -> bool:
+        return all(b.done for b in every)
+
+    while not done():
+        before = sandbox.request_counts().get("/v1/music/tasks", 0)
+        clock.stages(2)
+        wait_until(
+            lambda b=before: done() or sandbox.request_counts().get("/v1/music/tasks", 0) >= b + 2, "a polling round"
+        )
 
 
 def wait_until_serving(

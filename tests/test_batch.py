@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done, wait_until
 
 from ipymusicgen import MusicClient
 from ipymusicgen.batch.engine import Batch, BatchBudgetError, BatchError, BatchFailedError, run_batch, run_batch_async
@@ -55,14 +55,6 @@ def running_limit(sandbox: Sandbox) -> Iterator[list[int]]:
     yield seen
     state.running_calls = original  # type: ignore[method-assign]
     state.max_running = original_limit
-
-
-def advance_until_done(batch: Batch, clock: ManualClock, sandbox: Sandbox) -> None:
-    """Move the frozen sandbox clock on, one song's time at a time, each time the batch has caught up."""
-    while not batch.done:
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a polling round")
 
 
 def test_a_bad_row_refuses_the_whole_batch_before_anything_is_sent(

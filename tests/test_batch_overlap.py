@@ -11,25 +11,15 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done, wait_until
 
-from ipymusicgen.batch.engine import Batch, BatchError, run_batch
+from ipymusicgen.batch.engine import BatchError, run_batch
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import Grid
 from ipymusicgen.sandbox import Sandbox
 
 GENERATE = "/v1/music/generate"
 TASKS = "/v1/music/tasks"
-
-
-def advance_until_done(batches: list[Batch], clock: ManualClock, sandbox: Sandbox) -> None:
-    while not all(b.done for b in batches):
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(
-            lambda b=before: all(x.done for x in batches) or sandbox.request_counts().get(TASKS, 0) >= b + 2,
-            "a polling round",
-        )
 
 
 def test_a_grid_and_a_batch_at_once_on_one_key_neither_stop_early_nor_misprice(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done
 
-from ipymusicgen.batch.engine import Batch, run_batch
+from ipymusicgen.batch.engine import run_batch
 from ipymusicgen.batch.retry import retry_name
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
@@ -20,13 +20,6 @@ FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
 """A row whose songs the sandbox fails (it fetches no audio from elsewhere)."""
 ROWS = [{"style": "lo-fi 1", "mv": "MFV2.0"}, {"style": "lo-fi 2", "mv": "MFV2.0"}, FOREIGN]
 BUDGET = 20
-
-
-def advance_until_done(batch: Batch, clock: ManualClock, sandbox: Sandbox) -> None:
-    while not batch.done:
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a polling round")
 
 
 def creates(sandbox: Sandbox) -> int:
