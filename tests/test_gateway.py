@@ -184,6 +184,34 @@ def test_a_repeated_idempotency_key_returns_the_first_answer_and_sends_once(
     assert paid_counts(upstream) == {"/v1/music/generate": 2}
 
 
+def test_a_repeated_idempotency_key_with_another_request_is_refused_and_nothing_is_sent_or_reserved(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "eve", budget=20)
+    first = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "k-1"})
+    assert first.json()["status"] == 200
+    reordered = dict(reversed(list(GENERATE.items())))  # the same request, its keys in another order
+    assert (
+        post(gateway.url, "/v1/music/generate", token, reordered, **{"Idempotency-Key": "k-1"}).json() == first.json()
+    )
+    left = open_ledger(database).remaining("eve")
+    others = [
+        ("/v1/music/generate", {**GENERATE, "style": "another style"}),  # another body
+        ("/v1/music/generate", {**GENERATE, "mv": "MFV2.0"}),  # another model (another price)
+        ("/v1/lyrics", {"prompt": "rain"}),  # another endpoint
+        ("/v2/submit", {"is_auto": 1, "prompt": "p", "model_version": "v4.5"}),
+    ]
+    for path, body in others:
+        answer = post(gateway.url, path, token, body, **{"Idempotency-Key": "k-1"})
+        assert answer.status_code == 409, (path, body)
+        refusal = answer.json()
+        assert refusal["status"] == 409 and refusal["data"] is None
+        assert "used for another request" in refusal["message"]
+    assert paid_counts(upstream) == {"/v1/music/generate": 1}, "nothing sent"
+    assert open_ledger(database).remaining("eve") == left, "nothing reserved"
+    assert [c["idem_key"] for c in open_ledger(database).calls()] == ["k-1"]
+
+
 def test_a_key_whose_call_is_in_flight_or_unknown_answers_may_have_been_charged(
     gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
 ) -> None:

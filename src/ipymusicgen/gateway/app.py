@@ -9,6 +9,7 @@ as an id that does not exist, so the answer is exactly that of a missing id.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import secrets
@@ -38,6 +39,10 @@ MAY_HAVE_BEEN_CHARGED = (
     "A call with this Idempotency-Key was already sent and its outcome is not known yet: it may have been "
     "charged. It was not sent again; check the task list before trying a new call."
 )
+KEY_REUSED = (
+    "This Idempotency-Key was already used for another request (another endpoint or body). Nothing was sent "
+    "or reserved; send a new request with a new key."
+)
 log = logging.getLogger(__name__)
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -54,6 +59,14 @@ def _no_credits(whose: str) -> JSONResponse:
 def _validation_answer(exc: RequestValidationError) -> JSONResponse:
     detail = [{"loc": ["body", *p.field.split(".")], "msg": p.message, "type": "value_error"} for p in exc.problems]
     return JSONResponse({"detail": detail}, status_code=422)
+
+
+def _fingerprint(path: str, payload: Any, request: Any) -> str:
+    """What makes two paid requests the same one: the endpoint and the validated body (or, for the song
+    extras, the song asked for), whatever the order of their keys."""
+    what = [path, payload, request if isinstance(request, dict) else None]
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _host_of(header: str) -> str:
@@ -159,7 +172,10 @@ class Gateway:
         swap: tuple[str, str] | None = None,
     ) -> Response:
         estimated = estimate_credits(request)
-        reservation = self.ledger.reserve(user, idem_key, path, model_of(request), estimated)
+        fingerprint = _fingerprint(path, payload, request) if idem_key else None
+        reservation = self.ledger.reserve(user, idem_key, path, model_of(request), estimated, fingerprint)
+        if reservation.kind == "conflict":
+            return JSONResponse(envelope(None, 409, KEY_REUSED), status_code=409)
         if reservation.kind == "over":
             return _no_credits(reservation.over or "team budget")
         if reservation.kind == "repeat":

@@ -40,7 +40,8 @@ class UserRow:
 
 @dataclass(frozen=True)
 class Reservation:
-    """What `reserve` decided: `new` (call_id to send), `over` (whose budget), or `repeat` (the first call)."""
+    """What `reserve` decided: `new` (call_id to send), `over` (whose budget), `repeat` (the first call), or
+    `conflict` (the key was used for another request: nothing reserved)."""
 
     kind: str
     call_id: int | None = None
@@ -217,15 +218,29 @@ class Ledger:
 
     # -- paid calls -----------------------------------------------------------------------------------
 
-    def reserve(self, user: str, idem_key: str | None, endpoint: str, model: str | None, estimated: int) -> Reservation:
-        """Claim the idempotency key and reserve `estimated` credits, in one transaction; or say why not."""
+    def reserve(
+        self,
+        user: str,
+        idem_key: str | None,
+        endpoint: str,
+        model: str | None,
+        estimated: int,
+        fingerprint: str | None = None,
+    ) -> Reservation:
+        """Claim the idempotency key and reserve `estimated` credits, in one transaction; or say why not.
+
+        `fingerprint` names the request (endpoint and body); a key already claimed by a request with another
+        fingerprint is a `conflict`, never the first call's answer."""
         with self._cursor() as cur:
             self._lock_for_reserve(cur, user)
             if idem_key:
                 row = cur.one(
-                    "SELECT state, status_code, body FROM calls WHERE user_name = ? AND idem_key = ?", (user, idem_key)
+                    "SELECT state, status_code, body, fingerprint FROM calls WHERE user_name = ? AND idem_key = ?",
+                    (user, idem_key),
                 )
                 if row:
+                    if row[3] is not None and fingerprint is not None and row[3] != fingerprint:
+                        return Reservation("conflict")
                     body = bytes(row[2]) if row[2] is not None else None
                     return Reservation("repeat", state=row[0], status_code=row[1], body=body)
             left, whose = self._left(cur, user)
@@ -233,9 +248,18 @@ class Ledger:
                 return Reservation("over", over=whose)
             now = time.time()
             row = cur.one(
-                "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day) "
-                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?) RETURNING id",
-                (user, idem_key, endpoint, model, estimated, now, time.strftime("%Y-%m-%d", time.gmtime(now))),
+                "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day, "
+                "fingerprint) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING id",
+                (
+                    user,
+                    idem_key,
+                    endpoint,
+                    model,
+                    estimated,
+                    now,
+                    time.strftime("%Y-%m-%d", time.gmtime(now)),
+                    fingerprint,
+                ),
             )
             return Reservation("new", call_id=int(row[0]))
 

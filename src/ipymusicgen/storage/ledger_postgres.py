@@ -48,8 +48,9 @@ class PostgresLedger(Ledger):
             "CREATE TABLE IF NOT EXISTS calls (id BIGSERIAL PRIMARY KEY, user_name TEXT NOT NULL, "
             "idem_key TEXT, endpoint TEXT NOT NULL, model TEXT, estimated BIGINT NOT NULL, measured BIGINT, "
             "state TEXT NOT NULL, status_code INTEGER, body BYTEA, created_at DOUBLE PRECISION NOT NULL, "
-            "day TEXT NOT NULL, UNIQUE (user_name, idem_key))"
+            "day TEXT NOT NULL, fingerprint TEXT, UNIQUE (user_name, idem_key))"
         )
+        cur.run("ALTER TABLE calls ADD COLUMN IF NOT EXISTS fingerprint TEXT")  # a ledger made before it had one
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts BIGINT, last_call BIGINT)")
         cur.run("INSERT INTO meter (id) VALUES (1) ON CONFLICT (id) DO NOTHING")

@@ -48,8 +48,10 @@ class SqliteLedger(Ledger):
             "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY AUTOINCREMENT, user_name TEXT NOT NULL, "
             "idem_key TEXT, endpoint TEXT NOT NULL, model TEXT, estimated INTEGER NOT NULL, measured INTEGER, "
             "state TEXT NOT NULL, status_code INTEGER, body BLOB, created_at REAL NOT NULL, day TEXT NOT NULL, "
-            "UNIQUE (user_name, idem_key))"
+            "fingerprint TEXT, UNIQUE (user_name, idem_key))"
         )
+        if not any(col[1] == "fingerprint" for col in cur.all("PRAGMA table_info(calls)")):
+            cur.run("ALTER TABLE calls ADD COLUMN fingerprint TEXT")  # a ledger made before requests had one
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts INTEGER, last_call INTEGER)")
         cur.run("INSERT OR IGNORE INTO meter (id) VALUES (1)")
