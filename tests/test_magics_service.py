@@ -114,16 +114,8 @@ def test_artist_consistency_with_a_singer_from_generate_vibe(ip: InteractiveShel
 def test_v2_description_and_custom_modes(ip: InteractiveShell) -> None:
     ids = ip.run_cell_magic("musicgen", "--v2 --no-watch", "dreamy synth pop")
     assert isinstance(ids, list) and len(ids) == 2 and all(isinstance(i, str) for i in ids)
-    assert _last_payload() == {
-        "is_auto": 1,
-        "model_version": "v4.5",
-        "prompt": "dreamy synth pop",
-        "lyrics": "",
-        "title": "",
-        "instrumental": 0,
-        "continue_at": 0,
-        "continue_song_id": "",
-    }
+    # description mode: only what the service applies is sent (spec rule 1), no defaults of the custom fields
+    assert _last_payload() == {"is_auto": 1, "model_version": "v4.5", "prompt": "dreamy synth pop"}
     songs = ip.run_cell_magic("musicgen", '--v2 --prompt "folk" --title Home --model-version v4.0 --wait', "la la")
     assert all(isinstance(s, V2Song) and s.state is TaskState.COMPLETE for s in songs)
     assert [(s.title, s.lyrics) for s in songs] == [("Home", "la la")] * 2  # the v2 query answers them blank
