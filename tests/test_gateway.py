@@ -18,6 +18,7 @@ from pg_server import PostgresServer, postgres_server  # noqa: F401  (the sessio
 from ipymusicgen.batch.rows import BatchBudgetError
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import AuthenticationError, InsufficientCreditsError
+from ipymusicgen.gateway import app as gateway_app
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
@@ -150,6 +151,34 @@ def test_a_user_sees_another_users_task_exactly_as_a_missing_one(
     assert foreign.text.replace(song_id, "ID") == missing.text.replace("no-such-song", "ID")
     wav = post(gateway.url, f"/v1/music/generate-wav?song_id={ids[0]}", bob, None).json()
     assert wav["status"] != 200, "bob cannot pay for a rendering of alice's song (upstream: no such song)"
+
+
+def test_a_task_query_without_ids_answers_the_callers_own_tasks_as_the_service_does(
+    gateway: GatewayThread, database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, bob, cleo = add_user(database, "alice"), add_user(database, "bob"), add_user(database, "cleo")
+    mine = post(gateway.url, "/v1/music/generate", alice, GENERATE).json()["data"]["ids"]
+    mine += post(gateway.url, "/v1/music/generate", alice, {**GENERATE, "style": "two"}).json()["data"]["ids"]
+    theirs = post(gateway.url, "/v1/music/generate", bob, GENERATE).json()["data"]["ids"]
+
+    def tasks(token: str, **params: str) -> httpx.Response:
+        return httpx.get(gateway.url + "/v1/music/tasks", params=params, headers={"x-api-key": token})
+
+    straight = httpx.get(upstream.base_url + "/v1/music/tasks", headers={"x-api-key": CANARY_KEY}).json()
+    assert {t["id"] for t in straight} == {*mine, *theirs}, "the service answers no ids with all the key's tasks"
+    answer = tasks(alice)
+    assert answer.status_code == 200
+    assert sorted(t["id"] for t in answer.json()) == sorted(mine), "the caller's own tasks, nobody else's"
+    assert tasks(cleo).json() == [], "no tasks of one's own: the service's answer for a key with none"
+    assert tasks(alice, ids="").json() == [], "an empty ids is answered as the service answers it"
+    monkeypatch.setattr(gateway_app, "TASKS_PER_QUERY", 1)  # many tasks: asked in chunks, answered as one
+    assert [t["id"] for t in tasks(alice).json()] == [t["id"] for t in answer.json()]
+    upstream.envelope_tasks = True
+    try:
+        wrapped = tasks(alice).json()
+    finally:
+        upstream.envelope_tasks = False
+    assert wrapped["status"] == 200 and [t["id"] for t in wrapped["data"]] == [t["id"] for t in answer.json()]
 
 
 def test_over_budget_answers_no_credits_naming_whose_budget(

@@ -35,6 +35,8 @@ from .upstream import Answer, MaybeSent, NotSent, Upstream
 INVALID_KEY = "Invalid or missing API key"
 IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_IDEMPOTENCY_KEY = 200
+TASKS_PER_QUERY = 50
+"""Task ids asked upstream in one query when a caller asks for all of theirs (a URL stays short)."""
 MAY_HAVE_BEEN_CHARGED = (
     "A call with this Idempotency-Key was already sent and its outcome is not known yet: it may have been "
     "charged. It was not sent again; check the task list before trying a new call."
@@ -101,12 +103,27 @@ class Gateway:
     # -- reads ----------------------------------------------------------------------------------------
 
     def tasks(self, user: str, ids_text: str | None) -> Response:
-        ids = [i for i in (ids_text or "").split(",") if i]
+        """The tasks asked for that are the caller's; no `ids` at all: every task of the caller's (as the
+        service answers every task of the key), asked in chunks so no query grows too long."""
+        if ids_text is None:
+            return self._all_tasks(self.ledger.tasks_of(user))
+        ids = [i for i in ids_text.split(",") if i]
         mine = self.ledger.owned(user, ids)
         if mine:
             return _relay(self.upstream.read("/v1/music/tasks", {"ids": ",".join(mine)}))
         stand_in = _missing_id()
         return _relay(self.upstream.read("/v1/music/tasks", {"ids": stand_in}), (stand_in, ",".join(ids)))
+
+    def _all_tasks(self, mine: list[str]) -> Response:
+        if not mine:  # answered as the service answers a key with no tasks: ask for an id that does not exist
+            return _relay(self.upstream.read("/v1/music/tasks", {"ids": _missing_id()}))
+        answers = [
+            self.upstream.read("/v1/music/tasks", {"ids": ",".join(mine[at : at + TASKS_PER_QUERY])})
+            for at in range(0, len(mine), TASKS_PER_QUERY)
+        ]
+        if len(answers) == 1:
+            return _relay(answers[0])
+        return _merged(answers)
 
     def query_v2(self, user: str, song_id: str | None) -> Response:
         if song_id is None:
@@ -234,6 +251,24 @@ def _created_ids(body: bytes) -> list[str]:
     if isinstance(data, list):
         return [str(s["song_id"]) for s in data if isinstance(s, dict) and s.get("song_id")]
     return []
+
+
+def _merged(answers: list[Answer]) -> Response:
+    """Several task answers as one: their records in order, in the shape the service used (bare or wrapped)."""
+    records: list[Any] = []
+    wrapped: dict[str, Any] | None = None
+    for answer in answers:
+        try:
+            data = json.loads(answer.body) if answer.status_code == 200 else None
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            wrapped = data
+            data = data["data"]
+        if not isinstance(data, list):
+            return _relay(answer)  # an error: the caller sees it as the service gave it
+        records.extend(data)
+    return JSONResponse({**wrapped, "data": records} if wrapped is not None else records)
 
 
 def _relay(answer: Answer, swap: tuple[str, str] | None = None) -> Response:

@@ -315,6 +315,11 @@ class Ledger:
             if not cur.one("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)):
                 cur.run("INSERT INTO tasks (task_id, user_name) VALUES (?, ?)", (task_id, user))
 
+    def tasks_of(self, user: str) -> list[str]:
+        """Every task id that belongs to `user` (what a task query without ids answers)."""
+        with self._cursor(write=False) as cur:
+            return [r[0] for r in cur.all("SELECT task_id FROM tasks WHERE user_name = ?", (user,))]
+
     def owned(self, user: str, ids: list[str]) -> list[str]:
         """The ids among `ids` that belong to `user`, in their order."""
         if not ids:
