@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from jupyter_utils import sandbox_env
 
+from ipymusicgen.sandbox import Sandbox
+
 
 def run_fresh(code: str) -> str:
     done = subprocess.run(
@@ -78,6 +80,30 @@ def test_a_workspace_owns_its_file_and_wires_its_client_to_it(tmp_path: Path) ->
     assert workspace.current_client() is None and workspace.client.settings.poll_interval == 0.5
     workspace.close()
     assert workspace.current_client() is None and not folder.exists()
+
+
+def test_a_workspaces_batches_keep_their_rows_in_its_database_and_open_no_store_of_their_own(
+    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ipymusicgen.app import Workspace
+    from ipymusicgen.batch import prepare
+    from ipymusicgen.config import Settings
+
+    def no_store(path: object) -> None:
+        raise AssertionError(f"a workspace's batch opened its own store ({path})")
+
+    monkeypatch.setattr(prepare, "store_for", no_store)
+    settings = Settings.from_env().with_changes(
+        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, poll_interval=0.05
+    )
+    workspace = Workspace(settings, journal_path=tmp_path / "journal.sqlite3")
+    try:
+        batch = workspace.client.batch([{"style": "lo-fi", "mv": "MFV2.0"}], name="mine", wait=False)
+        batch.stop()
+        assert batch.store is workspace.db.batches and "mine" in workspace.db.batches.names()
+        batch.wait(timeout=60)
+    finally:
+        workspace.close()
 
 
 def test_the_session_is_the_current_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

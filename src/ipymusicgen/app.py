@@ -70,6 +70,27 @@ class ClientWiring:
         return await run_batch_async(client, requests, **options)
 
 
+class WorkspaceWiring(ClientWiring):
+    """A workspace's wiring: its clients' batches keep their rows in the workspace's `Database` (`db.batches`)
+    rather than opening a store for the journal file of their own. A batch given a `store` keeps it, and a client
+    whose journal is another file's (built by hand with this wiring) gets that file's store, as any client does."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def _on_my_file(self, client: Any, options: dict[str, Any]) -> dict[str, Any]:
+        journal_path = getattr(client.journal, "path", None)
+        if "store" in options or journal_path is None or Path(journal_path).resolve() != self.db.path.resolve():
+            return options
+        return {**options, "store": self.db.batches}
+
+    def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch:
+        return super().run_batch(client, requests, self._on_my_file(client, options))
+
+    async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch:
+        return await super().run_batch_async(client, requests, self._on_my_file(client, options))
+
+
 DEFAULT_WIRING = ClientWiring()
 wiring.install(DEFAULT_WIRING)  # the default of a client made by hand; a workspace passes its own
 
@@ -91,7 +112,7 @@ def build_async_client(
 class Workspace:
     """One journal file's world, built at the top and passed down: the settings its clients use, the file's one
     `Database` (its journal, library, batches and extras), the shared client wired to them (the journal passed
-    in, the archive and the analysis as its listeners, batches on the file's store) and the libraries over it.
+    in, the archive and the analysis as its listeners, its batches on `db.batches`) and the libraries over it.
 
     `folder`: a throwaway folder the file lives in (the embedded sandbox's journal), removed on `close()`;
     `client_settings`: how the settings of a client are decided when one is built (the session's: the embedded
@@ -109,7 +130,7 @@ class Workspace:
         self.settings = settings
         self._client_settings = client_settings
         self.db = Database(journal_path if journal_path is not None else settings.journal_path)
-        self.wiring = DEFAULT_WIRING
+        self.wiring = WorkspaceWiring(self.db)
         self.folder = Path(folder) if folder is not None else None
         self._lock = threading.RLock()
         self._client: MusicClient | None = None
