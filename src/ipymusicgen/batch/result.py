@@ -43,11 +43,13 @@ class Batch:
         self.calls = 0
         """Creates this run sent."""
         self.run_id: int | None = None
+        """This run's row in the batch store's runs (None when the counts were not read or the file refused it)."""
         self.client: Any = None
         """The client that runs it (a view's "retry failed rows" sends with it)."""
         self.started_at = time.monotonic()
         self.finished_at: float | None = None
         self.error: BaseException | None = None
+        """What crashed the run (re-raised by `wait()`); rows that failed are reported in `rows`, not here."""
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._task: Any = None
