@@ -190,6 +190,9 @@ class BatchStore:
     def rows(self, name: str) -> dict[int, StoredRow]:
         with self._lock:
             found = self._db.execute("SELECT * FROM batch_rows WHERE batch = ? ORDER BY row_index", (name,)).fetchall()
+        # a sqlite3.Row's `in` looks at its values: its column names are its keys() (no stalled column: a read-only
+        # file from before step 12)
+        stalled_kept = bool(found) and "stalled" in found[0].keys()  # noqa: SIM118
         return {
             r["row_index"]: StoredRow(
                 r["row_index"],
@@ -201,7 +204,7 @@ class BatchStore:
                 r["owner_start"],
                 r["error"],
                 r["cost"],
-                bool(r["stalled"]),
+                bool(r["stalled"]) if stalled_kept else False,
             )
             for r in found
         }
