@@ -19,6 +19,7 @@ from ipymusicgen.batch.rows import BatchBudgetError
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import AuthenticationError, InsufficientCreditsError
 from ipymusicgen.gateway import app as gateway_app
+from ipymusicgen.gateway.cache import TOKEN_TTL
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
@@ -117,6 +118,27 @@ def test_a_missing_unknown_or_revoked_token_gets_the_services_auth_answer(
     assert paid_counts(upstream) == {}
 
 
+def test_a_revoked_token_is_refused_within_the_token_memorys_second(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "ron")
+    now = [1000.0]
+    gateway.gateway.tokens.clock = lambda: now[0]  # the memory's clock, by hand
+
+    def key_info() -> httpx.Response:
+        return httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token})
+
+    assert key_info().status_code == 200  # the token is now remembered
+    assert cli("user", "revoke", "ron", "--database", database)[0] == 0
+    now[0] += TOKEN_TTL - 0.01
+    assert key_info().status_code == 200, "within its second the memory answers (no ledger transaction)"
+    now[0] += 0.01
+    answer = key_info()
+    assert answer.status_code == 401 and answer.json() == {"detail": "Invalid or missing API key"}
+    assert post(gateway.url, "/v1/music/generate", token, GENERATE).status_code == 401
+    assert paid_counts(upstream) == {}
+
+
 def test_a_forged_host_header_is_refused_before_anything_else(
     gateway: GatewayThread, database: str, upstream: Sandbox
 ) -> None:
@@ -171,6 +193,9 @@ def test_a_task_query_without_ids_answers_the_callers_own_tasks_as_the_service_d
     assert sorted(t["id"] for t in answer.json()) == sorted(mine), "the caller's own tasks, nobody else's"
     assert tasks(cleo).json() == [], "no tasks of one's own: the service's answer for a key with none"
     assert tasks(alice, ids="").json() == [], "an empty ids is answered as the service answers it"
+    assert tasks(bob, ids=theirs[0]).status_code == 200  # bob's task now known to this gateway as his
+    mixed = tasks(alice, ids=f"{mine[0]},{theirs[0]},{mine[1]}").json()
+    assert [t["id"] for t in mixed] == [mine[0], mine[1]], "remembered owners never leak another user's task"
     monkeypatch.setattr(gateway_app, "TASKS_PER_QUERY", 1)  # many tasks: asked in chunks, answered as one
     assert [t["id"] for t in tasks(alice).json()] == [t["id"] for t in answer.json()]
     upstream.envelope_tasks = True

@@ -29,6 +29,7 @@ from ..errors import FieldProblem, RequestValidationError
 from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
 from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
+from .cache import OwnerCache, TokenCache
 from .tokens import same_hash, token_hash
 from .upstream import Answer, MaybeSent, NotSent, Upstream
 
@@ -89,6 +90,8 @@ class Gateway:
         self.ledger = ledger
         self.upstream = upstream
         self.allowed_hosts = LOOPBACK_HOSTS | {host.lower()} | {h.lower() for h in allow_hosts}
+        self.tokens = TokenCache()
+        self.owners = OwnerCache()
 
     def host_allowed(self, header: str | None) -> bool:
         return header is not None and _host_of(header) in self.allowed_hosts
@@ -97,8 +100,22 @@ class Gateway:
         if not token:
             return None
         wanted = token_hash(token)
+        user = self.tokens.get(wanted)
+        if user is not None:
+            return user
         found = self.ledger.user_by_token_hash(wanted)
-        return found[0] if found is not None and same_hash(found[1], wanted) else None
+        if found is None or not same_hash(found[1], wanted):
+            return None
+        self.tokens.put(wanted, found[0])
+        return found[0]
+
+    def owned(self, user: str, ids: list[str]) -> list[str]:
+        """The ids among `ids` that are the caller's, in their order; the ledger is asked only about ids this
+        gateway has not yet seen owned."""
+        unknown = self.owners.unknown(ids)
+        if unknown:
+            self.owners.learn(user, self.ledger.owned(user, unknown))
+        return self.owners.mine(user, ids)
 
     # -- reads ----------------------------------------------------------------------------------------
 
@@ -108,7 +125,7 @@ class Gateway:
         if ids_text is None:
             return self._all_tasks(self.ledger.tasks_of(user))
         ids = [i for i in ids_text.split(",") if i]
-        mine = self.ledger.owned(user, ids)
+        mine = self.owned(user, ids)
         if mine:
             return _relay(self.upstream.read("/v1/music/tasks", {"ids": ",".join(mine)}))
         stand_in = _missing_id()
@@ -130,7 +147,7 @@ class Gateway:
             return JSONResponse(
                 {"detail": [{"loc": ["query", "song_id"], "msg": "Field required", "type": "missing"}]}, 422
             )
-        if self.ledger.owned(user, [song_id]):
+        if self.owned(user, [song_id]):
             return _relay(self.upstream.read("/v2/query", {"song_id": song_id}))
         stand_in = _missing_id()
         return _relay(self.upstream.read("/v2/query", {"song_id": stand_in}), (stand_in, song_id))
@@ -288,87 +305,79 @@ def _refusal(status: int, detail: str) -> JSONResponse:
 
 
 def create_app(gateway: Gateway) -> Starlette:
-    async def guarded(request: Request, work: Callable[[str, Request], Any]) -> Response:
-        if not gateway.host_allowed(request.headers.get("host")):
-            return _refusal(403, "This host name is not served here")
-        user = await run_in_threadpool(gateway.user_of, request.headers.get("x-api-key"))
-        if user is None:
-            return _refusal(401, INVALID_KEY)
-        return await work(user, request)
+    """Each request: the Host check on the event loop, then everything else (token, body, ledger, upstream) in
+    ONE worker-thread hop, in the order the service answers: authentication, then the body."""
 
-    def paid_route(path: str, build: Callable[[Any, Request], Any]) -> Route:
+    def authed(token: str | None, work: Callable[[str], Response]) -> Response:
+        user = gateway.user_of(token)
+        return _refusal(401, INVALID_KEY) if user is None else work(user)
+
+    def paid_route(path: str, build: Callable[[Any, Request, str], Any]) -> Route:
+        def work(user: str, request: Request, raw: bytes) -> Response:
+            idem_key = request.headers.get(IDEMPOTENCY_HEADER) or None
+            if idem_key is not None and len(idem_key) > MAX_IDEMPOTENCY_KEY:
+                return _refusal(400, f"Idempotency-Key: at most {MAX_IDEMPOTENCY_KEY} characters")
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                detail = [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
+                return JSONResponse({"detail": detail}, status_code=422)
+            try:
+                model, payload, params, swap = build(body, request, user)
+            except RequestValidationError as exc:
+                return _validation_answer(exc)
+            return gateway.paid(user, path, idem_key, payload, params, model, swap)
+
         async def endpoint(request: Request) -> Response:
-            async def work(user: str, request: Request) -> Response:
-                idem_key = request.headers.get(IDEMPOTENCY_HEADER) or None
-                if idem_key is not None and len(idem_key) > MAX_IDEMPOTENCY_KEY:
-                    return _refusal(400, f"Idempotency-Key: at most {MAX_IDEMPOTENCY_KEY} characters")
-                raw = await request.body()
-                try:
-                    body = json.loads(raw) if raw else None
-                except ValueError:
-                    detail = [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
-                    return JSONResponse({"detail": detail}, status_code=422)
-                try:
-                    model, payload, params, swap = build(body, request)
-                except RequestValidationError as exc:
-                    return _validation_answer(exc)
-                return await run_in_threadpool(gateway.paid, user, path, idem_key, payload, params, model, swap)
-
-            return await guarded(request, work)
+            if not gateway.host_allowed(request.headers.get("host")):
+                return _refusal(403, "This host name is not served here")
+            raw = await request.body()
+            token = request.headers.get("x-api-key")
+            return await run_in_threadpool(authed, token, lambda user: work(user, request, raw))
 
         return Route(path, endpoint, methods=["POST"])
 
-    def v1_body(body: Any, request: Request) -> Any:
+    def v1_body(body: Any, request: Request, user: str) -> Any:
         if not isinstance(body, dict):
             raise RequestValidationError([_problem("body", "a JSON object is needed")])
         model = build_generate_request(body, allow_unknown_models=True)
         return model, model.to_payload(), None, None
 
-    def v2_body(body: Any, request: Request) -> Any:
+    def v2_body(body: Any, request: Request, user: str) -> Any:
         if not isinstance(body, dict):
             raise RequestValidationError([_problem("body", "a JSON object is needed")])
         model = build_v2_request(body, allow_unknown_models=True)
         return model, model.to_payload(), None, None
 
-    def lyrics_body(body: Any, request: Request) -> Any:
+    def lyrics_body(body: Any, request: Request, user: str) -> Any:
         prompt = body.get("prompt") if isinstance(body, dict) else None
         model = build_lyrics_request(prompt)  # type: ignore[arg-type]
         return model, model.to_payload(), None, None
 
-    def song_extra(body: Any, request: Request) -> Any:
+    def song_extra(body: Any, request: Request, user: str) -> Any:
+        """The song extras: the song must be the caller's (another user's is sent as one that does not exist)."""
         song_id = request.query_params.get("song_id")
         if not song_id:
             raise RequestValidationError([_problem("song_id", "Field required")])
-        if gateway.ledger.owned(request.scope["gateway_user"], [song_id]):
+        if gateway.owned(user, [song_id]):
             return {"song_id": song_id}, None, {"song_id": song_id}, None
         stand_in = _missing_id()
         return {"song_id": song_id}, None, {"song_id": stand_in}, (stand_in, song_id)
 
     def read_route(path: str, handler: Callable[[str, Request], Response]) -> Route:
         async def endpoint(request: Request) -> Response:
-            async def work(user: str, request: Request) -> Response:
-                return await run_in_threadpool(handler, user, request)
-
-            return await guarded(request, work)
+            if not gateway.host_allowed(request.headers.get("host")):
+                return _refusal(403, "This host name is not served here")
+            token = request.headers.get("x-api-key")
+            return await run_in_threadpool(authed, token, lambda user: handler(user, request))
 
         return Route(path, endpoint, methods=["GET"])
-
-    def with_user(route: Route) -> Route:
-        """A route whose body builder needs the caller (the song extras check the song is theirs)."""
-        inner = route.endpoint
-
-        async def endpoint(request: Request) -> Response:
-            user = await run_in_threadpool(gateway.user_of, request.headers.get("x-api-key"))
-            request.scope["gateway_user"] = user
-            return await inner(request)
-
-        return Route(route.path, endpoint, methods=["POST"])
 
     routes = [
         paid_route("/v1/music/generate", v1_body),
         paid_route("/v2/submit", v2_body),
         paid_route("/v1/lyrics", lyrics_body),
-        *(with_user(paid_route(f"/v1/music/generate-{kind}", song_extra)) for kind in ("vibe", "wav", "mp4")),
+        *(paid_route(f"/v1/music/generate-{kind}", song_extra) for kind in ("vibe", "wav", "mp4")),
         read_route("/v1/music/tasks", lambda user, r: gateway.tasks(user, r.query_params.get("ids"))),
         read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
         read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
