@@ -63,8 +63,7 @@ class _Served:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-        self.gateway.upstream.close()
-        self.gateway.ledger.close()
+        self.gateway.close()
 
 
 def _timed(call: object, count: int) -> float:

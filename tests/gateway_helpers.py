@@ -101,8 +101,7 @@ class GatewayThread:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-        self.gateway.upstream.close()
-        self.gateway.ledger.close()
+        self.gateway.close()
 
     def env(self, token: str) -> dict[str, str]:
         return {"MUSICGEN_BASE_URL": self.url, "MUSICGEN_V2_BASE_URL": self.url, "MUSICGEN_API_KEY": token}

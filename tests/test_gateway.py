@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
+from helpers import wait_until
 from hostile_server import HostileServer, RawRequest, respond
 from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
 
@@ -20,6 +21,7 @@ from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import AuthenticationError, InsufficientCreditsError
 from ipymusicgen.gateway import app as gateway_app
 from ipymusicgen.gateway.cache import TOKEN_TTL
+from ipymusicgen.gateway.measurer import Measurer
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
@@ -505,3 +507,17 @@ def test_the_host_check_accepts_loopback_its_own_name_and_allowed_names_only(tmp
             assert not gateway.host_allowed(bad), bad
     finally:
         ledger.close()
+
+
+def test_the_measurer_takes_one_reading_for_a_run_of_calls_and_stops_at_once() -> None:
+    readings: list[int] = []
+    measurer = Measurer(readings.append, quiet=0.3)
+    for call_id in (1, 2, 3):  # answered one after another: their readings would be ambiguous
+        measurer.after(call_id)
+    wait_until(lambda: readings == [3], "one reading, for the latest call, once things are quiet")
+    measurer.after(4)  # a lone call after a quiet spell is measured on its own
+    wait_until(lambda: readings == [3, 4], "the lone call measured")
+    slow = Measurer(readings.append, quiet=600)
+    slow.after(5)
+    slow.close()  # wakes the quiet wait at once: nothing more is read
+    assert readings == [3, 4]

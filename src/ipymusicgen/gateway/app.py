@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -30,6 +29,7 @@ from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
 from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
 from .cache import OwnerCache, TokenCache
+from .measurer import Measurer
 from .tokens import same_hash, token_hash
 from .upstream import Answer, MaybeSent, NotSent, Upstream
 
@@ -92,6 +92,13 @@ class Gateway:
         self.allowed_hosts = LOOPBACK_HOSTS | {host.lower()} | {h.lower() for h in allow_hosts}
         self.tokens = TokenCache()
         self.owners = OwnerCache()
+        self.measurer = Measurer(self.measure)
+
+    def close(self) -> None:
+        """Stop the measurer, then let go of the upstream client and the ledger's connections."""
+        self.measurer.close()
+        self.upstream.close()
+        self.ledger.close()
 
     def host_allowed(self, header: str | None) -> bool:
         return header is not None and _host_of(header) in self.allowed_hosts
@@ -175,7 +182,7 @@ class Gateway:
 
     def measure(self, call_id: int) -> None:
         """After a paid call is answered: read the upstream's credits and settle the call to what it cost, when
-        nothing else could have moved them (runs after the answer is sent, so it costs the caller no time)."""
+        nothing else could have moved them (the measurer runs it off the caller's path, once things are quiet)."""
         try:
             counts = self._read_counts()
             if counts is not None:
@@ -232,7 +239,7 @@ class Gateway:
         self.ledger.finish(call_id, state, answer.status_code, answer.body, created)
         response = _relay(answer, swap)
         if state == DONE:
-            response.background = BackgroundTask(self.measure, call_id)
+            self.measurer.after(call_id)
         return response
 
 

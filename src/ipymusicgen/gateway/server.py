@@ -28,5 +28,4 @@ def serve(
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
     finally:
-        gateway.upstream.close()
-        gateway.ledger.close()
+        gateway.close()
