@@ -4,6 +4,10 @@ One keyed sandbox in this process plays the upstream; the gateway (SQLite ledger
 served by uvicorn in a thread of this process, as `gateway serve` would serve it. Both sides use one keep-alive
 httpx client on loopback; sides alternate in rounds and medians are compared (goal <= 1.5x). Throughput: 200
 task queries sent at once through the gateway, next to the same 200 straight to the upstream.
+
+The floor: a bare pass-through proxy (the same Starlette, uvicorn and one keep-alive httpx client, forwarding
+path, query and body with nothing checked or recorded) measured in the same rounds. Its ratio is what a second
+loopback hop alone costs here; the gateway's own work is what it adds above that (`floor_ratio` in details).
 """
 
 from __future__ import annotations
@@ -66,6 +70,58 @@ class _Served:
         self.gateway.close()
 
 
+def _bare_proxy(upstream: str, key: str) -> tuple[object, object]:
+    """(app, its upstream client): forwards every request to `upstream` under `key`, nothing more."""
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    http = httpx.Client(timeout=30)
+
+    def forward(method: str, path: str, params: dict[str, str], body: bytes) -> Response:
+        headers = {"x-api-key": key, "content-type": "application/json"}
+        answer = http.request(method, upstream + path, params=params, content=body, headers=headers)
+        return Response(answer.content, answer.status_code, media_type="application/json")
+
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        return await run_in_threadpool(forward, request.method, request.url.path, dict(request.query_params), body)
+
+    paths = ("/v1/music/tasks", "/v1/music/generate")
+    return Starlette(routes=[Route(p, endpoint, methods=["GET", "POST"]) for p in paths]), http
+
+
+class _Bare:
+    """The bare proxy under uvicorn in a daemon thread, served exactly as the gateway is."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        import uvicorn
+
+        app, self.http = _bare_proxy(sandbox.base_url, KEY)
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> _Bare:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the bare proxy did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.http.close()  # type: ignore[attr-defined]
+
+
 def _timed(call: object, count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
@@ -98,7 +154,7 @@ def run(quick: bool = False) -> list[Row]:
     ):
         database = str(Path(tmp) / "gateway.sqlite3")
         token = new_token()
-        with _Served(database, sandbox) as served:
+        with _Served(database, sandbox) as served, _Bare(sandbox) as bare:
             served.gateway.ledger.add_user("bench", token_hash(token), None)
             with httpx.Client(timeout=30) as http:
 
@@ -121,8 +177,10 @@ def run(quick: bool = False) -> list[Row]:
                 sides = {
                     "query_direct": lambda: _timed(lambda: query(sandbox.base_url, KEY), count),
                     "query_gateway": lambda: _timed(lambda: query(served.url, token), count),
+                    "query_floor": lambda: _timed(lambda: query(bare.url, "unused"), count),
                     "create_direct": lambda: _timed(lambda: create(sandbox.base_url, KEY), count),
                     "create_gateway": lambda: _timed(lambda: create(served.url, token), count),
+                    "create_floor": lambda: _timed(lambda: create(bare.url, "unused"), count),
                 }
                 for side in sides.values():
                     side()  # warm both paths
@@ -136,6 +194,8 @@ def run(quick: bool = False) -> list[Row]:
     for what, label in (("query", "task query"), ("create", "paid create")):
         through, direct = medians[f"{what}_gateway"], medians[f"{what}_direct"]
         value = ratio(through, direct)
+        details[f"{what}_floor_ratio"] = round(ratio(medians[f"{what}_floor"], direct), 2)
+        details[f"{what}_over_floor_ms"] = round((through - medians[f"{what}_floor"]) * 1e3, 2)
         rows.append(
             Row(
                 16,
