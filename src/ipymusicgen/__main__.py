@@ -188,19 +188,6 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _credits(text: str) -> int:
-    """A budget: a whole number of credits, 0 or more."""
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"use a whole number of credits, 0 or more (got {text!r})")
-    return int(text)
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"use a port from 1 to 65535 (got {text!r})")
-    return int(text)
-
-
 def _mcp(args: argparse.Namespace) -> int:
     from .mcp import serve
 
@@ -217,6 +204,8 @@ def _mcp(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -> int:
     """The command line; `workspace`: the journal file and client to use (default: the session's current one)."""
+    from .gateway.cli import add_gateway_parser, credits_arg, port_arg
+
     parser = argparse.ArgumentParser(prog="ipymusicgen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     generate = commands.add_parser(
@@ -259,7 +248,7 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
         help="streamable HTTP instead of stdio (bearer token: MUSICGEN_MCP_TOKEN, or one printed at start)",
     )
     agent.add_argument("--host", default="127.0.0.1", help="address to listen on with --http (default 127.0.0.1)")
-    agent.add_argument("--port", type=_port, default=8000, help="port with --http (default 8000)")
+    agent.add_argument("--port", type=port_arg, default=8000, help="port with --http (default 8000)")
     agent.add_argument(
         "--allow-host",
         action="append",
@@ -267,10 +256,8 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
         metavar="NAME",
         help="with --http: a Host name clients may use besides loopback and the bind address (repeatable)",
     )
-    agent.add_argument("--budget", type=_credits, default=None, help="credits this server may spend in its lifetime")
+    agent.add_argument("--budget", type=credits_arg, default=None, help="credits this server may spend in its lifetime")
     agent.set_defaults(run=_mcp)
-    from .gateway.cli import add_gateway_parser
-
     add_gateway_parser(commands)
     args = parser.parse_args(argv)
     args.workspace = workspace

@@ -22,13 +22,15 @@ def default_database() -> str:
     return str(Path(default_journal_path()).with_name("gateway.sqlite3"))
 
 
-def _credits(text: str) -> int:
+def credits_arg(text: str) -> int:
+    """A budget: a whole number of credits, 0 or more (the gateway's and the MCP server's command lines)."""
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"use a whole number of credits, 0 or more (got {text!r})")
     return int(text)
 
 
-def _port(text: str) -> int:
+def port_arg(text: str) -> int:
+    """A TCP port, 1 to 65535."""
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"use a port from 1 to 65535 (got {text!r})")
     return int(text)
@@ -49,7 +51,7 @@ def add_gateway_parser(commands: Any) -> None:
 
     serve = with_database(sub.add_parser("serve", help="serve the service's API to the team's tokens"))
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--port", type=port_arg, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     serve.add_argument("--upstream", default=DEFAULT_BASE_URL, help="the service's v1 base URL")
     serve.add_argument("--upstream-v2", default=DEFAULT_V2_BASE_URL, help="the service's v2 base URL")
     serve.add_argument(
@@ -61,12 +63,12 @@ def add_gateway_parser(commands: Any) -> None:
     users = user.add_subparsers(dest="user_command", required=True)
     add = with_database(users.add_parser("add", help="add a user; prints their token once, on the last line"))
     add.add_argument("name")
-    add.add_argument("--budget", type=_credits, default=None, help="credits this user may spend (default: no cap)")
+    add.add_argument("--budget", type=credits_arg, default=None, help="credits this user may spend (default: no cap)")
     add.set_defaults(run=_user_add)
     with_database(users.add_parser("list", help="users, budgets and what each has spent")).set_defaults(run=_user_list)
     budget = with_database(users.add_parser("budget", help="set a user's budget"))
     budget.add_argument("name")
-    budget.add_argument("credits", type=_credits)
+    budget.add_argument("credits", type=credits_arg)
     budget.set_defaults(run=_user_budget)
     revoke = with_database(users.add_parser("revoke", help="revoke a user's token"))
     revoke.add_argument("name")
@@ -75,7 +77,7 @@ def add_gateway_parser(commands: Any) -> None:
     team = sub.add_parser("team", help="the team's budget")
     teams = team.add_subparsers(dest="team_command", required=True)
     team_budget = with_database(teams.add_parser("budget", help="cap the team's total spend"))
-    team_budget.add_argument("credits", type=_credits)
+    team_budget.add_argument("credits", type=credits_arg)
     team_budget.set_defaults(run=_team_budget)
 
     spend = with_database(sub.add_parser("spend", help="calls and credits per user, day or model"))
