@@ -53,6 +53,15 @@ def add_worker(worker: Worker) -> None:
         _workers.add(worker)
 
 
+def join_thread(thread: threading.Thread | None, timeout: float) -> bool:
+    """A worker's `join_worker`: wait (at most `timeout` s) for `thread` to end; True when it has, or when there
+    is none, or when it is the caller's own thread (a worker stopping itself cannot wait for itself)."""
+    if thread is None or thread is threading.current_thread():
+        return True
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
 def stop_workers(timeout: float = EXIT_JOIN_SECONDS) -> bool:
     """Tell every worker to stop, then wait for them all within `timeout` seconds; True when all have ended.
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..client.downloads import safe_filename, unique_path
-from ..lifecycle import add_worker, at_exit
+from ..lifecycle import add_worker, at_exit, join_thread
 from .sniff import check_audio, head_of, image_suffix
 from .waveform import decode_cap
 
@@ -474,10 +474,7 @@ class Archiver:
         """Wait (at most `timeout` s) for the worker thread to end; True when it has (or none runs)."""
         with self._lock:
             thread = self._thread
-        if thread is None or thread is threading.current_thread():
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
+        return join_thread(thread, timeout)
 
     # -- the worker ----------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..lifecycle import add_worker
+from ..lifecycle import add_worker, join_thread
 from ..storage.library import LibraryStore
 from .analysis import analyze_file, available
 
@@ -65,10 +65,7 @@ class Analyst:
         """Wait (at most `timeout` s) for the thread to end; True when it has (or never started)."""
         with self._lock:
             thread = self._thread
-        if thread is None or thread is threading.current_thread():
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
+        return join_thread(thread, timeout)
 
     def _work(self) -> None:
         store: LibraryStore | None = None
