@@ -67,6 +67,28 @@ class Shared:
             self.db.close()
 
 
+class SharedStore:
+    """A store over a journal file's `Shared` connection: `db` while open, `close()` gives its use back.
+    The subclass sets `_shared` (from `acquire`) and `lock` (the connection's) when it opens."""
+
+    _shared: Shared | None
+    lock: threading.RLock
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The file's one connection in this process, shared with the journal and the other stores."""
+        if self._shared is None:  # this store was closed, whoever else still uses the file
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        return self._shared.db
+
+    def close(self) -> None:
+        """This store is done with the file (the connection closes with its last user)."""
+        with self.lock:
+            shared, self._shared = self._shared, None
+        if shared is not None:
+            shared.release()
+
+
 def _key(path: Path) -> Key:
     found = os.stat(path)
     return (path.resolve(), found.st_dev, found.st_ino)

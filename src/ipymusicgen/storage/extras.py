@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .connection import Shared, acquire
+from .connection import Shared, SharedStore, acquire
 from .db import damage_named, write_transaction
 from .migrations import migrate
 from .owner import Owner
@@ -62,7 +62,7 @@ def _extra(row: sqlite3.Row) -> Extra:
     return extra
 
 
-class ExtrasStore:
+class ExtrasStore(SharedStore):
     """Reads and writes of `paid_extras`; one connection, shared by threads behind a lock."""
 
     def __init__(self, journal_path: str | Path) -> None:
@@ -75,20 +75,6 @@ class ExtrasStore:
         except BaseException:
             self.close()
             raise
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        """The file's one connection in this process, shared with the journal and the other stores."""
-        if self._shared is None:  # this store was closed, whoever else still uses the file
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        return self._shared.db
-
-    def close(self) -> None:
-        """This store is done with the file (the connection closes with its last user)."""
-        with self.lock:
-            shared, self._shared = self._shared, None
-        if shared is not None:
-            shared.release()
 
     def __enter__(self) -> ExtrasStore:
         return self

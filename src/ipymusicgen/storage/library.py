@@ -19,7 +19,7 @@ from typing import Any
 from ..config import service_address
 from ..errors import MusicGenError
 from ..models.costs import model_of
-from .connection import Shared, acquire
+from .connection import Shared, SharedStore, acquire
 from .db import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import LATEST, migrate, version_of
 from .songs import Row, SongQueries
@@ -54,7 +54,7 @@ def unpack_peaks(blob: bytes | None) -> list[list[float]]:
     return values.reshape(-1, 2).round(3).tolist()
 
 
-class LibraryStore(SongQueries):
+class LibraryStore(SharedStore, SongQueries):
     """Reads and writes of the library tables; one connection, shared by threads behind a lock."""
 
     def __init__(self, journal_path: str | Path) -> None:
@@ -73,13 +73,6 @@ class LibraryStore(SongQueries):
         except BaseException:
             self.close()
             raise
-
-    @property
-    def db(self) -> sqlite3.Connection:
-        """The file's one connection in this process, shared with the journal and the other stores."""
-        if self._shared is None:  # this store was closed, whoever else still uses the file
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        return self._shared.db
 
     def _prepare(self) -> bool:
         """Bring the schema up to date; False if the file cannot be written now (read-only, or another kernel
@@ -103,13 +96,6 @@ class LibraryStore(SongQueries):
                 f"be upgraded first, which cannot be done now ({exc}); the file was left unchanged. {what}."
             ) from None
         return True
-
-    def close(self) -> None:
-        """This store is done with the file (the connection closes with its last user)."""
-        with self.lock:
-            shared, self._shared = self._shared, None
-        if shared is not None:
-            shared.release()
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
