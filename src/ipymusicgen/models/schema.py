@@ -179,30 +179,36 @@ class AutoRequest(_V1Request):
     gender: GenderField = None
 
 
-class CustomRequest(_V1Request):
+class _SongFields(_V1Request):
+    """The song fields custom, extend, upload_extend and artist_consistency share, written once. `action` is
+    declared here first so it stays the first key of every body (each action narrows it to its own literal)."""
+
+    action: Annotated[str, ACTION]
+    mv: Mv = None
+    instrumental: InstrumentalField = 0
+    style: Style = None
+    lyrics: Lyrics = None
+    title: TitleField = ""
+    gender: GenderField = None
+
+
+class _ExtendFields(_SongFields):
+    """The song fields plus where to continue from: extend and upload_extend."""
+
+    continue_at: ContinueAt = None
+    continue_song_id: ContinueSongId = None
+
+
+class CustomRequest(_SongFields):
     """A song from your lyrics, style and title."""
 
     action: Annotated[Literal["custom"], ACTION] = "custom"
-    mv: Mv = None
-    instrumental: InstrumentalField = 0
-    style: Style = None
-    lyrics: Lyrics = None
-    title: TitleField = ""
-    gender: GenderField = None
 
 
-class ExtendRequest(_V1Request):
+class ExtendRequest(_ExtendFields):
     """A further segment for `continue_song_id`, starting at `continue_at`."""
 
     action: Annotated[Literal["extend"], ACTION] = "extend"
-    mv: Mv = None
-    instrumental: InstrumentalField = 0
-    style: Style = None
-    lyrics: Lyrics = None
-    title: TitleField = ""
-    gender: GenderField = None
-    continue_at: ContinueAt = None
-    continue_song_id: ContinueSongId = None
 
 
 class ConcatRequest(_V1Request):
@@ -219,31 +225,17 @@ class UploadRequest(_V1Request):
     audio_url: Annotated[str, AUDIO_URL]
 
 
-class UploadExtendRequest(_V1Request):
+class UploadExtendRequest(_ExtendFields):
     """Extend an uploaded song, by `audio_url` or by a `continue_song_id` from `upload`."""
 
     action: Annotated[Literal["upload_extend"], ACTION] = "upload_extend"
-    mv: Mv = None
-    instrumental: InstrumentalField = 0
-    style: Style = None
-    lyrics: Lyrics = None
-    title: TitleField = ""
-    gender: GenderField = None
-    continue_at: ContinueAt = None
-    continue_song_id: ContinueSongId = None
     audio_url: AudioUrl = None
 
 
-class ArtistConsistencyRequest(_V1Request):
+class ArtistConsistencyRequest(_SongFields):
     """A song in the vocal tone of `singer_id` (from generate-vibe)."""
 
     action: Annotated[Literal["artist_consistency"], ACTION] = "artist_consistency"
-    mv: Mv = None
-    instrumental: InstrumentalField = 0
-    style: Style = None
-    lyrics: Lyrics = None
-    title: TitleField = ""
-    gender: GenderField = None
     singer_id: SingerId
 
 
