@@ -14,10 +14,6 @@ from urllib.parse import unquote_to_bytes
 
 MAX_DATA_BYTES = 64 * 1024 * 1024
 
-_MPEG1_KBPS = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
-_MPEG2_KBPS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
-_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
-
 
 def decode_data_url(url: str) -> bytes:
     """The bytes of a `data:[type][;base64],payload` URL; ValueError if it is not one."""
@@ -54,23 +50,18 @@ def _skip_id3(data: bytes) -> int:
 
 def mp3_seconds(data: bytes) -> float | None:
     """Sum the samples of every Layer III frame; None if the data is not a clean frame sequence."""
+    # In here, not at the top: mp3_frames loads miniaudio, which the sandbox needs only when an MP3 is probed.
+    from ..archive.mp3_frames import frame_header
+
     pos, samples, rate = _skip_id3(data), 0, 0
     while pos + 4 <= len(data):
-        b0, b1, b2 = data[pos], data[pos + 1], data[pos + 2]
-        if b0 != 0xFF or b1 & 0xE0 != 0xE0:
+        frame = frame_header(data[pos : pos + 4])
+        if frame is None:
             if data[pos : pos + 3] == b"TAG":
                 break
             return None
-        version, layer = (b1 >> 3) & 0x3, (b1 >> 1) & 0x3
-        bitrate_index, rate_index, padding = b2 >> 4, (b2 >> 2) & 0x3, (b2 >> 1) & 0x1
-        if version == 1 or layer != 1 or not 0 < bitrate_index < 15 or rate_index == 3:
-            return None
-        rate = _RATES[version][rate_index]
-        if version == 3:
-            kbps, coefficient, frame_samples = _MPEG1_KBPS[bitrate_index], 144, 1152
-        else:
-            kbps, coefficient, frame_samples = _MPEG2_KBPS[bitrate_index], 72, 576
-        pos += coefficient * kbps * 1000 // rate + padding
+        length, frame_samples, rate = frame
+        pos += length
         samples += frame_samples
     return samples / rate if rate else None
 
