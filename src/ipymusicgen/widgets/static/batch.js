@@ -85,13 +85,8 @@ function imsBatchCopy(data) {
   return copy;
 }
 
-function imsBatchData(model) {
-  const synced = model.get("data") || {};
-  const known = imsBatchStates.get(model);
-  if (known && (known.version ?? 0) >= (synced.version ?? 0)) return known;
-  const data = imsBatchCopy(synced);
-  imsBatchStates.set(model, data);
-  return data;
+function imsBatchRows(data, message) {
+  for (const [index, row] of message.rows || []) if (index < data.rows.length) data.rows[index] = row;
 }
 
 export default {
@@ -99,26 +94,12 @@ export default {
     const root = imsEl("div", "ipymusicgen-batch");
     el.appendChild(root);
     const send = (message) => model.send(message);
-    const draw = () => imsBatchDraw(root, imsBatchData(model), send);
+    const draw = () => imsBatchDraw(root, imsPatchedData(imsBatchStates, model, imsBatchCopy), send);
     const synced = () => {
       imsBatchStates.set(model, imsBatchCopy(model.get("data"))); // whole data replaces whatever was patched
       draw();
     };
-    const patched = (message) => {
-      if (!message || message.kind !== "patch") return;
-      const data = imsBatchData(model);
-      const version = data.version ?? 0;
-      if (message.version > version + 1) {
-        send({ kind: "resync" }); // a patch was missed (no view was drawn when it came): ask for the whole data
-        return;
-      }
-      if (message.version === version + 1) {
-        Object.assign(data, message.set || {});
-        for (const [index, row] of message.rows || []) if (index < data.rows.length) data.rows[index] = row;
-        data.version = message.version;
-      } // else another view of this model applied it already
-      draw();
-    };
+    const patched = imsPatchHandler(model, imsBatchStates, imsBatchCopy, imsBatchRows, send, draw);
     model.on("change:data", synced);
     model.on("msg:custom", patched);
     draw();

@@ -628,3 +628,36 @@ function imsKernelAudio(model) {
     },
   };
 }
+
+// The grid's and batch view's numbered updates (docs/frontend.md): `data` is synced whole only for a new shape (or
+// on {kind: "resync"}); each change after that is a custom message {kind: "patch", version, set, ...}. `states` (a
+// WeakMap) holds each model's data as patched, shared by the model's views; `copy` makes a patchable copy of it.
+function imsPatchedData(states, model, copy) {
+  const synced = model.get("data") || {};
+  const known = states.get(model);
+  if (known && (known.version ?? 0) >= (synced.version ?? 0)) return known;
+  const data = copy(synced);
+  states.set(model, data);
+  return data;
+}
+
+// A view's "msg:custom" handler for those patches: the next version is applied (`set` merged, then
+// `change(data, message)` writes the view's own part), an older one was applied already by another view of the
+// model, and a gap asks for "resync" and draws nothing; `drawn(message)` redraws after a patch that was no gap.
+function imsPatchHandler(model, states, copy, change, send, drawn) {
+  return (message) => {
+    if (!message || message.kind !== "patch") return;
+    const data = imsPatchedData(states, model, copy);
+    const version = data.version ?? 0;
+    if (message.version > version + 1) {
+      send({ kind: "resync" }); // a patch was missed (no view was drawn when it came): ask for the whole data
+      return;
+    }
+    if (message.version === version + 1) {
+      Object.assign(data, message.set || {});
+      change(data, message);
+      data.version = message.version;
+    } // else another view of this model applied it already
+    drawn(message);
+  };
+}

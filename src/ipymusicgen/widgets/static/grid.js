@@ -11,13 +11,10 @@ function imsGridCopy(data) {
   return board;
 }
 
-function imsGridBoard(model) {
-  const synced = model.get("data") || {};
-  const known = imsGridBoards.get(model);
-  if (known && (known.version ?? 0) >= (synced.version ?? 0)) return known;
-  const board = imsGridCopy(synced);
-  imsGridBoards.set(model, board);
-  return board;
+function imsGridCells(board, message) {
+  for (const [r, c, cell] of message.cells || []) {
+    if (board.rows[r] && c < board.rows[r].cells.length) board.rows[r].cells[c] = cell;
+  }
 }
 
 function imsGridView(root, model) {
@@ -64,7 +61,7 @@ function imsGridView(root, model) {
 
   const draw = (changed) => {
     let only = changed;
-    const data = imsGridBoard(model);
+    const data = imsPatchedData(imsGridBoards, model, imsGridCopy);
     title.textContent = `Grid ${data.name || ""}`;
     total.textContent = data.total || "";
     status.textContent = data.status || "";
@@ -133,25 +130,9 @@ function imsGridView(root, model) {
     imsGridBoards.set(model, imsGridCopy(model.get("data"))); // a whole board: it replaces whatever was patched
     draw();
   };
-  const patched = (message) => {
-    if (!message || message.kind !== "patch") return;
-    const board = imsGridBoard(model);
-    const version = board.version ?? 0;
-    if (message.version > version + 1) {
-      send({ kind: "resync" }); // a patch was missed (no view was drawn when it came): ask for the whole board
-      return;
-    }
-    const only = new Set();
-    if (message.version === version + 1) {
-      Object.assign(board, message.set || {});
-      for (const [r, c, cell] of message.cells || []) {
-        if (board.rows[r] && c < board.rows[r].cells.length) board.rows[r].cells[c] = cell;
-      }
-      board.version = message.version;
-    } // else another view of this model applied it already: just draw its cells
-    for (const [r, c] of message.cells || []) only.add(`${r},${c}`);
-    draw(only);
-  };
+  // a patch redraws only its cells (also when another view of this model applied it already)
+  const drawCells = (message) => draw(new Set((message.cells || []).map(([r, c]) => `${r},${c}`)));
+  const patched = imsPatchHandler(model, imsGridBoards, imsGridCopy, imsGridCells, send, drawCells);
   model.on("change:data", synced);
   model.on("msg:custom", patched);
   draw();
