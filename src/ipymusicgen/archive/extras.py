@@ -106,6 +106,12 @@ def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
         return store.get(check_id(task_id, "song"), kind_of(kind).name)
 
 
+def made_kinds(journal_path: str | Path, songs: list[str]) -> dict[str, list[str]]:
+    """The extras a journal holds as made, per song (one open for a page of cards): what a card offers as reused."""
+    with ExtrasStore(journal_path) as store:
+        return {song: [e.kind for e in store.of_song(song) if e.state == "made"] for song in songs}
+
+
 def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = False) -> ExtraResult:
     """The song's extra, paid for at most once: made now, or reused from the journal and the archive."""
     task_id, spec = check_id(task_id, "song"), kind_of(kind)

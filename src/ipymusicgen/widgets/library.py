@@ -16,21 +16,26 @@ import anywidget
 import traitlets
 
 from ..archive.archiver import archive_label
+from ..archive.extras import made_kinds
+from ..errors import MusicGenError
 from ..models.tasks import STATE_WORDS
 from ..song_library import Library, LibrarySong
 from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
+from .paid_ask import PaidAsk
 from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
+from .watch_actions import EXTRA_ACTIONS, extra_note, extra_question
 
 PAGE_SIZE = 24
 SPEND_DAYS = 14
 FILTER_KEYS = ("state", "favourite", "model", "batch")
 
 
-def library_card(song: LibrarySong, audio: CardAudio | None = None) -> dict[str, Any]:
-    """A song card (the shared card dict) for a library song; `audio` (the view's) says where it plays from."""
+def library_card(song: LibrarySong, audio: CardAudio | None = None, made: list[str] | None = None) -> dict[str, Any]:
+    """A song card (the shared card dict) for a library song; `audio` (the view's) says where it plays from;
+    `made`: the paid extras (wav, mp4) made before, offered as reused (nothing to pay, nothing asked)."""
     on_disk = song.archive_path if song.archive_path and Path(song.archive_path).is_file() else None
     if on_disk:
         label = archive_label(Path(on_disk), None)
@@ -64,7 +69,8 @@ def library_card(song: LibrarySong, audio: CardAudio | None = None) -> dict[str,
         favourite=song.favourite,
         archived_path_label=label,
         archived_path=on_disk or "",
-        actions=(["export"] if on_disk else []) + (["favourite", "copy_id"] if state == "ready" else ["copy_id"]),
+        actions=(["export"] if on_disk else [])
+        + ([*EXTRA_ACTIONS, "favourite", "copy_id"] if state == "ready" else ["copy_id"]),
         **where,
     )
     card.update(
@@ -74,6 +80,7 @@ def library_card(song: LibrarySong, audio: CardAudio | None = None) -> dict[str,
         archive_failed=bool(song.archive_error and not on_disk),
         stars=song.stars,
         measures=measure_chips(song.bpm, song.musical_key, song.lufs),
+        extras_made=[kind for kind in (made or []) if kind in EXTRA_ACTIONS] if state == "ready" else [],
     )
     return card
 
@@ -133,8 +140,12 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         watcher: Any = None,
     ) -> None:
         """`library` defaults to the one of `client`'s journal (the session's when no client is given);
-        a `watcher` (the studio's) has its favourite button mark songs here too."""
+        a `watcher` (the studio's) has its favourite button mark songs here too. A card's WAV / MP4 pays through
+        `client` (the session's when none is given), asked first by the `PaidAsk` rule (`confirm_required`)."""
         super().__init__()
+        self._client = client
+        self.confirm_required: bool | None = None
+        self.paid_ask = PaidAsk(lambda: self._extras_client().settings.needs_confirm(self.confirm_required))
         if library is None:
             from ..session import library as open_library
 
@@ -184,7 +195,12 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 self.page = max(0, min(self.page, pages - 1))
                 songs = list(self.library.songs(**args, limit=self.page_size, offset=self.page * self.page_size))
                 self.lineage = []
-            self.cards = [library_card(s, self.audio) for s in songs]
+            made = (
+                made_kinds(self.library.path, [s.id for s in songs if STATE_WORDS.get(s.state) == "ready"])
+                if songs
+                else {}
+            )
+            self.cards = [library_card(s, self.audio, made.get(s.id)) for s in songs]
             if everything:
                 self.models = self.library.models()
                 self.batches = self.library.batches()
@@ -222,8 +238,12 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         if not isinstance(content, dict) or self.audio.handle(content):  # a player asking the kernel for bytes
             return
         kind, task_id = content.get("kind"), str(content.get("id") or "")[:200]
+        if kind not in EXTRA_ACTIONS:
+            self.paid_ask.cancel()  # a confirm holds for the very next press only, of the same button
         try:
-            if kind == "search":
+            if kind in EXTRA_ACTIONS and task_id:
+                self.status = self.extra_press(str(kind), task_id)
+            elif kind == "search":
                 self.search(str(content.get("text") or "")[:500])
             elif kind == "filter":
                 values = content.get("filters") if isinstance(content.get("filters"), dict) else {}
@@ -249,6 +269,30 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             self.status = f"Could not do that: {str(exc)[:200]}"
         except LibraryWriteError as exc:  # another kernel holds the journal: said, never raised from a button
             self.status = str(exc)[:400]  # "... was not saved: the journal ... cannot be written now ... Try again"
+        except MusicGenError as exc:  # an extra refused or unknown: said in the view, never raised from a button
+            self.status = f"{str(kind).upper()} failed: {str(exc)[:300]}"
+
+    def _extras_client(self) -> Any:
+        if self._client is None:
+            from ..session import get_client
+
+            self._client = get_client()
+        return self._client
+
+    def extra_press(self, kind: str, task_id: str) -> str:
+        """A card's WAV / MP4 press: its question (price first) on a first press with a key, else the extra made
+        (`archive.extras.make_extra`: paid at most once) or reused; the line the view shows."""
+        from ..archive.extras import make_extra
+
+        if STATE_WORDS.get(self.library.song(task_id).state) != "ready":
+            raise ValueError(f"song {task_id} is not finished")
+        client = self._extras_client()
+        key = (kind, task_id)
+        if not self.paid_ask.press_again(key, key, lambda _: extra_question(client, task_id, kind)):
+            return self.paid_ask.question
+        result = make_extra(client, task_id, kind)
+        self.refresh()  # the card now offers it as made
+        return extra_note(result)
 
     def export(self, task_id: str) -> Path:
         """Export an archived song as a folder beside the archive (`archive.export`, free); the song's folder."""

@@ -44,6 +44,23 @@ def provide_extend_studio(opener: Callable[[Any], Any]) -> None:
     _open_extend_studio = opener
 
 
+def extra_question(client: MusicClient, task_id: str, kind: str) -> str | None:
+    """What a card's first press of an extra says (its price first), or None when it was made before (reused,
+    nothing to pay): the one question of the watcher's and the library's cards."""
+    from ..archive.extras import extra_price, held
+
+    found = held(client, task_id, kind)
+    if found is not None and found.state == "made":
+        return None
+    return PAID_ASKS[kind].format(price=extra_price(kind))
+
+
+def extra_note(result: Any) -> str:
+    """A card's line for an extra's outcome (`archive.extras.ExtraResult`): its note and where it is kept."""
+    where = result.path or result.value or ""
+    return f"{result.note}: {where}" if where else result.note
+
+
 def extend_fields(record: Record) -> dict[str, Any]:
     """Form values that continue a finished song at its end, in its style and under its title.
 
@@ -141,13 +158,8 @@ class ActionsPart:
             self._finished_record(task_id)  # a song that cannot be joined says so now
         if name not in EXTRA_ACTIONS:
             return PAID_ASKS[name]
-        from ..archive.extras import extra_price, held
-
         self._finished_record(task_id)  # a song not finished says so now, before any price
-        found = held(self._client, task_id, name)
-        if found is not None and found.state == "made":
-            return None
-        return PAID_ASKS[name].format(price=extra_price(name))
+        return extra_question(self._client, task_id, name)
 
     def download(self, task_id: str, directory: str | Path | None = None) -> Path:
         """Save the final file of a finished song, named from its title; returns the path."""
@@ -249,8 +261,7 @@ class ActionsPart:
                 card.note = f"Exported to {result}"
             elif name in EXTRA_ACTIONS:
                 result = self.extra(task_id, name)
-                where = result.path or result.value or ""
-                card.note = f"{result.note}: {where}" if where else result.note
+                card.note = extra_note(result)
             elif name == "favourite":
                 result = self.favourite(task_id)
                 card.note = "Added to favourites." if result else "Removed from favourites."

@@ -1,6 +1,7 @@
 // ipymusicgen library view (joined after common.js by widgets/_static.py).
 // Python sends the page of song cards, the filter choices, a lineage (when one is shown) and the spend
 // per day; this file draws them with the shared song card and sends intents back. No HTML from data.
+// A card's WAV / MP4 are sent as intents; Python asks first (the PaidAsk rule) and pays at most once.
 // Where a card's player reads (a URL, or the kernel's bytes by an opaque name) Python decided: no URL is made here.
 
 export default {
@@ -78,6 +79,17 @@ export default {
           }
           if (data.has_lineage) extra.appendChild(imsTextButton("ims-library-link", "Lineage", "Show the songs this one was extended or joined from", () => send({ kind: "lineage", id: data.id }), true));
           if (data.note) extra.appendChild(imsEl("span", "ims-library-note", data.note));
+          for (const kind of data.extras_made || []) {
+            // made before (here, in another kernel or by an agent): a press reuses it, nothing is asked or paid
+            const button = card.querySelector(`.ims-actions button[data-action="${kind}"]`);
+            if (!button) continue;
+            const label = `${IMS_ACTION_WORDS[kind] || kind} made before: reused, nothing to pay`;
+            button.title = label;
+            button.setAttribute("aria-label", label);
+            button.dataset.made = "true";
+            const word = button.querySelector(".ims-button-word");
+            if (word) word.textContent = `${IMS_ACTION_WORDS[kind] || kind} (made)`;
+          }
           card.classList.toggle("ims-kept", Boolean(data.kept));
           card.classList.toggle("ims-archive-failed", Boolean(data.archive_failed));
           card.querySelector(".ims-main").appendChild(extra);
