@@ -16,9 +16,11 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
-from ..errors import one_line
+from ..errors import MusicGenError, one_line
 from ..lab.grid import Grid, GridCell
+from ..models.tasks import TaskState
 from ._static import front_end
+from .card_audio import CardAudio
 from .compare import CompareView
 from .paid_ask import PaidAsk
 from .song_data import Record, plain, song_card
@@ -68,6 +70,8 @@ class GridView(TextRepr, w.VBox):
         self.budget = budget
         self.concurrency = concurrency
         self.board = GridBoard()
+        self.audio = CardAudio(self.board)
+        """Where each card's player reads (the watcher's and the library's rule): a URL, else the kernel's bytes."""
         self._comparer = CompareView(library=library)  # made now: marimo cannot make a widget from a message
         self.picked: list[str] = []
         self.note = ""
@@ -257,12 +261,26 @@ class GridView(TextRepr, w.VBox):
     def _card(self, task_id: str, cell: GridCell, take: int) -> dict[str, Any]:
         """A compact card: the call's two songs are Take 1 and 2 (a repeated cell's rows follow each other)."""
         record = self._records.get(task_id)
-        card = song_card(record, id=task_id, call=f"row-{cell.index}", take=take, actions=[])
+        where = {}
+        if record is not None and record.state is not TaskState.FAILED:
+            where = self.audio.fields(task_id, path=self._archived_path(task_id), url=record.audio_url)
+        card = song_card(record, id=task_id, call=f"row-{cell.index}", take=take, actions=[], **where)
         card["picked"] = task_id in self.picked
         return card
 
+    def _archived_path(self, task_id: str) -> str | None:
+        """The song's archived file, where this view's library keeps one (its player may then read it)."""
+        if self.library is None:
+            return None
+        try:
+            found = self.library.archived_path(task_id)
+        except (KeyError, OSError, MusicGenError):  # a library closed or unreadable: the URL, or nothing
+            return None
+        return str(found) if found else None
+
     def close(self) -> None:
         """Close the board and the comparison with the view (the grid and its batch go on)."""
+        self.audio.close()  # the players' names answer no more
         self._comparer.close()
         self.board.close()
         super().close()
@@ -293,7 +311,7 @@ class GridView(TextRepr, w.VBox):
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         """Intents from the board: run, confirm, cancel, pick (an id shown on it), compare."""
-        if not isinstance(content, dict):
+        if not isinstance(content, dict) or self.audio.handle(content):  # a player asking the kernel for bytes
             return
         kind = content.get("kind")
         if kind == "run":

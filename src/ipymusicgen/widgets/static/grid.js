@@ -18,7 +18,7 @@ function imsGridCells(board, message) {
 }
 
 function imsGridView(root, model) {
-  const send = (message) => model.send(message);
+  const send = imsCardSender(model); // card players read what Python chose: a URL, else the kernel's bytes
   const cards = new Map(); // id -> card element, kept across draws so a playing song keeps playing
   const head = imsEl("div", "ims-grid-head");
   const title = imsEl("div", "ims-grid-title");
@@ -92,7 +92,12 @@ function imsGridView(root, model) {
       table.replaceChildren(thead, tbody);
     }
     const seen = new Set();
-    for (const row of data.rows || []) for (const cell of row.cells) for (const song of cell.songs || []) seen.add(song.id);
+    const sources = [];
+    for (const row of data.rows || []) for (const cell of row.cells) for (const song of cell.songs || []) {
+      seen.add(song.id);
+      sources.push(song.play_source);
+    }
+    send.kernelAudio.keep(sources); // blob: URLs of songs no longer on the board go
     const bodyRows = table.querySelectorAll("tbody tr");
     (data.rows || []).forEach((row, r) => {
       const tds = bodyRows[r].querySelectorAll("td");
@@ -142,6 +147,7 @@ function imsGridView(root, model) {
     model.off("change:data", synced);
     model.off("msg:custom", patched);
     for (const card of cards.values()) disposeSongCard(card);
+    send.release();
   };
 }
 
