@@ -301,3 +301,17 @@ def test_a_folder_and_a_truncated_file_name_themselves(tmp_path: Path) -> None:
     short = tmp_path / "short.wav"
     short.write_bytes(whole.read_bytes()[: len(whole.read_bytes()) // 2])  # half the samples: measured, shorter
     assert analyze_file(short).duration_s == pytest.approx(3.0, abs=0.05)
+
+
+def test_key_finding_on_a_song_with_nothing_pitched_prints_no_warning() -> None:
+    """librosa warns "Trying to estimate tuning from empty frequency set" on silence; the key's tuning is
+    worked out the same way without it (a newcomer's test run printed 22 of them)."""
+    import warnings
+
+    import numpy as np
+
+    from ipymusicgen.lab.analysis import ANALYSIS_RATE, musical_key
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert musical_key(np.zeros(ANALYSIS_RATE * 3, dtype=np.float32)) is None

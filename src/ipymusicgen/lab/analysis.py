@@ -124,7 +124,8 @@ def musical_key(mono: Any) -> str | None:
     import numpy as np
 
     power = np.square(np.abs(librosa.stft(mono, n_fft=4096, hop_length=2048)))
-    chroma = librosa.feature.chroma_stft(S=power, sr=ANALYSIS_RATE, n_fft=4096).mean(axis=1)
+    tuning = chroma_tuning(power)
+    chroma = librosa.feature.chroma_stft(S=power, sr=ANALYSIS_RATE, n_fft=4096, tuning=tuning).mean(axis=1)
     if not np.isfinite(chroma).all() or chroma.std() == 0:
         return None
     bass = bass_chroma(power)
@@ -136,6 +137,21 @@ def musical_key(mono: Any) -> str | None:
             if score > best:
                 best, name, confidence = score, f"{PITCHES[tonic]} {mode}", fit
     return name if confidence >= KEY_CONFIDENCE else None
+
+
+def chroma_tuning(power: Any) -> float:
+    """The tuning `chroma_stft` would estimate for itself (librosa's `estimate_tuning`, same steps and defaults),
+    but 0.0 without its "empty frequency set" warning when nothing in the song is pitched (silence, noise, a
+    lone drum): librosa answers 0.0 there too, and the warning was all a newcomer's test run printed."""
+    import librosa
+    import numpy as np
+
+    pitch, magnitude = librosa.piptrack(S=power, sr=ANALYSIS_RATE, n_fft=2048)
+    pitched = pitch > 0
+    if not pitched.any():
+        return 0.0
+    frequencies = pitch[(magnitude >= np.median(magnitude[pitched])) & pitched]
+    return float(librosa.pitch_tuning(frequencies, bins_per_octave=12)) if frequencies.size else 0.0
 
 
 def bass_chroma(power: Any) -> Any:
