@@ -63,3 +63,19 @@ def test_the_server_ends_when_its_stdin_closes(tmp_path: Path) -> None:
     server.stdin.close()
     assert server.wait(60) == 0
     assert b"Traceback" not in server.stderr.read()
+
+
+@pytest.mark.parametrize("budget", [[], ["--budget", "0"]], ids=["no budget", "budget 0"])
+def test_a_server_given_no_stdin_ends_at_once_without_a_traceback(tmp_path: Path, budget: list[str]) -> None:
+    """/dev/null is a character device the event loop cannot watch: the server reads it the SDK's way and ends."""
+    with open(os.devnull, "rb") as nothing:
+        done = subprocess.run(
+            [sys.executable, "-m", "ipymusicgen", "mcp", *budget],
+            stdin=nothing,
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Error" not in done.stderr

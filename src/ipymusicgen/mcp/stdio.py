@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import selectors
 import stat
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -22,12 +23,23 @@ LINE_LIMIT = 64 * 1024 * 1024
 """Longest message read (the SDK's reader has none; asyncio's default of 64 KB is too small for a batch)."""
 
 
-def _pipe_like(fd: int) -> bool:
+def _pipe_like(fd: int, events: int) -> bool:
+    """Whether the event loop can watch `fd`: a pipe, a socket or a terminal. Not /dev/null, a character device
+    epoll refuses (a host that gives the server no stdin got a traceback and a server that never ended)."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        return False
+    selector = selectors.DefaultSelector()
+    try:
+        selector.register(fd, events)
+    except (OSError, ValueError):
+        return False
+    finally:
+        selector.close()
+    return True
 
 
 class _Lines:
@@ -69,7 +81,7 @@ class _Writer:
 @contextlib.asynccontextmanager
 async def pipe_stdio(on_eof: Callable[[], None] | None = None) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's `stdio_server` streams, fed by asyncio pipes (or the SDK's own transport if that cannot be)."""
-    if not (_pipe_like(0) and _pipe_like(1)):
+    if not (_pipe_like(0, selectors.EVENT_READ) and _pipe_like(1, selectors.EVENT_WRITE)):
         async with stdio_server() as streams:
             yield streams
         return
