@@ -1,13 +1,15 @@
 """Figure 16: the team gateway's cost: a task query and a paid create through it vs straight to the upstream.
 
-One keyed sandbox in this process plays the upstream; the gateway (SQLite ledger in a temporary folder) is
-served by uvicorn in a thread of this process, as `gateway serve` would serve it. Both sides use one keep-alive
-httpx client on loopback; sides alternate in rounds and medians are compared (goal <= 1.5x). Throughput: 200
-task queries sent at once through the gateway, next to the same 200 straight to the upstream.
+Measured as a team runs it: the gateway is its own process (`python -m ipymusicgen gateway serve`, SQLite ledger
+in a temporary folder), the upstream (a keyed sandbox) is another, and this process only times the calls, so no
+side pays for another's GIL. Each side uses one keep-alive httpx client on loopback; sides alternate in rounds
+and medians are compared (goal <= 1.5x). Throughput: 200 task queries sent at once through the gateway, next to
+the same 200 straight to the upstream.
 
-The floor: a bare pass-through proxy (the same Starlette, uvicorn and one keep-alive httpx client, forwarding
-path, query and body with nothing checked or recorded) measured in the same rounds. Its ratio is what a second
-loopback hop alone costs here; the gateway's own work is what it adds above that (`floor_ratio` in details).
+The floor: a bare pass-through proxy (Starlette, served by the same `run_app` as the gateway in a process of its
+own, one keep-alive httpx client, forwarding path, query and body with nothing checked or recorded) measured in
+the same rounds. Its ratio is what a second loopback hop alone costs here; the gateway's own work is what it adds
+above that (`*_floor_ratio` and `*_over_floor_ms` in details).
 """
 
 from __future__ import annotations
@@ -15,24 +17,26 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from ipymusicgen.gateway.server import build
-from ipymusicgen.gateway.tokens import new_token, token_hash
-from ipymusicgen.sandbox import Sandbox
-
-from ._common import Row, interleaved, median, ratio, spread
+from ._common import ROOT, Row, child_env, interleaved, median, ratio, spread
 
 KEY = "k-bench-gateway-01"
 GOAL = 1.5
 CONCURRENT = 200
 BODY = {"action": "auto", "style": "bench", "mv": "MFV3.0"}
+START_SECONDS = 60
+UPSTREAM_KEY_ENV = "MUSICGEN_UPSTREAM_KEY"
 
 
 def _free_port() -> int:
@@ -41,37 +45,55 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-class _Served:
-    """The gateway app under uvicorn in a daemon thread."""
-
-    def __init__(self, database: str, sandbox: Sandbox) -> None:
-        import uvicorn
-
-        self.gateway, app = build(database, sandbox.base_url, sandbox.v2_base_url, KEY, "127.0.0.1")
-        self.url = f"http://127.0.0.1:{_free_port()}"
-        port = int(self.url.rsplit(":", 1)[1])
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+@contextmanager
+def _process(name: str, argv: list[str], ports: list[int], folder: Path, env: dict[str, str]) -> Iterator[None]:
+    """A server process (output in `folder`/`name`.log) until every port accepts; ended on the way out."""
+    log = folder / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, *argv], cwd=ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> _Served:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        waiting = list(ports)
+        while waiting:
+            if process.poll() is not None:
+                raise RuntimeError(f"the {name} exited ({process.returncode}):\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError("the gateway did not start")
-            time.sleep(0.01)
-        return self
+                raise RuntimeError(f"the {name} did not start within {START_SECONDS} s:\n{log.read_text()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", waiting[0]), timeout=1).close()
+                waiting.pop(0)
+            except OSError:
+                time.sleep(0.05)
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
 
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.gateway.close()
+
+# -- the child processes: `python -m benchmarks.bench_gateway upstream|bare ...` --------------------------------
 
 
-def _bare_proxy(upstream: str, key: str) -> tuple[object, object]:
-    """(app, its upstream client): forwards every request to `upstream` under `key`, nothing more."""
+def _serve_upstream(port: int, v2_port: int) -> None:
+    """The keyed sandbox on fixed ports, until this process is ended."""
+    import threading
+
+    from ipymusicgen.sandbox import Sandbox
+
+    keys = {os.environ[UPSTREAM_KEY_ENV]: 10**9}
+    with Sandbox(
+        stage_seconds=0.05, song_seconds=2, keys=keys, faults="", max_running=10**6, port=port, v2_port=v2_port
+    ):
+        threading.Event().wait()
+
+
+def _bare_proxy(upstream: str, key: str) -> Any:
+    """An app forwarding every request to `upstream` under `key`, nothing more."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.requests import Request
@@ -90,42 +112,53 @@ def _bare_proxy(upstream: str, key: str) -> tuple[object, object]:
         return await run_in_threadpool(forward, request.method, request.url.path, dict(request.query_params), body)
 
     paths = ("/v1/music/tasks", "/v1/music/generate")
-    return Starlette(routes=[Route(p, endpoint, methods=["GET", "POST"]) for p in paths]), http
+    return Starlette(routes=[Route(p, endpoint, methods=["GET", "POST"]) for p in paths])
 
 
-class _Bare:
-    """The bare proxy under uvicorn in a daemon thread, served exactly as the gateway is."""
+def _serve_bare(upstream: str, port: int) -> None:
+    from ipymusicgen.gateway.server import run_app
 
-    def __init__(self, sandbox: Sandbox) -> None:
-        import uvicorn
+    run_app(_bare_proxy(upstream, os.environ[UPSTREAM_KEY_ENV]), "127.0.0.1", port)
 
-        app, self.http = _bare_proxy(sandbox.base_url, KEY)
-        port = _free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+
+# -- the timing side ----------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _deployment(folder: Path) -> Iterator[tuple[str, str, str, str]]:
+    """(upstream URL, gateway URL, bare proxy URL, a user's token): three server processes, all started at once."""
+    from ipymusicgen.gateway.tokens import new_token, token_hash
+    from ipymusicgen.storage.ledger_engines import open_ledger
+
+    database = str(folder / "gateway.sqlite3")
+    token = new_token()
+    with open_ledger(database) as ledger:  # the admin's `gateway user add`, before the gateway opens it
+        ledger.add_user("bench", token_hash(token), None)
+    port, v2_port, gateway_port, bare_port = (_free_port() for _ in range(4))
+    upstream, upstream_v2 = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{v2_port}"
+    env = {UPSTREAM_KEY_ENV: KEY}
+    with ExitStack() as stack:
+        stack.enter_context(
+            _process(
+                "upstream",
+                ["-m", "benchmarks.bench_gateway", "upstream", str(port), str(v2_port)],
+                [port, v2_port],
+                folder,
+                env,
+            )
         )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> _Bare:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the bare proxy did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.http.close()  # type: ignore[attr-defined]
+        serve = ["-m", "ipymusicgen", "gateway", "serve", "--database", database, "--port", str(gateway_port)]
+        serve += ["--upstream", upstream, "--upstream-v2", upstream_v2]
+        stack.enter_context(_process("gateway", serve, [gateway_port], folder, env))
+        bare = ["-m", "benchmarks.bench_gateway", "bare", upstream, str(bare_port)]
+        stack.enter_context(_process("bare proxy", bare, [bare_port], folder, env))
+        yield upstream, f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{bare_port}", token
 
 
-def _timed(call: object, count: int) -> float:
+def _timed(call: Any, count: int) -> float:
     start = time.perf_counter()
     for _ in range(count):
-        call()  # type: ignore[operator]
+        call()
     return (time.perf_counter() - start) / count
 
 
@@ -148,48 +181,49 @@ async def _burst(url: str, key: str, ids: str) -> float:
 
 def run(quick: bool = False) -> list[Row]:
     rounds, count = (3, 5) if quick else (9, 30)
-    with (
-        Sandbox(stage_seconds=0.05, song_seconds=2, keys={KEY: 10**9}, faults="", max_running=10**6) as sandbox,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        database = str(Path(tmp) / "gateway.sqlite3")
-        token = new_token()
-        with _Served(database, sandbox) as served, _Bare(sandbox) as bare:
-            served.gateway.ledger.add_user("bench", token_hash(token), None)
-            with httpx.Client(timeout=30) as http:
+    with tempfile.TemporaryDirectory() as tmp, _deployment(Path(tmp)) as (upstream, gateway, bare, token):
+        with httpx.Client(timeout=30) as http:
 
-                def create(url: str, key: str) -> httpx.Response:
-                    headers = {"x-api-key": key, "Idempotency-Key": uuid.uuid4().hex}
-                    answer = http.post(url + "/v1/music/generate", json=BODY, headers=headers)
-                    if answer.status_code != 200 or answer.json().get("status") != 200:
-                        raise RuntimeError(f"a create failed: {answer.status_code}")
-                    return answer
+            def create(url: str, key: str) -> httpx.Response:
+                headers = {"x-api-key": key, "Idempotency-Key": uuid.uuid4().hex}
+                answer = http.post(url + "/v1/music/generate", json=BODY, headers=headers)
+                if answer.status_code != 200 or answer.json().get("status") != 200:
+                    raise RuntimeError(f"a create failed: {answer.status_code}")
+                return answer
 
-                ids = ",".join(create(served.url, token).json()["data"]["ids"])  # the user's own tasks
+            ids = ",".join(create(gateway, token).json()["data"]["ids"])  # the user's own tasks
 
-                def query(url: str, key: str) -> None:
-                    if (
-                        http.get(url + "/v1/music/tasks", params={"ids": ids}, headers={"x-api-key": key}).status_code
-                        != 200
-                    ):
-                        raise RuntimeError("a task query failed")
+            def query(url: str, key: str) -> None:
+                answer = http.get(url + "/v1/music/tasks", params={"ids": ids}, headers={"x-api-key": key})
+                if answer.status_code != 200:
+                    raise RuntimeError("a task query failed")
 
-                sides = {
-                    "query_direct": lambda: _timed(lambda: query(sandbox.base_url, KEY), count),
-                    "query_gateway": lambda: _timed(lambda: query(served.url, token), count),
-                    "query_floor": lambda: _timed(lambda: query(bare.url, "unused"), count),
-                    "create_direct": lambda: _timed(lambda: create(sandbox.base_url, KEY), count),
-                    "create_gateway": lambda: _timed(lambda: create(served.url, token), count),
-                    "create_floor": lambda: _timed(lambda: create(bare.url, "unused"), count),
-                }
-                for side in sides.values():
-                    side()  # warm both paths
-                samples = interleaved(sides, rounds)
-            burst_direct = asyncio.run(_burst(sandbox.base_url, KEY, ids))
-            burst_gateway = asyncio.run(_burst(served.url, token, ids))
+            sides = {
+                "query_direct": lambda: _timed(lambda: query(upstream, KEY), count),
+                "query_gateway": lambda: _timed(lambda: query(gateway, token), count),
+                "query_floor": lambda: _timed(lambda: query(bare, "unused"), count),
+                "create_direct": lambda: _timed(lambda: create(upstream, KEY), count),
+                "create_gateway": lambda: _timed(lambda: create(gateway, token), count),
+                "create_floor": lambda: _timed(lambda: create(bare, "unused"), count),
+            }
+            for side in sides.values():
+                side()  # warm every path
+            samples = interleaved(sides, rounds)
+        burst_direct = asyncio.run(_burst(upstream, KEY, ids))
+        burst_gateway = asyncio.run(_burst(gateway, token, ids))
+        burst_floor = asyncio.run(_burst(bare, "unused", ids))
+    from ipymusicgen.gateway.server import server_options
+
     medians = {name: median(values) for name, values in samples.items()}
-    details = {name: spread([v * 1e3 for v in values]) for name, values in samples.items()}
-    details.update(calls_per_sample=count, cpus=os.cpu_count(), ledger="sqlite")
+    details: dict[str, Any] = {name: spread([v * 1e3 for v in values]) for name, values in samples.items()}
+    details.update(
+        calls_per_sample=count,
+        cpus=os.cpu_count(),
+        ledger="sqlite",
+        processes="client | gateway | upstream",
+        server=server_options(),
+        burst_floor_per_s=round(CONCURRENT / burst_floor, 1),
+    )
     rows = []
     for what, label in (("query", "task query"), ("create", "paid create")):
         through, direct = medians[f"{what}_gateway"], medians[f"{what}_direct"]
@@ -220,3 +254,21 @@ def run(quick: bool = False) -> list[Row]:
         )
     )
     return rows
+
+
+def main(argv: list[str]) -> int:
+    """The child processes' entry: `upstream PORT V2_PORT` or `bare UPSTREAM_URL PORT`."""
+    if argv[:1] == ["upstream"] and len(argv) == 3:
+        _serve_upstream(int(argv[1]), int(argv[2]))
+    elif argv[:1] == ["bare"] and len(argv) == 3:
+        _serve_bare(argv[1], int(argv[2]))
+    else:
+        print(
+            "usage: python -m benchmarks.bench_gateway upstream PORT V2_PORT | bare UPSTREAM_URL PORT", file=sys.stderr
+        )
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
