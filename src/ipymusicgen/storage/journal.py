@@ -534,7 +534,10 @@ class Journal:
         with self._lock:
             waiting = [e for item in self._backlog for e in item.tasks]
         found += [e for e in waiting if e.id not in known]
-        return found if host is None else [e for e in found if same_service(e.host, host)]
+        if host is None:
+            return found
+        on_service = service_filter([host])
+        return [e for e in found if on_service(e.host)]
 
     def history(
         self, *, state: str | None = None, since: float | None = None, text: str | None = None, limit: int = 50
@@ -564,12 +567,9 @@ class Journal:
             sql, params = sql + " WHERE outcome = ?", (outcome,)
         rows = self._read(sql + " ORDER BY created_at", params)
         found = self._settle([_attempt(row) for row in rows])
-        wanted = None if hosts is None else [str(h) for h in hosts]
+        on_service = None if hosts is None else service_filter(str(h) for h in hosts)
         return [
-            a
-            for a in found
-            if (outcome is None or a.outcome == outcome)
-            and (wanted is None or any(same_service(a.host, h) for h in wanted))
+            a for a in found if (outcome is None or a.outcome == outcome) and (on_service is None or on_service(a.host))
         ]
 
     def _settle(self, attempts: list[Attempt]) -> list[Attempt]:
@@ -677,6 +677,21 @@ def _observed(row: tuple[Any, ...], held: tuple[Any, ...]) -> tuple[Any, ...]:
 def same_service(one: str, other: str) -> bool:
     """Whether two base URLs name one service, however spelled (`config.service_address`)."""
     return service_address(one) == service_address(other)
+
+
+def service_filter(wanted: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a journalled host names one of the `wanted` services, however spelled (as `same_service`). Each
+    distinct spelling is parsed once: a journal holds thousands of rows over a few hosts (figure 6's resume)."""
+    addresses = {service_address(url) for url in wanted}
+    seen: dict[str, bool] = {}
+
+    def on_service(host: str) -> bool:
+        found = seen.get(host)
+        if found is None:
+            found = seen[host] = service_address(host) in addresses
+        return found
+
+    return on_service
 
 
 def _id_list(ids: list[str], limit: int = 20) -> str:
