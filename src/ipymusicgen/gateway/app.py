@@ -124,6 +124,20 @@ class Gateway:
             self.owners.learn(user, self.ledger.owned(user, unknown))
         return self.owners.mine(user, ids)
 
+    def owns_song(self, user: str, song_id: str) -> bool:
+        """Whether the song an extra asks for is the caller's: one of their ids, or the `song_id` of one of their
+        tasks (a v1 task's song has an id of its own, which the client sends): found in their own tasks' records,
+        newest first, and remembered."""
+        if self.owned(user, [song_id]):
+            return True
+        mine = self.ledger.tasks_of(user)
+        for end in range(len(mine), 0, -TASKS_PER_QUERY):
+            chunk = mine[max(0, end - TASKS_PER_QUERY) : end]
+            if song_id in _song_ids(self.upstream.read("/v1/music/tasks", {"ids": ",".join(chunk)})):
+                self.owners.learn(user, [song_id])
+                return True
+        return False
+
     # -- reads ----------------------------------------------------------------------------------------
 
     def tasks(self, user: str, ids_text: str | None) -> Response:
@@ -277,6 +291,18 @@ def _created_ids(body: bytes) -> list[str]:
     return []
 
 
+def _song_ids(answer: Answer) -> set[str]:
+    """The `song_id`s of the task records in a task answer (bare or enveloped); none for an error."""
+    try:
+        data = json.loads(answer.body) if answer.status_code == 200 else None
+    except ValueError:
+        return set()
+    records = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(records, list):
+        return set()
+    return {str(r["song_id"]) for r in records if isinstance(r, dict) and r.get("song_id")}
+
+
 def _merged(answers: list[Answer]) -> Response:
     """Several task answers as one: their records in order, in the shape the service used (bare or wrapped)."""
     records: list[Any] = []
@@ -366,7 +392,7 @@ def create_app(gateway: Gateway) -> Starlette:
         song_id = request.query_params.get("song_id")
         if not song_id:
             raise RequestValidationError([_problem("song_id", "Field required")])
-        if gateway.owned(user, [song_id]):
+        if gateway.owns_song(user, song_id):
             return {"song_id": song_id}, None, {"song_id": song_id}, None
         stand_in = _missing_id()
         return {"song_id": song_id}, None, {"song_id": stand_in}, (stand_in, song_id)
