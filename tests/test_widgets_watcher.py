@@ -31,7 +31,7 @@ from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets import TaskCard, TaskWatcher, song_card
 from ipymusicgen.widgets._static import STATIC, css, esm
-from ipymusicgen.widgets.studio import SongPane, Studio
+from ipymusicgen.widgets.studio import SongPane, Studio, extend_studio
 from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
 
 
@@ -315,6 +315,7 @@ def test_keep_without_a_library_that_has_the_song_holds_for_the_session(finished
 def test_extend_intent_prefills_a_form_that_submits_into_the_watcher(
     finished: TaskWatcher, wire: Wire, sandbox: Sandbox
 ) -> None:
+    finished.open_extend_studio = extend_studio  # what the magics and `widgets.ui.UI` give a lone watcher
     hello(finished, wire)
     task_id = finished.ids[0]
     fields = press(finished, wire, "extend", task_id)
@@ -631,7 +632,7 @@ def test_the_session_does_not_import_the_ui() -> None:
     assert out.strip() == "False"
     import ipymusicgen
 
-    assert ipymusicgen.watch_unfinished.__module__ == "ipymusicgen.widgets.watcher"
+    assert ipymusicgen.watch_unfinished.__module__ == "ipymusicgen.widgets.ui"  # the one whose Extend opens a studio
 
 
 def test_front_end_files_join_common_and_view_and_never_use_inner_html() -> None:

@@ -188,17 +188,18 @@ def test_waveform_looks_songs_up_in_the_workspaces_own_library_without_opening_o
     assert said == "one library"
 
 
-def test_a_cards_extend_opens_a_studio_without_importing_the_widgets_first() -> None:
-    """A lone watcher's Extend prefills a studio pane that sends into that watcher, in a process that never
-    imported `ipymusicgen.widgets` itself (only the package's public `TaskWatcher`)."""
+def test_a_cards_extend_opens_the_studio_its_watcher_was_given() -> None:
+    """A lone watcher's Extend prefills a studio pane that sends into that watcher: the opener is passed in when
+    the watcher is built (in a fresh process, through the package's public `TaskWatcher`), no import fills it."""
     said = run_fresh(
         """
         import ipymusicgen
+        from ipymusicgen.widgets.studio import extend_studio
 
         client = ipymusicgen.get_client()
         ids = list(client.generate(action="auto", style="lo-fi").ids)
         client.wait(ids, timeout=120)
-        watcher = ipymusicgen.TaskWatcher(ids, client=client, autostart=False)
+        watcher = ipymusicgen.TaskWatcher(ids, client=client, autostart=False, open_extend_studio=extend_studio)
         watcher.poll_once()
         watcher._handle_custom_msg({"kind": "extend", "id": ids[0]}, [])
         form = watcher.extend_form

@@ -152,7 +152,7 @@ def grid(
 
 def _grid_view(plan: Any) -> Any:
     """A grid's view, made when it is first drawn (a script that never shows its grid loads no widgets)."""
-    from .widgets.grid import grid_view
+    from .widgets.ui import grid_view
 
     return grid_view(plan)
 

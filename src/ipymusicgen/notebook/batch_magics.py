@@ -214,15 +214,15 @@ class BatchMagics(Magics):
 
 
 def _watcher(client: Any) -> Any:
-    from ..widgets import TaskWatcher
+    from ..widgets.ui import UI
 
-    return TaskWatcher([], client=client)
+    return UI().watcher(client=client)  # a lone watcher: its card's Extend opens a studio
 
 
 def _view(watcher: Any) -> Any:
-    from ..widgets.batch import BatchView
+    from ..widgets.ui import UI
 
-    return BatchView(watcher=watcher)
+    return UI().batch_view(watcher)
 
 
 def register(ipython: InteractiveShell) -> None:
@@ -237,6 +237,6 @@ def unregister(ipython: InteractiveShell) -> None:
 
 
 def _grid_view(plan: Any) -> Any:
-    from ..widgets.grid import grid_view
+    from ..widgets.ui import grid_view
 
     return grid_view(plan)

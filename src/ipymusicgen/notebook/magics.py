@@ -327,10 +327,10 @@ class MusicGen(Magics):
         return Songs(records, shown_above=watcher is not None)  # the watcher plays them: no second player
 
     def _watch(self, client: MusicClient, ids: list[str], songs: list[V2Song], request: Any) -> TaskWatcher:
-        from ..widgets import TaskWatcher
+        from ..widgets.ui import UI
 
-        # registers itself for shutdown(); knowing the request, a failed call offers Retry
-        watcher = TaskWatcher(ids, v2_ids=songs, client=client, request=request)
+        # registers itself for shutdown(); knowing the request, a failed call offers Retry; its Extend opens a studio
+        watcher = UI().watcher(ids, v2_ids=songs, client=client, request=request)
         shown = display(watcher, display_id=True)
         if shown is not None:  # its text, saved with the notebook, is rewritten once the songs are finished
             watcher.when_done(lambda: shown.update(watcher))
@@ -417,9 +417,9 @@ class MusicGen(Magics):
             if not found.ids:
                 print("No unfinished tasks to resume.")
                 return None
-            from ..widgets import watch_unfinished
+            from ..widgets.ui import UI
 
-            return watch_unfinished()
+            return UI().watch_unfinished()
 
     @line_magic
     def musicgen_login(self, line: str = "") -> None:
@@ -437,9 +437,9 @@ class MusicGen(Magics):
     @line_magic
     def musicgen_ui(self, line: str = "") -> None:
         """Open the studio: forms for every action, lyrics, key info and the task list."""
-        from ..widgets import studio
+        from ..widgets.ui import UI
 
-        display(studio())
+        display(UI().studio())
 
 
 # ---------------------------------------------------------------------------------------------------

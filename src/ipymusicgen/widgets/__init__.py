@@ -13,9 +13,11 @@ from .._removed import missing
 from .card import TaskCard
 from .song_data import song_card
 from .studio import Studio, studio
-from .watcher import TaskWatcher, watch_unfinished
+from .ui import UI, watch_unfinished
+from .watcher import TaskWatcher
 
 __all__ = [
+    "UI",
     "Studio",
     "TaskCard",
     "TaskWatcher",

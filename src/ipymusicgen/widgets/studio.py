@@ -47,7 +47,7 @@ from .fields import error_title
 from .library import LibraryView
 from .pane import Count, FieldSpec, Pane, described_specs, plural
 from .text import TextRepr
-from .watcher import TaskWatcher, provide_extend_studio
+from .watcher import TaskWatcher
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
 TAB_TITLES = ("Song", "Prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key")
@@ -555,12 +555,21 @@ def studio(client: MusicClient | None = None, *, confirm: bool | None = None) ->
     return Studio(client, confirm=confirm)
 
 
-def _extend_studio(watcher: TaskWatcher) -> Studio:
-    """A studio for a lone watcher's extend: its panes send into that watcher."""
+def extend_studio(watcher: TaskWatcher) -> Studio:
+    """A studio for a lone watcher's extend: its panes send into that watcher (what builders of a lone watcher
+    pass as its `open_extend_studio`; the watcher cannot import the studio, which sits above it)."""
     return Studio(watcher.client, confirm=watcher.confirm_required, watcher=watcher)
 
 
-provide_extend_studio(_extend_studio)  # the watcher cannot import the studio (it sits below it)
-
-
-__all__ = ["TAB_IDS", "TAB_TITLES", "LyricsPane", "Pane", "SongPane", "Studio", "StudioView", "V2Pane", "studio"]
+__all__ = [
+    "TAB_IDS",
+    "TAB_TITLES",
+    "LyricsPane",
+    "Pane",
+    "SongPane",
+    "Studio",
+    "StudioView",
+    "V2Pane",
+    "extend_studio",
+    "studio",
+]

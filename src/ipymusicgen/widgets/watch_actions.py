@@ -1,7 +1,8 @@
 """The watcher's actions part: what a finished song's card buttons do (extend, concat, download, ...).
 
-A card's extend opens the studio's pane (one form model). The studio sits above the watcher, so it
-installs how a lone watcher opens one (`provide_extend_studio`) instead of being imported here.
+A card's extend opens the studio's pane (one form model). The studio sits above the watcher, so whoever builds a
+lone watcher gives it the way to open one (`open_extend_studio=`: the magics, `ipymusicgen.watch_unfinished()`,
+`widgets.ui.UI`); the studio's own watcher is given its panes.
 """
 
 from __future__ import annotations
@@ -34,14 +35,11 @@ very next press sends (the `PaidAsk` rule). An extra (WAV, MP4) made before, her
 is reused at once: nothing to pay, nothing asked."""
 EXTRA_ACTIONS = ("wav", "mp4")
 
-_open_extend_studio: Callable[[Any], Any] | None = None
-"""Opens a studio whose panes send into a watcher; the studio module provides it (it sits above this one)."""
-
-
-def provide_extend_studio(opener: Callable[[Any], Any]) -> None:
-    """Install how a lone watcher's extend opens a studio (called once, by `widgets/studio.py`)."""
-    global _open_extend_studio
-    _open_extend_studio = opener
+NO_STUDIO = (
+    "this watcher has no studio to extend in: build it with "
+    "TaskWatcher(..., open_extend_studio=ipymusicgen.widgets.studio.extend_studio), or use ipymusicgen.studio()"
+)
+"""What a card's Extend says on a watcher made by hand without an opener (one line: what to do)."""
 
 
 def extra_question(client: MusicClient, task_id: str, kind: str) -> str | None:
@@ -87,6 +85,7 @@ class ActionsPart:
     paid_ask: PaidAsk
     _requests: dict[str, tuple[Any, bool]]
     extend_studio: Any
+    open_extend_studio: Callable[[Any], Any] | None
     extend_form: Any
     download_dir: str | Path
     on_favourite: Callable[[str, bool], Any] | None
@@ -101,10 +100,10 @@ class ActionsPart:
         """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
         record = self._finished_record(task_id)
         v2 = isinstance(record, V2Song)
-        if self._form_provider is None and _open_extend_studio is not None:
-            self.extend_studio = _open_extend_studio(self)  # it sets `_form_provider` to its own panes
+        if self._form_provider is None and self.open_extend_studio is not None:
+            self.extend_studio = self.open_extend_studio(self)  # it sets `_form_provider` to its own panes
         if self._form_provider is None:
-            raise MusicGenError("extend needs the studio: `import ipymusicgen.widgets` first")
+            raise MusicGenError(NO_STUDIO)
         form = self._form_provider(v2)  # the Studio's pane, already wired to this watcher
         form.set_values(**extend_fields(record))
         self.extend_form = form

@@ -27,7 +27,7 @@ from .card_audio import CardAudio
 from .paid_ask import PaidAsk
 from .song_data import ALL_ACTIONS, Record, card_state, plain
 from .text import TextRepr
-from .watch_actions import ActionsPart, extend_fields, provide_extend_studio
+from .watch_actions import ActionsPart, extend_fields
 from .watch_paging import PAGE_SIZE, PagingPart
 from .watch_polling import MAX_BACKOFF, PollingPart, backoff
 
@@ -61,8 +61,11 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         interval: float | None = None,
         autostart: bool = True,
         request: Any = None,
+        open_extend_studio: Callable[[TaskWatcher], Any] | None = None,
     ) -> None:
-        """`request`: the request that made `ids`/`v2_ids`, so a failed call offers Retry (sent again as it was)."""
+        """`request`: the request that made `ids`/`v2_ids`, so a failed call offers Retry (sent again as it was).
+        `open_extend_studio`: how a card's Extend opens a studio whose panes send here (given by whoever builds a
+        lone watcher, e.g. `widgets.studio.extend_studio`; a studio gives its own watcher its panes instead)."""
         if client is None:
             from ..session import get_client
 
@@ -104,6 +107,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         """Each call's request and whether it is v2, when the caller gave it: what a failed call's Retry sends."""
         self.hide_failed = False
         """Failed calls are left off the pages (the header still counts them)."""
+        self.open_extend_studio = open_extend_studio
         self.extend_studio: Any = None
         """The studio opened for an extend when this watcher is not part of one (its panes send here)."""
         self.extend_form: Any = None
@@ -359,14 +363,17 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         return "\n".join(lines)
 
 
-def watch_unfinished(client: MusicClient | None = None) -> TaskWatcher:
-    """A watcher over every unfinished task in the journal for the current hosts (after a restart)."""
+def watch_unfinished(
+    client: MusicClient | None = None, *, open_extend_studio: Callable[[TaskWatcher], Any] | None = None
+) -> TaskWatcher:
+    """A watcher over every unfinished task in the journal for the current hosts (after a restart);
+    `open_extend_studio` as `TaskWatcher`'s (the public `ipymusicgen.watch_unfinished()` gives the studio's)."""
     if client is None:
         from ..session import get_client
 
         client = get_client()
     found = client.unfinished()  # the shared client's journal is the session's journal
-    return TaskWatcher(found.v1_ids, v2_ids=found.v2_ids, client=client)
+    return TaskWatcher(found.v1_ids, v2_ids=found.v2_ids, client=client, open_extend_studio=open_extend_studio)
 
 
 __all__ = [
@@ -375,6 +382,5 @@ __all__ = [
     "TaskWatcher",
     "backoff",
     "extend_fields",
-    "provide_extend_studio",
     "watch_unfinished",
 ]
