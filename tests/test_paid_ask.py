@@ -146,6 +146,14 @@ def test_every_paid_control_follows_the_studios_confirm_choice(
     for action, path in (("concat", GENERATE), ("wav", WAV), ("mp4", MP4)):  # card actions that pay
         controls.card(action, song, path)
 
+    library, other = made.library, made.song.ids[1]  # the Library tab's cards: the other take's extras
+    for kind, path in (("wav", WAV), ("mp4", MP4)):
+
+        def push(kind: str = kind) -> None:
+            library._handle_custom_msg({"kind": kind, "id": other}, [])
+
+        controls.press(path, push, push, lambda: library.status if library.paid_ask.asked else "")
+
     made.watcher._handle_custom_msg({"kind": "extend", "id": song}, [])  # a card's extend fills the Song tab...
     assert made.song.request_values()["continue_song_id"]
     controls.pane("song", GENERATE)  # ...whose send asks as the tab's does

@@ -386,6 +386,7 @@ class Studio(TextRepr, w.VBox):
         self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True, request=self.v2.request))
         self.watcher._form_provider = self._pane_for_extend  # a card's extend opens this studio's pane
         self.library = LibraryView(client=client, watcher=self.watcher)
+        self.library.confirm_required = confirm  # its cards' WAV / MP4 are paid: they ask as the panes do
         self._view.batch_view = self.batch.view
         self._view.library_view = self.library
         self._view.tabs = [
