@@ -388,14 +388,16 @@ def create_app(gateway: Gateway) -> Starlette:
         return model, model.to_payload(), None, None
 
     def song_extra(body: Any, request: Request, user: str) -> Any:
-        """The song extras: the song must be the caller's (another user's is sent as one that does not exist)."""
+        """The song extras: the song must be the caller's (another user's is sent as one that does not exist).
+        Priced by the cost table's entry for the extra's kind (`wav`, `mp4`, `vibe`), as the client prices it."""
         song_id = request.query_params.get("song_id")
         if not song_id:
             raise RequestValidationError([_problem("song_id", "Field required")])
+        priced = {"song_id": song_id, "model": request.url.path.rsplit("-", 1)[-1]}
         if gateway.owns_song(user, song_id):
-            return {"song_id": song_id}, None, {"song_id": song_id}, None
+            return priced, None, {"song_id": song_id}, None
         stand_in = _missing_id()
-        return {"song_id": song_id}, None, {"song_id": stand_in}, (stand_in, song_id)
+        return priced, None, {"song_id": stand_in}, (stand_in, song_id)
 
     def read_route(path: str, handler: Callable[[str, Request], Response]) -> Route:
         async def endpoint(request: Request) -> Response:

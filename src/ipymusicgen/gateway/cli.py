@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import MusicGenError
 from .database_url import shown_database
@@ -22,10 +22,16 @@ def default_database() -> str:
     return str(Path(default_journal_path()).with_name("gateway.sqlite3"))
 
 
+MAX_CREDITS = 10**12
+"""The largest budget taken: far above any account, and its sums stay inside both engines' 64-bit integers."""
+
+
 def credits_arg(text: str) -> int:
-    """A budget: a whole number of credits, 0 or more (the gateway's and the MCP server's command lines)."""
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"use a whole number of credits, 0 or more (got {text!r})")
+    """A budget: a whole number of credits from 0 to MAX_CREDITS, in ASCII digits (the gateway's and the MCP
+    server's command lines). NaN, a sign, a fraction, an exponent or a number too big to store is refused."""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_CREDITS:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise argparse.ArgumentTypeError(f"use a whole number of credits from 0 to {MAX_CREDITS} (got {shown!r})")
     return int(text)
 
 
@@ -36,12 +42,19 @@ def port_arg(text: str) -> int:
     return int(text)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A refused argument is one line on stderr (exit 2), not the usage block: an admin's typo reads at once."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def add_gateway_parser(commands: Any) -> None:
     """Add `gateway` and its subcommands to the package's command line."""
     from ..config import DEFAULT_BASE_URL, DEFAULT_V2_BASE_URL
 
     gateway = commands.add_parser("gateway", help="a team gateway: one upstream key, budgets, a shared ledger")
-    sub = gateway.add_subparsers(dest="gateway_command", required=True)
+    sub = gateway.add_subparsers(dest="gateway_command", required=True, parser_class=OneLineParser)
 
     def with_database(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser.add_argument(

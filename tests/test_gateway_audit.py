@@ -1,0 +1,235 @@
+"""Issue 31 read line by line against the gateway: every paid path priced by the cost table (and nothing paid
+forwarded unpriced), key info that tells the caller only their own credits, budgets at their odd bounds, and a
+user's token never shown again after `user add` (not in `user list`, spend, answers, logs or rows)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post
+
+from ipymusicgen.models.costs import ENV_COSTS
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.ledger_engines import open_ledger
+
+TABLE = "MFV3.0=4,MFV2.0=5,MFV1.5X=6,MFV1.0=7,v4.5-plus=10,v4.5=8,v3.0=9,lyrics=2,wav=11,mp4=12,vibe=13,*=17"
+"""A cost table unlike the defaults, so a price taken from anywhere but the table shows."""
+PRICES = dict(entry.split("=") for entry in TABLE.split(","))
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Sandbox]:
+    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={CANARY_KEY: 10_000}, max_running=100) as server:
+        yield server
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> str:
+    return str(tmp_path / "gateway.sqlite3")
+
+
+@pytest.fixture
+def gateway(database: str, upstream: Sandbox, clean_env: None) -> Iterator[GatewayThread]:
+    upstream.reset()
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
+        yield running
+
+
+SONG = "some-song-id"
+PAID_CALLS = [
+    ("/v1/music/generate", {"action": "auto", "style": "s", "mv": "MFV3.0"}, "MFV3.0"),
+    ("/v1/music/generate", {"action": "custom", "style": "s", "lyrics": "la", "title": "t", "mv": "MFV2.0"}, "MFV2.0"),
+    (
+        "/v1/music/generate",
+        {"action": "extend", "continue_song_id": SONG, "continue_at": 10, "mv": "MFV1.5X"},
+        "MFV1.5X",
+    ),
+    ("/v1/music/generate", {"action": "concat", "continue_song_id": SONG}, "*"),
+    ("/v1/music/generate", {"action": "upload", "audio_url": "http://127.0.0.1:1/a.mp3"}, "*"),
+    ("/v1/music/generate", {"action": "upload_extend", "continue_song_id": SONG, "mv": "MFV1.0"}, "MFV1.0"),
+    ("/v1/music/generate", {"action": "artist_consistency", "singer_id": "singer", "mv": "MFV9.9"}, "*"),
+    ("/v1/music/generate", {"action": "auto", "style": "no model named"}, "*"),
+    ("/v2/submit", {"is_auto": 1, "prompt": "p", "model_version": "v4.5"}, "v4.5"),
+    ("/v2/submit", {"is_auto": 1, "prompt": "p", "model_version": "v3.0"}, "v3.0"),
+    ("/v2/submit", {"is_auto": 1, "prompt": "p", "model_version": "v4.5-plus"}, "v4.5-plus"),
+    ("/v2/submit", {"is_auto": 1, "prompt": "p", "model_version": "v9"}, "*"),
+    ("/v1/lyrics", {"prompt": "rain"}, "lyrics"),
+    (f"/v1/music/generate-wav?song_id={SONG}", None, "wav"),
+    (f"/v1/music/generate-mp4?song_id={SONG}", None, "mp4"),
+    (f"/v1/music/generate-vibe?song_id={SONG}", None, "vibe"),
+]
+
+
+def test_every_paid_path_of_the_service_reserves_its_cost_table_price(
+    gateway: GatewayThread, database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_COSTS, TABLE)
+    token = add_user(database, "ada")
+    for number, (path, body, _) in enumerate(PAID_CALLS):
+        post(gateway.url, path, token, body, **{"Idempotency-Key": f"k{number}"})  # what upstream says: no matter
+    rows = {row["idem_key"]: row for row in open_ledger(database).calls()}
+    for number, (path, body, entry) in enumerate(PAID_CALLS):
+        assert rows[f"k{number}"]["estimated"] == int(PRICES[entry]), (path, body)
+    sent = {path: n for path, n in paid_counts(upstream).items() if path != "/v1/music/tasks"}  # tasks: owner look-ups
+    assert sum(sent.values()) == len(PAID_CALLS), "each sent once, after its price was reserved"
+
+
+def test_a_paid_call_over_a_budget_is_refused_by_its_table_price_for_the_song_extras_too(
+    gateway: GatewayThread, database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_COSTS, TABLE)
+    token = add_user(database, "bo", budget=12)  # a WAV (11) fits, a voice (13) does not, nor the fallback (17)
+    refused = post(gateway.url, f"/v1/music/generate-vibe?song_id={SONG}", token, None).json()
+    assert refused["status"] == 400 and "bo's budget" in refused["message"]
+    post(gateway.url, f"/v1/music/generate-wav?song_id={SONG}", token, None)  # no such song: refused, released
+    assert post(gateway.url, "/v1/lyrics", token, {"prompt": "p"}).json()["status"] == 200
+    assert paid_counts(upstream) == {"/v1/music/generate-wav": 1, "/v1/lyrics": 1}
+    assert [(c["model"], c["estimated"]) for c in open_ledger(database).calls()] == [("wav", 11), (None, 2)]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/music/generate-stems?song_id=x"),  # a paid endpoint the gateway does not know: no price
+        ("POST", "/v1/music/generate/"),  # redirected to the priced path (as the service does), never sent
+        ("POST", "/v2/submit/extra"),
+        ("PUT", "/v1/music/generate"),
+        ("GET", "/v1/music/generate"),
+        ("GET", "/v1/lyrics"),
+        ("POST", "/v1/music/tasks?ids=a"),
+        ("POST", "/v1/get_api_key_info"),
+    ],
+)
+def test_a_path_or_method_the_gateway_has_no_price_for_is_refused_never_forwarded(
+    gateway: GatewayThread, database: str, upstream: Sandbox, method: str, path: str
+) -> None:
+    token = add_user(database, "cy")
+    answer = httpx.request(method, gateway.url + path, headers={"x-api-key": token}, json={"prompt": "p"})
+    assert answer.status_code in (307, 404, 405)
+    assert paid_counts(upstream) == {}
+    assert open_ledger(database).calls() == []
+
+
+def test_key_info_tells_the_caller_their_own_credits_and_nothing_of_the_upstream_account(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    straight = httpx.get(upstream.base_url + "/v1/get_api_key_info", headers={"x-api-key": CANARY_KEY}).json()["data"]
+    token = add_user(database, "dee", budget=40)
+    assert cli("team", "budget", "30", "--database", database)[0] == 0
+    answer = httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token})
+    record = answer.json()["data"]
+    assert record["key_music_counts"] == 30, "the smaller of dee's budget and the team's"
+    assert record["key_name"] == "dee"
+    for field in ("x_api_key", "email", "member_id", "key_name", "key_created_at", "key_updated_at"):
+        if straight.get(field):
+            assert str(straight[field]) not in answer.text, field
+    assert CANARY_KEY not in answer.text and token not in answer.text
+    assert cli("team", "budget", "0", "--database", database)[0] == 0
+    assert (
+        httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token}).json()["data"]["key_music_counts"]
+        == 0
+    )
+
+
+ODD_CREDITS = ["NaN", "nan", "inf", "-1", "-0", "1.5", "1e3", "", " 5", "+5", "0x10", "²", "١٢", "5 credits"]
+HUGE_CREDITS = [str(2**63), str(10**30), "9" * 400]
+
+
+@pytest.mark.parametrize("value", ODD_CREDITS + HUGE_CREDITS)
+@pytest.mark.parametrize("command", ["user add", "user budget", "team budget"])
+def test_an_odd_budget_is_refused_in_one_line_and_changes_nothing(
+    database: str, command: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli("user", "add", "eli", "--budget", "5", "--database", database)[0] == 0
+    capsys.readouterr()
+    args = {
+        "user add": ["user", "add", "fay", "--database", database, "--budget", value],
+        "user budget": ["user", "budget", "--database", database, "eli", value],
+        "team budget": ["team", "budget", "--database", database, value],
+    }[command]
+    with pytest.raises(SystemExit) as exited:
+        cli(*args)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and "whole number of credits" in err, err
+    assert "Traceback" not in err
+    ledger = open_ledger(database)
+    try:
+        assert [(u.name, u.budget) for u in ledger.users()] == [("eli", 5)] and ledger.team_budget() is None
+    finally:
+        ledger.close()
+
+
+def test_the_largest_budget_is_taken_and_holds(database: str) -> None:
+    from ipymusicgen.gateway.cli import MAX_CREDITS
+
+    assert cli("team", "budget", str(MAX_CREDITS), "--database", database)[0] == 0
+    token = add_user(database, "gil", budget=MAX_CREDITS)
+    assert token.startswith("mgw_")
+    ledger = open_ledger(database)
+    try:
+        assert ledger.remaining("gil") == MAX_CREDITS
+        assert ledger.reserve("gil", "k", "/v1/lyrics", None, 1).kind == "new"
+        assert ledger.remaining("gil") == MAX_CREDITS - 1
+    finally:
+        ledger.close()
+
+
+def test_a_budget_of_zero_refuses_every_paid_call_naming_whose_budget(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "hal", budget=0)
+    for path, body, _ in PAID_CALLS:
+        answer = post(gateway.url, path, token, body).json()
+        assert answer["status"] == 400 and "hal's budget" in answer["message"], path
+        assert "no credits left" in answer["message"]
+    assert cli("user", "budget", "hal", "50", "--database", database)[0] == 0
+    assert cli("team", "budget", "0", "--database", database)[0] == 0
+    for path, body, _ in PAID_CALLS:
+        answer = post(gateway.url, path, token, body).json()
+        assert answer["status"] == 400 and "team budget" in answer["message"], path
+    assert paid_counts(upstream) == {}
+    assert open_ledger(database).calls() == []
+
+
+def test_a_token_is_shown_once_by_user_add_and_never_again(
+    gateway: GatewayThread,
+    database: str,
+    upstream: Sandbox,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    code, out = cli("user", "add", "ivy", "--budget", "20", "--database", database)
+    token = out.strip().splitlines()[-1]
+    assert code == 0 and out.count(token) == 1 and out.rstrip("\n").endswith("\n" + token)
+    capfd.readouterr()
+    seen = [
+        post(gateway.url, "/v1/music/generate", token, {"action": "auto", "style": "s", "mv": "MFV3.0"}).text,
+        post(gateway.url, "/v1/music/generate", token, {"action": "nope"}).text,
+        post(gateway.url, "/v1/lyrics", token, {"prompt": "p"}, host="evil.example").text,
+        httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token}).text,
+        httpx.get(gateway.url + "/v1/music/tasks", headers={"x-api-key": token}).text,
+        httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token + "x"}).text,
+    ]
+    for args in (["user", "list"], ["spend"], ["spend", "--by", "model"], ["user", "budget", "ivy", "30"]):
+        seen.append(cli(*args, "--database", database)[1])
+    assert cli("user", "revoke", "ivy", "--database", database)[0] == 0
+    seen.append(httpx.get(gateway.url + "/v1/get_api_key_info", headers={"x-api-key": token}).text)
+    ledger = open_ledger(database)
+    try:
+        with ledger._cursor() as cur:
+            seen += [repr(cur.all(f"SELECT * FROM {table}")) for table in ("users", "team", "calls", "tasks", "meter")]
+    finally:
+        ledger.close()
+    seen += [Path(database).read_bytes().decode("latin-1")]
+    seen += [p.read_bytes().decode("latin-1") for p in Path(database).parent.glob("gateway.sqlite3-*")]
+    captured = capfd.readouterr()
+    seen += [captured.out, captured.err, caplog.text]
+    assert all(token not in text for text in seen)
+    assert all(token[4:20] not in text for text in seen), "not even a part of it"
+    assert any("ivy" in text for text in seen)  # the search ran over real text
