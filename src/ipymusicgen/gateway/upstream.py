@@ -1,11 +1,20 @@
-"""Talking to the real service: the client's own transport, reads under the ONE retry policy, paid calls once.
+"""Talking to the real service: reads under the ONE retry policy, paid calls once, the key added here only.
 
-The upstream key is added here and nowhere else, and every answer is scrubbed of it before it goes back.
+Two faces over one set of rules. The request path is asynchronous: aiohttp's keep-alive pool on the server's own
+event loop (its compiled HTTP parser, no thread hop), since on loopback a pure-Python client costs about as much
+per request as the rest of the gateway together (figure 16). The sync face (httpx with the client's deadline
+transport) serves the rare calls made off the event loop: the meter's readings and key info. Every answer is
+scrubbed of the key before it goes back.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import json
+import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +26,8 @@ from ..client.transport import bounded_transport
 READ_RETRIES = 3
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 PASSED_HEADERS = ("content-type", "retry-after", "retry-after-ms")
+MAX_CONNECTIONS = 100
+"""Keep-alive connections to each upstream host (httpx's default pool size too)."""
 
 
 class NotSent(Exception):
@@ -34,27 +45,53 @@ class Answer:
     headers: dict[str, str]
 
 
+def _retry_wait(attempt: int, answer: Answer | None) -> float | None:
+    """The one policy for reads: the wait before asking again, or None when `answer` stands (a failure with no
+    answer, `None`, past the last retry is raised by the caller)."""
+    if answer is not None and (answer.status_code not in RETRYABLE_STATUS or attempt >= READ_RETRIES):
+        return None
+    if answer is None and attempt >= READ_RETRIES:
+        return None
+    asked = httpx.Response(answer.status_code, headers=answer.headers) if answer is not None else None
+    return backoff_delay(attempt, asked)
+
+
 class Upstream:
-    def __init__(self, base_url: str, v2_base_url: str, key: str, *, sleep: Any = time.sleep) -> None:
+    def __init__(self, base_url: str, v2_base_url: str, key: str, *, sleep: Any = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.v2_base_url = v2_base_url.rstrip("/")
         self._key = key
         self.sleep = sleep
-        """How the retry policy's waits are waited (tests pass a fake clock)."""
+        """How the retry policy's waits are waited (None: really; tests pass a fake clock, sync or async)."""
         self._http = httpx.Client(transport=bounded_transport(), timeout=TIMEOUT, follow_redirects=False)
+        self._session: Any = None  # aiohttp.ClientSession, made on the serving loop by its first request
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()
 
     def close(self) -> None:
+        """Let go of both pools. The async one closes itself when its loop ends (see `_client`); a loop still
+        running in another thread is asked to close it now."""
         self._http.close()
+        loop, session = self._loop, self._session
+        if session is not None and not session.closed and loop is not None and loop.is_running():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                asyncio.run_coroutine_threadsafe(session.close(), loop).result(10)
 
     def _url(self, path: str) -> str:
         return (self.v2_base_url if path.startswith("/v2/") else self.base_url) + path
 
-    def _answer(self, response: httpx.Response) -> Answer:
-        body = response.content
+    def _answer(self, status_code: int, body: bytes, headers: Mapping[str, str]) -> Answer:
         if self._key:
             body = body.replace(self._key.encode(), b"***")
-        headers = {k: v for k, v in response.headers.items() if k.lower() in PASSED_HEADERS}
-        return Answer(response.status_code, body, headers)
+        passed = {k.lower(): v for k, v in headers.items() if k.lower() in PASSED_HEADERS}
+        return Answer(status_code, body, passed)
+
+    # -- the sync face: off the event loop ---------------------------------------------------------------
 
     def read(self, path: str, params: dict[str, str] | None = None) -> Answer:
         """A GET, asked again on a retryable status or a transport error, with the one policy's waits."""
@@ -63,23 +100,91 @@ class Upstream:
             try:
                 response = self._http.get(self._url(path), params=params, headers={"x-api-key": self._key})
             except httpx.HTTPError:
+                answer = None
                 if attempt >= READ_RETRIES:
                     raise
-                self.sleep(backoff_delay(attempt))
-                attempt += 1
-                continue
-            if response.status_code in RETRYABLE_STATUS and attempt < READ_RETRIES:
-                self.sleep(backoff_delay(attempt, response))
-                attempt += 1
-                continue
-            return self._answer(response)
+            else:
+                answer = self._answer(response.status_code, response.content, response.headers)
+            wait = _retry_wait(attempt, answer)
+            if wait is None and answer is not None:
+                return answer
+            (self.sleep or time.sleep)(wait)
+            attempt += 1
 
-    def paid(self, path: str, params: dict[str, str] | None, json_body: Any) -> Answer:
+    # -- the async face: the request path ----------------------------------------------------------------
+
+    def _client(self) -> Any:
+        """This loop's aiohttp session (one keep-alive pool), made on first use. A task that only waits keeps it:
+        when the loop ends (uvicorn's run cancels what is left), the task closes the session on its own loop."""
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._loop is not loop or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT.read, connect=TIMEOUT.connect),
+                connector=aiohttp.TCPConnector(limit_per_host=MAX_CONNECTIONS),
+                cookie_jar=aiohttp.DummyCookieJar(),  # one upstream account for every user: no cookie is kept
+                auto_decompress=True,
+            )
+            self._loop = loop
+            self._keeper = loop.create_task(_close_when_cancelled(self._session))
+        return self._session
+
+    async def _send(self, method: str, path: str, params: dict[str, str] | None, body: bytes | None) -> Answer:
+        headers = {"x-api-key": self._key}
+        if body is not None:
+            headers["content-type"] = "application/json"
+        async with self._client().request(
+            method, self._url(path), params=params, data=body, headers=headers, allow_redirects=False
+        ) as response:
+            content = await response.read()
+            return self._answer(response.status, content, response.headers)
+
+    async def _wait(self, seconds: float) -> None:
+        if self.sleep is None:
+            await asyncio.sleep(seconds)
+            return
+        waited = self.sleep(seconds)
+        if inspect.isawaitable(waited):
+            await waited
+
+    async def aread(self, path: str, params: dict[str, str] | None = None) -> Answer:
+        """`read` on the event loop: the same policy, the same waits."""
+        import aiohttp
+
+        attempt = 0
+        while True:
+            try:
+                answer: Answer | None = await self._send("GET", path, params, None)
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                answer = None
+                if attempt >= READ_RETRIES:
+                    raise
+            wait = _retry_wait(attempt, answer)
+            if wait is None and answer is not None:
+                return answer
+            await self._wait(wait or 0.0)
+            attempt += 1
+
+    async def apaid(self, path: str, params: dict[str, str] | None, json_body: Any) -> Answer:
         """A paid POST, sent once: never retried, whatever happens."""
+        import aiohttp
+
+        body = (
+            None
+            if json_body is None
+            else json.dumps(json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        )
         try:
-            response = self._http.post(self._url(path), params=params, json=json_body, headers={"x-api-key": self._key})
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            return await self._send("POST", path, params, body)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
             raise NotSent(type(exc).__name__) from None
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             raise MaybeSent(type(exc).__name__) from None
-        return self._answer(response)
+
+
+async def _close_when_cancelled(session: Any) -> None:
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await session.close()
