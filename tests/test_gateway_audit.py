@@ -185,13 +185,16 @@ def test_a_budget_of_zero_refuses_every_paid_call_naming_whose_budget(
     token = add_user(database, "hal", budget=0)
     for path, body, _ in PAID_CALLS:
         answer = post(gateway.url, path, token, body).json()
-        assert answer["status"] == 400 and "hal's budget" in answer["message"], path
-        assert "no credits left" in answer["message"]
+        assert answer == {
+            "status": 400,
+            "message": "Insufficient credits: no credits left in hal's budget",
+            "data": None,
+        }
     assert cli("user", "budget", "hal", "50", "--database", database)[0] == 0
     assert cli("team", "budget", "0", "--database", database)[0] == 0
     for path, body, _ in PAID_CALLS:
         answer = post(gateway.url, path, token, body).json()
-        assert answer["status"] == 400 and "team budget" in answer["message"], path
+        assert answer["message"] == "Insufficient credits: no credits left in the team budget", path
     assert paid_counts(upstream) == {}
     assert open_ledger(database).calls() == []
 
@@ -233,3 +236,19 @@ def test_a_token_is_shown_once_by_user_add_and_never_again(
     assert all(token not in text for text in seen)
     assert all(token[4:20] not in text for text in seen), "not even a part of it"
     assert any("ivy" in text for text in seen)  # the search ran over real text
+
+
+@pytest.mark.parametrize("table", ["lyrics=0", "MFV3.0=-3", "wav=nan", "*=1.5", "MFV3.0"])
+def test_serve_refuses_to_start_on_a_cost_table_that_would_send_calls_unpriced(
+    database: str, table: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], clean_env: None
+) -> None:
+    started: list[dict] = []
+    monkeypatch.setattr("ipymusicgen.gateway.server.serve", lambda **kwargs: started.append(kwargs))
+    monkeypatch.setenv("MUSICGEN_UPSTREAM_KEY", CANARY_KEY)
+    monkeypatch.setenv(ENV_COSTS, table)
+    assert cli("serve", "--database", database)[0] == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and ENV_COSTS in err and len(err.strip().splitlines()) == 1
+    assert started == [], "never served with a price the budgets cannot hold"
+    monkeypatch.setenv(ENV_COSTS, "lyrics=1")
+    assert cli("serve", "--database", database)[0] == 0 and len(started) == 1

@@ -189,6 +189,13 @@ def _serve(args: argparse.Namespace) -> int:
     if not key:
         print(f"error: set {ENV_UPSTREAM_KEY} to the upstream key (never a flag: it would show in ps)", file=sys.stderr)
         return 2
+    from ..models.costs import CostTableError, cost_table
+
+    try:
+        cost_table()  # every paid call is priced by it: a price it cannot hold is refused before serving
+    except CostTableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     from .server import serve
 
     serve(
