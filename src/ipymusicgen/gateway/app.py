@@ -3,17 +3,21 @@
 Each request: Host checked (DNS rebinding), the user found from `x-api-key` (a token, hashed), the body
 validated with the project's models, then a read is forwarded under the one retry policy, or a paid call
 reserves its price and claims its idempotency key in one ledger transaction, is sent upstream once, and
-settles, releases or stays unknown. A user sees only their own tasks: another user's id is sent upstream
-as an id that does not exist, so the answer is exactly that of a missing id.
+settles, releases or stays unknown. The request path runs on the server's event loop with the upstream's
+async face; only the ledger (a blocking driver) is called in a worker thread, and only when needed: a poll
+of one's own tasks with a remembered token and owners touches no thread and no database. A user sees only
+their own tasks: another user's id is sent upstream as an id that does not exist, so the answer is exactly
+that of a missing id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -104,75 +108,75 @@ class Gateway:
     def host_allowed(self, header: str | None) -> bool:
         return header is not None and _host_of(header) in self.allowed_hosts
 
-    def user_of(self, token: str | None) -> str | None:
+    async def user_of(self, token: str | None) -> str | None:
         if not token:
             return None
         wanted = token_hash(token)
         user = self.tokens.get(wanted)
         if user is not None:
             return user
-        found = self.ledger.user_by_token_hash(wanted)
+        found = await run_in_threadpool(self.ledger.user_by_token_hash, wanted)
         if found is None or not same_hash(found[1], wanted):
             return None
         self.tokens.put(wanted, found[0])
         return found[0]
 
-    def owned(self, user: str, ids: list[str]) -> list[str]:
+    async def owned(self, user: str, ids: list[str]) -> list[str]:
         """The ids among `ids` that are the caller's, in their order; the ledger is asked only about ids this
         gateway has not yet seen owned."""
         unknown = self.owners.unknown(ids)
         if unknown:
-            self.owners.learn(user, self.ledger.owned(user, unknown))
+            self.owners.learn(user, await run_in_threadpool(self.ledger.owned, user, unknown))
         return self.owners.mine(user, ids)
 
-    def owns_song(self, user: str, song_id: str) -> bool:
+    async def owns_song(self, user: str, song_id: str) -> bool:
         """Whether the song an extra asks for is the caller's: one of their ids, or the `song_id` of one of their
         tasks (a v1 task's song has an id of its own, which the client sends): found in their own tasks' records,
         newest first, and remembered."""
-        if self.owned(user, [song_id]):
+        if await self.owned(user, [song_id]):
             return True
-        mine = self.ledger.tasks_of(user)
+        mine = await run_in_threadpool(self.ledger.tasks_of, user)
         for end in range(len(mine), 0, -TASKS_PER_QUERY):
             chunk = mine[max(0, end - TASKS_PER_QUERY) : end]
-            if song_id in _song_ids(self.upstream.read("/v1/music/tasks", {"ids": ",".join(chunk)})):
+            if song_id in _song_ids(await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(chunk)})):
                 self.owners.learn(user, [song_id])
                 return True
         return False
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def tasks(self, user: str, ids_text: str | None) -> Response:
+    async def tasks(self, user: str, ids_text: str | None) -> Response:
         """The tasks asked for that are the caller's; no `ids` at all: every task of the caller's (as the
         service answers every task of the key), asked in chunks so no query grows too long."""
         if ids_text is None:
-            return self._all_tasks(self.ledger.tasks_of(user))
+            return await self._all_tasks(await run_in_threadpool(self.ledger.tasks_of, user))
         ids = [i for i in ids_text.split(",") if i]
-        mine = self.owned(user, ids)
+        mine = await self.owned(user, ids)
         if mine:
-            return _relay(self.upstream.read("/v1/music/tasks", {"ids": ",".join(mine)}))
+            return _relay(await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(mine)}))
         stand_in = _missing_id()
-        return _relay(self.upstream.read("/v1/music/tasks", {"ids": stand_in}), (stand_in, ",".join(ids)))
+        return _relay(await self.upstream.aread("/v1/music/tasks", {"ids": stand_in}), (stand_in, ",".join(ids)))
 
-    def _all_tasks(self, mine: list[str]) -> Response:
+    async def _all_tasks(self, mine: list[str]) -> Response:
         if not mine:  # answered as the service answers a key with no tasks: ask for an id that does not exist
-            return _relay(self.upstream.read("/v1/music/tasks", {"ids": _missing_id()}))
+            return _relay(await self.upstream.aread("/v1/music/tasks", {"ids": _missing_id()}))
         answers = [
-            self.upstream.read("/v1/music/tasks", {"ids": ",".join(mine[at : at + TASKS_PER_QUERY])})
+            await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(mine[at : at + TASKS_PER_QUERY])})
             for at in range(0, len(mine), TASKS_PER_QUERY)
         ]
         if len(answers) == 1:
             return _relay(answers[0])
         return _merged(answers)
 
-    def query_v2(self, user: str, song_id: str | None) -> Response:
+    async def query_v2(self, user: str, song_id: str | None) -> Response:
         if song_id is None:
             return JSONResponse(
                 {"detail": [{"loc": ["query", "song_id"], "msg": "Field required", "type": "missing"}]}, 422
             )
-        if self.owned(user, [song_id]):
-            return _relay(self.upstream.read("/v2/query", {"song_id": song_id}))
+        if await self.owned(user, [song_id]):
+            return _relay(await self.upstream.aread("/v2/query", {"song_id": song_id}))
         stand_in = _missing_id()
-        return _relay(self.upstream.read("/v2/query", {"song_id": stand_in}), (stand_in, song_id))
+        return _relay(await self.upstream.aread("/v2/query", {"song_id": stand_in}), (stand_in, song_id))
 
     def key_info(self, user: str) -> Response:
         """The caller's remaining credits, never the upstream account's key, e-mail, member id or key name."""
@@ -217,7 +221,7 @@ class Gateway:
 
     # -- paid calls -----------------------------------------------------------------------------------
 
-    def paid(
+    async def paid(
         self,
         user: str,
         path: str,
@@ -229,7 +233,9 @@ class Gateway:
     ) -> Response:
         estimated = estimate_credits(request)
         fingerprint = _fingerprint(path, payload, request) if idem_key else None
-        reservation = self.ledger.reserve(user, idem_key, path, model_of(request), estimated, fingerprint)
+        reservation = await run_in_threadpool(
+            self.ledger.reserve, user, idem_key, path, model_of(request), estimated, fingerprint
+        )
         if reservation.kind == "conflict":
             return JSONResponse(envelope(None, 409, KEY_REUSED), status_code=409)
         if reservation.kind == "over":
@@ -240,18 +246,24 @@ class Gateway:
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
         call_id = reservation.call_id
         assert call_id is not None
+        # Shielded: a caller hanging up does not stop the send half-way, nor the recording of its outcome.
+        return await asyncio.shield(self._send_paid(call_id, path, params, payload, swap))
+
+    async def _send_paid(
+        self, call_id: int, path: str, params: dict[str, str] | None, payload: Any, swap: tuple[str, str] | None
+    ) -> Response:
         try:
-            answer = self.upstream.paid(path, params, payload)
+            answer = await self.upstream.apaid(path, params, payload)
         except NotSent:
-            self.ledger.finish(call_id, REFUSED, None, None)
+            await run_in_threadpool(self.ledger.finish, call_id, REFUSED, None, None)
             message = "The upstream service could not be reached; nothing was sent or charged."
             return JSONResponse(envelope(None, 502, message), status_code=502)
         except MaybeSent:
-            self.ledger.finish(call_id, UNKNOWN, None, None)
+            await run_in_threadpool(self.ledger.finish, call_id, UNKNOWN, None, None)
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
         state = _outcome(answer)
         created = _created_ids(answer.body) if state == DONE else []
-        self.ledger.finish(call_id, state, answer.status_code, answer.body, created)
+        await run_in_threadpool(self.ledger.finish, call_id, state, answer.status_code, answer.body, created)
         response = _relay(answer, swap)
         if state == DONE:
             self.measurer.after(call_id)
@@ -339,15 +351,11 @@ def _refusal(status: int, detail: str) -> JSONResponse:
 
 
 def create_app(gateway: Gateway) -> Starlette:
-    """Each request: the Host check on the event loop, then everything else (token, body, ledger, upstream) in
-    ONE worker-thread hop, in the order the service answers: authentication, then the body."""
+    """Each request on the event loop, in the order the service answers: the Host check, authentication, then
+    the body; the ledger in a worker thread only where it is asked."""
 
-    def authed(token: str | None, work: Callable[[str], Response]) -> Response:
-        user = gateway.user_of(token)
-        return _refusal(401, INVALID_KEY) if user is None else work(user)
-
-    def paid_route(path: str, build: Callable[[Any, Request, str], Any]) -> Route:
-        def work(user: str, request: Request, raw: bytes) -> Response:
+    def paid_route(path: str, build: Callable[[Any, Request, str], Awaitable[Any]]) -> Route:
+        async def work(user: str, request: Request, raw: bytes) -> Response:
             idem_key = request.headers.get(IDEMPOTENCY_HEADER) or None
             if idem_key is not None and len(idem_key) > MAX_IDEMPOTENCY_KEY:
                 return _refusal(400, f"Idempotency-Key: at most {MAX_IDEMPOTENCY_KEY} characters")
@@ -357,55 +365,55 @@ def create_app(gateway: Gateway) -> Starlette:
                 detail = [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
                 return JSONResponse({"detail": detail}, status_code=422)
             try:
-                model, payload, params, swap = build(body, request, user)
+                model, payload, params, swap = await build(body, request, user)
             except RequestValidationError as exc:
                 return _validation_answer(exc)
-            return gateway.paid(user, path, idem_key, payload, params, model, swap)
+            return await gateway.paid(user, path, idem_key, payload, params, model, swap)
 
         async def endpoint(request: Request) -> Response:
             if not gateway.host_allowed(request.headers.get("host")):
                 return _refusal(403, "This host name is not served here")
             raw = await request.body()
-            token = request.headers.get("x-api-key")
-            return await run_in_threadpool(authed, token, lambda user: work(user, request, raw))
+            user = await gateway.user_of(request.headers.get("x-api-key"))
+            return _refusal(401, INVALID_KEY) if user is None else await work(user, request, raw)
 
         return Route(path, endpoint, methods=["POST"])
 
-    def v1_body(body: Any, request: Request, user: str) -> Any:
+    async def v1_body(body: Any, request: Request, user: str) -> Any:
         if not isinstance(body, dict):
             raise RequestValidationError([_problem("body", "a JSON object is needed")])
         model = build_generate_request(body, allow_unknown_models=True)
         return model, model.to_payload(), None, None
 
-    def v2_body(body: Any, request: Request, user: str) -> Any:
+    async def v2_body(body: Any, request: Request, user: str) -> Any:
         if not isinstance(body, dict):
             raise RequestValidationError([_problem("body", "a JSON object is needed")])
         model = build_v2_request(body, allow_unknown_models=True)
         return model, model.to_payload(), None, None
 
-    def lyrics_body(body: Any, request: Request, user: str) -> Any:
+    async def lyrics_body(body: Any, request: Request, user: str) -> Any:
         prompt = body.get("prompt") if isinstance(body, dict) else None
         model = build_lyrics_request(prompt)  # type: ignore[arg-type]
         return model, model.to_payload(), None, None
 
-    def song_extra(body: Any, request: Request, user: str) -> Any:
+    async def song_extra(body: Any, request: Request, user: str) -> Any:
         """The song extras: the song must be the caller's (another user's is sent as one that does not exist).
         Priced by the cost table's entry for the extra's kind (`wav`, `mp4`, `vibe`), as the client prices it."""
         song_id = request.query_params.get("song_id")
         if not song_id:
             raise RequestValidationError([_problem("song_id", "Field required")])
         priced = {"song_id": song_id, "model": request.url.path.rsplit("-", 1)[-1]}
-        if gateway.owns_song(user, song_id):
+        if await gateway.owns_song(user, song_id):
             return priced, None, {"song_id": song_id}, None
         stand_in = _missing_id()
         return priced, None, {"song_id": stand_in}, (stand_in, song_id)
 
-    def read_route(path: str, handler: Callable[[str, Request], Response]) -> Route:
+    def read_route(path: str, handler: Callable[[str, Request], Awaitable[Response]]) -> Route:
         async def endpoint(request: Request) -> Response:
             if not gateway.host_allowed(request.headers.get("host")):
                 return _refusal(403, "This host name is not served here")
-            token = request.headers.get("x-api-key")
-            return await run_in_threadpool(authed, token, lambda user: handler(user, request))
+            user = await gateway.user_of(request.headers.get("x-api-key"))
+            return _refusal(401, INVALID_KEY) if user is None else await handler(user, request)
 
         return Route(path, endpoint, methods=["GET"])
 
@@ -416,7 +424,7 @@ def create_app(gateway: Gateway) -> Starlette:
         *(paid_route(f"/v1/music/generate-{kind}", song_extra) for kind in ("vibe", "wav", "mp4")),
         read_route("/v1/music/tasks", lambda user, r: gateway.tasks(user, r.query_params.get("ids"))),
         read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
-        read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
+        read_route("/v1/get_api_key_info", lambda user, r: run_in_threadpool(gateway.key_info, user)),
     ]
     return Starlette(routes=routes, exception_handlers={Exception: _failed})
 
