@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from helpers import ManualClock
@@ -139,6 +139,34 @@ def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     paid_sandbox.reset()
 
 
+@pytest.fixture
+def paid_clients(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
+    """Clients of the module's paid sandbox (`service`, its key), each a kernel of its own on one journal file and
+    one archive under the test's folder, polling fast; `paid_clients(**changes)` changes their settings."""
+    from ipymusicgen.app import build_client
+    from ipymusicgen.config import Settings
+
+    made: list[MusicClient] = []
+
+    def factory(**changes: Any) -> MusicClient:
+        settings = Settings.from_env().with_changes(
+            **{
+                "api_key": service.api_key,
+                "base_url": service.base_url,
+                "v2_base_url": service.v2_base_url,
+                "journal_path": tmp_path / "journal.sqlite3",
+                "poll_interval": 0.05,
+                **changes,
+            }
+        )
+        made.append(client := build_client(settings, archive=tmp_path / "archive"))
+        return client
+
+    yield factory
+    for client in made:
+        client.close()
+
+
 SESSION_SETTINGS = ("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models")
 
 
@@ -146,6 +174,18 @@ SESSION_SETTINGS = ("api_key", "base_url", "v2_base_url", "journal_path", "poll_
 def sandbox_shell(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
     """A real IPython shell with the extension loaded, its session pointed at the module's sandbox (with the
     sandbox's key, a private journal and fast polling); everything undone afterwards, so tests never meet."""
+    yield from _shell_on(sandbox, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def paid_shell(paid_sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """`sandbox_shell` on the module's paid sandbox (reset, its clock running): its key may cost money, so every
+    paid step asks first."""
+    paid_sandbox.reset()
+    yield from _shell_on(paid_sandbox, tmp_path, monkeypatch)
+
+
+def _shell_on(server: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
@@ -154,9 +194,9 @@ def sandbox_shell(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
     session.shutdown()
     session.configure(
-        api_key=sandbox.api_key,
-        base_url=sandbox.base_url,
-        v2_base_url=sandbox.v2_base_url,
+        api_key=server.api_key,
+        base_url=server.base_url,
+        v2_base_url=server.v2_base_url,
         journal_path=str(tmp_path / "journal.sqlite3"),
         poll_interval=0.05,
     )

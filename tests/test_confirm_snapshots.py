@@ -17,20 +17,15 @@ from ipymusicgen.widgets.batch_pane import BatchPane
 from ipymusicgen.widgets.studio import Studio
 
 KEY = "confirm-key"
+PAID_SANDBOX = {"keys": {KEY: 500}, "stage_seconds": 0.05, "song_seconds": 2}
+"""The paid sandbox (`conftest.paid_sandbox`): its key may cost money, so every paid step asks first."""
 GENERATE = "/v1/music/generate"
 
 
-@pytest.fixture(scope="module")
-def paid() -> Iterator[Sandbox]:
-    """A sandbox playing a paid service (its own key): every paid step asks first."""
-    with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={KEY: 500}) as service:
-        yield service
-
-
 @pytest.fixture
-def client(paid: Sandbox) -> Iterator[MusicClient]:
-    paid.reset()
-    with paid.client(journal=False, archive=False) as made:
+def client(paid_sandbox: Sandbox) -> Iterator[MusicClient]:
+    paid_sandbox.reset()
+    with paid_sandbox.client(journal=False, archive=False) as made:
         yield made
 
 
@@ -63,55 +58,55 @@ def press(pane: BatchPane, kind: str) -> None:
 
 @pytest.mark.slow
 def test_the_batch_tab_sends_the_rows_it_priced_not_what_the_variable_became(
-    form_on: Callable[[dict[str, Any]], BatchPane], paid: Sandbox
+    form_on: Callable[[dict[str, Any]], BatchPane], paid_sandbox: Sandbox
 ) -> None:
     namespace: dict[str, Any] = {"songs": frame(1)}
     form = form_on(namespace)
     press(form, "submit")
-    assert "Send 1 row?" in form.confirm and paid.request_counts().get(GENERATE, 0) == 0
+    assert "Send 1 row?" in form.confirm and paid_sandbox.request_counts().get(GENERATE, 0) == 0
     namespace["songs"] = frame(20)  # a cell changes the variable after it was priced
     press(form, "confirm")
-    assert paid.request_counts().get(GENERATE, 0) == 0  # nothing sent: the rows are not the ones shown
+    assert paid_sandbox.request_counts().get(GENERATE, 0) == 0  # nothing sent: the rows are not the ones shown
     assert "changed since it was priced" in form.confirm and "Send 20 rows?" in form.confirm
     press(form, "confirm")  # confirming what is shown now
     wait_until(lambda: form.batch is not None and form.batch.done, "the batch of 20 ends")
-    assert paid.request_counts()[GENERATE] == 20
+    assert paid_sandbox.request_counts()[GENERATE] == 20
 
 
 def test_a_confirmed_batch_sends_exactly_the_snapshot(
-    form_on: Callable[[dict[str, Any]], BatchPane], paid: Sandbox
+    form_on: Callable[[dict[str, Any]], BatchPane], paid_sandbox: Sandbox
 ) -> None:
     form = form_on({"songs": frame(2)})
     press(form, "submit")
     assert "Send 2 rows?" in form.confirm and "about 4 credits" in form.confirm
     press(form, "confirm")
     wait_until(lambda: form.batch is not None and form.batch.done, "the batch of 2 ends")
-    assert paid.request_counts()[GENERATE] == 2
+    assert paid_sandbox.request_counts()[GENERATE] == 2
     assert [r.request.to_payload()["style"] for r in form.batch.rows] == ["row 0", "row 1"]
 
 
-def test_cancel_forgets_the_snapshot(form_on: Callable[[dict[str, Any]], BatchPane], paid: Sandbox) -> None:
+def test_cancel_forgets_the_snapshot(form_on: Callable[[dict[str, Any]], BatchPane], paid_sandbox: Sandbox) -> None:
     form = form_on({"songs": frame(1)})
     press(form, "submit")
     press(form, "cancel")
     assert not form.confirm and form.priced is None
     press(form, "confirm")  # a confirm nobody was shown sends nothing
     press(form, "submit")  # asks again: a cancelled confirm is not a consent
-    assert form.confirm and paid.request_counts().get(GENERATE, 0) == 0
+    assert form.confirm and paid_sandbox.request_counts().get(GENERATE, 0) == 0
 
 
-def test_a_pane_sends_the_request_it_priced_or_asks_again(client: MusicClient, paid: Sandbox) -> None:
+def test_a_pane_sends_the_request_it_priced_or_asks_again(client: MusicClient, paid_sandbox: Sandbox) -> None:
     studio = Studio(client)
     try:
         pane = studio.song
         pane.set_values(action="auto", style="lo-fi rain")
         studio._on_msg(studio.view, {"kind": "submit", "form": "song"}, [])
-        assert pane.confirm and paid.request_counts().get(GENERATE, 0) == 0
+        assert pane.confirm and paid_sandbox.request_counts().get(GENERATE, 0) == 0
         pane.set_values(style="death metal")  # changed after it was priced: the confirm is gone
         studio._on_msg(studio.view, {"kind": "confirm", "form": "song"}, [])
-        assert paid.request_counts().get(GENERATE, 0) == 0
+        assert paid_sandbox.request_counts().get(GENERATE, 0) == 0
         studio._on_msg(studio.view, {"kind": "submit", "form": "song"}, [])
         studio._on_msg(studio.view, {"kind": "confirm", "form": "song"}, [])
-        assert paid.request_counts()[GENERATE] == 1
+        assert paid_sandbox.request_counts()[GENERATE] == 1
     finally:
         studio.close()

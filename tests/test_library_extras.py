@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
-from ipymusicgen.config import Settings
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.library import LibraryView
 
@@ -23,28 +21,6 @@ PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 2}
 """The paid sandbox (`conftest.paid_sandbox`): this module's own key and credits."""
 WAV = "/v1/music/generate-wav"
 MP4 = "/v1/music/generate-mp4"
-
-
-@pytest.fixture
-def make_client(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
-    """Clients of the "real" service on one journal file and one archive (each one a kernel of its own)."""
-    made: list[MusicClient] = []
-
-    def factory() -> MusicClient:
-        settings = Settings.from_env().with_changes(
-            api_key=KEY,
-            base_url=service.base_url,
-            v2_base_url=service.v2_base_url,
-            journal_path=tmp_path / "journal.sqlite3",
-            poll_interval=0.05,
-        )
-        client = build_client(settings, archive=tmp_path / "archive")
-        made.append(client)
-        return client
-
-    yield factory
-    for client in made:
-        client.close()
 
 
 @pytest.fixture
@@ -74,9 +50,9 @@ def card_of(view: LibraryView, song: str) -> dict[str, Any]:
 
 
 def test_the_library_cards_wav_asks_first_sends_once_and_is_reused_in_another_kernel(
-    make_client: Callable[..., MusicClient], service: Sandbox, views: list[LibraryView]
+    paid_clients: Callable[..., MusicClient], service: Sandbox, views: list[LibraryView]
 ) -> None:
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
     view = LibraryView(client=client)
     views.append(view)
@@ -93,7 +69,7 @@ def test_the_library_cards_wav_asks_first_sends_once_and_is_reused_in_another_ke
 
     again = press(view, "wav", song)  # a second press: reused, never asked
     assert "nothing paid again" in again, again
-    other = LibraryView(client=make_client())  # another kernel on the same journal
+    other = LibraryView(client=paid_clients())  # another kernel on the same journal
     views.append(other)
     assert card_of(other, song)["extras_made"] == ["wav"]
     assert "nothing paid again" in press(other, "wav", song)
@@ -101,9 +77,9 @@ def test_the_library_cards_wav_asks_first_sends_once_and_is_reused_in_another_ke
 
 
 def test_an_mp4_confirm_holds_for_the_very_next_press_of_the_same_button_only(
-    make_client: Callable[..., MusicClient], service: Sandbox, views: list[LibraryView]
+    paid_clients: Callable[..., MusicClient], service: Sandbox, views: list[LibraryView]
 ) -> None:
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
     view = LibraryView(client=client)
     views.append(view)
@@ -123,9 +99,9 @@ def test_an_mp4_confirm_holds_for_the_very_next_press_of_the_same_button_only(
 
 
 def test_confirming_off_sends_at_once_and_a_song_not_finished_offers_no_extra(
-    make_client: Callable[..., MusicClient], service: Sandbox, views: list[LibraryView]
+    paid_clients: Callable[..., MusicClient], service: Sandbox, views: list[LibraryView]
 ) -> None:
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
     view = LibraryView(client=client)
     views.append(view)

@@ -6,16 +6,13 @@ counted where they arrive."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from helpers import wait_until
 
-from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
-from ipymusicgen.config import Settings
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.paid_ask import PaidAsk
 from ipymusicgen.widgets.studio import Studio, studio
@@ -34,19 +31,9 @@ FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
 
 
 @pytest.fixture
-def client(service: Sandbox, tmp_path: Path) -> Iterator[MusicClient]:
+def client(paid_clients: Callable[..., MusicClient]) -> MusicClient:
     """A client of the "real" (paid) service with its own journal and archive, polling often."""
-    settings = Settings.from_env().with_changes(
-        api_key=KEY,
-        base_url=service.base_url,
-        v2_base_url=service.v2_base_url,
-        journal_path=tmp_path / "journal.sqlite3",
-        poll_interval=0.05,
-        min_poll_interval=0.05,
-    )
-    made = build_client(settings, archive=tmp_path / "archive")
-    yield made
-    made.close()
+    return paid_clients(min_poll_interval=0.05)
 
 
 @pytest.fixture

@@ -5,17 +5,15 @@ counted where they arrive."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_mcp_tools import Asker, call, data
 
-from ipymusicgen.app import build_client
 from ipymusicgen.archive.extras import UnknownExtraError, held, make_extra
 from ipymusicgen.client.faces import MusicClient
-from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
@@ -28,29 +26,6 @@ WAV = "/v1/music/generate-wav"
 MP4 = "/v1/music/generate-mp4"
 
 
-@pytest.fixture
-def make_client(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
-    """Clients of the "real" service on one journal file and one archive (each one a kernel of its own)."""
-    made: list[MusicClient] = []
-
-    def factory(**changes: Any) -> MusicClient:
-        settings = Settings.from_env().with_changes(
-            api_key=changes.get("api_key", KEY),
-            base_url=service.base_url,
-            v2_base_url=service.v2_base_url,
-            journal_path=tmp_path / "journal.sqlite3",
-            poll_interval=0.05,
-            **{k: v for k, v in changes.items() if k != "api_key"},
-        )
-        client = build_client(settings, archive=tmp_path / "archive")
-        made.append(client)
-        return client
-
-    yield factory
-    for client in made:
-        client.close()
-
-
 def finished_song(client: MusicClient, service: Sandbox) -> str:
     ids = client.generate(action="auto", style="harbour bells").ids
     service.clock.stages(10)  # type: ignore[attr-defined]
@@ -59,9 +34,9 @@ def finished_song(client: MusicClient, service: Sandbox) -> str:
 
 
 def test_a_wav_pressed_twice_and_asked_by_a_second_kernel_is_paid_once(
-    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
 ) -> None:
-    first = make_client()
+    first = paid_clients()
     song = finished_song(first, service)
     made = make_extra(first, song, "wav")
     assert made.state == "made" and made.sent and made.path is not None and made.path.is_file()
@@ -70,12 +45,12 @@ def test_a_wav_pressed_twice_and_asked_by_a_second_kernel_is_paid_once(
         mp3 = Path(library.archived_path(song))
         assert made.path.stem == mp3.stem and library.song(song).wav_path == str(made.path)
     again = make_extra(first, song, "wav")
-    other = make_client()  # another kernel on the same journal
+    other = paid_clients()  # another kernel on the same journal
     elsewhere = make_extra(other, song, "wav")
     assert (again.state, again.sent, again.path) == ("reused", False, made.path)
     assert (elsewhere.state, elsewhere.sent, elsewhere.path) == ("reused", False, made.path)
     assert "nothing paid again" in elsewhere.note
-    desk = AgentDesk(make_client())  # and the agent server, through the SDK's client
+    desk = AgentDesk(paid_clients())  # and the agent server, through the SDK's client
     asker = Asker()
     agent = data(call(desk, "make_extra", {"task_id": song, "kind": "wav"}, asker=asker))
     assert agent["state"] == "reused" and agent["path"] == str(made.path) and agent["credits_estimate"] == 0
@@ -87,9 +62,9 @@ def test_a_wav_pressed_twice_and_asked_by_a_second_kernel_is_paid_once(
 
 
 def test_a_wav_whose_answer_was_lost_is_unknown_and_never_resent_unless_forced(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
-    client = make_client(max_retries=0)
+    client = paid_clients(max_retries=0)
     song = finished_song(client, service)
     service.set_faults(f"server_error:count=1:path={WAV}")
     with pytest.raises(Exception, match=r"(?i)charged|outcome|500"):
@@ -97,9 +72,9 @@ def test_a_wav_whose_answer_was_lost_is_unknown_and_never_resent_unless_forced(
     found = held(client, song, "wav")
     assert found is not None and found.state == "unknown"
     with pytest.raises(UnknownExtraError, match=r"nothing was sent again.*--force"):
-        make_extra(make_client(), song, "wav")
+        make_extra(paid_clients(), song, "wav")
     asker = Asker()  # nor by an agent: it is told, not asked to pay
-    said = call(AgentDesk(make_client()), "make_extra", {"task_id": song, "kind": "wav"}, asker=asker)
+    said = call(AgentDesk(paid_clients()), "make_extra", {"task_id": song, "kind": "wav"}, asker=asker)
     assert said.is_error and "may have been charged" in said.content[0].text and asker.questions == []
     assert service.request_counts()[WAV] == 1
     forced = make_extra(client, song, "wav", force=True)
@@ -107,10 +82,10 @@ def test_a_wav_whose_answer_was_lost_is_unknown_and_never_resent_unless_forced(
 
 
 def test_a_refused_extra_costs_nothing_and_may_be_asked_again(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
     """The sandbox refuses MP4 (501: not done); a refusal is not a charge, so the next press asks again."""
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
     for _ in range(2):
         with pytest.raises(Exception, match="MP4"):
@@ -120,35 +95,35 @@ def test_a_refused_extra_costs_nothing_and_may_be_asked_again(
     assert service.request_counts()[MP4] == 2
 
 
-def test_a_singer_voice_is_a_value_made_once(make_client: Callable[..., MusicClient], service: Sandbox) -> None:
-    client = make_client()
+def test_a_singer_voice_is_a_value_made_once(paid_clients: Callable[..., MusicClient], service: Sandbox) -> None:
+    client = paid_clients()
     song = finished_song(client, service)
     voice = make_extra(client, song, "vibe")
-    again = make_extra(make_client(), song, "vibe")
+    again = make_extra(paid_clients(), song, "vibe")
     assert voice.value and voice.path is None and again.value == voice.value and again.state == "reused"
     assert service.request_counts()["/v1/music/generate-vibe"] == 1
 
 
 def test_an_extra_is_refused_without_a_key_and_for_an_unknown_kind(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
     from ipymusicgen.errors import MissingKeyError, RequestValidationError
 
     with pytest.raises(RequestValidationError, match="kind"):
-        make_extra(make_client(), "t1", "flac")
+        make_extra(paid_clients(), "t1", "flac")
     with pytest.raises(MissingKeyError):
-        make_extra(make_client(api_key=None), "t1", "wav")
-    found = held(make_client(), "t1", "wav")
+        make_extra(paid_clients(api_key=None), "t1", "wav")
+    found = held(paid_clients(), "t1", "wav")
     assert found is None or found.state == "rejected"  # a refusal before sending claims nothing for good
     assert service.request_counts().get(WAV, 0) == 0
 
 
 def test_the_agent_asks_first_pays_once_and_a_notebook_then_reuses_it(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
-    desk = AgentDesk(make_client())
+    desk = AgentDesk(paid_clients())
     declined = data(call(desk, "make_extra", {"task_id": song, "kind": "wav"}, asker=Asker("decline")))
     assert declined["state"] == "declined" and service.request_counts().get(WAV, 0) == 0
     asker = Asker()
@@ -163,15 +138,15 @@ def test_the_agent_asks_first_pays_once_and_a_notebook_then_reuses_it(
 
 
 def test_the_cards_wav_asks_first_sends_once_and_then_reuses_in_another_watcher(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
     from ipymusicgen.widgets import TaskWatcher
 
-    client = make_client()
+    client = paid_clients()
     ids = client.generate(action="auto", style="cards").ids
     watchers = [
         TaskWatcher(ids, client=client, autostart=False),
-        TaskWatcher(ids, client=make_client(), autostart=False),
+        TaskWatcher(ids, client=paid_clients(), autostart=False),
     ]
     try:
         service.clock.stages(10)  # type: ignore[attr-defined]
@@ -197,7 +172,7 @@ def test_the_cards_wav_asks_first_sends_once_and_then_reuses_in_another_watcher(
 
 
 def test_the_magics_ask_first_then_send_once_and_python_reuses(
-    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
@@ -205,7 +180,7 @@ def test_the_magics_ask_first_then_send_once_and_python_reuses(
     import ipymusicgen
     from ipymusicgen import session
 
-    song = finished_song(make_client(), service)
+    song = finished_song(paid_clients(), service)
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
     session.shutdown()
@@ -238,12 +213,12 @@ def test_the_magics_ask_first_then_send_once_and_python_reuses(
 
 
 def test_two_kernels_pressing_at_once_send_one_request(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
     import threading
 
-    song = finished_song(make_client(), service)
-    clients = [make_client(), make_client()]
+    song = finished_song(paid_clients(), service)
+    clients = [paid_clients(), paid_clients()]
     start = threading.Barrier(2)
     results: list[Any] = []
 
@@ -263,13 +238,13 @@ def test_two_kernels_pressing_at_once_send_one_request(
 
 @pytest.mark.slow  # starts a second Python process (another kernel) on the same journal
 def test_another_process_on_the_journal_reuses_the_wav(
-    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
 ) -> None:
     import json
     import subprocess
     import sys
 
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
     made = make_extra(client, song, "wav")
     code = (
@@ -292,28 +267,28 @@ def test_another_process_on_the_journal_reuses_the_wav(
 
 
 def test_a_paid_wav_whose_download_failed_is_downloaded_later_without_paying_again(
-    make_client: Callable[..., MusicClient], service: Sandbox
+    paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
     from ipymusicgen.errors import DownloadError
 
-    client = make_client(max_retries=0)
+    client = paid_clients(max_retries=0)
     song = finished_song(client, service)
     service.set_faults("server_error:count=1:path=/files")
     with pytest.raises(DownloadError, match="nothing is paid again"):
         make_extra(client, song, "wav")
-    later = make_extra(make_client(), song, "wav")
+    later = make_extra(paid_clients(), song, "wav")
     assert later.state == "reused" and later.path is not None and later.path.is_file() and not later.sent
     assert service.request_counts()[WAV] == 1
 
 
 def test_an_exported_song_carries_the_wav_made_for_it(
-    make_client: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
 ) -> None:
     import json
 
     import ipymusicgen
 
-    client = make_client()
+    client = paid_clients()
     song = finished_song(client, service)
     made = make_extra(client, song, "wav")
     (folder,) = ipymusicgen.export(song, tmp_path / "out", journal_path=tmp_path / "journal.sqlite3")
