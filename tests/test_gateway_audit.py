@@ -5,12 +5,15 @@ user's token never shown again after `user add` (not in `user list`, spend, answ
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post
+from helpers import wait_until
+from pg_server import postgres_server  # noqa: F401  (the session fixture)
 
 from ipymusicgen.models.costs import ENV_COSTS
 from ipymusicgen.sandbox import Sandbox
@@ -252,3 +255,40 @@ def test_serve_refuses_to_start_on_a_cost_table_that_would_send_calls_unpriced(
     assert started == [], "never served with a price the budgets cannot hold"
     monkeypatch.setenv(ENV_COSTS, "lyrics=1")
     assert cli("serve", "--database", database)[0] == 0 and len(started) == 1
+
+
+@pytest.mark.slow  # starts, stops and starts a PostgreSQL server
+def test_a_call_in_flight_when_postgresql_goes_down_fails_clearly_and_its_reservation_is_kept(
+    upstream: Sandbox, clean_env: None, request: pytest.FixtureRequest
+) -> None:
+    server = request.getfixturevalue("postgres_server")
+    database = server.new_database()
+    upstream.reset()
+    token = add_user(database, "ned", budget=20)
+    body = {"action": "auto", "style": "s", "mv": "MFV3.0"}
+    answers: list[httpx.Response] = []
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as gateway:
+        upstream.set_faults([{"kind": "slow", "path": "/v1/music/generate", "seconds": 2.0}])
+        sender = threading.Thread(
+            target=lambda: answers.append(
+                post(gateway.url, "/v1/music/generate", token, body, **{"Idempotency-Key": "f"})
+            )
+        )
+        sender.start()
+        wait_until(lambda: paid_counts(upstream).get("/v1/music/generate") == 1, "the call to reach upstream")
+        server.halt()  # the ledger goes away while the call is upstream
+        try:
+            sender.join(60)
+            (answer,) = answers
+            assert answer.status_code == 503 and "may have been charged" in answer.json()["message"]
+        finally:
+            server.resume()
+        upstream.clear_faults()
+        repeat = post(gateway.url, "/v1/music/generate", token, body, **{"Idempotency-Key": "f"})
+        assert repeat.status_code == 503 and "may have been charged" in repeat.json()["message"], "never sent again"
+        fresh = post(gateway.url, "/v1/music/generate", token, body, **{"Idempotency-Key": "g"})
+        assert fresh.json()["status"] == 200, "the first call after the restart succeeds"
+    assert paid_counts(upstream) == {"/v1/music/generate": 2}
+    _, out = cli("spend", "--database", database)
+    assert out.splitlines()[1].split("\t") == ["ned", "2", "6", "-", "1"], "listed as unknown, not lost or doubled"
+    assert open_ledger(database).remaining("ned") == 14, "the unknown call's reservation is kept"
