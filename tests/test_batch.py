@@ -291,12 +291,7 @@ def test_running_the_same_batch_twice_at_once_in_one_kernel_sends_each_row_once(
     first = run_batch(client, rows(5), name="twice", concurrency=2, wait=False, store=store)
     wait_until(lambda: first.counts()["submitted"] == 2, "two rows in flight")
     second = run_batch(client, rows(5), name="twice", concurrency=2, wait=False, store=store)
-    while not (first.done and second.done):
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(
-            lambda b=before: (first.done and second.done) or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a round"
-        )
+    advance_until_done([first, second], clock, sandbox)
     first.wait()
     second.wait()
     assert creates(sandbox) == 5  # the two runs shared the rows: none sent twice

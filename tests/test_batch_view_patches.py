@@ -9,15 +9,13 @@ from typing import Any
 
 import comm
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done
 
 from ipymusicgen.batch.engine import run_batch
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets.batch import BatchView
-
-TASKS = "/v1/music/tasks"
 
 
 @pytest.fixture
@@ -41,10 +39,7 @@ def test_a_200_row_batch_view_sends_what_changed(
     view = BatchView()
     rows = [{"style": f"lo-fi hip hop with rain on the window, take {n:03d}", "mv": "MFV2.0"} for n in range(200)]
     batch = run_batch(client, rows, concurrency=50, wait=False, store=BatchStore(None), on_update=view.update)
-    while not batch.done:
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a polling round")
+    advance_until_done(batch, clock, sandbox)
     view.update(batch)
     mine = [(data, size) for cid, data, size in wire if cid == view.comm.comm_id]
     whole = len(json.dumps(view.data, separators=(",", ":")).encode())

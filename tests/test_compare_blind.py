@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done, wait_until
 from mutagen.id3 import ID3, TIT2, TXXX
 
 from ipymusicgen.archive.waveform import waveform
@@ -369,11 +369,7 @@ def test_the_grids_blind_compare_names_no_card_and_a_pick_for_its_last_pair_is_i
         view.run()
         batch = grid.batch
         assert batch is not None
-        while not batch.done:
-            before = sandbox.request_counts().get("/v1/music/tasks", 0)
-            clock.stages(2)
-            wait_until(lambda b=before: batch.done or sandbox.request_counts().get("/v1/music/tasks", 0) >= b + 2,
-                       "a polling round")  # fmt: skip
+        advance_until_done(batch, clock, sandbox)
         wait_until(lambda: not view.board.data["running"], "the board drawn after the last round")
         cards = [song for row in view.board.data["rows"] for cell in row["cells"] for song in cell["songs"]]
         assert len(cards) == 4 and all(card["audio_url"] for card in cards)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done, wait_until
 
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.lab.grid import Grid
@@ -22,8 +22,6 @@ from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets import card_audio
 from ipymusicgen.widgets.card_audio import REFUSAL
 from ipymusicgen.widgets.grid import GridView
-
-TASKS = "/v1/music/tasks"
 
 
 class Page:
@@ -61,10 +59,7 @@ def test_grid_cards_carry_where_they_play_and_a_played_card_gets_its_bytes_once(
         view.board._handle_custom_msg({"kind": "run"}, [])  # the free sandbox: the press is the decision
         batch = grid.batch
         assert batch is not None
-        while not batch.done:
-            before = sandbox.request_counts().get(TASKS, 0)
-            clock.stages(2)
-            wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 1, "a poll")
+        advance_until_done(batch, clock, sandbox)
         archiver = archiver_of(client)
         assert archiver is not None and archiver.join(30)
         view._draw()  # the songs' files are archived now: the cards are drawn again
@@ -118,10 +113,7 @@ def test_the_batch_views_songs_are_watcher_cards_that_play_the_same_way(
         try:
             rows = [{"style": f"lo-fi {n}", "mv": "MFV2.0"} for n in range(2)]
             batch = run_batch(client, rows, wait=False, on_update=view.update, store=BatchStore(None))
-            while not batch.done:
-                before = sandbox.request_counts().get(TASKS, 0)
-                clock.stages(2)
-                wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 1, "a poll")
+            advance_until_done(batch, clock, sandbox)
             view.update(batch)
             wait_until(lambda: len(watcher.records) == 4, "the batch's songs on the watcher")
             cards = [watcher.card(record.id).data() for record in watcher.records]

@@ -11,14 +11,12 @@ from typing import Any
 
 import comm
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done, wait_until
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import MAX_CELLS, Grid
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.grid import GridView
-
-TASKS = "/v1/music/tasks"
 
 
 class Wire:
@@ -79,10 +77,7 @@ def test_a_200_row_board_sends_what_changed_not_the_whole_board(
     board_id = view.board.comm.comm_id
     view.run(confirmed=True)
     batch = plan.batch
-    while not batch.done:
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a polling round")
+    advance_until_done(batch, clock, sandbox)
     wait_until(lambda: not view.board.data["running"], "the last round drawn")
     whole = len(json.dumps(view.board.data, separators=(",", ":")).encode())
     assert whole > 500_000  # the finished board: 200 cells of two song cards each

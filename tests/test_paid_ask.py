@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import advance_until_done, wait_until
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox import Sandbox
@@ -25,7 +25,6 @@ SUBMIT = "/v2/submit"
 LYRICS = "/v1/lyrics"
 WAV = "/v1/music/generate-wav"
 MP4 = "/v1/music/generate-mp4"
-TASKS = "/v1/music/tasks"
 FOREIGN = {"action": "upload", "audio_url": "https://example.com/a.mp3"}
 """A request whose songs the sandbox fails (it fetches no audio from elsewhere)."""
 
@@ -217,11 +216,7 @@ def test_a_retry_asked_for_one_batch_is_asked_again_for_another(client: MusicCli
         )
         for name in ("one", "two")
     )
-    for batch in (first, second):
-        while not batch.done:  # the frozen clock moves on each time the batch has caught up
-            before = service.request_counts().get(TASKS, 0)
-            service.clock.stages(2)  # type: ignore[attr-defined]
-            wait_until(lambda b=before, x=batch: x.done or service.request_counts().get(TASKS, 0) >= b + 1, "a round")
+    advance_until_done([first, second], service.clock, service)  # type: ignore[attr-defined]
     view = BatchView(first, confirm=True)
     view._handle_custom_msg({"kind": "retry_failed"}, [])
     assert view.data["note"].startswith("Retry 1 failed row(s)?")

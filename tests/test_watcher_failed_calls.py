@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import ManualClock
+from helpers import ManualClock, advance_until_done
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.models.schema import build_generate_request
@@ -145,8 +145,6 @@ def test_the_studio_gives_the_watcher_the_request_it_sent(
 def test_a_followed_batchs_failed_row_offers_retry_with_that_rows_request(
     client: MusicClient, sandbox: Sandbox, clock: ManualClock, made: list[TaskWatcher]
 ) -> None:
-    from helpers import wait_until
-
     from ipymusicgen.batch.engine import run_batch
     from ipymusicgen.storage.batches import BatchStore
 
@@ -156,10 +154,7 @@ def test_a_followed_batchs_failed_row_offers_retry_with_that_rows_request(
     rows = [{"style": "first row"}, {"style": "second row"}]
     batch = run_batch(client, rows, concurrency=1, wait=False, store=BatchStore(None))  # a private store
     watcher.follow(batch)
-    while not batch.done:
-        before = sandbox.request_counts().get("/v1/music/tasks", 0)
-        clock.stages(2)
-        wait_until(lambda b=before: batch.done or sandbox.request_counts().get("/v1/music/tasks", 0) > b, "a round")
+    advance_until_done(batch, clock, sandbox)
     failed = next(row for row in batch.rows if row.state == "failed")
     assert all(watcher.card(i).data()["retryable"] for i in failed.ids)
     send(watcher, kind="retry", id=failed.ids[0])

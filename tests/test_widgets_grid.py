@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from helpers import ManualClock, wait_until
+from helpers import ManualClock, advance_until_done, wait_until
 from IPython.core.interactiveshell import InteractiveShell
 
 from ipymusicgen.client.faces import MusicClient
@@ -19,7 +19,6 @@ from ipymusicgen.widgets.compare import CompareView
 from ipymusicgen.widgets.grid import GridView
 
 GENERATE = "/v1/music/generate"
-TASKS = "/v1/music/tasks"
 
 
 def plan(client: MusicClient) -> Grid:
@@ -31,10 +30,7 @@ def finish(view: GridView, clock: ManualClock, sandbox: Sandbox) -> None:
     """Move the frozen sandbox clock on, a song's time at a time, each time the grid's batch has polled."""
     batch = view.grid.batch
     assert batch is not None
-    while not batch.done:
-        before = sandbox.request_counts().get(TASKS, 0)
-        clock.stages(2)
-        wait_until(lambda b=before: batch.done or sandbox.request_counts().get(TASKS, 0) >= b + 2, "a polling round")
+    advance_until_done(batch, clock, sandbox)
     wait_until(lambda: not view.board.data["running"], "the board drawn after the last round")
 
 
