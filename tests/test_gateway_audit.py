@@ -292,3 +292,16 @@ def test_a_call_in_flight_when_postgresql_goes_down_fails_clearly_and_its_reserv
     _, out = cli("spend", "--database", database)
     assert out.splitlines()[1].split("\t") == ["ned", "2", "6", "-", "1"], "listed as unknown, not lost or doubled"
     assert open_ledger(database).remaining("ned") == 14, "the unknown call's reservation is kept"
+
+
+def test_none_lifts_a_users_or_the_teams_cap_as_if_never_set(database: str) -> None:
+    add_user(database, "ola", budget=5)
+    assert cli("team", "budget", "7", "--database", database)[0] == 0
+    assert cli("user", "budget", "ola", "none", "--database", database) == (0, "ola: budget none (no cap)\n")
+    assert cli("team", "budget", "none", "--database", database) == (0, "team budget none (no cap)\n")
+    ledger = open_ledger(database)
+    try:
+        assert ledger.team_budget() is None and ledger.remaining("ola") is None
+    finally:
+        ledger.close()
+    assert cli("user", "list", "--database", database)[1] == "ola\tbudget -\tspent 0\n"

@@ -35,6 +35,14 @@ def credits_arg(text: str) -> int:
     return int(text)
 
 
+NO_CAP = "none"
+
+
+def cap_arg(text: str) -> int | None:
+    """A budget to set: credits (as `credits_arg`), or `none` to lift the cap (as if it had never been set)."""
+    return None if text.strip().lower() == NO_CAP else credits_arg(text)
+
+
 def port_arg(text: str) -> int:
     """A TCP port, 1 to 65535."""
     if not text.isdigit() or not 1 <= int(text) <= 65535:
@@ -81,7 +89,7 @@ def add_gateway_parser(commands: Any) -> None:
     with_database(users.add_parser("list", help="users, budgets and what each has spent")).set_defaults(run=_user_list)
     budget = with_database(users.add_parser("budget", help="set a user's budget"))
     budget.add_argument("name")
-    budget.add_argument("credits", type=credits_arg)
+    budget.add_argument("credits", type=cap_arg, help="credits, or 'none' to lift the cap")
     budget.set_defaults(run=_user_budget)
     revoke = with_database(users.add_parser("revoke", help="revoke a user's token"))
     revoke.add_argument("name")
@@ -90,7 +98,7 @@ def add_gateway_parser(commands: Any) -> None:
     team = sub.add_parser("team", help="the team's budget")
     teams = team.add_subparsers(dest="team_command", required=True)
     team_budget = with_database(teams.add_parser("budget", help="cap the team's total spend"))
-    team_budget.add_argument("credits", type=credits_arg)
+    team_budget.add_argument("credits", type=cap_arg, help="credits, or 'none': no team cap (the default)")
     team_budget.set_defaults(run=_team_budget)
 
     spend = with_database(sub.add_parser("spend", help="calls and credits per user, day or model"))
@@ -160,10 +168,13 @@ def _admin(args: argparse.Namespace, action: Any, done: str) -> int:
     return 0
 
 
+def _shown_cap(credits: int | None) -> str:
+    return f"{NO_CAP} (no cap)" if credits is None else str(credits)
+
+
 def _user_budget(args: argparse.Namespace) -> int:
-    return _admin(
-        args, lambda ledger: ledger.set_user_budget(args.name, args.credits), f"{args.name}: budget {args.credits}"
-    )
+    done = f"{args.name}: budget {_shown_cap(args.credits)}"
+    return _admin(args, lambda ledger: ledger.set_user_budget(args.name, args.credits), done)
 
 
 def _user_revoke(args: argparse.Namespace) -> int:
@@ -171,7 +182,7 @@ def _user_revoke(args: argparse.Namespace) -> int:
 
 
 def _team_budget(args: argparse.Namespace) -> int:
-    return _admin(args, lambda ledger: ledger.set_team_budget(args.credits), f"team budget {args.credits}")
+    return _admin(args, lambda ledger: ledger.set_team_budget(args.credits), f"team budget {_shown_cap(args.credits)}")
 
 
 def _spend(args: argparse.Namespace) -> int:
