@@ -305,3 +305,21 @@ def test_none_lifts_a_users_or_the_teams_cap_as_if_never_set(database: str) -> N
     finally:
         ledger.close()
     assert cli("user", "list", "--database", database)[1] == "ola\tbudget -\tspent 0\n"
+
+
+def test_a_forged_host_is_refused_on_every_route_before_the_token_is_even_looked_at(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token = add_user(database, "pia")
+    for method, path, body in [
+        ("GET", "/v1/music/tasks?ids=a", None),
+        ("GET", "/v1/music/tasks", None),
+        ("GET", "/v2/query?song_id=a", None),
+        ("GET", "/v1/get_api_key_info", None),
+        *(("POST", path, body) for path, body, _ in PAID_CALLS),
+    ]:
+        for sent in (token, "not-a-token"):
+            headers = {"x-api-key": sent, "host": "evil.example:8790"}
+            answer = httpx.request(method, gateway.url + path, json=body, headers=headers)
+            assert answer.status_code == 403 and answer.json() == {"detail": "This host name is not served here"}, path
+    assert paid_counts(upstream) == {} and open_ledger(database).calls() == []
