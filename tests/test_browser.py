@@ -47,6 +47,8 @@ UPDATE_DOCS = "IPYMUSICGEN_UPDATE_SCREENSHOT"
 PAID_KEY = "mg-live-2b7e151628aed2a6"
 """A key that is not the sandbox's demo key: the studio treats it as a real one (confirm before paying)."""
 PAID_CREDITS = 50
+PAID_SANDBOX = {"keys": {PAID_KEY: PAID_CREDITS}, "stage_seconds": 0.3, "song_seconds": 4}
+"""The recording server (`conftest.paid_sandbox`): a sandbox whose only key is not the demo key."""
 FRONT_ENDS = ("lab", "notebook")
 
 
@@ -64,15 +66,10 @@ def paid_notebook() -> nbformat.NotebookNode:
     return one_cell_notebook(source)
 
 
-@pytest.fixture(scope="module")
-def paid() -> Iterator[Sandbox]:
-    """The recording server: a sandbox whose only key is not the demo key."""
-    with Sandbox(stage_seconds=0.3, song_seconds=4, faults="", keys={PAID_KEY: PAID_CREDITS}) as server:
-        yield server
-
-
 @pytest.fixture(scope="module", params=FRONT_ENDS)
-def jupyter(request: pytest.FixtureRequest, paid: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def jupyter(
+    request: pytest.FixtureRequest, paid_sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """A JupyterLab or Notebook 7 serving a folder with the quickstart and the paid studio; its URL."""
     front_end: str = request.param
     home = tmp_path_factory.mktemp(front_end)
@@ -86,8 +83,8 @@ def jupyter(request: pytest.FixtureRequest, paid: Sandbox, tmp_path_factory: pyt
         root,
         f"{front_end}-server.log",
         IPYMUSICGEN_TEST_KEY=PAID_KEY,
-        IPYMUSICGEN_TEST_URL=paid.base_url,
-        IPYMUSICGEN_TEST_V2_URL=paid.v2_base_url,
+        IPYMUSICGEN_TEST_URL=paid_sandbox.base_url,
+        IPYMUSICGEN_TEST_V2_URL=paid_sandbox.v2_base_url,
     ) as url:
         yield url
 
@@ -245,10 +242,10 @@ def test_quickstart_two_takes_seek_and_the_studio(jupyter: str, page: Page, requ
 
 
 def test_real_key_confirms_before_a_paid_request(
-    jupyter: str, page: Page, paid: Sandbox, request: pytest.FixtureRequest
+    jupyter: str, page: Page, paid_sandbox: Sandbox, request: pytest.FixtureRequest
 ) -> None:
     front_end = front_end_of(jupyter, request)
-    paid.reset()
+    paid_sandbox.reset()
     open_notebook(page, jupyter, front_end, "paid.ipynb")
     run_all(page)
     studio = page.locator(".ims-studio")
@@ -278,14 +275,14 @@ def test_real_key_confirms_before_a_paid_request(
     expect(confirm).to_be_visible()
     expect(confirm).to_contain_text("Send this request? It uses about 3 credits")
     expect(song.locator(".ims-primary:visible")).to_have_count(1)  # one primary button: "Confirm and send"
-    assert paid.request_counts().get("/v1/music/generate", 0) == 0  # nothing sent before the confirm
+    assert paid_sandbox.request_counts().get("/v1/music/generate", 0) == 0  # nothing sent before the confirm
     confirm_shot = shot(page, f"{front_end}-06-confirm-step", studio)
     if front_end == "lab":
         publish(confirm_shot, "studio-confirm.png")
     confirm.get_by_role("button", name="Confirm and send").focus()
     page.keyboard.press("Enter")
     expect(song.locator(".ims-status")).to_have_text("2 songs started", timeout=STEP_MS)
-    assert paid.request_counts()["/v1/music/generate"] == 1
+    assert paid_sandbox.request_counts()["/v1/music/generate"] == 1
     expect(page.locator(".ipymusicgen-song")).to_have_count(2, timeout=STEP_MS)
     expect(page.locator(FINAL_AUDIO)).to_have_count(2, timeout=FIRST_AUDIO_MS)
 
