@@ -17,6 +17,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
+from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.ledger_engines import open_ledger
@@ -82,9 +83,15 @@ def assert_no_upstream_secret(*texts: object) -> None:
 
 
 def assert_no_canary_in_files(folder: Path) -> None:
-    """Every file the test made (journal, archive, library, the gateway's ledger) searched for the canary."""
+    """Every file the test made (journal, archive, library, the gateway's ledger) searched for the canary, once
+    the session's archiver has kept what it had in hand and the session is shut."""
+    client = session.current_client()
+    archiver = archiver_of(client) if client is not None else None
+    if archiver is not None:
+        assert archiver.join(30), "the archiver finished"
+    session.shutdown()
     files = [p for p in folder.rglob("*") if p.is_file()]
-    assert files
+    assert any(p.name == "journal.sqlite3" for p in files)
     for path in files:
         assert CANARY_KEY.encode() not in path.read_bytes(), path
 
@@ -146,7 +153,6 @@ def test_the_magics_make_songs_lyrics_extras_and_v2_through_the_gateway(
     )
     for value in (songs, v2, lyrics, wav):
         assert_no_upstream_secret(repr(value))
-    session.shutdown()
     assert_no_canary_in_files(team.folder)
 
 
@@ -168,3 +174,199 @@ def test_a_song_extra_takes_the_song_id_of_the_callers_own_task_and_nobody_elses
     wav = post(team.gateway.url, f"/v1/music/generate-wav?song_id={song_id}", team.token, None).json()
     assert wav["status"] == 200, wav
     assert paid_counts(upstream)["/v1/music/generate-wav"] == 2  # bob's went up as an id that does not exist
+
+
+# -- the studio ---------------------------------------------------------------------------------------------------
+
+
+def intent(made: Any, **content: Any) -> None:
+    """What the browser sends: a custom message to the studio's view."""
+    made.view._handle_custom_msg(content, [])
+
+
+def test_the_studio_asks_then_sends_once_through_the_gateway_and_shows_the_users_credits(
+    team: Team, upstream: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    import ipymusicgen
+
+    caplog.set_level(logging.DEBUG)
+    made = ipymusicgen.studio()
+    try:
+        assert made.needs_confirm, "a token is a paid key: the studio asks first"
+        made.refresh_key()
+        intent(made, kind="input", form="song", name="style", value="lo-fi piano")
+        assert made.view.panes["song"]["cost"] == f"uses about 3 credits (estimate) · {BUDGET} left"
+        intent(made, kind="submit", form="song")
+        assert made.view.panes["song"]["confirm"].startswith("Send this request? It uses about 3 credits")
+        assert paid_counts(upstream) == {} and team.calls() == []
+        intent(made, kind="confirm", form="song")
+        pane = made.view.panes["song"]
+        assert pane["status"] == "2 songs started" and len(made.watcher.ids) == 2, pane
+        songs = made.watcher.wait(timeout=30)
+        assert [s.state for s in songs] == [TaskState.COMPLETE] * 2
+        settled(team.database)
+        intent(made, kind="tab", tab="key")
+        intent(made, kind="refresh_key")
+        (call,) = team.calls()
+        assert made.view.key["credits"] == str(BUDGET - call["measured"]), "alice's own credits left"
+        assert made.view.key["rows"][0][:2] == ["Key name", "alice"]
+        state = json.dumps(made.view.get_state(), default=str) + json.dumps(made.watcher.get_state(), default=str)
+        assert_no_upstream_secret(state, repr(made), caplog.text)
+    finally:
+        made.close()
+    assert paid_counts(upstream)["/v1/music/generate"] == 1
+    assert call["state"] == "done" and call["user"] == "alice"
+
+
+# -- a batch ------------------------------------------------------------------------------------------------------
+
+
+def test_a_batch_with_a_budget_runs_and_runs_again_without_a_second_send(team: Team, upstream: Sandbox) -> None:
+    rows = [{"style": f"row {i}", "mv": "MFV2.0"} for i in range(3)]  # 2 credits each
+    first = session.get_client().batch(rows, name="team batch", budget=6, concurrency=2, stall_timeout=60)
+    assert first.counts()["complete"] == 3
+    session.shutdown()  # as a new kernel would: the journal knows the batch, the ledger its sends
+    again = session.get_client().batch(rows, name="team batch", budget=6, concurrency=2, stall_timeout=60)
+    assert again.counts()["complete"] == 3
+    assert paid_counts(upstream)["/v1/music/generate"] == 3, "one upstream send per row"
+    calls = team.calls()
+    assert len(calls) == 3 and len({c["idem_key"] for c in calls}) == 3 and {c["state"] for c in calls} == {"done"}
+    assert_no_canary_in_files(team.folder)
+
+
+# -- the library and the lab -------------------------------------------------------------------------------------
+
+
+def test_the_library_keeps_finds_and_measures_the_songs_and_counts_the_users_own_spend(
+    team: Team, upstream: Sandbox
+) -> None:
+    import ipymusicgen
+
+    client = session.get_client()
+    made = client.generate(action="auto", style="harbour lights at dusk", mv="MFV3.0")
+    songs = client.wait(list(made.ids), timeout=30, archived=True)
+    assert [s.state for s in songs] == [TaskState.COMPLETE] * 2
+    bob = add_user(team.database, "bob")
+    assert post(team.gateway.url, "/v1/music/generate", bob, {"action": "auto", "style": "x"}).status_code == 200
+
+    library = ipymusicgen.library()
+    found = library.songs(text="harbour")
+    assert {s.id for s in found} == set(made.ids)
+    assert all(library.archived_path(i) and library.archived_path(i).is_file() for i in made.ids)
+    spend = library.spend().total
+    assert spend["calls"] == 1 and spend["credits_estimated"] == 3, "alice's own call; bob's is not hers"
+
+    measures = ipymusicgen.analyze(made.ids[0])
+    assert measures.bpm and measures.bpm > 0
+    peaks = ipymusicgen.waveform(made.ids[0])
+    assert peaks.shape[1] == 2 and abs(peaks).max() > 0.01
+
+    view = ipymusicgen.compare(made)  # a blind A/B of the two takes, voted through its widget messages
+    view._handle_custom_msg({"kind": "pick", "label": "A", "round": view.round}, [])
+    (vote,) = library.compare_results(blind=True)
+    assert {vote["winner"], vote["loser"]} == set(made.ids)
+    assert_no_upstream_secret(json.dumps(view.get_state(), default=str), repr(found))
+    assert_no_canary_in_files(team.folder)
+
+
+# -- the agent server ---------------------------------------------------------------------------------------------
+
+
+class Consent:
+    """The user behind the agent's host: says yes to each paid question, and remembers them."""
+
+    def __init__(self) -> None:
+        self.questions: list[str] = []
+
+    async def __call__(self, context: Any, params: Any) -> Any:
+        from mcp import types
+
+        self.questions.append(params.message)
+        return types.ElicitResult(action="accept", content={"send": True})
+
+
+def test_the_agent_server_pays_with_consent_or_max_credits_through_the_gateway(
+    team: Team, upstream: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    import anyio
+    from mcp.client import Client
+
+    from ipymusicgen.mcp import AgentDesk, build_server
+
+    caplog.set_level(logging.DEBUG)
+    workspace = session.current_workspace()  # what `python -m ipymusicgen mcp` serves, from the same variables
+    desk = AgentDesk(workspace.client, library_path=workspace.path)
+    consent = Consent()
+
+    async def tools(*calls: tuple[str, dict[str, Any]], asker: Any = None) -> list[Any]:
+        async with Client(build_server(desk), elicitation_callback=asker) as client:
+            return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    def data(result: Any) -> dict[str, Any]:
+        assert not result.is_error, result.content[0].text
+        return json.loads(result.content[0].text)
+
+    (asked,) = anyio.run(lambda: tools(("generate_song", {"style": "sea shanty"}), asker=consent))
+    ids = data(asked)["task_ids"]
+    assert consent.questions and consent.questions[0].startswith(f"Pay about 3 credits (the key has {BUDGET}")
+    capped, v2 = anyio.run(
+        lambda: tools(
+            ("generate_song", {"style": "polka", "max_credits": 3}),
+            ("generate_song_v2", {"prompt": "a waltz", "max_credits": 3}),
+        )
+    )
+    ids += data(capped)["task_ids"]
+    ids += data(v2)["task_ids"]
+    waited, got, account = anyio.run(
+        lambda: tools(
+            ("wait_for_songs", {"task_ids": ids, "timeout_s": 30}),
+            ("get_songs", {"task_ids": ids}),
+            ("account", {}),
+        )
+    )
+    assert {s["state"] for s in data(waited)["songs"]} == {"ready"}
+    assert [s["id"] for s in data(got)["songs"]] == ids
+    assert {c["endpoint"] for c in team.calls()} == {"/v1/music/generate", "/v2/submit"}
+    assert paid_counts(upstream) == {"/v1/music/generate": 2, "/v2/submit": 1} | {
+        k: v for k, v in paid_counts(upstream).items() if k not in ("/v1/music/generate", "/v2/submit")
+    }
+    shown = [block.text for result in (asked, capped, v2, waited, got, account) for block in result.content if
+             getattr(block, "text", None)]  # fmt: skip
+    left = data(account)["credits_left"]
+    assert BUDGET - 9 <= left < BUDGET, "alice's own credits left (the upstream account has some 1000)"
+    assert_no_upstream_secret(*shown, caplog.text, *consent.questions)
+    assert_no_canary_in_files(team.folder)
+
+
+def test_a_key_info_read_right_after_a_paid_call_measures_it(
+    team: Team, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The studio reads the credits again the moment its Send is answered: that reading, the first since the call,
+    measures it (before, it took the place of the measurer's baseline and the call stayed unmeasured for good)."""
+    monkeypatch.setattr(team.gateway.gateway.measurer, "_quiet", 3600.0)  # the background reading never comes
+    client = session.get_client()
+    client.key_info()  # a baseline, as the studio's first view reads one
+    client.generate(action="auto", style="x", mv="MFV3.0")
+    left = client.key_info().key_music_counts
+    (call,) = team.calls()
+    assert call["measured"] is not None and left == BUDGET - call["measured"]
+
+
+def test_a_reading_taken_while_a_call_is_in_flight_leaves_the_last_baseline_standing(tmp_path: Path) -> None:
+    """One paid call right after another (a lyrics then a WAV, a song then its extra): the first call's reading is
+    taken while the second is in flight. It measures nothing, and must not wipe the baseline: the second call's
+    own reading then measures it (before, both stayed unmeasured for good)."""
+    ledger = open_ledger(str(tmp_path / "ledger.sqlite3"))
+    try:
+        ledger.add_user("max", "hash-of-max", 20)
+        ledger.meter(100)
+        first = ledger.reserve("max", "a", "/v1/lyrics", "lyrics", 1).call_id
+        ledger.finish(first, "done", 200, b"{}")
+        assert ledger.meter(100) == 0, "a reading with no call named measures the one call since the last"
+        second = ledger.reserve("max", "b", "/v1/music/generate-wav", "wav", 1).call_id
+        assert ledger.meter(100, first) is None, "the second call is in flight: nothing can be told"
+        ledger.finish(second, "done", 200, b"{}")
+        assert ledger.meter(99, second) == 1
+        assert [c["measured"] for c in ledger.calls()] == [0, 1]
+    finally:
+        ledger.close()

@@ -278,12 +278,14 @@ class Ledger:
                 self._own(cur, user, task_ids)
 
     def meter(self, counts: int, call_id: int | None = None) -> int | None:
-        """Record the upstream's credits left, read just now; return `call_id`'s measured cost when unambiguous.
+        """Record the upstream's credits left, read just now; return the measured cost of the call it settles.
 
         Unambiguous: the last reading was taken with nothing in flight, the only call not refused since then
-        is `call_id`, and nothing is in flight now (pending or unknown within `IN_FLIGHT_WINDOW`). Then the
-        difference is that call's cost, and it settles to it. A reading taken while a call is in flight is no
-        baseline for the next one.
+        is `call_id` (or, with no `call_id`, any one call: a key-info read right after a paid call, before the
+        measurer's, measures it rather than hiding it), and nothing is in flight now (pending or unknown within
+        `IN_FLIGHT_WINDOW`). Then the difference is that call's cost, and it settles to it. A reading taken while
+        a call is in flight is no baseline for the next one, and does not replace the last baseline: a call sent
+        while an earlier one's reading is taken is still measured by its own.
         """
         with self._cursor() as cur:
             self._lock_for_reserve(cur, "")
@@ -296,12 +298,13 @@ class Ledger:
                 )[0]
             )
             measured = None
-            if call_id is not None and last and last[0] is not None and not in_flight:
+            if last and last[0] is not None and not in_flight:
                 since = [r[0] for r in cur.all("SELECT id FROM calls WHERE id > ? AND state <> 'refused'", (last[1],))]
-                if since == [call_id] and last[0] >= counts:
+                if len(since) == 1 and call_id in (None, since[0]) and last[0] >= counts:
                     measured = int(last[0]) - counts
-                    cur.run("UPDATE calls SET measured = ? WHERE id = ? AND state = 'done'", (measured, call_id))
-            cur.run("UPDATE meter SET counts = ?, last_call = ? WHERE id = 1", (None if in_flight else counts, top))
+                    cur.run("UPDATE calls SET measured = ? WHERE id = ? AND state = 'done'", (measured, since[0]))
+            if not in_flight:  # a reading with a call in flight is no baseline, and leaves the last good one standing
+                cur.run("UPDATE meter SET counts = ?, last_call = ? WHERE id = 1", (counts, top))
         return measured
 
     # -- task owners ----------------------------------------------------------------------------------
