@@ -152,3 +152,26 @@ def test_the_readme_team_section_runs_as_written_on_sqlite_with_the_sandbox_upst
     assert lines[0] == "user\tcalls\testimated\tmeasured\tunknown"
     assert lines[1].split("\t")[:3] == ["ada", "1", "3"] and lines[1].endswith("\t0")
     assert CANARY_KEY not in (tmp_path / "serve.log").read_text()
+
+
+def test_the_tls_proxy_example_serves_the_name_the_proxy_passes_on(
+    monkeypatch: pytest.MonkeyPatch, clean_env: None
+) -> None:
+    from ipymusicgen.__main__ import main
+    from ipymusicgen.gateway.app import Gateway
+
+    text = GATEWAY_PAGE.read_text(encoding="utf-8")
+    caddy = re.search(r"```text\n# Caddyfile\n(\S+) \{\n\s+reverse_proxy (\S+)\n\}\n```", text)
+    serve = re.search(r"```bash\n(MUSICGEN_UPSTREAM_KEY=\.\.\. python -m ipymusicgen gateway serve .*)\n```", text)
+    assert caddy and serve, "docs/team-gateway.md shows a Caddyfile and the serve command behind it"
+    site, target = caddy.groups()
+    assert target == f"127.0.0.1:{DEFAULT_PORT}", "the proxy reaches the gateway on loopback, its default port"
+    monkeypatch.setenv("MUSICGEN_UPSTREAM_KEY", "k-proxy")
+    started: dict = {}
+    monkeypatch.setattr("ipymusicgen.gateway.server.serve", lambda **kwargs: started.update(kwargs))
+    argv = serve.group(1).replace("$DB", "postgresql://gateway@127.0.0.1/musicgen").split()
+    assert main(argv[argv.index("ipymusicgen") + 1 :]) == 0
+    assert started["host"] == "127.0.0.1" and started["port"] == DEFAULT_PORT
+    gateway = Gateway(None, None, host=started["host"], allow_hosts=started["allow_hosts"])  # type: ignore[arg-type]
+    assert gateway.host_allowed(site) and gateway.host_allowed(f"{site}:443"), "the Host Caddy passes on"
+    assert not gateway.host_allowed("evil.example")
