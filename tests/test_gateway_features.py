@@ -1,6 +1,8 @@
 """Every feature through a real team gateway, as a user of it sees it: MUSICGEN_BASE_URL and MUSICGEN_V2_BASE_URL
 point at the gateway and MUSICGEN_API_KEY is the user's token, nothing else set up. The gateway fronts a keyed
-sandbox whose only key is the canary, searched for in every output, widget state, file, tool result and log."""
+sandbox whose only key is the canary, searched for in every output, widget state, file, tool result and log.
+The whole-feature tests are `slow` (each drives a gateway, the sandbox and the feature's whole stack for some
+seconds); the gateway faults they found keep a fast test each."""
 
 from __future__ import annotations
 
@@ -113,6 +115,7 @@ def shell(team: Team) -> Iterator[InteractiveShell]:
 # -- the magics ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_magics_make_songs_lyrics_extras_and_v2_through_the_gateway(
     team: Team,
     shell: InteractiveShell,
@@ -184,6 +187,7 @@ def intent(made: Any, **content: Any) -> None:
     made.view._handle_custom_msg(content, [])
 
 
+@pytest.mark.slow
 def test_the_studio_asks_then_sends_once_through_the_gateway_and_shows_the_users_credits(
     team: Team, upstream: Sandbox, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -221,6 +225,7 @@ def test_the_studio_asks_then_sends_once_through_the_gateway_and_shows_the_users
 # -- a batch ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_batch_with_a_budget_runs_and_runs_again_without_a_second_send(team: Team, upstream: Sandbox) -> None:
     rows = [{"style": f"row {i}", "mv": "MFV2.0"} for i in range(3)]  # 2 credits each
     first = session.get_client().batch(rows, name="team batch", budget=6, concurrency=2, stall_timeout=60)
@@ -237,6 +242,7 @@ def test_a_batch_with_a_budget_runs_and_runs_again_without_a_second_send(team: T
 # -- the library and the lab -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_library_keeps_finds_and_measures_the_songs_and_counts_the_users_own_spend(
     team: Team, upstream: Sandbox
 ) -> None:
@@ -285,6 +291,7 @@ class Consent:
         return types.ElicitResult(action="accept", content={"send": True})
 
 
+@pytest.mark.slow
 def test_the_agent_server_pays_with_consent_or_max_credits_through_the_gateway(
     team: Team, upstream: Sandbox, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -370,3 +377,27 @@ def test_a_reading_taken_while_a_call_is_in_flight_leaves_the_last_baseline_stan
         assert [c["measured"] for c in ledger.calls()] == [0, 1]
     finally:
         ledger.close()
+
+
+@pytest.mark.slow
+def test_the_other_paid_extras_an_extend_a_singer_and_the_task_list_through_the_gateway(
+    team: Team, shell: InteractiveShell, upstream: Sandbox
+) -> None:
+    """The neighbours of the WAV: a singer voice (vibe) by the song's own id, a song in that voice, an extension of
+    the song, and the live task list: each through the gateway, each sent upstream once. (The sandbox makes no
+    MP4: it answers 501, so the MP4 goes the WAV's way untested here.)"""
+    with capture_output() as out:
+        (song, _) = shell.run_line_magic("musicgen", "--wait --timeout 30 a harbour waltz")
+        vibe = shell.run_line_magic("musicgen_vibe", f"--yes {song.id}")
+        shell.user_ns.update(singer=vibe.value, sid=song.song_id)
+        sung = shell.run_cell_magic("musicgen", "--singer-id {singer} --style soul --wait --timeout 30", "[Verse]\nla")
+        longer = shell.run_cell_magic("musicgen", "--continue-song-id {sid} --continue-at 2 --wait", "[Verse]\nmore")
+        table = shell.run_line_magic("musicgen_tasks", " ".join([song.id, sung[0].id, longer[0].id]))
+    assert vibe is not None and vibe.value
+    assert all(r.state is TaskState.COMPLETE for r in [*sung, *longer])
+    assert len(table.rows) == 3 and {row["state"] for row in table.rows} == {"complete"}
+    sent = paid_counts(upstream)
+    assert (sent["/v1/music/generate-vibe"], sent["/v1/music/generate"]) == (1, 3)
+    assert {c["state"] for c in team.calls()} == {"done"} and len(team.calls()) == 4
+    assert_no_upstream_secret(out.stdout, out.stderr, repr(table), repr(vibe))
+    assert_no_canary_in_files(team.folder)
