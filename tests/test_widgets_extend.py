@@ -111,3 +111,26 @@ def test_watch_unfinished_opens_a_studio_on_extend(client: MusicClient, finished
         assert watcher.open_extend_studio is not None
     finally:
         watcher.close()
+
+
+def test_the_batch_magics_cards_open_a_studio_on_extend(sandbox_shell: InteractiveShell, sandbox: Sandbox) -> None:
+    """`%%musicgen_batch`'s song cards are a lone watcher too: a finished row's Extend prefills a studio pane."""
+    from IPython.utils.capture import capture_output
+
+    sandbox_shell.user_ns["rows"] = [{"style": "waltz on a ferry"}]
+    with capture_output():
+        sandbox_shell.run_line_magic("musicgen_batch", "--from rows --name extend-from-a-batch --wait")
+    (watcher,) = [w for w in session._session.watchers if isinstance(w, TaskWatcher)]
+    task_id = watcher.ids[0]
+    watcher._handle_custom_msg({"kind": "extend", "id": task_id}, [])
+    assert "Extend form ready" in watcher.card(task_id).note, watcher.card(task_id).note
+    assert isinstance(watcher.extend_studio, Studio) and watcher.extend_studio.watcher is watcher
+    assert watcher.extend_form.values()["continue_song_id"]
+    watcher.extend_studio.close()
+
+
+def test_the_public_studio_and_watch_unfinished_are_the_ui_factorys() -> None:
+    import ipymusicgen
+    from ipymusicgen.widgets import ui
+
+    assert ipymusicgen.studio is ui.studio and ipymusicgen.watch_unfinished is ui.watch_unfinished

@@ -12,8 +12,8 @@ from typing import Any
 from .._removed import missing
 from .card import TaskCard
 from .song_data import song_card
-from .studio import Studio, studio
-from .ui import UI, watch_unfinished
+from .studio import Studio
+from .ui import UI, studio, watch_unfinished
 from .watcher import TaskWatcher
 
 __all__ = [

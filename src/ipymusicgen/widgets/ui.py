@@ -85,6 +85,13 @@ class UI:
         return BatchView(watcher=watcher, confirm=confirm)
 
 
+def studio(client: MusicClient | None = None, *, confirm: bool | None = None) -> Studio:
+    """Open the studio over the session's workspace: Song, v2, Lyrics, Batch, Library and Key tabs above one task
+    watcher. `confirm`: True asks before every paid control, False never does, None asks with a key that may
+    cost money."""
+    return UI().studio(client, confirm=confirm)
+
+
 def grid_view(plan: Grid) -> GridView:
     """A grid's view over the session's workspace (the `view=` `ipymusicgen.grid()` and the grid magic give)."""
     return UI().grid_view(plan)
@@ -96,4 +103,4 @@ def watch_unfinished(client: MusicClient | None = None) -> TaskWatcher:
     return UI().watch_unfinished(client)
 
 
-__all__ = ["UI", "grid_view", "watch_unfinished"]
+__all__ = ["UI", "grid_view", "studio", "watch_unfinished"]
