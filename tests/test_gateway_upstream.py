@@ -1,0 +1,58 @@
+"""The gateway's upstream client on the event loop (aiohttp): what it must not carry from one user to another,
+and what it must not leave behind when the gateway stops."""
+
+from __future__ import annotations
+
+import gc
+import socket
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+from gateway_helpers import GatewayThread, add_user
+from hostile_server import HostileServer, RawRequest, respond
+
+from ipymusicgen.sandbox import Sandbox
+
+
+def test_a_cookie_the_upstream_sets_for_one_user_never_goes_up_with_another_users_call(
+    tmp_path: Path, clean_env: None, hostile_server: Callable[..., HostileServer]
+) -> None:
+    def answer(request: RawRequest, sock: socket.socket) -> None:
+        if request.path == "/v1/get_api_key_info":
+            respond(sock, 200, {"status": 200, "message": "Success", "data": {"key_music_counts": 50}})
+        else:  # every task answer tries to start a session on the shared upstream account
+            respond(sock, 200, [], headers={"Set-Cookie": "session=alices-session; Path=/"})
+
+    server = hostile_server(answer)
+    database = str(tmp_path / "gateway.sqlite3")
+    alice, bob = add_user(database, "alice"), add_user(database, "bob")
+    named = server.url.replace("127.0.0.1", "localhost")  # a host name, as the real service has: cookie jars take
+    with GatewayThread(database, named, named) as gateway:  # no cookie from a bare IP address
+        for token in (alice, bob, alice):
+            answered = httpx.get(gateway.url + "/v1/music/tasks?ids=t1", headers={"x-api-key": token})
+            assert answered.status_code == 200 and "set-cookie" not in answered.headers
+    reads = [r for r in server.requests if r.path == "/v1/music/tasks"]
+    assert len(reads) == 3
+    assert [r.headers.get("cookie") for r in reads] == [None, None, None]
+
+
+def test_a_stopped_gateway_leaves_no_upstream_session_open(tmp_path: Path, clean_env: None) -> None:
+    database = str(tmp_path / "gateway.sqlite3")
+    token = add_user(database, "carol")
+    key = "k-upstream-session"
+    with (
+        Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={key: 100}) as upstream,
+        warnings.catch_warnings(record=True) as caught,
+    ):
+        warnings.simplefilter("always")
+        with GatewayThread(database, upstream.base_url, upstream.v2_base_url, key=key) as gateway:
+            answered = httpx.get(gateway.url + "/v1/music/tasks?ids=t1", headers={"x-api-key": token})
+            assert answered.status_code == 200
+            session = gateway.gateway.upstream._session
+            assert session is not None and not session.closed  # the keep-alive pool the calls went through
+        assert session.closed, "closed on its own loop when the server's loop ended"
+        del session
+        gc.collect()
+    assert not [w for w in caught if "nclosed" in str(w.message)], [str(w.message) for w in caught]
