@@ -10,10 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from gateway_helpers import GatewayThread, add_user
+from gateway_helpers import GatewayThread, add_user, post
 from hostile_server import HostileServer, RawRequest, respond
 
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.ledger_engines import open_ledger
 
 
 def test_a_cookie_the_upstream_sets_for_one_user_never_goes_up_with_another_users_call(
@@ -56,3 +57,26 @@ def test_a_stopped_gateway_leaves_no_upstream_session_open(tmp_path: Path, clean
         del session
         gc.collect()
     assert not [w for w in caught if "nclosed" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_a_paid_call_the_upstream_never_took_is_released_and_one_it_may_have_taken_is_kept(
+    tmp_path: Path, clean_env: None, hostile_server: Callable[..., HostileServer]
+) -> None:
+    def answer(request: RawRequest, sock: socket.socket) -> None:
+        if request.path == "/v1/get_api_key_info":
+            respond(sock, 200, {"status": 200, "message": "Success", "data": {"key_music_counts": 50}})
+        # a paid call: taken, then the connection is closed with no answer (it may have been charged)
+
+    server = hostile_server(answer)
+    database = str(tmp_path / "gateway.sqlite3")
+    token = add_user(database, "dan", budget=10)
+    body = {"action": "auto", "style": "x", "mv": "MFV2.0"}  # 2 credits
+    with GatewayThread(database, server.url, server.url) as gateway:
+        taken = post(gateway.url, "/v1/music/generate", token, body, **{"Idempotency-Key": "k1"})
+        server.close()  # nothing listens any more: the next paid call cannot reach it
+        refused = post(gateway.url, "/v1/music/generate", token, body, **{"Idempotency-Key": "k2"})
+    assert taken.status_code == 503 and "may have been charged" in taken.json()["message"]
+    assert refused.status_code == 502 and "nothing was sent or charged" in refused.json()["message"]
+    with open_ledger(database) as ledger:
+        assert [c["state"] for c in ledger.calls()] == ["unknown", "refused"]
+        assert ledger.remaining("dan") == 8  # the unknown call's reservation kept, the refused one's released
