@@ -401,3 +401,44 @@ def test_the_other_paid_extras_an_extend_a_singer_and_the_task_list_through_the_
     assert {c["state"] for c in team.calls()} == {"done"} and len(team.calls()) == 4
     assert_no_upstream_secret(out.stdout, out.stderr, repr(table), repr(vibe))
     assert_no_canary_in_files(team.folder)
+
+
+@pytest.mark.slow
+def test_the_agent_server_process_works_from_the_three_variables_alone(team: Team, upstream: Sandbox) -> None:
+    """`python -m ipymusicgen mcp` over stdio, as an agent host starts it with the user's environment: a song paid
+    within max_credits, waited for and read back, the account the user's own; the canary nowhere, stderr
+    included."""
+    import os
+    import sys
+
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    env = {**os.environ, **team.gateway.env(team.token)}  # and this test's own journal and archive folders
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ipymusicgen", "mcp"], env=env)
+    stderr_path = team.folder / "mcp-stderr.txt"
+
+    async def run() -> list[Any]:
+        with anyio.fail_after(120), stderr_path.open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                made = await mcp.call_tool("generate_song", {"style": "a sea shanty", "max_credits": 3})
+                assert not made.is_error, made.content[0].text
+                ids = json.loads(made.content[0].text)["task_ids"]
+                waited = await mcp.call_tool("wait_for_songs", {"task_ids": ids, "timeout_s": 60})
+                got = await mcp.call_tool("get_songs", {"task_ids": ids})
+                account = await mcp.call_tool("account", {})
+                return [made, waited, got, account]
+
+    results = anyio.run(run)
+    texts = [block.text for result in results for block in result.content if getattr(block, "text", None)]
+    waited, got, account = (json.loads(result.content[0].text) for result in results[1:])
+    assert {s["state"] for s in waited["songs"]} == {"ready"} and len(got["songs"]) == 2
+    assert BUDGET - 3 <= account["credits_left"] < BUDGET and account["sandbox"] is False
+    assert paid_counts(upstream)["/v1/music/generate"] == 1
+    (call,) = team.calls()
+    assert call["user"] == "alice" and call["state"] == "done"
+    assert "agent server" in stderr_path.read_text()
+    assert_no_upstream_secret(*texts, stderr_path.read_text())
+    assert_no_canary_in_files(team.folder)
