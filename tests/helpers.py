@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,3 +101,27 @@ def html_values(widget: w.Widget) -> list[str]:
     for child in getattr(widget, "children", ()):
         found += html_values(child)
     return found
+
+
+class AudioPage:
+    """Stands in for a view's front end (`monkeypatch.setattr(view, "send", page.send)`): what the kernel sends it,
+    content and buffers, and a way to wait for the kernel's answer to a card player's request for its audio."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, Any], list[bytes]]] = []
+        self._changed = threading.Condition()
+
+    def send(self, content: dict[str, Any], buffers: list[bytes] | None = None) -> None:
+        with self._changed:
+            self.sent.append((content, list(buffers or [])))
+            self._changed.notify_all()
+
+    def audio(self, source: str) -> list[tuple[dict[str, Any], list[bytes]]]:
+        """Every audio answer sent for `source` (the view's other messages are not audio)."""
+        return [(c, b) for c, b in self.sent if c.get("kind") == "audio" and c.get("source") == source[:100]]
+
+    def answer(self, source: str, timeout: float = WAIT) -> tuple[dict[str, Any], list[bytes]]:
+        """The kernel's first answer to the page's request for `source`, waited for (on state, bounded)."""
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.audio(source), timeout), f"no audio answer for {source!r}"
+            return self.audio(source)[0]

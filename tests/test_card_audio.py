@@ -3,14 +3,13 @@ a card's bytes over the widget channel when the page cannot fetch them; forged r
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import pytest
+from helpers import AudioPage
 
 from ipymusicgen import Journal
 from ipymusicgen.archive.archiver import archiver_of
@@ -22,29 +21,6 @@ from ipymusicgen.widgets.song_data import song_card
 
 MP3 = b"ID3\x04\x00\x00\x00\x00\x00\x00" + b"\xff\xfb\x90\x00" * 256
 DAY = 86_400.0
-
-
-class Page:
-    """Stands in for a widget: what the kernel sends to the page (content and buffers), and a way to wait for it."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[dict[str, Any], list[bytes]]] = []
-        self._changed = threading.Condition()
-
-    def send(self, content: dict[str, Any], buffers: list[bytes] | None = None) -> None:
-        with self._changed:
-            self.sent.append((content, list(buffers or [])))
-            self._changed.notify_all()
-
-    def answer(self, source: str, timeout: float = 30.0) -> tuple[dict[str, Any], list[bytes]]:
-        """The kernel's answer to the page's request for `source` (the view's other messages are not audio)."""
-
-        def found() -> list[tuple[dict[str, Any], list[bytes]]]:
-            return [(c, b) for c, b in self.sent if c.get("kind") == "audio" and c.get("source") == source[:100]]
-
-        with self._changed:
-            assert self._changed.wait_for(found, timeout)
-            return found()[0]
 
 
 @pytest.fixture
@@ -64,7 +40,7 @@ def test_python_picks_files_url_under_a_files_api_root_then_a_known_good_url_the
     files: tuple[Path, Path, Path],
 ) -> None:
     root, inside, outside = files
-    page = Page()
+    page = AudioPage()
     audio = CardAudio(page, apis=[FilesApi(root.resolve(), "/user/ann/")])
     remote = "https://cdn.example.com/a.mp3"
     now = time.time()
@@ -112,7 +88,10 @@ def test_the_host_has_a_files_api_only_through_the_server_that_started_this_kern
     assert files_apis() == []
     monkeypatch.setenv("JPY_PARENT_PID", "4242")
     assert files_apis() == [FilesApi(root.resolve(), "/base/")]
-    assert CardAudio(Page()).fields("a", path=str(inside), url=None)["play_url"] == "/base/files/songs/rain%20song.mp3"
+    assert (
+        CardAudio(AudioPage()).fields("a", path=str(inside), url=None)["play_url"]
+        == "/base/files/songs/rain%20song.mp3"
+    )
     monkeypatch.delenv("JPY_PARENT_PID")
     monkeypatch.setenv(card_audio.ENV_SERVER_ROOT, str(root))  # the user says so
     assert files_apis() == [FilesApi(root.resolve(), "/")]
@@ -120,7 +99,7 @@ def test_the_host_has_a_files_api_only_through_the_server_that_started_this_kern
 
 def test_a_played_card_gets_its_archived_bytes_once_and_only_when_asked(files: tuple[Path, Path, Path]) -> None:
     _, _, outside = files
-    page = Page()
+    page = AudioPage()
     audio = CardAudio(page, apis=[])
     name = audio.fields("a", path=str(outside), url="http://127.0.0.1:9/gone.mp3")["play_source"]
     audio.fields("b", path=str(outside), url=None)
@@ -139,7 +118,7 @@ def test_a_source_the_view_never_offered_or_a_path_gets_a_one_line_refusal_and_n
     files: tuple[Path, Path, Path], forged: str
 ) -> None:
     _, inside, outside = files
-    page = Page()
+    page = AudioPage()
     audio = CardAudio(page, apis=[])
     audio.fields("a", path=str(outside), url=None)
     assert audio.handle({"kind": "audio", "source": forged})
@@ -150,7 +129,7 @@ def test_a_source_the_view_never_offered_or_a_path_gets_a_one_line_refusal_and_n
 
 def test_non_string_sources_and_closed_views_are_refused(files: tuple[Path, Path, Path]) -> None:
     _, _, outside = files
-    page = Page()
+    page = AudioPage()
     audio = CardAudio(page, apis=[])
     name = audio.fields("a", path=str(outside), url=None)["play_source"]
     for forged in ({"path": str(outside)}, ["x"], 7, None):
@@ -164,7 +143,7 @@ def test_non_string_sources_and_closed_views_are_refused(files: tuple[Path, Path
 
 def test_a_card_above_the_download_cap_is_refused_without_bytes(files: tuple[Path, Path, Path]) -> None:
     _, _, outside = files
-    page = Page()
+    page = AudioPage()
     audio = CardAudio(page, apis=[])
     audio.channel.limit = lambda: 100
     name = audio.fields("a", path=str(outside), url=None)["play_source"]
@@ -203,7 +182,7 @@ def test_library_cards_outside_the_root_play_from_the_kernel(
 
     monkeypatch.delenv(card_audio.ENV_SERVER_ROOT, raising=False)
     library, ids = archived
-    page = Page()
+    page = AudioPage()
     view = LibraryView(library)
     monkeypatch.setattr(view, "send", page.send)
     try:
@@ -231,7 +210,7 @@ def test_watcher_cards_offer_the_kernel_for_an_archived_song(
     library, ids = archived
     with sandbox.client(journal=False, archive=False) as client:
         watcher = TaskWatcher(ids, client=client, autostart=False)
-        page = Page()
+        page = AudioPage()
         monkeypatch.setattr(watcher, "send", page.send)
         try:
             song = library.song(ids[0])

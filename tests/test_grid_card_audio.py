@@ -5,14 +5,12 @@ with its `TaskWatcher`, whose cards take the same path (tests/test_card_audio.py
 
 from __future__ import annotations
 
-import threading
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers import ManualClock, advance_until_done, wait_until
+from helpers import AudioPage, ManualClock, advance_until_done, wait_until
 
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.lab.grid import Grid
@@ -24,27 +22,6 @@ from ipymusicgen.widgets.card_audio import REFUSAL
 from ipymusicgen.widgets.grid import GridView
 
 
-class Page:
-    """Stands in for the board's front end: what the kernel sends it (content and buffers)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[dict[str, Any], list[bytes]]] = []
-        self._changed = threading.Condition()
-
-    def send(self, content: dict[str, Any], buffers: list[bytes] | None = None) -> None:
-        with self._changed:
-            self.sent.append((content, list(buffers or [])))
-            self._changed.notify_all()
-
-    def audio(self, source: str) -> list[tuple[dict[str, Any], list[bytes]]]:
-        return [(c, b) for c, b in self.sent if c.get("kind") == "audio" and c.get("source") == source[:100]]
-
-    def answer(self, source: str, timeout: float = 30.0) -> tuple[dict[str, Any], list[bytes]]:
-        with self._changed:
-            assert self._changed.wait_for(lambda: self.audio(source), timeout)
-            return self.audio(source)[0]
-
-
 def test_grid_cards_carry_where_they_play_and_a_played_card_gets_its_bytes_once(
     sandbox: Sandbox, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,7 +31,7 @@ def test_grid_cards_carry_where_they_play_and_a_played_card_gets_its_bytes_once(
     library = Library(journal)
     grid = Grid(client, {"action": "auto"}, {"style": ["lo-fi", "jazz"]}, name=f"g{uuid.uuid4().hex[:8]}")
     view = GridView(grid, library=library)
-    page = Page()
+    page = AudioPage()
     try:
         view.board._handle_custom_msg({"kind": "run"}, [])  # the free sandbox: the press is the decision
         batch = grid.batch
@@ -109,7 +86,7 @@ def test_the_batch_views_songs_are_watcher_cards_that_play_the_same_way(
     with sandbox.client() as client:
         watcher = TaskWatcher(client=client, autostart=False)
         view = BatchView(watcher=watcher)
-        page = Page()
+        page = AudioPage()
         try:
             rows = [{"style": f"lo-fi {n}", "mv": "MFV2.0"} for n in range(2)]
             batch = run_batch(client, rows, wait=False, on_update=view.update, store=BatchStore(None))

@@ -6,7 +6,7 @@ runs on a fake clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,8 @@ from mcp import types
 from mcp.client import Client
 from test_mcp_tools import Asker, call, data
 
-from ipymusicgen.app import build_client
 from ipymusicgen.batch.engine import request_hash
 from ipymusicgen.client.faces import MusicClient
-from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.mcp.desk import REISSUE_WINDOW_S
 from ipymusicgen.sandbox import Sandbox
@@ -45,29 +43,18 @@ class WindowClock:
 
 
 @pytest.fixture
-def make_desk(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., AgentDesk]]:
-    """Desks on one journal (a restarted server is a new desk), all on one fake window clock."""
-    made: list[MusicClient] = []
+def make_desk(paid_clients: Callable[..., MusicClient]) -> Callable[..., AgentDesk]:
+    """Desks on one journal (a restarted server is a new desk, on a client of its own), all on one fake window
+    clock."""
     clock = WindowClock()
 
     def factory() -> AgentDesk:
-        settings = Settings.from_env().with_changes(
-            api_key=KEY,
-            base_url=service.base_url,
-            v2_base_url=service.v2_base_url,
-            journal_path=tmp_path / "journal.sqlite3",
-            poll_interval=0.05,
-        )
-        client = build_client(settings, archive=tmp_path / "archive")
-        made.append(client)
-        desk = AgentDesk(client)
+        desk = AgentDesk(paid_clients())
         desk.clock = clock
         return desk
 
     factory.clock = clock  # type: ignore[attr-defined]
-    yield factory
-    for client in made:
-        client.close()
+    return factory
 
 
 ARGS = {"generate_song": {"style": "rain on tin"}, "generate_song_v2": {"prompt": "rain on tin"}}
