@@ -358,3 +358,15 @@ def test_two_gateways_on_one_sqlite_file_hold_one_team_budget_and_send_one_key_o
     paid = [body for status, body in answers if status == 200]
     assert paid and all(body == paid[0] for body in paid)
     assert len(paid) + sum(1 for status, _ in answers if status == 503) == CLIENTS
+
+
+@pytest.mark.parametrize("name", ["", "two words", "a/b", "x" * 65, "名前", "-dash-first"])
+def test_a_bad_user_name_is_refused_in_one_line_before_any_ledger_is_made(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "gateway.sqlite3"
+    with pytest.raises(SystemExit) as exited:
+        cli("user", "add", "--database", str(database), "--", name)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1 and "user name" in err, err
+    assert not database.exists()

@@ -83,7 +83,7 @@ def add_gateway_parser(commands: Any) -> None:
     user = sub.add_parser("user", help="add, list, budget or revoke users")
     users = user.add_subparsers(dest="user_command", required=True)
     add = with_database(users.add_parser("add", help="add a user; prints their token once, on the last line"))
-    add.add_argument("name")
+    add.add_argument("name", type=name_arg)
     add.add_argument("--budget", type=credits_arg, default=None, help="credits this user may spend (default: no cap)")
     add.set_defaults(run=_user_add)
     with_database(users.add_parser("list", help="users, budgets and what each has spent")).set_defaults(run=_user_list)
@@ -123,9 +123,17 @@ def _ledger(args: argparse.Namespace) -> Any:
         ) from None
 
 
-def _checked(name: str) -> str:
-    if not name or len(name) > 64 or not all(c.isalnum() or c in "._-" for c in name):
-        raise SystemExit(f"error: a user name is 1 to 64 letters, digits, '.', '_' or '-' (got {name!r})")
+NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def name_arg(name: str) -> str:
+    """A user name: 1 to 64 ASCII letters, digits, '.', '_' or '-', not starting with '-' (it would read as an
+    option in the next command that names the user)."""
+    if not 1 <= len(name) <= 64 or not set(name) <= NAME_CHARACTERS or name.startswith("-"):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise argparse.ArgumentTypeError(
+            f"a user name is 1 to 64 ASCII letters, digits, '.', '_' or '-', not starting with '-' (got {shown!r})"
+        )
     return name
 
 
@@ -136,7 +144,7 @@ def _user_add(args: argparse.Namespace) -> int:
     token = new_token()
     with _ledger(args) as ledger:
         try:
-            ledger.add_user(_checked(args.name), token_hash(token), args.budget)
+            ledger.add_user(args.name, token_hash(token), args.budget)
         except LedgerError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
