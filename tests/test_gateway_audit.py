@@ -187,7 +187,9 @@ def test_a_budget_of_zero_refuses_every_paid_call_naming_whose_budget(
 ) -> None:
     token = add_user(database, "hal", budget=0)
     for path, body, _ in PAID_CALLS:
-        answer = post(gateway.url, path, token, body).json()
+        sent = post(gateway.url, path, token, body)
+        assert sent.status_code == 200, "the service's way: an error inside an HTTP 200"
+        answer = sent.json()
         assert answer == {
             "status": 400,
             "message": "Insufficient credits: no credits left in hal's budget",
