@@ -1,8 +1,8 @@
 """User tokens: high-entropy random strings, stored only as their SHA-256, compared in constant time.
 
-Finding a user by the hash (an indexed column, a dict) can take longer for one hash than another, but that
-tells nothing of the token: the hash of a guess shares no prefix with the hash of a real token. The found
-row's hash is then compared with `same_hash` (`hmac.compare_digest`).
+Finding a user by the hash (an indexed column, a dict) may take longer for one hash than another, but that
+can tell at most how a guess's hash compares with stored hashes, which leads to no token (SHA-256 has no
+known preimage); the found row's hash is then compared with `same_hash` (`hmac.compare_digest`).
 """
 
 from __future__ import annotations
