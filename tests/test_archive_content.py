@@ -20,17 +20,13 @@ from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal
 
 KEY = "archive-key"
+PAID_SANDBOX = {"keys": {KEY: 1000}, "stage_seconds": 0.05, "song_seconds": 4}
+"""The keyed service (`conftest.paid_sandbox`, its clock running): its songs are journalled and archived."""
 EXPIRED = b"<!doctype html><html><body><h1>This link has expired</h1></body></html>"
 
 
 @pytest.fixture(scope="module")
-def service() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={KEY: 1000}) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def files(service: Sandbox) -> Iterator[HostileServer]:
+def files(paid_sandbox: Sandbox) -> Iterator[HostileServer]:
     """A file host that answers each path with a bad body: an expired link's page, nothing, a bomb, a song."""
     bomb = flac_bomb(frames=600)
 
@@ -50,10 +46,10 @@ def files(service: Sandbox) -> Iterator[HostileServer]:
     server.stop.set()
 
 
-def made_song(service: Sandbox, journal: Path, **fields: Any) -> str:
+def made_song(paid_sandbox: Sandbox, journal: Path, **fields: Any) -> str:
     """One finished song of the keyed service, journalled, not archived yet; its id."""
-    with MusicClient(KEY, base_url=service.base_url, v2_base_url=service.v2_base_url, journal=Journal(journal),
-                     archive=False) as client:  # fmt: skip
+    urls = {"base_url": paid_sandbox.base_url, "v2_base_url": paid_sandbox.v2_base_url}
+    with MusicClient(KEY, **urls, journal=Journal(journal), archive=False) as client:
         ids = client.generate(action="custom", title="Harbour Lights", style="folk", lyrics="la la", **fields).ids
         client.wait(ids, interval=0.05)
     return ids[0]
@@ -65,8 +61,8 @@ def set_urls(journal: Path, task_id: str, **urls: str | None) -> None:
             db.execute(f"UPDATE tasks SET {column} = ? WHERE id = ?", (url, task_id))
 
 
-def archive_now(service: Sandbox, journal: Path, songs: Path) -> MusicClient:
-    client = MusicClient(KEY, base_url=service.base_url, v2_base_url=service.v2_base_url,
+def archive_now(paid_sandbox: Sandbox, journal: Path, songs: Path) -> MusicClient:
+    client = MusicClient(KEY, base_url=paid_sandbox.base_url, v2_base_url=paid_sandbox.v2_base_url,
                          journal=Journal(journal), archive=songs)  # fmt: skip
     archiver = archiver_of(client)
     archiver.retry()
@@ -77,12 +73,12 @@ def archive_now(service: Sandbox, journal: Path, songs: Path) -> MusicClient:
 @pytest.mark.slow
 @pytest.mark.parametrize("bad", ["expired.mp3", "empty.mp3"])
 def test_what_is_not_the_song_is_an_archive_error_then_a_fresh_url_archives_it(
-    service: Sandbox, files: HostileServer, tmp_path: Path, bad: str
+    paid_sandbox: Sandbox, files: HostileServer, tmp_path: Path, bad: str
 ) -> None:
     journal, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
-    task_id = made_song(service, journal)
+    task_id = made_song(paid_sandbox, journal)
     set_urls(journal, task_id, audio_url=f"{files.url}/files/{bad}")  # the URL the service gave has expired
-    client = archive_now(service, journal, songs)
+    client = archive_now(paid_sandbox, journal, songs)
     try:
         with Library(journal) as library:
             failed = {s.id: s.archive_error for s in library.failed_archives()}
@@ -99,34 +95,36 @@ def test_what_is_not_the_song_is_an_archive_error_then_a_fresh_url_archives_it(
 
 
 @pytest.mark.slow
-def test_a_cover_that_is_audio_is_not_kept_and_never_takes_the_songs_name(service: Sandbox, tmp_path: Path) -> None:
+def test_a_cover_that_is_audio_is_not_kept_and_never_takes_the_songs_name(
+    paid_sandbox: Sandbox, tmp_path: Path
+) -> None:
     journal, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
-    task_id = made_song(service, journal)
+    task_id = made_song(paid_sandbox, journal)
     with sqlite3.connect(journal) as db:
         (audio,) = db.execute("SELECT audio_url FROM tasks WHERE id = ?", (task_id,)).fetchone()
     set_urls(journal, task_id, cover_url=audio)  # a "cover" served as audio/mpeg: the song's own bytes
-    archive_now(service, journal, songs).close()
+    archive_now(paid_sandbox, journal, songs).close()
     names = sorted(p.name for p in songs.iterdir() if task_id[:8] in p.name)  # (the other take is archived too)
     assert names == [f"Harbour Lights [{task_id[:8]}].mp3"]
 
 
 @pytest.mark.slow
-def test_the_cover_is_named_by_what_its_bytes_are(service: Sandbox, tmp_path: Path) -> None:
+def test_the_cover_is_named_by_what_its_bytes_are(paid_sandbox: Sandbox, tmp_path: Path) -> None:
     journal, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
-    task_id = made_song(service, journal)
-    archive_now(service, journal, songs).close()
+    task_id = made_song(paid_sandbox, journal)
+    archive_now(paid_sandbox, journal, songs).close()
     names = sorted(p.name for p in songs.iterdir() if task_id[:8] in p.name)
     assert names == [f"Harbour Lights [{task_id[:8]}].mp3", f"Harbour Lights [{task_id[:8]}].svg"]
 
 
 @pytest.mark.slow
 def test_a_crafted_file_that_decodes_to_hours_is_archived_without_peaks(
-    service: Sandbox, files: HostileServer, tmp_path: Path
+    paid_sandbox: Sandbox, files: HostileServer, tmp_path: Path
 ) -> None:
     journal, songs = tmp_path / "journal.sqlite3", tmp_path / "songs"
-    task_id = made_song(service, journal)
+    task_id = made_song(paid_sandbox, journal)
     set_urls(journal, task_id, audio_url=f"{files.url}/files/bomb.flac", cover_url=None)
-    archive_now(service, journal, songs).close()
+    archive_now(paid_sandbox, journal, songs).close()
     with Library(journal) as library:
         song = library.song(task_id)
     assert song.archive_path and song.archive_path.endswith(".flac")  # the paid bytes are kept...

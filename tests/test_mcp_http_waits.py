@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import ManualClock, wait_until_serving
+from helpers import wait_until_serving
 
 from ipymusicgen.app import build_client
 from ipymusicgen.config import Settings
@@ -24,16 +24,11 @@ from ipymusicgen.sandbox import Sandbox
 pytestmark = pytest.mark.slow
 
 KEY = "k-agent-waits-77e1"
+PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 4}
+"""The keyed service (`conftest.paid_sandbox`); `service` freezes its clock, so songs stay queued."""
 TOKEN = "t-agent-waits-token-0123456789abcd"
 TASKS = "/v1/music/tasks"
 START_WAIT = 60.0
-
-
-@pytest.fixture
-def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.2, song_seconds=4, keys={KEY: 100}, faults="") as server:
-        monkeypatch.setattr(server.state, "clock", ManualClock(server.state.stage_seconds))  # songs stay queued
-        yield server
 
 
 def _free_port() -> int:

@@ -21,6 +21,8 @@ from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
 
 KEY = "k-agent-ids-41d0"
+PAID_SANDBOX = {"keys": {KEY: 100}, "stage_seconds": 0.05, "song_seconds": 2}
+"""The keyed service (`conftest.paid_sandbox`, its clock running)."""
 TASKS = "/v1/music/tasks"
 LONG = "x" * 100_000
 BAD_IDS = {
@@ -33,19 +35,13 @@ BAD_IDS = {
 }
 
 
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.05, song_seconds=2, keys={KEY: 100}, faults="") as server:
-        yield server
-
-
 @pytest.fixture
-def desk(sandbox: Sandbox, tmp_path: Path) -> Iterator[AgentDesk]:
-    sandbox.reset()
+def desk(paid_sandbox: Sandbox, tmp_path: Path) -> Iterator[AgentDesk]:
+    paid_sandbox.reset()
     settings = Settings.from_env().with_changes(
         api_key=KEY,
-        base_url=sandbox.base_url,
-        v2_base_url=sandbox.v2_base_url,
+        base_url=paid_sandbox.base_url,
+        v2_base_url=paid_sandbox.v2_base_url,
         journal_path=tmp_path / "journal.sqlite3",
         poll_interval=0.05,
     )
@@ -69,8 +65,8 @@ def ready_ids(desk: AgentDesk) -> list[str]:
     return ids
 
 
-def polls(sandbox: Sandbox) -> int:
-    return sandbox.request_counts().get(TASKS, 0)
+def polls(paid_sandbox: Sandbox) -> int:
+    return paid_sandbox.request_counts().get(TASKS, 0)
 
 
 WAIT_LONG = 300.0
@@ -80,10 +76,10 @@ WAIT_LONG = 300.0
 @pytest.mark.parametrize("tool", ["wait_for_songs", "get_songs"])
 @pytest.mark.parametrize("case", list(BAD_IDS))
 def test_a_bad_id_alone_is_one_line_naming_it_and_nothing_is_read(
-    desk: AgentDesk, sandbox: Sandbox, tool: str, case: str
+    desk: AgentDesk, paid_sandbox: Sandbox, tool: str, case: str
 ) -> None:
     bad, words = BAD_IDS[case]
-    before = polls(sandbox)
+    before = polls(paid_sandbox)
     arguments: dict[str, Any] = {"task_ids": [bad]}
     if tool == "wait_for_songs":
         arguments["timeout_s"] = WAIT_LONG
@@ -92,13 +88,13 @@ def test_a_bad_id_alone_is_one_line_naming_it_and_nothing_is_read(
     (block,) = result.content
     assert "\n" not in block.text and "task_ids[0]" in block.text and words in block.text, block.text
     assert len(block.text) < 400  # a 100 KB id is not echoed
-    assert polls(sandbox) == before  # nothing was queried
+    assert polls(paid_sandbox) == before  # nothing was queried
 
 
 @pytest.mark.parametrize("tool", ["wait_for_songs", "get_songs"])
 @pytest.mark.parametrize("case", ["comma", "blank", "long", "control"])
 def test_a_bad_id_among_good_ones_is_named_and_the_good_ones_reported(
-    desk: AgentDesk, sandbox: Sandbox, tool: str, case: str
+    desk: AgentDesk, paid_sandbox: Sandbox, tool: str, case: str
 ) -> None:
     good = ready_ids(desk)
     bad, words = BAD_IDS[case]
@@ -116,13 +112,13 @@ def test_a_bad_id_among_good_ones_is_named_and_the_good_ones_reported(
     assert LONG not in result.content[0].text
 
 
-def test_wait_for_songs_never_loops_on_a_bad_id(desk: AgentDesk, sandbox: Sandbox) -> None:
+def test_wait_for_songs_never_loops_on_a_bad_id(desk: AgentDesk, paid_sandbox: Sandbox) -> None:
     """Before: a comma id read as a passing failure, nothing polled, the song "writing" until the timeout."""
     good = ready_ids(desk)
-    before = polls(sandbox)
+    before = polls(paid_sandbox)
     result = call(desk, "wait_for_songs", {"task_ids": [f"{good[0]},{good[1]}"], "timeout_s": WAIT_LONG})
     assert result.is_error and "comma" in result.content[0].text
-    assert polls(sandbox) == before
+    assert polls(paid_sandbox) == before
 
 
 def test_ids_with_spaces_around_are_read_as_the_same_id(desk: AgentDesk) -> None:
