@@ -113,6 +113,8 @@ class Workspace:
     """One journal file's world, built at the top and passed down: the settings its clients use, the file's one
     `Database` (its journal, library, batches and extras), the shared client wired to them (the journal passed
     in, the archive and the analysis as its listeners, its batches on `db.batches`) and the libraries over it.
+    Its UI factories (studio, lone watchers, grid and batch views) are `ipymusicgen.widgets.ui.UI(workspace)`:
+    the widgets sit above this layer, so they take the workspace rather than the workspace importing them.
 
     `folder`: a throwaway folder the file lives in (the embedded sandbox's journal), removed on `close()`;
     `client_settings`: how the settings of a client are decided when one is built (the session's: the embedded

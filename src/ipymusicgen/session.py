@@ -1,5 +1,6 @@
 """The current workspace: the one journal file, its `Database` and the shared client that magics, forms, watchers,
-the command line and the agent server use in a process (`current_workspace()`).
+the command line and the agent server use in a process (`current_workspace()`). The notebook's views are built
+over it by `ipymusicgen.widgets.ui.UI`, which takes it (this layer imports no UI).
 
 With a key (MUSICGEN_API_KEY, `%musicgen_login` or `configure(api_key=...)`) it talks to the real
 service; with none it starts an embedded sandbox on 127.0.0.1 and says so once, so a newcomer hears
