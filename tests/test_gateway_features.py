@@ -23,6 +23,7 @@ from ipymusicgen import session
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
 from ipymusicgen.storage.ledger_engines import open_ledger
 
 BUDGET = 200
@@ -168,6 +169,9 @@ def test_the_magics_make_songs_lyrics_extras_and_v2_through_the_gateway(
         "/v2/submit",
     }
     assert all(c["state"] == "done" for c in calls)
+    with Journal(team.journal) as journal:  # the client journals the gateway as the real service it fronts
+        attempts = {a.id for a in journal.attempts()}
+    assert {c["idem_key"] for c in calls} == attempts, "each paid call went with its journal attempt id"
     assert paid_counts(upstream)["/v1/music/generate-wav"] == 1
     logged = capfd.readouterr()
     assert_no_upstream_secret(
@@ -344,23 +348,25 @@ def test_the_agent_server_pays_with_consent_or_max_credits_through_the_gateway(
     )
     ids += data(capped)["task_ids"]
     ids += data(v2)["task_ids"]
-    waited, got, account = anyio.run(
+    waited, got, extra, account = anyio.run(
         lambda: tools(
             ("wait_for_songs", {"task_ids": ids, "timeout_s": 30}),
             ("get_songs", {"task_ids": ids}),
+            ("make_extra", {"task_id": ids[0], "kind": "wav", "max_credits": 5}),
             ("account", {}),
         )
     )
     assert {s["state"] for s in data(waited)["songs"]} == {"ready"}
     assert [s["id"] for s in data(got)["songs"]] == ids
-    assert {c["endpoint"] for c in team.calls()} == {"/v1/music/generate", "/v2/submit"}
+    assert data(extra)["sent"] is True and data(extra)["path"], data(extra)
+    assert {c["endpoint"] for c in team.calls()} == {"/v1/music/generate", "/v2/submit", "/v1/music/generate-wav"}
     assert paid_counts(upstream) == {"/v1/music/generate": 2, "/v2/submit": 1} | {
         k: v for k, v in paid_counts(upstream).items() if k not in ("/v1/music/generate", "/v2/submit")
     }
-    shown = [block.text for result in (asked, capped, v2, waited, got, account) for block in result.content if
+    shown = [block.text for result in (asked, capped, v2, waited, got, extra, account) for block in result.content if
              getattr(block, "text", None)]  # fmt: skip
     left = data(account)["credits_left"]
-    assert BUDGET - 9 <= left < BUDGET, "alice's own credits left (the upstream account has some 1000)"
+    assert BUDGET - 9 - 5 <= left < BUDGET, "alice's own credits left (the upstream account has some 1000)"
     assert_no_upstream_secret(*shown, caplog.text, *consent.questions)
     assert_no_canary_in_files(team.folder)
 
