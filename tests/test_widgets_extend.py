@@ -37,6 +37,27 @@ def test_importing_the_studio_changes_nothing_in_the_watchers_modules() -> None:
     assert done.stdout.strip() == "[]"  # no module-level opener (provide_extend_studio, _open_extend_studio)
 
 
+def test_no_widget_module_fills_a_slot_when_it_is_imported() -> None:
+    """No `global` rebinding and no call made at a module's top level in `widgets/`: collaborators are passed in
+    when views are built (`widgets/ui.py`), never installed by importing a module (as `provide_extend_studio`
+    was)."""
+    import ast
+    from pathlib import Path
+
+    import ipymusicgen.widgets
+
+    found = []
+    for path in sorted(Path(ipymusicgen.widgets.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        found += [f"{path.name}:{n.lineno} global" for n in ast.walk(tree) if isinstance(n, ast.Global)]
+        found += [
+            f"{path.name}:{n.lineno} {ast.unparse(n)[:60]}"
+            for n in tree.body
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+        ]
+    assert found == []
+
+
 @pytest.fixture
 def finished(client: MusicClient) -> Iterator[list[str]]:
     ids = list(client.generate(action="auto", style="lo-fi piano").ids)
