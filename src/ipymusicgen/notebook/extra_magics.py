@@ -8,15 +8,17 @@ is asked, nothing paid. Registered by `%load_ext ipymusicgen`.
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from .. import session
-from ..archive.extras import KINDS, ExtraResult, extra_price, held, make_extra
 from ..errors import MusicGenError
 from .args import unregister_magics
+
+if TYPE_CHECKING:
+    from ..archive.extras import ExtraResult
 
 USAGE = "%musicgen_{kind} [--yes] [--force] TASK_ID"
 
@@ -40,6 +42,8 @@ def parse_extra_line(line: str, kind: str) -> tuple[str, bool, bool]:
 
 def run_extra(line: str, kind: str) -> ExtraResult | None:
     """Ask first (a real key, not made yet) or make/reuse the extra; one line says what happened."""
+    from ..archive.extras import KINDS, extra_price, held, make_extra  # at first use: %load_ext stays light
+
     task_id, yes, force = parse_extra_line(line, kind)
     label = KINDS[kind].label
     try:
