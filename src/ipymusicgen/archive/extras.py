@@ -11,6 +11,7 @@ reached the service without an answer is `unknown` and is never sent again unles
 from __future__ import annotations
 
 import atexit
+import functools
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -85,19 +86,18 @@ def extra_price(kind: str) -> int:
     return costs.credits_for_model(kind_of(kind).name)
 
 
-_fallback: list[Path] = []
+@functools.cache
+def _process_extras_file() -> Path:
+    """A file of this process's own, made once and removed at exit, for clients that keep no journal."""
+    folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-extras-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder / "extras.sqlite3"
 
 
 def _journal_path(client: MusicClient) -> Path:
     """The journal the client writes; a client without one (journal=False) records extras in a file of this process."""
     path = getattr(client.journal, "path", None)
-    if path is not None:
-        return Path(path)
-    if not _fallback:
-        folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-extras-"))
-        atexit.register(shutil.rmtree, folder, True)
-        _fallback.append(folder / "extras.sqlite3")
-    return _fallback[0]
+    return Path(path) if path is not None else _process_extras_file()
 
 
 def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
