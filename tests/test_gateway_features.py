@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, paid_counts, post, settled
+from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from pg_server import postgres_server  # noqa: F401  (the session fixture)
@@ -410,11 +411,13 @@ def test_the_other_paid_extras_an_extend_a_singer_and_the_task_list_through_the_
     team: Team, shell: InteractiveShell, upstream: Sandbox
 ) -> None:
     """The neighbours of the WAV: a singer voice (vibe) by the song's own id, a song in that voice, an extension of
-    the song, and the live task list: each through the gateway, each sent upstream once. (The sandbox makes no
-    MP4: it answers 501, so the MP4 goes the WAV's way untested here.)"""
+    the song, and the live task list: each through the gateway, each sent upstream once. The sandbox makes no MP4
+    (it answers 501): the user hears that refusal as the service gave it, and nothing stays reserved."""
     with capture_output() as out:
         (song, _) = shell.run_line_magic("musicgen", "--wait --timeout 30 a harbour waltz")
         vibe = shell.run_line_magic("musicgen_vibe", f"--yes {song.id}")
+        with pytest.raises(UsageError, match="501: MP4 export is not supported in the sandbox"):
+            shell.run_line_magic("musicgen_mp4", f"--yes {song.id}")
         shell.user_ns.update(singer=vibe.value, sid=song.song_id)
         sung = shell.run_cell_magic("musicgen", "--singer-id {singer} --style soul --wait --timeout 30", "[Verse]\nla")
         longer = shell.run_cell_magic("musicgen", "--continue-song-id {sid} --continue-at 2 --wait", "[Verse]\nmore")
@@ -423,8 +426,10 @@ def test_the_other_paid_extras_an_extend_a_singer_and_the_task_list_through_the_
     assert all(r.state is TaskState.COMPLETE for r in [*sung, *longer])
     assert len(table.rows) == 3 and {row["state"] for row in table.rows} == {"complete"}
     sent = paid_counts(upstream)
-    assert (sent["/v1/music/generate-vibe"], sent["/v1/music/generate"]) == (1, 3)
-    assert {c["state"] for c in team.calls()} == {"done"} and len(team.calls()) == 4
+    assert (sent["/v1/music/generate-vibe"], sent["/v1/music/generate"], sent["/v1/music/generate-mp4"]) == (1, 3, 1)
+    states = {c["endpoint"]: c["state"] for c in team.calls()}
+    assert states.pop("/v1/music/generate-mp4") == "refused" and set(states.values()) == {"done"}
+    assert len(team.calls()) == 5
     assert_no_upstream_secret(out.stdout, out.stderr, repr(table), repr(vibe))
     assert_no_canary_in_files(team.folder)
 
