@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, paid_counts, post, settled
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
@@ -473,3 +473,25 @@ def test_the_agent_server_process_works_from_the_three_variables_alone(team: Tea
     assert "agent server" in stderr_path.read_text()
     assert_no_upstream_secret(*texts, stderr_path.read_text())
     assert_no_canary_in_files(team.folder)
+
+
+@pytest.mark.slow
+def test_over_budget_the_magic_and_the_studio_say_whose_budget_and_send_nothing(
+    team: Team, shell: InteractiveShell, upstream: Sandbox
+) -> None:
+    import ipymusicgen
+
+    assert cli("user", "budget", "alice", "2", "--database", team.database)[0] == 0
+    with capture_output() as out, pytest.raises(UsageError) as refused:
+        shell.run_line_magic("musicgen", "--no-watch a song that costs 3")
+    assert "alice's budget" in str(refused.value), str(refused.value) + out.stdout
+    made = ipymusicgen.studio()
+    try:
+        intent(made, kind="input", form="song", name="style", value="lo-fi piano")
+        intent(made, kind="submit", form="song")
+        intent(made, kind="confirm", form="song")
+        pane = made.view.panes["song"]
+        assert pane["status"] == "nothing was started" and "alice's budget" in pane["error"], pane
+    finally:
+        made.close()
+    assert paid_counts(upstream) == {} and team.calls() == []
