@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import gc
 import socket
+import threading
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -80,3 +82,36 @@ def test_a_paid_call_the_upstream_never_took_is_released_and_one_it_may_have_tak
     with open_ledger(database) as ledger:
         assert [c["state"] for c in ledger.calls()] == ["unknown", "refused"]
         assert ledger.remaining("dan") == 8  # the unknown call's reservation kept, the refused one's released
+
+
+def test_a_key_info_waiting_on_the_upstream_does_not_hold_up_another_users_task_query(
+    tmp_path: Path, clean_env: None, hostile_server: Callable[..., HostileServer]
+) -> None:
+    release = threading.Event()
+
+    def answer(request: RawRequest, sock: socket.socket) -> None:
+        if request.path == "/v1/get_api_key_info":
+            started.append(request.target)
+            if len(started) > 1:  # the gateway's own first reading, at start, is answered at once
+                asked_now.set()
+                release.wait(30)
+            respond(sock, 200, {"status": 200, "message": "Success", "data": {"key_music_counts": 50}})
+        else:
+            respond(sock, 200, [])
+
+    started: list[str] = []
+    asked_now = threading.Event()
+    server = hostile_server(answer)
+    database = str(tmp_path / "gateway.sqlite3")
+    alice, bob = add_user(database, "alice"), add_user(database, "bob")
+    with GatewayThread(database, server.url, server.url) as gateway:
+        pending = ThreadPoolExecutor(1).submit(
+            httpx.get, gateway.url + "/v1/get_api_key_info", headers={"x-api-key": alice}, timeout=60
+        )
+        try:
+            assert asked_now.wait(30), "alice's key info reached the upstream"
+            query = httpx.get(gateway.url + "/v1/music/tasks?ids=t1", headers={"x-api-key": bob}, timeout=20)
+            assert query.status_code == 200 and not pending.done()
+        finally:
+            release.set()
+        assert pending.result(60).json()["data"]["key_music_counts"] == 50

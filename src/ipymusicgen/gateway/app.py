@@ -196,10 +196,13 @@ class Gateway:
         stand_in = _missing_id()
         return _relay(await self.upstream.aread("/v2/query", {"song_id": stand_in}), (stand_in, song_id))
 
-    def key_info(self, user: str) -> Response:
+    async def key_info(self, user: str) -> Response:
         """The caller's remaining credits, never the upstream account's key, e-mail, member id or key name."""
-        left = self.ledger.remaining(user)
-        known = [n for n in (left, self.upstream_counts()) if n is not None]
+        left = await self.blocking(self.ledger.remaining, user)
+        counts = _counts_in(await self.upstream.aread_or_none("/v1/get_api_key_info"))
+        if counts is not None:  # a reading feeds the meter, as `upstream_counts` does
+            await self.blocking(self.ledger.meter, counts)
+        known = [n for n in (left, counts) if n is not None]
         record = {
             "x_api_key": None,
             "key_status": 1,
@@ -229,13 +232,9 @@ class Gateway:
 
     def _read_counts(self) -> int | None:
         try:
-            answer = self.upstream.read("/v1/get_api_key_info")
-            data = json.loads(answer.body) if answer.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            return _counts_in(self.upstream.read("/v1/get_api_key_info"))
+        except httpx.HTTPError:
             return None
-        record = data.get("data", data) if isinstance(data, dict) else None
-        counts = record.get("key_music_counts") if isinstance(record, dict) else None
-        return counts if isinstance(counts, int) and not isinstance(counts, bool) else None
 
     # -- paid calls -----------------------------------------------------------------------------------
 
@@ -286,6 +285,17 @@ class Gateway:
         if state == DONE:
             self.measurer.after(call_id)
         return response
+
+
+def _counts_in(answer: Answer | None) -> int | None:
+    """The upstream key's credits left, from its key-info answer (None: no answer, an error, or no count)."""
+    try:
+        data = json.loads(answer.body) if answer is not None and answer.status_code == 200 else None
+    except ValueError:
+        return None
+    record = data.get("data", data) if isinstance(data, dict) else None
+    counts = record.get("key_music_counts") if isinstance(record, dict) else None
+    return counts if isinstance(counts, int) and not isinstance(counts, bool) else None
 
 
 def _envelope_status(body: bytes) -> int | None:
@@ -442,7 +452,7 @@ def create_app(gateway: Gateway) -> Starlette:
         *(paid_route(f"/v1/music/generate-{kind}", song_extra) for kind in ("vibe", "wav", "mp4")),
         read_route("/v1/music/tasks", lambda user, r: gateway.tasks(user, r.query_params.get("ids"))),
         read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
-        read_route("/v1/get_api_key_info", lambda user, r: gateway.blocking(gateway.key_info, user)),
+        read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
     ]
     return Starlette(routes=routes, exception_handlers={Exception: _failed})
 

@@ -166,6 +166,15 @@ class Upstream:
             await self._wait(wait or 0.0)
             attempt += 1
 
+    async def aread_or_none(self, path: str, params: dict[str, str] | None = None) -> Answer | None:
+        """`aread`, or None when the upstream could not be reached (after the policy's retries)."""
+        import aiohttp
+
+        try:
+            return await self.aread(path, params)
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
+
     async def apaid(self, path: str, params: dict[str, str] | None, json_body: Any) -> Answer:
         """A paid POST, sent once: never retried, whatever happens."""
         import aiohttp
