@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
+from helpers import wait_until
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
@@ -495,3 +498,50 @@ def test_over_budget_the_magic_and_the_studio_say_whose_budget_and_send_nothing(
     finally:
         made.close()
     assert paid_counts(upstream) == {} and team.calls() == []
+
+
+def test_a_song_to_continue_must_be_the_callers_own_as_with_the_extras(team: Team, upstream: Sandbox) -> None:
+    """An extend (or concat, upload_extend, a v2 continuation) names a song by id: bob naming alice's is answered
+    exactly as bob naming a song that does not exist, and the upstream never continues alice's song for him."""
+    client = session.get_client()
+    (song, _) = client.wait(list(client.generate(action="auto", style="alice's tune").ids), timeout=30)
+    bob = add_user(team.database, "bob")
+
+    def extend(token: str, song_id: str) -> dict[str, Any]:
+        body = {"action": "extend", "continue_song_id": song_id, "continue_at": 2, "lyrics": "more"}
+        return post(team.gateway.url, "/v1/music/generate", token, body).json()
+
+    def reasons(token: str, ids: list[str]) -> list[str]:
+        def failed() -> list[dict[str, Any]]:
+            answer = httpx.get(f"{team.gateway.url}/v1/music/tasks", params={"ids": ",".join(ids)},
+                               headers={"x-api-key": token}).json()  # fmt: skip
+            return [t for t in answer if t.get("fail_reason")]
+
+        wait_until(lambda: len(failed()) == len(ids), "the tasks to fail")
+        return [re.sub(r"missing-[0-9a-f]+", "ID", t["fail_reason"]) for t in failed()]
+
+    for asked in (song.song_id, song.id):
+        foreign, missing = extend(bob, asked), extend(bob, "no-such-song")
+        shape = [(a["status"], a["message"].replace(seen, "ID"), len((a["data"] or {}).get("ids", [])))
+                 for a, seen in ((foreign, asked), (missing, "no-such-song"))]  # fmt: skip
+        assert shape[0] == shape[1]
+        if foreign["status"] == 200:  # the service makes tasks that fail: their reasons tell nothing either
+            assert reasons(bob, foreign["data"]["ids"]) == reasons(bob, missing["data"]["ids"])
+            assert all(asked not in r for r in reasons(bob, foreign["data"]["ids"]))
+    mine = extend(team.token, song.song_id)
+    assert mine["status"] == 200
+    longer = session.get_client().wait(mine["data"]["ids"], timeout=30)  # `user add` ran main(): a new client
+    assert all(r.state is TaskState.COMPLETE for r in longer)
+
+    v2_song = session.get_client().wait(
+        session.get_client().submit_v2(prompt="alice v2", is_auto=1, model_version="v4.5"), timeout=30
+    )[0]
+
+    def continue_v2(token: str, song_id: str) -> httpx.Response:
+        body = {"is_auto": 0, "prompt": "on", "lyrics": "more", "continue_song_id": song_id, "continue_at": 2}
+        return post(team.gateway.url, "/v2/submit", token, {**body, "model_version": "v4.5"})
+
+    foreign, missing = continue_v2(bob, v2_song.id), continue_v2(bob, "no-such-song")
+    assert foreign.status_code == missing.status_code and foreign.json()["status"] != 200
+    assert foreign.text.replace(v2_song.id, "ID") == missing.text.replace("no-such-song", "ID")
+    assert continue_v2(team.token, v2_song.id).json()["status"] == 200

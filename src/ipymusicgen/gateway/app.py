@@ -92,6 +92,12 @@ def _missing_id() -> str:
     return "missing-" + secrets.token_hex(8)
 
 
+def _stand_in(user: str, song_id: str) -> str:
+    """The id sent upstream in a body that names a song the caller does not own: one that does not exist, the same
+    for the same caller and id on every replica (so a repeat of the paid call matches its first)."""
+    return "missing-" + hashlib.sha256(f"{user}\0{song_id}".encode()).hexdigest()[:16]
+
+
 class Gateway:
     """The gateway's rules over a ledger and an upstream; `create_app` wraps it in Starlette."""
 
@@ -411,13 +417,24 @@ def create_app(gateway: Gateway) -> Starlette:
         if not isinstance(body, dict):
             raise RequestValidationError([_problem("body", "a JSON object is needed")])
         model = build_generate_request(body, allow_unknown_models=True)
-        return model, model.to_payload(), None, None
+        return await continued(model, user)
 
     async def v2_body(body: Any, request: Request, user: str) -> Any:
         if not isinstance(body, dict):
             raise RequestValidationError([_problem("body", "a JSON object is needed")])
         model = build_v2_request(body, allow_unknown_models=True)
-        return model, model.to_payload(), None, None
+        return await continued(model, user)
+
+    async def continued(model: Any, user: str) -> Any:
+        """A body that continues a song (extend, concat, upload_extend, a v2 continuation) may name only one of
+        the caller's own, as the extras: another user's (or an unknown) id goes upstream as one that does not
+        exist, so the answer is exactly that of a missing song."""
+        payload = model.to_payload()
+        song_id = payload.get("continue_song_id") if isinstance(payload, dict) else None
+        if not song_id or await gateway.owns_song(user, str(song_id)):
+            return model, payload, None, None
+        stand_in = _stand_in(user, str(song_id))
+        return model, {**payload, "continue_song_id": stand_in}, None, (stand_in, str(song_id))
 
     async def lyrics_body(body: Any, request: Request, user: str) -> Any:
         prompt = body.get("prompt") if isinstance(body, dict) else None
