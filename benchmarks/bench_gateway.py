@@ -45,35 +45,42 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextmanager
-def _process(name: str, argv: list[str], ports: list[int], folder: Path, env: dict[str, str]) -> Iterator[None]:
-    """A server process (output in `folder`/`name`.log) until every port accepts; ended on the way out."""
-    log = folder / f"{name}.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, *argv], cwd=ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
+class _Process:
+    """A server process (its output in `folder`/`name`.log), started at once; `ready` waits until every port
+    accepts, `stop` ends it."""
+
+    def __init__(self, name: str, argv: list[str], ports: list[int], folder: Path, env: dict[str, str]) -> None:
+        self.name, self.ports, self.log = name, ports, folder / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, *argv], cwd=ROOT, env=child_env(env), stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def ready(self) -> None:
         deadline = time.monotonic() + START_SECONDS
-        waiting = list(ports)
+        waiting = list(self.ports)
         while waiting:
-            if process.poll() is not None:
-                raise RuntimeError(f"the {name} exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the {self.name} exited ({self.process.returncode}):\n{self.log.read_text()[-3000:]}"
+                )
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the {name} did not start within {START_SECONDS} s:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"the {self.name} did not start in {START_SECONDS} s:\n{self.log.read_text()[-3000:]}"
+                )
             try:
                 socket.create_connection(("127.0.0.1", waiting[0]), timeout=1).close()
                 waiting.pop(0)
             except OSError:
                 time.sleep(0.05)
-        yield
-    finally:
-        process.terminate()
+
+    def stop(self) -> None:
+        self.process.terminate()
         try:
-            process.wait(20)
+            self.process.wait(20)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+            self.process.kill()
+            self.process.wait(10)
 
 
 # -- the child processes: `python -m benchmarks.bench_gateway upstream|bare ...` --------------------------------
@@ -128,7 +135,8 @@ def _serve_bare(upstream: str, port: int) -> None:
 
 @contextmanager
 def _deployment(folder: Path) -> Iterator[tuple[str, str, str, str]]:
-    """(upstream URL, gateway URL, bare proxy URL, a user's token): three server processes, all started at once."""
+    """(upstream URL, gateway URL, bare proxy URL, a user's token): the upstream and the bare proxy start at once,
+    the gateway as soon as the upstream listens (it reads the credits left as it starts)."""
     from ipymusicgen.gateway.tokens import new_token, token_hash
     from ipymusicgen.storage.ledger_engines import open_ledger
 
@@ -140,20 +148,20 @@ def _deployment(folder: Path) -> Iterator[tuple[str, str, str, str]]:
     upstream, upstream_v2 = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{v2_port}"
     env = {UPSTREAM_KEY_ENV: KEY}
     with ExitStack() as stack:
-        stack.enter_context(
-            _process(
-                "upstream",
-                ["-m", "benchmarks.bench_gateway", "upstream", str(port), str(v2_port)],
-                [port, v2_port],
-                folder,
-                env,
-            )
+        serve_upstream = ["-m", "benchmarks.bench_gateway", "upstream", str(port), str(v2_port)]
+        upstream_process = _Process("upstream", serve_upstream, [port, v2_port], folder, env)
+        stack.callback(upstream_process.stop)
+        bare = _Process(
+            "bare proxy", ["-m", "benchmarks.bench_gateway", "bare", upstream, str(bare_port)], [bare_port], folder, env
         )
+        stack.callback(bare.stop)
+        upstream_process.ready()
         serve = ["-m", "ipymusicgen", "gateway", "serve", "--database", database, "--port", str(gateway_port)]
         serve += ["--upstream", upstream, "--upstream-v2", upstream_v2]
-        stack.enter_context(_process("gateway", serve, [gateway_port], folder, env))
-        bare = ["-m", "benchmarks.bench_gateway", "bare", upstream, str(bare_port)]
-        stack.enter_context(_process("bare proxy", bare, [bare_port], folder, env))
+        gateway = _Process("gateway", serve, [gateway_port], folder, env)
+        stack.callback(gateway.stop)
+        bare.ready()
+        gateway.ready()
         yield upstream, f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{bare_port}", token
 
 
