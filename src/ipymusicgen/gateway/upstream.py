@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,7 +66,6 @@ class Upstream:
         self._session: Any = None  # aiohttp.ClientSession, made on the serving loop by its first request
         self._loop: asyncio.AbstractEventLoop | None = None
         self._keeper: asyncio.Task[None] | None = None
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Let go of both pools. The async one closes itself when its loop ends (see `_client`); a loop still
