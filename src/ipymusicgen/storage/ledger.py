@@ -4,7 +4,9 @@ One interface (`Ledger`) and one set of statements; an engine only says how to c
 one write lock a reservation needs (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `SELECT ... FOR UPDATE` on the
 team row) and how to create its tables. Every paid call reserves its estimate from the user's and the team's
 budget in the same transaction that claims its idempotency key, so two gateways on one database can neither
-overspend a budget nor send one key twice. `ledger_engines.open_ledger(url)` picks the engine from the URL.
+overspend a budget nor send one key twice. What is charged is kept as running totals (`users.spent`, `team.spent`),
+moved by every transaction that changes a call's charge, so a budget check costs the same whatever the ledger's
+size. `ledger_engines.open_ledger(url)` picks the engine from the URL.
 """
 
 from __future__ import annotations
@@ -62,6 +64,22 @@ class SpendRow:
 
 _CHARGE_SUM = "COALESCE(SUM(COALESCE(measured, estimated)), 0)"
 _CHARGED_IN = "state IN ('pending', 'done', 'unknown')"
+
+
+def _charge(state: str, estimated: int, measured: int | None) -> int:
+    """One call's share of `_CHARGE_SUM` over `_CHARGED_IN`: what the running totals move by."""
+    if state not in CHARGED:
+        return 0
+    return int(measured if measured is not None else estimated)
+
+
+def fill_totals(cur: _Cursor) -> None:
+    """Set the running totals from every call (a ledger made before they existed; run once, when they are added,
+    in the transaction that adds them)."""
+    cur.run(
+        f"UPDATE users SET spent = (SELECT {_CHARGE_SUM} FROM calls c WHERE c.user_name = users.name AND {_CHARGED_IN})"
+    )
+    cur.run(f"UPDATE team SET spent = (SELECT {_CHARGE_SUM} FROM calls WHERE {_CHARGED_IN}) WHERE id = 1")
 
 
 class Ledger:
@@ -202,19 +220,32 @@ class Ledger:
             return self._left(cur, user)[0]
 
     def _left(self, cur: _Cursor, user: str) -> tuple[int | None, str | None]:
-        team = cur.one("SELECT budget FROM team WHERE id = 1")
-        mine = cur.one("SELECT budget FROM users WHERE name = ?", (user,))
+        """From the running totals: two rows read, whatever the number of calls."""
+        team = cur.one("SELECT budget, spent FROM team WHERE id = 1")
+        mine = cur.one("SELECT budget, spent FROM users WHERE name = ?", (user,))
         left: list[tuple[int, str]] = []
         if team and team[0] is not None:
-            spent = cur.one(f"SELECT {_CHARGE_SUM} FROM calls WHERE {_CHARGED_IN}")[0]
-            left.append((team[0] - int(spent), "team budget"))
+            left.append((team[0] - int(team[1]), "team budget"))
         if mine and mine[0] is not None:
-            spent = cur.one(f"SELECT {_CHARGE_SUM} FROM calls WHERE user_name = ? AND {_CHARGED_IN}", (user,))[0]
-            left.append((mine[0] - int(spent), f"{user}'s budget"))
+            left.append((mine[0] - int(mine[1]), f"{user}'s budget"))
         if not left:
             return None, None
         amount, whose = min(left)
         return max(amount, 0), whose
+
+    def totals(self) -> dict[str, int]:
+        """The running totals of what is charged: the team's under "", each user's under their name."""
+        with self._cursor(write=False) as cur:
+            team = cur.one("SELECT spent FROM team WHERE id = 1")
+            rows = cur.all("SELECT name, spent FROM users")
+        return {"": int(team[0]), **{r[0]: int(r[1]) for r in rows}}
+
+    def _move(self, cur: _Cursor, user: str, credits: int) -> None:
+        """Move the user's and the team's running totals by `credits`, in the caller's transaction (which holds the
+        team row: `_lock_for_reserve`)."""
+        if credits:
+            cur.run("UPDATE team SET spent = spent + ? WHERE id = 1", (credits,))
+            cur.run("UPDATE users SET spent = spent + ? WHERE name = ?", (credits, user))
 
     # -- paid calls -----------------------------------------------------------------------------------
 
@@ -261,6 +292,7 @@ class Ledger:
                     fingerprint,
                 ),
             )
+            self._move(cur, user, _charge(PENDING, estimated, None))
             return Reservation("new", call_id=int(row[0]))
 
     def finish(
@@ -269,12 +301,16 @@ class Ledger:
         """Record how a call ended: `done` (kept; `meter` settles it), `refused` (released), `unknown` (kept);
         the tasks it created belong to its user (in the same transaction)."""
         with self._cursor() as cur:
+            self._lock_for_reserve(cur, "")  # the team row first, as every writer of a charge: no deadlock
+            user, old_state, estimated, measured = cur.one(
+                "SELECT user_name, state, estimated, measured FROM calls WHERE id = ?", (call_id,)
+            )
             cur.run(
                 "UPDATE calls SET state = ?, status_code = ?, body = ? WHERE id = ?",
                 (state, status_code, body, call_id),
             )
+            self._move(cur, user, _charge(state, estimated, measured) - _charge(old_state, estimated, measured))
             if task_ids:
-                user = cur.one("SELECT user_name FROM calls WHERE id = ?", (call_id,))[0]
                 self._own(cur, user, task_ids)
 
     def meter(self, counts: int, call_id: int | None = None) -> int | None:
@@ -302,10 +338,18 @@ class Ledger:
                 since = [r[0] for r in cur.all("SELECT id FROM calls WHERE id > ? AND state <> 'refused'", (last[1],))]
                 if len(since) == 1 and call_id in (None, since[0]) and last[0] >= counts:
                     measured = int(last[0]) - counts
-                    cur.run("UPDATE calls SET measured = ? WHERE id = ? AND state = 'done'", (measured, since[0]))
+                    self._settle(cur, since[0], measured)
             if not in_flight:  # a reading with a call in flight is no baseline, and leaves the last good one standing
                 cur.run("UPDATE meter SET counts = ?, last_call = ? WHERE id = 1", (counts, top))
         return measured
+
+    def _settle(self, cur: _Cursor, call_id: int, measured: int) -> None:
+        """A done call's measured cost, and the totals moved from what it counted before to it."""
+        row = cur.one("SELECT user_name, state, estimated, measured FROM calls WHERE id = ?", (call_id,))
+        if row is None or row[1] != DONE:
+            return
+        cur.run("UPDATE calls SET measured = ? WHERE id = ?", (measured, call_id))
+        self._move(cur, row[0], _charge(DONE, row[2], measured) - _charge(DONE, row[2], row[3]))
 
     # -- task owners ----------------------------------------------------------------------------------
 

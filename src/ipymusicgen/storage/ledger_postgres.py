@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ledger import Ledger
+from .ledger import Ledger, fill_totals
 
 CONNECT_TIMEOUT = 10
 SCHEMA_LOCK = 3131_0001
@@ -40,9 +40,12 @@ class PostgresLedger(Ledger):
         cur.run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
         cur.run(
             "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, "
-            "budget BIGINT, revoked INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL)"
+            "budget BIGINT, revoked INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL, "
+            "spent BIGINT NOT NULL DEFAULT 0)"
         )
-        cur.run("CREATE TABLE IF NOT EXISTS team (id INTEGER PRIMARY KEY, budget BIGINT)")
+        cur.run(
+            "CREATE TABLE IF NOT EXISTS team (id INTEGER PRIMARY KEY, budget BIGINT, spent BIGINT NOT NULL DEFAULT 0)"
+        )
         cur.run("INSERT INTO team (id, budget) VALUES (1, NULL) ON CONFLICT (id) DO NOTHING")
         cur.run(
             "CREATE TABLE IF NOT EXISTS calls (id BIGSERIAL PRIMARY KEY, user_name TEXT NOT NULL, "
@@ -54,3 +57,15 @@ class PostgresLedger(Ledger):
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts BIGINT, last_call BIGINT)")
         cur.run("INSERT INTO meter (id) VALUES (1) ON CONFLICT (id) DO NOTHING")
+        have = {
+            r[0]
+            for r in cur.all(
+                "SELECT table_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND column_name = 'spent' AND table_name IN ('users', 'team')"
+            )
+        }
+        added = [t for t in ("users", "team") if t not in have]
+        for table in added:  # a ledger made before the running totals: added and filled in this one transaction
+            cur.run(f"ALTER TABLE {table} ADD COLUMN spent BIGINT NOT NULL DEFAULT 0")
+        if added:
+            fill_totals(cur)

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .ledger import Ledger
+from .ledger import Ledger, fill_totals
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -40,9 +40,12 @@ class SqliteLedger(Ledger):
     def _create_tables(self, cur: Any) -> None:
         cur.run(
             "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, "
-            "budget INTEGER, revoked INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL)"
+            "budget INTEGER, revoked INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL, "
+            "spent INTEGER NOT NULL DEFAULT 0)"
         )
-        cur.run("CREATE TABLE IF NOT EXISTS team (id INTEGER PRIMARY KEY, budget INTEGER)")
+        cur.run(
+            "CREATE TABLE IF NOT EXISTS team (id INTEGER PRIMARY KEY, budget INTEGER, spent INTEGER NOT NULL DEFAULT 0)"
+        )
         cur.run("INSERT OR IGNORE INTO team (id, budget) VALUES (1, NULL)")
         cur.run(
             "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY AUTOINCREMENT, user_name TEXT NOT NULL, "
@@ -55,6 +58,11 @@ class SqliteLedger(Ledger):
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts INTEGER, last_call INTEGER)")
         cur.run("INSERT OR IGNORE INTO meter (id) VALUES (1)")
+        added = [t for t in ("users", "team") if not any(c[1] == "spent" for c in cur.all(f"PRAGMA table_info({t})"))]
+        for table in added:  # a ledger made before the running totals: added and filled in this one transaction
+            cur.run(f"ALTER TABLE {table} ADD COLUMN spent INTEGER NOT NULL DEFAULT 0")
+        if added:
+            fill_totals(cur)
 
 
 class _AutoCommit:

@@ -1,0 +1,136 @@
+"""The ledger's running totals of what is charged: kept in the transactions that change them, on both engines,
+equal at every step to the sum recomputed from the calls, and filled from the rows of a ledger made before them."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+
+from ipymusicgen.storage import ledger as ledger_module
+from ipymusicgen.storage.ledger import Ledger
+from ipymusicgen.storage.ledger_engines import open_ledger
+
+USERS = ("ann", "ben", "cy")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server process
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "gateway.sqlite3")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database()
+
+
+def recomputed(ledger: Ledger) -> dict[str, int]:
+    """What each user and the team have charged, summed from every call (the rule: estimated while reserved or
+    unknown, measured where settled, nothing once released)."""
+    sums = dict.fromkeys(("", *USERS), 0)
+    for call in ledger.calls():
+        if call["state"] == "refused":
+            continue
+        charge = call["measured"] if call["measured"] is not None else call["estimated"]
+        sums[call["user"]] += charge
+        sums[""] += charge
+    return sums
+
+
+def random_mix(ledger: Ledger, seed: int, steps: int = 120) -> None:
+    """Reserve, finish done/refused/unknown, measure (a lone call settles), and repeat keys, in a random order,
+    checking the totals against the recomputed sums at each step."""
+    rng = random.Random(seed)
+    counts = 10_000
+    pending: list[int] = []
+
+    def finish(call_id: int) -> None:
+        ledger.finish(call_id, rng.choice(["done", "done", "refused", "unknown"]), 200, b"{}")
+
+    for step in range(steps):
+        move = rng.random()
+        if move < 0.45:
+            key = rng.choice([None, f"k{rng.randrange(20)}"])
+            made = ledger.reserve(rng.choice(USERS), key, "/v1/music/generate", "MFV3.0", rng.randint(1, 12))
+            if made.kind == "new":
+                pending.append(made.call_id)
+        elif move < 0.75 and pending:
+            finish(pending.pop(rng.randrange(len(pending))))
+        elif move < 0.9:  # everything in flight ends, then a lone call is measured (settled when it was done)
+            while pending:
+                finish(pending.pop())
+            ledger.meter(counts)
+            made = ledger.reserve(rng.choice(USERS), None, "/v1/music/generate", "MFV3.0", rng.randint(1, 12))
+            finish(made.call_id)
+            counts -= rng.randint(0, 9)
+            ledger.meter(counts, made.call_id)
+        else:
+            ledger.meter(counts)
+        assert ledger.totals() == recomputed(ledger), f"step {step}"
+
+
+@pytest.fixture
+def no_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unknown call blocks measuring for `IN_FLIGHT_WINDOW`: here, for no time, so the mix settles calls too."""
+    monkeypatch.setattr(ledger_module, "IN_FLIGHT_WINDOW", -1.0)
+
+
+def test_the_running_totals_equal_the_recomputed_sums_after_a_random_mix(database: str, no_window: None) -> None:
+    with open_ledger(database) as ledger:
+        for name in USERS:
+            ledger.add_user(name, f"hash-{name}", 1_000_000)
+        ledger.set_team_budget(10_000_000)
+        ledger.meter(10_000)
+        random_mix(ledger, seed=31)
+        assert ledger.totals()[""] > 0 and any(c["measured"] is not None for c in ledger.calls())
+        assert {c["state"] for c in ledger.calls()} >= {"done", "refused", "unknown"}
+
+
+def test_the_budget_check_reads_the_totals_not_the_calls(database: str) -> None:
+    """A reservation is refused at the budget's edge exactly as before: reserved, settled and released alike."""
+    with open_ledger(database) as ledger:
+        ledger.add_user("ann", "hash-ann", 10)
+        ledger.meter(100)
+        first = ledger.reserve("ann", "a", "/v1/music/generate", "MFV3.0", 6).call_id
+        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 5).kind == "over"
+        ledger.finish(first, "done", 200, b"{}")
+        assert ledger.meter(98, first) == 2  # settled to 2: 8 left
+        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 8).kind == "new"
+        assert ledger.remaining("ann") == 0
+        third = ledger.reserve("ann", "c", "/v1/music/generate", "MFV3.0", 0).call_id
+        ledger.finish(third, "refused", 400, b"{}")
+        assert ledger.remaining("ann") == 0 and ledger.totals() == {"": 10, "ann": 10}
+
+
+def _drop_totals(database: str) -> None:
+    """Make the ledger as one written before the totals existed: no `spent` column on users or team."""
+    statements = ("ALTER TABLE users DROP COLUMN spent", "ALTER TABLE team DROP COLUMN spent")
+    if database.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            for text in statements:
+                conn.execute(text)
+        return
+    with sqlite3.connect(database) as conn:
+        for text in statements:
+            conn.execute(text)
+
+
+def test_a_ledger_from_before_the_totals_opens_with_them_filled_from_its_calls(database: str, no_window: None) -> None:
+    with open_ledger(database) as ledger:
+        for name in USERS:
+            ledger.add_user(name, f"hash-{name}", 1_000_000)
+        ledger.set_team_budget(10_000_000)
+        ledger.meter(10_000)
+        random_mix(ledger, seed=7, steps=60)
+        before = recomputed(ledger)
+        team_left = ledger.remaining("ann")
+    _drop_totals(database)
+    with open_ledger(database) as ledger:
+        assert ledger.totals() == before == recomputed(ledger)
+        assert ledger.remaining("ann") == team_left
+        random_mix(ledger, seed=8, steps=30)  # and kept from then on
+    with open_ledger(database) as ledger:  # opened again: filled once, not added twice
+        assert ledger.totals() == recomputed(ledger)
