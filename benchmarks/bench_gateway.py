@@ -189,8 +189,68 @@ async def _burst(url: str, key: str, ids: str) -> float:
     return took
 
 
+SMALL_LEDGER, LARGE_LEDGER = 100, 100_000
+"""Prior calls in the two ledgers a reservation is timed on (figure 16 details: goal about 1x)."""
+
+
+def _ledger_with_calls(path: Path, calls: int) -> Any:
+    """A SQLite ledger holding `calls` prior calls of one user under a user and a team budget (both checked)."""
+    import sqlite3
+
+    from ipymusicgen.storage.ledger_engines import open_ledger
+
+    ledger = open_ledger(str(path))
+    ledger.add_user("ann", "hash-ann", 10**12)
+    ledger.set_team_budget(10**12)
+    ledger.close()
+    with sqlite3.connect(path) as db:  # written in one transaction: 100,000 reservations one by one take minutes
+        db.executemany(
+            "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, measured, state, created_at, day) "
+            "VALUES ('ann', ?, '/v1/music/generate', 'MFV3.0', 3, 2, 'done', 0, '2026-01-01')",
+            ((f"prior-{n}",) for n in range(calls)),
+        )
+    return open_ledger(str(path))
+
+
+def _reservation_scaling(folder: Path, rounds: int, count: int) -> Row:
+    """One reservation's time (claiming a new key and checking both budgets) on a ledger of 100,000 prior calls
+    against one of 100, in one run; each reservation is released again, so the ledgers keep their sizes."""
+    small = _ledger_with_calls(folder / "small.sqlite3", SMALL_LEDGER)
+    large = _ledger_with_calls(folder / "large.sqlite3", LARGE_LEDGER)
+
+    def reserve(ledger: Any) -> float:
+        took = 0.0
+        for _ in range(count):
+            start = time.perf_counter()
+            made = ledger.reserve("ann", uuid.uuid4().hex, "/v1/music/generate", "MFV3.0", 3)
+            took += time.perf_counter() - start
+            ledger.finish(made.call_id, "refused", 400, b"{}")
+        return took / count
+
+    try:
+        for ledger in (small, large):
+            reserve(ledger)  # warm
+        samples = interleaved({"small": lambda: reserve(small), "large": lambda: reserve(large)}, rounds)
+    finally:
+        small.close()
+        large.close()
+    at_small, at_large = median(samples["small"]), median(samples["large"])
+    return Row(
+        16,
+        f"a reservation at {LARGE_LEDGER:,} prior calls vs at {SMALL_LEDGER} (SQLite ledger)",
+        round(at_large * 1e3, 3),
+        "ms/call",
+        baseline=round(at_small * 1e3, 3),
+        ratio=round(ratio(at_large, at_small), 2),
+        target="about 1x (report)",
+        details={name: spread([v * 1e3 for v in values]) for name, values in samples.items()},
+    )
+
+
 def run(quick: bool = False) -> list[Row]:
     rounds, count = (3, 5) if quick else (9, 30)
+    with tempfile.TemporaryDirectory() as tmp:
+        scaling = _reservation_scaling(Path(tmp), rounds, count * 4)
     with tempfile.TemporaryDirectory() as tmp, _deployment(Path(tmp)) as (upstream, gateway, bare, token):
         with httpx.Client(timeout=30) as http:
 
@@ -263,6 +323,7 @@ def run(quick: bool = False) -> list[Row]:
             ratio=round(ratio(burst_gateway, burst_direct), 2),
         )
     )
+    rows.append(scaling)
     return rows
 
 
