@@ -4,7 +4,9 @@ never in any answer, log, row or file."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -175,6 +177,45 @@ def test_a_user_sees_another_users_task_exactly_as_a_missing_one(
     assert foreign.text.replace(song_id, "ID") == missing.text.replace("no-such-song", "ID")
     wav = post(gateway.url, f"/v1/music/generate-wav?song_id={ids[0]}", bob, None).json()
     assert wav["status"] != 200, "bob cannot pay for a rendering of alice's song (upstream: no such song)"
+
+
+def test_a_singer_id_must_be_the_callers_own_as_a_song_id_is(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """An artist_consistency body names a voice made by generate-vibe: bob naming alice's is answered exactly as bob
+    naming one that does not exist (the upstream never sings in alice's voice for him); alice's own works."""
+    alice, bob = add_user(database, "alice"), add_user(database, "bob")
+    with client_for(gateway, alice, tmp_path) as client:
+        song = client.wait(client.generate(**GENERATE).ids, interval=0.05, timeout=30)[0]
+        singer = client.generate_vibe(song.song_id)
+
+    def sing(token: str, singer_id: str) -> dict[str, object]:
+        body = {"action": "artist_consistency", "singer_id": singer_id, "lyrics": "la la", "mv": "MFV3.0"}
+        return post(gateway.url, "/v1/music/generate", token, body).json()
+
+    def ended(token: str, ids: list[str]) -> list[dict[str, object]]:
+        def records() -> list[dict[str, object]]:
+            answer = httpx.get(gateway.url + "/v1/music/tasks", params={"ids": ",".join(ids)},
+                               headers={"x-api-key": token}).json()  # fmt: skip
+            return [t for t in answer if t.get("status") in (0, 3)]  # complete or failed
+
+        wait_until(lambda: len(records()) == len(ids), "the tasks to end")
+        return records()
+
+    def shape(answer: dict[str, object], token: str, asked: str) -> list[object]:
+        ids = (answer["data"] or {}).get("ids", [])
+        reasons = [re.sub(r"missing-[0-9a-f]+", "ID", str(t.get("fail_reason"))) for t in ended(token, ids)]
+        return [answer["status"], str(answer["message"]).replace(asked, "ID"), reasons]
+
+    foreign, made_up = sing(bob, singer), sing(bob, "singer-made-up-1")
+    assert shape(foreign, bob, singer) == shape(made_up, bob, "singer-made-up-1")
+    assert foreign["status"] == 200 and all(t.get("fail_reason") for t in ended(bob, foreign["data"]["ids"]))
+    assert singer not in json.dumps(ended(bob, foreign["data"]["ids"])), "nothing of alice's reaches bob"
+    again = sing(bob, singer)  # a stand-in the same each time: a repeat still matches its first
+    assert again["status"] == foreign["status"]
+    mine = sing(alice, singer)
+    assert mine["status"] == 200
+    assert all(t["status"] == 0 for t in ended(alice, mine["data"]["ids"])), "alice sings in her own voice"
 
 
 def test_a_task_query_without_ids_answers_the_callers_own_tasks_as_the_service_does(

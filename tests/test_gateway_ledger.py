@@ -11,7 +11,7 @@ import pytest
 from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
 
 from ipymusicgen.storage import ledger as ledger_module
-from ipymusicgen.storage.ledger import Ledger
+from ipymusicgen.storage.ledger import VIBE, Ledger
 from ipymusicgen.storage.ledger_engines import open_ledger
 
 USERS = ("ann", "ben", "cy")
@@ -103,9 +103,49 @@ def test_the_budget_check_reads_the_totals_not_the_calls(database: str) -> None:
         assert ledger.remaining("ann") == 0 and ledger.totals() == {"": 10, "ann": 10}
 
 
-def _drop_totals(database: str) -> None:
-    """Make the ledger as one written before the totals existed: no `spent` column on users or team."""
-    statements = ("ALTER TABLE users DROP COLUMN spent", "ALTER TABLE team DROP COLUMN spent")
+def test_a_ledger_from_before_the_totals_opens_with_them_filled_from_its_calls(database: str, no_window: None) -> None:
+    with open_ledger(database) as ledger:
+        for name in USERS:
+            ledger.add_user(name, f"hash-{name}", 1_000_000)
+        ledger.set_team_budget(10_000_000)
+        ledger.meter(10_000)
+        random_mix(ledger, seed=7, steps=60)
+        before = recomputed(ledger)
+        team_left = ledger.remaining("ann")
+    _run(database, "ALTER TABLE users DROP COLUMN spent", "ALTER TABLE team DROP COLUMN spent")  # as before them
+    with open_ledger(database) as ledger:
+        assert ledger.totals() == before == recomputed(ledger)
+        assert ledger.remaining("ann") == team_left
+        random_mix(ledger, seed=8, steps=30)  # and kept from then on
+    with open_ledger(database) as ledger:  # opened again: filled once, not added twice
+        assert ledger.totals() == recomputed(ledger)
+
+
+def test_a_singer_belongs_to_the_maker_of_its_vibe_call_and_a_ledger_from_before_learns_them_from_its_answers(
+    database: str,
+) -> None:
+    answers = {  # the shapes a vibe answer may take (observed-behaviour.md): data.singer_id, data.id, a bare string
+        "s-one": b'{"status": 200, "message": "Success", "data": {"singer_id": "s-one"}}',
+        "s-two": b'{"status": 200, "message": "Success", "data": {"id": "s-two"}}',
+        "s-three": b'{"status": 200, "message": "Success", "data": "s-three"}',
+    }
+    with open_ledger(database) as ledger:
+        ledger.add_user("ann", "hash-ann", None)
+        ledger.add_user("ben", "hash-ben", None)
+        for key, body in enumerate(answers.values()):
+            made = ledger.reserve("ann", str(key), VIBE, "vibe", 1)
+            ledger.finish(made.call_id, "done", 200, body)
+        refused = ledger.reserve("ben", "r", VIBE, "vibe", 1)
+        ledger.finish(refused.call_id, "refused", 200, b'{"status": 400, "message": "x", "data": {"singer_id": "s-b"}}')
+        assert all(ledger.owns_singer("ann", s) for s in answers)
+        assert not any(ledger.owns_singer("ben", s) for s in (*answers, "s-b"))
+    _run(database, "DROP TABLE singers")  # as a ledger made before the singers were recorded
+    with open_ledger(database) as ledger:
+        assert all(ledger.owns_singer("ann", s) for s in answers)
+        assert not any(ledger.owns_singer("ben", s) for s in (*answers, "s-b"))
+
+
+def _run(database: str, *statements: str) -> None:
     if database.startswith("postgresql://"):
         import psycopg
 
@@ -116,21 +156,3 @@ def _drop_totals(database: str) -> None:
     with sqlite3.connect(database) as conn:
         for text in statements:
             conn.execute(text)
-
-
-def test_a_ledger_from_before_the_totals_opens_with_them_filled_from_its_calls(database: str, no_window: None) -> None:
-    with open_ledger(database) as ledger:
-        for name in USERS:
-            ledger.add_user(name, f"hash-{name}", 1_000_000)
-        ledger.set_team_budget(10_000_000)
-        ledger.meter(10_000)
-        random_mix(ledger, seed=7, steps=60)
-        before = recomputed(ledger)
-        team_left = ledger.remaining("ann")
-    _drop_totals(database)
-    with open_ledger(database) as ledger:
-        assert ledger.totals() == before == recomputed(ledger)
-        assert ledger.remaining("ann") == team_left
-        random_mix(ledger, seed=8, steps=30)  # and kept from then on
-    with open_ledger(database) as ledger:  # opened again: filled once, not added twice
-        assert ledger.totals() == recomputed(ledger)

@@ -93,8 +93,8 @@ def _missing_id() -> str:
 
 
 def _stand_in(user: str, song_id: str) -> str:
-    """The id sent upstream in a body that names a song the caller does not own: one that does not exist, the same
-    for the same caller and id on every replica (so a repeat of the paid call matches its first)."""
+    """The id sent upstream in a body that names a song (or a singer) the caller does not own: one that does not
+    exist, the same for the same caller and id on every replica (so a repeat of the paid call matches its first)."""
     return "missing-" + hashlib.sha256(f"{user}\0{song_id}".encode()).hexdigest()[:16]
 
 
@@ -107,6 +107,7 @@ class Gateway:
         self.allowed_hosts = LOOPBACK_HOSTS | {host.lower()} | {h.lower() for h in allow_hosts}
         self.tokens = TokenCache()
         self.owners = OwnerCache()
+        self.singers = OwnerCache()
         self.measurer = Measurer(self.measure)
         self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="gateway-ledger")
         self._inline = isinstance(ledger, SqliteLedger)
@@ -165,6 +166,16 @@ class Gateway:
             if song_id in _song_ids(await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(chunk)})):
                 self.owners.learn(user, [song_id])
                 return True
+        return False
+
+    async def owns_singer(self, user: str, singer_id: str) -> bool:
+        """Whether a singer voice named in a body is the caller's: made by one of their vibe calls (recorded from its
+        answer as it passed through a gateway), and remembered."""
+        if self.singers.mine(user, [singer_id]):
+            return True
+        if await self.blocking(self.ledger.owns_singer, user, singer_id):
+            self.singers.learn(user, [singer_id])
+            return True
         return False
 
     # -- reads ----------------------------------------------------------------------------------------
@@ -427,14 +438,18 @@ def create_app(gateway: Gateway) -> Starlette:
 
     async def continued(model: Any, user: str) -> Any:
         """A body that continues a song (extend, concat, upload_extend, a v2 continuation) may name only one of
-        the caller's own, as the extras: another user's (or an unknown) id goes upstream as one that does not
-        exist, so the answer is exactly that of a missing song."""
+        the caller's own, as the extras, and a body that sings in a voice (`singer_id`, artist_consistency) only
+        one the caller made: another user's (or an unknown) id goes upstream as one that does not exist, so the
+        answer is exactly that of a missing song or singer. (No request names both.)"""
         payload = model.to_payload()
-        song_id = payload.get("continue_song_id") if isinstance(payload, dict) else None
-        if not song_id or await gateway.owns_song(user, str(song_id)):
+        if not isinstance(payload, dict):
             return model, payload, None, None
-        stand_in = _stand_in(user, str(song_id))
-        return model, {**payload, "continue_song_id": stand_in}, None, (stand_in, str(song_id))
+        for field, owns in (("continue_song_id", gateway.owns_song), ("singer_id", gateway.owns_singer)):
+            named = payload.get(field)
+            if named and not await owns(user, str(named)):
+                stand_in = _stand_in(user, str(named))
+                return model, {**payload, field: stand_in}, None, (stand_in, str(named))
+        return model, payload, None, None
 
     async def lyrics_body(body: Any, request: Request, user: str) -> Any:
         prompt = body.get("prompt") if isinstance(body, dict) else None

@@ -11,6 +11,7 @@ size. `ledger_engines.open_ledger(url)` picks the engine from the URL.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,11 @@ PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
 CHARGED = (PENDING, DONE, UNKNOWN)
 """States whose credits count against a budget: a reservation is kept until the call is known refused."""
 GROUPS = {"user": "user_name", "day": "day", "model": "model"}
+VIBE = "/v1/music/generate-vibe"
+"""The paid call whose answer names a singer voice (`singer_id`) that only its maker may sing with."""
+SINGER_ID_NAMES = ("singer_id", "id")
+"""Where a vibe answer's `data` holds the singer id, as the client reads it (`client.core._VIBE_NAMES`), or the
+data is the bare id."""
 IN_FLIGHT_WINDOW = 600.0
 """Seconds a pending or unknown call may still move the upstream's credits (a killed gateway's call stays pending
 for ever; after this long its charge, if any, has landed, and measuring resumes)."""
@@ -80,6 +86,30 @@ def fill_totals(cur: _Cursor) -> None:
         f"UPDATE users SET spent = (SELECT {_CHARGE_SUM} FROM calls c WHERE c.user_name = users.name AND {_CHARGED_IN})"
     )
     cur.run(f"UPDATE team SET spent = (SELECT {_CHARGE_SUM} FROM calls WHERE {_CHARGED_IN}) WHERE id = 1")
+
+
+def singer_in(body: bytes | None) -> str | None:
+    """The singer id a vibe answer made (`data.singer_id`, `data.id`, or a bare string), or None."""
+    try:
+        data = json.loads(body).get("data") if body else None
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(data, str):
+        return data or None
+    if isinstance(data, dict):
+        for name in SINGER_ID_NAMES:
+            if isinstance(data.get(name), str) and data[name]:
+                return str(data[name])
+    return None
+
+
+def fill_singers(cur: _Cursor) -> None:
+    """Record whose each singer id is, from the answers of the vibe calls already made (a ledger made before the
+    singers table; run once, in the transaction that creates it)."""
+    for user, body in cur.all("SELECT user_name, body FROM calls WHERE endpoint = ? AND state = 'done'", (VIBE,)):
+        singer = singer_in(bytes(body) if body is not None else None)
+        if singer and not cur.one("SELECT 1 FROM singers WHERE singer_id = ?", (singer,)):
+            cur.run("INSERT INTO singers (singer_id, user_name) VALUES (?, ?)", (singer, user))
 
 
 class Ledger:
@@ -299,11 +329,11 @@ class Ledger:
         self, call_id: int, state: str, status_code: int | None, body: bytes | None, task_ids: list[str] = ()
     ) -> None:
         """Record how a call ended: `done` (kept; `meter` settles it), `refused` (released), `unknown` (kept);
-        the tasks it created belong to its user (in the same transaction)."""
+        the tasks it created, or the singer a vibe call made, belong to its user (in the same transaction)."""
         with self._cursor() as cur:
             self._lock_for_reserve(cur, "")  # the team row first, as every writer of a charge: no deadlock
-            user, old_state, estimated, measured = cur.one(
-                "SELECT user_name, state, estimated, measured FROM calls WHERE id = ?", (call_id,)
+            user, old_state, estimated, measured, endpoint = cur.one(
+                "SELECT user_name, state, estimated, measured, endpoint FROM calls WHERE id = ?", (call_id,)
             )
             cur.run(
                 "UPDATE calls SET state = ?, status_code = ?, body = ? WHERE id = ?",
@@ -312,6 +342,9 @@ class Ledger:
             self._move(cur, user, _charge(state, estimated, measured) - _charge(old_state, estimated, measured))
             if task_ids:
                 self._own(cur, user, task_ids)
+            singer = singer_in(body) if state == DONE and endpoint == VIBE else None
+            if singer and not cur.one("SELECT 1 FROM singers WHERE singer_id = ?", (singer,)):
+                cur.run("INSERT INTO singers (singer_id, user_name) VALUES (?, ?)", (singer, user))
 
     def meter(self, counts: int, call_id: int | None = None) -> int | None:
         """Record the upstream's credits left, read just now; return the measured cost of the call it settles.
@@ -380,6 +413,12 @@ class Ledger:
                 )
             }
         return [i for i in ids if i in mine]
+
+    def owns_singer(self, user: str, singer_id: str) -> bool:
+        """Whether `singer_id` was made by one of `user`'s vibe calls."""
+        with self._cursor(write=False) as cur:
+            row = cur.one("SELECT 1 FROM singers WHERE singer_id = ? AND user_name = ?", (singer_id, user))
+        return row is not None
 
     # -- spend ----------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ledger import Ledger, fill_totals
+from .ledger import Ledger, fill_singers, fill_totals
 
 CONNECT_TIMEOUT = 10
 SCHEMA_LOCK = 3131_0001
@@ -69,3 +69,8 @@ class PostgresLedger(Ledger):
             cur.run(f"ALTER TABLE {table} ADD COLUMN spent BIGINT NOT NULL DEFAULT 0")
         if added:
             fill_totals(cur)
+        if (
+            cur.one("SELECT to_regclass('singers')")[0] is None
+        ):  # a ledger made before: the singers its vibe calls made, from their answers
+            cur.run("CREATE TABLE singers (singer_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+            fill_singers(cur)

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .ledger import Ledger, fill_totals
+from .ledger import Ledger, fill_singers, fill_totals
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -63,6 +63,11 @@ class SqliteLedger(Ledger):
             cur.run(f"ALTER TABLE {table} ADD COLUMN spent INTEGER NOT NULL DEFAULT 0")
         if added:
             fill_totals(cur)
+        if not cur.one(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'singers'"
+        ):  # a ledger made before: the singers its vibe calls made, from their answers
+            cur.run("CREATE TABLE singers (singer_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+            fill_singers(cur)
 
 
 class _AutoCommit:
