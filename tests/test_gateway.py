@@ -218,6 +218,39 @@ def test_a_singer_id_must_be_the_callers_own_as_a_song_id_is(
     assert all(t["status"] == 0 for t in ended(alice, mine["data"]["ids"])), "alice sings in her own voice"
 
 
+def test_made_up_song_ids_cost_a_bounded_number_of_upstream_reads_and_a_song_made_just_now_is_found(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """A song id the caller may own is looked up in their tasks upstream; a miss is remembered a while, so many
+    made-up ids cost one such look-up, not one each. A song made since is known from the answer that carried it
+    (on every replica: the ledger records it), never taken for a miss."""
+    alice = add_user(database, "alice")
+    with client_for(gateway, alice, tmp_path) as client:
+        client.wait(client.generate(**GENERATE).ids, interval=0.05, timeout=30)
+
+    def reads() -> int:
+        return upstream.request_counts().get("/v1/music/tasks", 0)
+
+    def extend(url: str, song_id: str) -> dict[str, object]:
+        body = {"action": "extend", "continue_song_id": song_id, "continue_at": 2, "lyrics": "more"}
+        return post(url, "/v1/music/generate", alice, body).json()
+
+    def wav(url: str, song_id: str) -> dict[str, object]:
+        return post(url, f"/v1/music/generate-wav?song_id={song_id}", alice, None).json()
+
+    before = reads()
+    for n in range(20):
+        (extend if n % 2 else wav)(gateway.url, f"made-up-{n}")
+    assert reads() - before <= 1, "one look-up through alice's tasks (one page), not one per made-up id"
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as replica:
+        wav(replica.url, "made-up-on-the-replica")  # the replica remembers a miss too
+        with client_for(gateway, alice, tmp_path) as client:
+            song = client.wait(client.generate(**GENERATE).ids, interval=0.05, timeout=30)[0]
+        assert wav(gateway.url, song.song_id)["status"] == 200
+        assert wav(replica.url, song.song_id)["status"] == 200, "a song made just now is alice's on every replica"
+        assert extend(replica.url, song.song_id)["status"] == 200
+
+
 def test_a_task_query_without_ids_answers_the_callers_own_tasks_as_the_service_does(
     gateway: GatewayThread, database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:

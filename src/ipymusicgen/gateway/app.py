@@ -34,7 +34,7 @@ from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
 from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
 from ..storage.ledger_sqlite import SqliteLedger
-from .cache import OwnerCache, TokenCache
+from .cache import OwnerCache, RecentScans, TokenCache
 from .measurer import Measurer
 from .tokens import same_hash, token_hash
 from .upstream import Answer, MaybeSent, NotSent, Upstream
@@ -108,6 +108,7 @@ class Gateway:
         self.tokens = TokenCache()
         self.owners = OwnerCache()
         self.singers = OwnerCache()
+        self.scans = RecentScans()
         self.measurer = Measurer(self.measure)
         self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="gateway-ledger")
         self._inline = isinstance(ledger, SqliteLedger)
@@ -156,17 +157,34 @@ class Gateway:
 
     async def owns_song(self, user: str, song_id: str) -> bool:
         """Whether the song an extra asks for is the caller's: one of their ids, or the `song_id` of one of their
-        tasks (a v1 task's song has an id of its own, which the client sends): found in their own tasks' records,
-        newest first, and remembered."""
+        tasks (a v1 task's song has an id of its own, which the client sends): known from their task answers that
+        passed through a gateway (the ledger's songs), else found in their own tasks' records upstream, read at most
+        once per `SCAN_TTL` for all of a caller's look-ups (so made-up ids do not multiply upstream reads)."""
         if await self.owned(user, [song_id]):
             return True
+        if await self.blocking(self.ledger.owns_song, user, song_id):
+            self.owners.learn(user, [song_id])
+            return True
+        return song_id in await self.scans.get(user, lambda: self._songs_upstream(user))
+
+    async def _songs_upstream(self, user: str) -> set[str]:
+        """Every song id in the caller's own tasks' records upstream (remembered as theirs)."""
         mine = await self.blocking(self.ledger.tasks_of, user)
-        for end in range(len(mine), 0, -TASKS_PER_QUERY):
-            chunk = mine[max(0, end - TASKS_PER_QUERY) : end]
-            if song_id in _song_ids(await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(chunk)})):
-                self.owners.learn(user, [song_id])
-                return True
-        return False
+        found: set[str] = set()
+        for at in range(0, len(mine), TASKS_PER_QUERY):
+            found |= _song_ids(
+                await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(mine[at : at + TASKS_PER_QUERY])})
+            )
+        await self.learn_songs(user, found)
+        return found
+
+    async def learn_songs(self, user: str, song_ids: Iterable[str]) -> None:
+        """Song ids seen in the caller's own task answers are theirs: recorded once (in the ledger, for every
+        gateway) and remembered here."""
+        new = [s for s in song_ids if not self.owners.mine(user, [s])]
+        if new:
+            await self.blocking(self.ledger.add_songs, user, new)
+            self.owners.learn(user, new)
 
     async def owns_singer(self, user: str, singer_id: str) -> bool:
         """Whether a singer voice named in a body is the caller's: made by one of their vibe calls (recorded from its
@@ -184,21 +202,25 @@ class Gateway:
         """The tasks asked for that are the caller's; no `ids` at all: every task of the caller's (as the
         service answers every task of the key), asked in chunks so no query grows too long."""
         if ids_text is None:
-            return await self._all_tasks(await self.blocking(self.ledger.tasks_of, user))
+            return await self._all_tasks(user, await self.blocking(self.ledger.tasks_of, user))
         ids = [i for i in ids_text.split(",") if i]
         mine = await self.owned(user, ids)
         if mine:
-            return _relay(await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(mine)}))
+            answer = await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(mine)})
+            await self.learn_songs(user, _song_ids(answer))
+            return _relay(answer)
         stand_in = _missing_id()
         return _relay(await self.upstream.aread("/v1/music/tasks", {"ids": stand_in}), (stand_in, ",".join(ids)))
 
-    async def _all_tasks(self, mine: list[str]) -> Response:
+    async def _all_tasks(self, user: str, mine: list[str]) -> Response:
         if not mine:  # answered as the service answers a key with no tasks: ask for an id that does not exist
             return _relay(await self.upstream.aread("/v1/music/tasks", {"ids": _missing_id()}))
         answers = [
             await self.upstream.aread("/v1/music/tasks", {"ids": ",".join(mine[at : at + TASKS_PER_QUERY])})
             for at in range(0, len(mine), TASKS_PER_QUERY)
         ]
+        for answer in answers:
+            await self.learn_songs(user, _song_ids(answer))
         if len(answers) == 1:
             return _relay(answers[0])
         return _merged(answers)

@@ -414,6 +414,22 @@ class Ledger:
             }
         return [i for i in ids if i in mine]
 
+    def add_songs(self, user: str, song_ids: list[str]) -> None:
+        """Record song ids seen in `user`'s own task answers as theirs (a v1 task's song has an id of its own), so
+        every gateway on the ledger knows them without reading the user's tasks upstream. First owner stays."""
+        with self._cursor() as cur:
+            for song_id in song_ids:
+                cur.run(
+                    "INSERT INTO songs (song_id, user_name) VALUES (?, ?) ON CONFLICT (song_id) DO NOTHING",
+                    (song_id, user),
+                )
+
+    def owns_song(self, user: str, song_id: str) -> bool:
+        """Whether `song_id` was recorded as `user`'s by `add_songs`."""
+        with self._cursor(write=False) as cur:
+            row = cur.one("SELECT 1 FROM songs WHERE song_id = ? AND user_name = ?", (song_id, user))
+        return row is not None
+
     def owns_singer(self, user: str, singer_id: str) -> bool:
         """Whether `singer_id` was made by one of `user`'s vibe calls."""
         with self._cursor(write=False) as cur:

@@ -55,6 +55,7 @@ class PostgresLedger(Ledger):
         )
         cur.run("ALTER TABLE calls ADD COLUMN IF NOT EXISTS fingerprint TEXT")  # a ledger made before it had one
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+        cur.run("CREATE TABLE IF NOT EXISTS songs (song_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts BIGINT, last_call BIGINT)")
         cur.run("INSERT INTO meter (id) VALUES (1) ON CONFLICT (id) DO NOTHING")
         have = {

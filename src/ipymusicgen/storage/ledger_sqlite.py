@@ -56,6 +56,7 @@ class SqliteLedger(Ledger):
         if not any(col[1] == "fingerprint" for col in cur.all("PRAGMA table_info(calls)")):
             cur.run("ALTER TABLE calls ADD COLUMN fingerprint TEXT")  # a ledger made before requests had one
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+        cur.run("CREATE TABLE IF NOT EXISTS songs (song_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts INTEGER, last_call INTEGER)")
         cur.run("INSERT OR IGNORE INTO meter (id) VALUES (1)")
         added = [t for t in ("users", "team") if not any(c[1] == "spent" for c in cur.all(f"PRAGMA table_info({t})"))]
