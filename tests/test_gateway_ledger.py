@@ -13,6 +13,7 @@ from pg_server import PostgresServer, postgres_server  # noqa: F401  (the sessio
 from ipymusicgen.storage import ledger as ledger_module
 from ipymusicgen.storage.ledger import VIBE, Ledger
 from ipymusicgen.storage.ledger_engines import open_ledger
+from ipymusicgen.storage.ledger_sqlite import SqliteLedger
 
 USERS = ("ann", "ben", "cy")
 
@@ -156,3 +157,40 @@ def _run(database: str, *statements: str) -> None:
     with sqlite3.connect(database) as conn:
         for text in statements:
             conn.execute(text)
+
+
+def test_a_paid_calls_statements_read_no_whole_table_on_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every statement a paid call runs (reserve, finish, the meter's reading, a song or singer look-up) finds its
+    rows by an index: none reads the calls or tasks tables whole, so its cost does not grow with the ledger."""
+    seen: list[str] = []
+    connect = SqliteLedger._connect
+
+    def traced(self: SqliteLedger) -> object:
+        conn = connect(self)
+        conn._conn.set_trace_callback(seen.append)
+        return conn
+
+    monkeypatch.setattr(SqliteLedger, "_connect", traced)
+    path = tmp_path / "ledger.sqlite3"
+    with open_ledger(str(path)) as ledger:
+        ledger.add_user("ann", "hash-ann", 1000)
+        ledger.set_team_budget(10_000)
+        ledger.meter(500)
+        seen.clear()
+        made = ledger.reserve("ann", "k1", "/v1/music/generate", "MFV3.0", 3)
+        ledger.finish(made.call_id, "done", 200, b"{}", ["t1", "t2"])
+        ledger.meter(497, made.call_id)
+        refused = ledger.reserve("ann", "k2", VIBE, "vibe", 1)
+        ledger.finish(refused.call_id, "refused", 400, b"{}")
+        ledger.add_songs("ann", ["s1"])
+        ledger.owns_song("ann", "s1")
+        ledger.owns_singer("ann", "x")
+        ledger.owned("ann", ["t1"])
+        ledger.tasks_of("ann")
+        ledger.remaining("ann")
+    statements = [s for s in seen if s.split()[0] in ("SELECT", "UPDATE", "INSERT", "DELETE")]
+    assert len(statements) > 15
+    with sqlite3.connect(path) as db:
+        for text in statements:
+            plan = " | ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + text))
+            assert "SCAN calls" not in plan and "SCAN tasks" not in plan, (text, plan)

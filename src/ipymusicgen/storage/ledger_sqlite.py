@@ -57,6 +57,10 @@ class SqliteLedger(Ledger):
             cur.run("ALTER TABLE calls ADD COLUMN fingerprint TEXT")  # a ledger made before requests had one
         cur.run("CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
         cur.run("CREATE TABLE IF NOT EXISTS songs (song_id TEXT PRIMARY KEY, user_name TEXT NOT NULL)")
+        cur.run("CREATE INDEX IF NOT EXISTS tasks_user ON tasks (user_name)")  # a user's tasks, not every task
+        cur.run(  # the meter's calls in flight (a few), not every call, read while it holds the team row
+            "CREATE INDEX IF NOT EXISTS calls_in_flight ON calls (created_at) WHERE state IN ('pending', 'unknown')"
+        )
         cur.run("CREATE TABLE IF NOT EXISTS meter (id INTEGER PRIMARY KEY, counts INTEGER, last_call INTEGER)")
         cur.run("INSERT OR IGNORE INTO meter (id) VALUES (1)")
         added = [t for t in ("users", "team") if not any(c[1] == "spent" for c in cur.all(f"PRAGMA table_info({t})"))]
