@@ -5,9 +5,9 @@ validated with the project's models, then a read is forwarded under the one retr
 reserves its price and claims its idempotency key in one ledger transaction, is sent upstream once, and
 settles, releases or stays unknown. The request path runs on the server's event loop with the upstream's
 async face; only the ledger (a blocking driver) is called in a worker thread, and only when needed: a poll
-of one's own tasks with a remembered token and owners touches no thread and no database. A user sees only
-their own tasks: another user's id is sent upstream as an id that does not exist, so the answer is exactly
-that of a missing id.
+of one's own tasks with a remembered token and owners touches no thread and no database (but once for a song id
+not seen before, recorded as the caller's). A user sees only their own tasks: another user's id is sent upstream
+as an id that does not exist, so the answer is exactly that of a missing id.
 """
 
 from __future__ import annotations
