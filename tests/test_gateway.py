@@ -4,6 +4,7 @@ never in any answer, log, row or file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -22,7 +23,7 @@ from ipymusicgen.batch.rows import BatchBudgetError
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import AuthenticationError, InsufficientCreditsError
 from ipymusicgen.gateway import app as gateway_app
-from ipymusicgen.gateway.cache import TOKEN_TTL
+from ipymusicgen.gateway.cache import TOKEN_TTL, RecentScans
 from ipymusicgen.gateway.measurer import Measurer
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
@@ -238,11 +239,13 @@ def test_made_up_song_ids_cost_a_bounded_number_of_upstream_reads_and_a_song_mad
     def wav(url: str, song_id: str) -> dict[str, object]:
         return post(url, f"/v1/music/generate-wav?song_id={song_id}", alice, None).json()
 
+    gateway.gateway.scans.ttl = 3600.0  # however slow the machine, the 20 calls fall within one remembered read
     before = reads()
     for n in range(20):
         (extend if n % 2 else wav)(gateway.url, f"made-up-{n}")
     assert reads() - before <= 1, "one look-up through alice's tasks (one page), not one per made-up id"
     with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as replica:
+        replica.gateway.scans.ttl = 3600.0
         wav(replica.url, "made-up-on-the-replica")  # the replica remembers a miss too
         with client_for(gateway, alice, tmp_path) as client:
             song = client.wait(client.generate(**GENERATE).ids, interval=0.05, timeout=30)[0]
@@ -581,6 +584,47 @@ def test_the_host_check_accepts_loopback_its_own_name_and_allowed_names_only(tmp
             assert not gateway.host_allowed(bad), bad
     finally:
         ledger.close()
+
+
+def test_a_remembered_read_of_a_users_songs_is_shared_then_read_again_once_old() -> None:
+    now = [0.0]
+    scans = RecentScans(ttl=10.0, clock=lambda: now[0])
+    reads: list[str] = []
+
+    async def scan(user: str) -> set[str]:
+        reads.append(user)
+        await asyncio.sleep(0)
+        return {f"{user}-song-{len(reads)}"}
+
+    async def look_ups() -> list[set[str]]:
+        together = await asyncio.gather(*(scans.get("ann", lambda: scan("ann")) for _ in range(5)))
+        now[0] = 9.9
+        still = await scans.get("ann", lambda: scan("ann"))
+        other = await scans.get("ben", lambda: scan("ben"))
+        now[0] = 10.0
+        again = await scans.get("ann", lambda: scan("ann"))
+        return [*together, still, other, again]
+
+    answers = asyncio.run(look_ups())
+    assert reads == ["ann", "ben", "ann"], "five look-ups at once share one read; a read is redone once old"
+    assert answers[-1] == {"ann-song-3"} and answers[-2] == {"ben-song-2"} and answers[-3] == {"ann-song-1"}
+
+
+def test_a_failed_read_of_a_users_songs_is_not_remembered() -> None:
+    scans = RecentScans(ttl=10.0, clock=lambda: 0.0)
+    calls: list[int] = []
+
+    async def failing() -> set[str]:
+        calls.append(1)
+        raise httpx.ConnectError("upstream down")
+
+    async def twice() -> None:
+        for _ in range(2):
+            with pytest.raises(httpx.ConnectError):
+                await scans.get("ann", failing)
+
+    asyncio.run(twice())
+    assert len(calls) == 2
 
 
 def test_the_measurer_takes_one_reading_for_a_run_of_calls_and_stops_at_once() -> None:
