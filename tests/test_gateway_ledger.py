@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,42 @@ def test_a_paid_calls_statements_read_no_whole_table_on_sqlite(tmp_path: Path, m
         for text in statements:
             plan = " | ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + text))
             assert "SCAN calls" not in plan and "SCAN tasks" not in plan, (text, plan)
+
+
+def test_the_totals_hold_under_concurrent_reservations_finishes_and_readings(database: str, no_window: None) -> None:
+    """Eight threads, each with a ledger of its own (its own connections, as gateway processes have), reserve,
+    finish and measure at once against one team budget: no deadlock, the budget never exceeded, and the totals
+    equal the recomputed sums at the end."""
+    with open_ledger(database) as ledger:
+        for name in USERS:
+            ledger.add_user(name, f"hash-{name}", 120)
+        ledger.set_team_budget(200)
+        ledger.meter(10_000)
+    failures: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with open_ledger(database) as mine:
+                for n in range(25):
+                    made = mine.reserve(
+                        rng.choice(USERS), f"{seed}-{n}", "/v1/music/generate", "MFV3.0", rng.randint(1, 6)
+                    )
+                    if made.kind == "new":
+                        mine.finish(made.call_id, rng.choice(["done", "done", "refused", "unknown"]), 200, b"{}")
+                    if rng.random() < 0.3:
+                        mine.meter(10_000 - rng.randint(0, 1), made.call_id)  # measured 0 or 1: never above an estimate
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not failures, failures
+    with open_ledger(database) as ledger:
+        sums = recomputed(ledger)
+        assert ledger.totals() == sums
+        assert sums[""] <= 200 and all(sums[name] <= 120 for name in USERS)
+        assert any(c["state"] == "refused" for c in ledger.calls())
