@@ -586,6 +586,22 @@ def test_the_host_check_accepts_loopback_its_own_name_and_allowed_names_only(tmp
         ledger.close()
 
 
+def test_a_poll_answers_even_when_the_ledger_cannot_record_its_song_ids(
+    gateway: GatewayThread, database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = add_user(database, "alice")
+    ids = post(gateway.url, "/v1/music/generate", alice, GENERATE).json()["data"]["ids"]
+
+    def refuse(user: str, song_ids: list[str]) -> None:
+        raise OSError("the ledger is down")
+
+    monkeypatch.setattr(gateway.gateway.ledger, "add_songs", refuse)
+    answer = httpx.get(gateway.url + "/v1/music/tasks", params={"ids": ",".join(ids)}, headers={"x-api-key": alice})
+    assert answer.status_code == 200 and [t["id"] for t in answer.json()] == ids
+    song_id = answer.json()[0]["song_id"]
+    assert gateway.gateway.owners.mine("alice", [song_id]) == [song_id], "remembered here all the same"
+
+
 def test_a_remembered_read_of_a_users_songs_is_shared_then_read_again_once_old() -> None:
     now = [0.0]
     scans = RecentScans(ttl=10.0, clock=lambda: now[0])

@@ -180,10 +180,14 @@ class Gateway:
 
     async def learn_songs(self, user: str, song_ids: Iterable[str]) -> None:
         """Song ids seen in the caller's own task answers are theirs: recorded once (in the ledger, for every
-        gateway) and remembered here."""
+        gateway) and remembered here. A ledger that cannot be written now does not fail the answer carrying them:
+        they are remembered here, and another gateway finds them in the caller's tasks upstream."""
         new = [s for s in song_ids if not self.owners.mine(user, [s])]
         if new:
-            await self.blocking(self.ledger.add_songs, user, new)
+            try:
+                await self.blocking(self.ledger.add_songs, user, new)
+            except Exception:
+                log.warning("could not record %d song id(s) in the ledger", len(new))
             self.owners.learn(user, new)
 
     async def owns_singer(self, user: str, singer_id: str) -> bool:
