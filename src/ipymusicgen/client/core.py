@@ -38,6 +38,9 @@ from ..errors import (
     RequestValidationError,
 )
 from ..models.schema import (
+    MP4_URL_NAMES,
+    SINGER_ID_NAMES,
+    WAV_URL_NAMES,
     GenerateResult,
     KeyInfo,
     LyricsResult,
@@ -130,9 +133,9 @@ def _submitted_songs(data: Any) -> list[V2Song]:
     return songs
 
 
-_VIBE_NAMES = ("singer_id", "id")
-_WAV_NAMES = ("wav_url", "url", "audio_url", "file_url")
-_MP4_NAMES = ("mp4_url", "video_url", "url", "file_url")
+_VIBE_NAMES = SINGER_ID_NAMES  # where an extra's answer holds what it made: one home, in the models
+_WAV_NAMES = WAV_URL_NAMES
+_MP4_NAMES = MP4_URL_NAMES
 
 
 class _Core(WaitFlows):

@@ -58,6 +58,10 @@ TITLE_MAX = 80
 PROMPT_MIN, PROMPT_MAX = 1, 180
 UPLOAD_MAX_SECONDS = 480
 ALLOW_UNKNOWN_MODELS = "allow_unknown_models"
+SINGER_ID_NAMES = ("singer_id", "id")
+"""Where a vibe answer's `data` holds the singer id it made (the client reads it; the gateway records its owner)."""
+WAV_URL_NAMES = ("wav_url", "url", "audio_url", "file_url")
+MP4_URL_NAMES = ("mp4_url", "video_url", "url", "file_url")
 """Key of the pydantic validation context that lets model names outside the known tables through."""
 
 

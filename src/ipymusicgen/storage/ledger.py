@@ -19,6 +19,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
+from ..models.schema import SINGER_ID_NAMES
+
 PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
 """A call's states: sent (or being sent), answered, definitely refused (released), outcome unknown."""
 CHARGED = (PENDING, DONE, UNKNOWN)
@@ -26,9 +28,6 @@ CHARGED = (PENDING, DONE, UNKNOWN)
 GROUPS = {"user": "user_name", "day": "day", "model": "model"}
 VIBE = "/v1/music/generate-vibe"
 """The paid call whose answer names a singer voice (`singer_id`) that only its maker may sing with."""
-SINGER_ID_NAMES = ("singer_id", "id")
-"""Where a vibe answer's `data` holds the singer id, as the client reads it (`client.core._VIBE_NAMES`), or the
-data is the bare id."""
 IN_FLIGHT_WINDOW = 600.0
 """Seconds a pending or unknown call may still move the upstream's credits (a killed gateway's call stays pending
 for ever; after this long its charge, if any, has landed, and measuring resumes)."""
