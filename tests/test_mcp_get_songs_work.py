@@ -56,6 +56,7 @@ def client_for(sandbox: Sandbox, tmp_path: Path) -> MusicClient:
         base_url=sandbox.base_url,
         v2_base_url=sandbox.v2_base_url,
         journal_path=tmp_path / "journal.sqlite3",
+        poll_interval=0.05,  # the sandbox's stages take 0.05 s: a wait need not sleep the default 5 s between reads
     )
     return build_client(settings)
 
