@@ -388,3 +388,46 @@ def test_a_bad_user_name_is_refused_in_one_line_before_any_ledger_is_made(
     err = capsys.readouterr().err
     assert exited.value.code == 2 and len(err.strip().splitlines()) == 1 and "user name" in err, err
     assert not database.exists()
+
+
+def test_a_notebooks_install_does_not_bring_the_gateways_libraries_and_the_gateway_extra_does() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    names = {"psycopg", "uvloop", "httptools", "aiohttp"}
+
+    def named(requirements: list[str]) -> set[str]:
+        return {req.split("[")[0].split(">")[0].split(";")[0].split("=")[0].strip() for req in requirements}
+
+    assert not named(project["dependencies"]) & names, "a notebook user never needs the gateway's server libraries"
+    assert named(project["optional-dependencies"]["gateway"]) >= names
+
+
+@pytest.mark.parametrize(
+    ("missing", "database_url"),
+    [("aiohttp", None), ("psycopg", "postgresql://gateway@127.0.0.1:1/musicgen")],
+)
+def test_serve_without_the_gateway_extra_says_what_to_install_in_one_line(
+    missing: str,
+    database_url: str | None,
+    database: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    clean_env: None,
+) -> None:
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == missing else real_find_spec(name, *a)
+    )
+    started: list[dict] = []
+    monkeypatch.setattr("ipymusicgen.gateway.server.serve", lambda **kwargs: started.append(kwargs))
+    monkeypatch.setenv("MUSICGEN_UPSTREAM_KEY", CANARY_KEY)
+    assert cli("serve", "--database", database_url or database)[0] == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and missing in err and "pip install 'ipymusicgen[gateway]'" in err, err
+    assert started == []
+    if database_url:  # the admin commands on a PostgreSQL ledger say the same
+        assert cli("user", "list", "--database", database_url)[0] == 2
+        assert "ipymusicgen[gateway]" in capsys.readouterr().err

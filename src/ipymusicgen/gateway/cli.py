@@ -110,10 +110,32 @@ class LedgerUnavailableError(MusicGenError):
     """The ledger database cannot be opened (a server down, a folder not writable)."""
 
 
+EXTRA_HINT = "pip install 'ipymusicgen[gateway]'"
+
+
+class GatewayExtraMissingError(MusicGenError):
+    """The gateway's own libraries (its extra) are not installed; a notebook's install does not bring them."""
+
+
+def _needs(module: str, why: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise GatewayExtraMissingError(f"{why} needs {module}, which is not installed: {EXTRA_HINT}")
+
+
+def _needs_driver(database: str) -> None:
+    from ..storage.ledger_engines import is_postgres
+
+    if is_postgres(database):
+        _needs("psycopg", "a PostgreSQL ledger")
+
+
 def _ledger(args: argparse.Namespace) -> Any:
     from ..storage.ledger_engines import open_ledger
 
     database = args.database or default_database()
+    _needs_driver(database)
     try:
         return open_ledger(database)
     except Exception as exc:  # psycopg's and sqlite3's errors name the host or file, never a password
@@ -215,6 +237,8 @@ def _serve(args: argparse.Namespace) -> int:
     except CostTableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    _needs("aiohttp", "gateway serve")
+    _needs_driver(args.database or default_database())
     from .server import serve
 
     serve(

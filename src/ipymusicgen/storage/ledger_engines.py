@@ -5,9 +5,14 @@ from __future__ import annotations
 from .ledger import Ledger
 
 
+def is_postgres(url: str) -> bool:
+    """Whether a database URL names PostgreSQL (`postgresql://...` or `postgres://...`)."""
+    return url.startswith(("postgresql://", "postgres://"))
+
+
 def open_ledger(url: str) -> Ledger:
     """`postgresql://...` (or `postgres://`): PostgreSQL; anything else: a SQLite file (`sqlite:///path` or a path)."""
-    if url.startswith(("postgresql://", "postgres://")):
+    if is_postgres(url):
         from .ledger_postgres import PostgresLedger
 
         return PostgresLedger(url)
