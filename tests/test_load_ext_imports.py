@@ -1,6 +1,6 @@
 """`%load_ext ipymusicgen` loads the magics and nothing a first cell does not need (figure 3 times it): the paid
-extras' machinery and the removed-names finder's ABCs wait for first use, as the widgets, the sandbox and the
-audio stack do."""
+extras' machinery, the removed-names finder's ABCs and the journal file's connection, `Database` and song queries
+wait for first use, as the widgets, the sandbox and the audio stack do."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ LATER = (
     "ipymusicgen.widgets",
     "ipymusicgen.sandbox",
     "ipymusicgen.lab.grid",
+    "ipymusicgen.storage.connection",
+    "ipymusicgen.storage.database",
+    "ipymusicgen.storage.songs",
 )
 LOAD = f"""
 import json, sys

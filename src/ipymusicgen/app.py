@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from .client import wiring
 from .client.faces import AsyncMusicClient, MusicClient
-from .storage.database import Database
 
 if TYPE_CHECKING:
     from .batch import Batch
     from .client.core import _Core
     from .config import Settings
     from .song_library import Library
+    from .storage.database import Database
     from .storage.journal import Journal
 
 
@@ -129,6 +129,8 @@ class Workspace:
         folder: str | Path | None = None,
         client_settings: Callable[[], Settings] | None = None,
     ) -> None:
+        from .storage.database import Database  # loads with the first workspace, not at `%load_ext` (figure 3)
+
         self.settings = settings
         self._client_settings = client_settings
         self.db = Database(journal_path if journal_path is not None else settings.journal_path)

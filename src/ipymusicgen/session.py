@@ -23,13 +23,13 @@ from .archive.waveform import waveform as archive_waveform
 from .client.faces import AsyncMusicClient, MusicClient
 from .config import Settings, env_float
 from .lifecycle import at_exit
-from .song_library import Library
-from .storage.journal import Journal
 
 if TYPE_CHECKING:
     from .lab.analysis import Analysis
     from .lab.grid import Grid
     from .sandbox import Sandbox
+    from .song_library import Library
+    from .storage.journal import Journal
 
 SANDBOX_NOTICE = "sandbox mode: songs are synthesized locally; set MUSICGEN_API_KEY for the real service"
 ENV_STAGE_SECONDS = "MUSICGEN_SANDBOX_STAGE_SECONDS"
@@ -182,6 +182,8 @@ def current_client() -> MusicClient | None:
 def library(journal_path: str | Path | None = None) -> Library:
     """Open the library over the journal in use, and retry any song whose archiving failed before."""
     if journal_path is not None:
+        from .song_library import Library  # the library and its song queries load on first use (figure 3)
+
         return Library(journal_path)
     opened = current_workspace().library()
     retry_archives()

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from ..errors import JournalUnavailableError
 from .migrations import APPLICATION_ID, refuse_newer
-from .songs import add_functions
 
 DEFAULT_BUSY_TIMEOUT = 10.0
 """Seconds a write waits for another kernel's transaction before the journal counts as locked."""
@@ -159,6 +158,8 @@ def _connect(target: str | Path, busy_timeout: float, path: Path | None = None) 
     path = path or Path(target)
     uri = isinstance(target, str) and target.startswith("file:")
     db = sqlite3.connect(target, timeout=busy_timeout, check_same_thread=False, isolation_level=None, uri=uri)
+    from .songs import add_functions  # the song queries' SQL functions load with the first connection, not at import
+
     try:
         db.row_factory = sqlite3.Row
         add_functions(db)
