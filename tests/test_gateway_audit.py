@@ -343,41 +343,6 @@ def test_a_forged_host_is_refused_on_every_route_before_the_token_is_even_looked
     assert paid_counts(upstream) == {} and open_ledger(database).calls() == []
 
 
-@pytest.mark.slow  # two gateway processes and eight client processes
-def test_two_gateways_on_one_sqlite_file_hold_one_team_budget_and_send_one_key_once(
-    upstream: Sandbox, tmp_path: Path, clean_env: None
-) -> None:
-    """The race of tests/test_gateway_processes.py on the SQLite default (one machine, processes sharing the file)."""
-    from gateway_helpers import GatewayProcess
-    from test_gateway_processes import CLIENTS, RACER, SAME_KEY, _clients
-
-    upstream.reset()
-    database = str(tmp_path / "gateway.sqlite3")
-    token = add_user(database, "racer")
-    assert cli("team", "budget", "10", "--database", database)[0] == 0  # three calls at 3 credits, not four
-    with (
-        GatewayProcess(database, upstream.base_url, upstream.v2_base_url, tmp_path / "a.log") as a,
-        GatewayProcess(database, upstream.base_url, upstream.v2_base_url, tmp_path / "b.log") as b,
-    ):
-        gateways = (a, b)
-
-        def env(i: int) -> dict[str, str]:
-            url = gateways[i % 2].url
-            return {"MUSICGEN_BASE_URL": url, "MUSICGEN_V2_BASE_URL": url, "MUSICGEN_API_KEY": token}
-
-        outcomes = [o for r in _clients(RACER, lambda i: [], env, tmp_path / "race") for o in r]
-        assert sorted(set(outcomes)) == ["over", "paid"] and outcomes.count("paid") == 3
-        assert paid_counts(upstream) == {"/v1/music/generate": 3}
-        assert open_ledger(database).remaining("racer") == 1
-        assert cli("team", "budget", "100", "--database", database)[0] == 0
-        upstream.set_faults([{"kind": "slow", "path": "/v1/music/generate", "seconds": 1.0}])  # all 8 overlap it
-        answers = _clients(SAME_KEY, lambda i: [gateways[i % 2].url, token], lambda i: {}, tmp_path / "once")
-    assert paid_counts(upstream) == {"/v1/music/generate": 4}, "one idempotency key: one upstream send"
-    paid = [body for status, body in answers if status == 200]
-    assert paid and all(body == paid[0] for body in paid)
-    assert len(paid) + sum(1 for status, _ in answers if status == 503) == CLIENTS
-
-
 @pytest.mark.parametrize("name", ["", "two words", "a/b", "x" * 65, "名前", "-dash-first"])
 def test_a_bad_user_name_is_refused_in_one_line_before_any_ledger_is_made(
     tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]

@@ -89,12 +89,18 @@ def _clients(script: str, argv: Callable[[int], list[str]], env: Callable[[int],
     return results
 
 
-def test_two_gateways_on_one_postgresql_hold_one_team_budget_and_send_one_key_once(
-    upstream: Sandbox, tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_two_gateways_on_one_ledger_hold_one_team_budget_and_send_one_key_once(
+    upstream: Sandbox, tmp_path: Path, request: pytest.FixtureRequest, engine: str
 ) -> None:
+    """Two gateway processes on one PostgreSQL (a team on several machines), or on one SQLite file (the default,
+    processes of one machine sharing it), with eight client processes racing them."""
     upstream.reset()
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    database = server.new_database()
+    if engine == "postgres":
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        database = server.new_database()
+    else:
+        database = str(tmp_path / "gateway.sqlite3")
     token = add_user(database, "racer")
     assert cli("team", "budget", "10", "--database", database)[0] == 0  # three calls at 3 credits, not four
     with (
