@@ -23,6 +23,28 @@ DIFF_FIELDS_ALWAYS = ("elapsed_s",)
 """Fields that change every second: sent with a card's other changes, never on their own (the browser counts on)."""
 
 
+def on_the_wire(card: dict[str, Any]) -> dict[str, Any]:
+    """A card as a snapshot sends it: without `play_url` when it is the card's `audio_url` (most cards; the page
+    plays `audio_url` when a card has no `play_url`), so the same URL does not cross the wire twice (figure 5)."""
+    if "play_url" in card and card["play_url"] == card.get("audio_url"):
+        return {k: v for k, v in card.items() if k != "play_url"}
+    return card
+
+
+def card_diff(held: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `new` (a card's data) the page must be told, given what it holds (`held`, updated here):
+    those that changed, but `play_url` only when what the page would play (its `play_url`, else its `audio_url`)
+    is not the card's. Once the page holds a `play_url` of its own, that one is kept up to date instead."""
+    changed = {k: v for k, v in new.items() if k not in DIFF_FIELDS_ALWAYS and k != "play_url" and held.get(k) != v}
+    held.update(changed)
+    if "play_url" in new and held.get("play_url", held.get("audio_url")) != new["play_url"]:
+        changed["play_url"] = held["play_url"] = new["play_url"]
+    if changed:
+        for key in DIFF_FIELDS_ALWAYS:
+            changed[key] = held[key] = new[key]
+    return changed
+
+
 def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -111,7 +133,7 @@ class PagingPart:
     def snapshot(self) -> dict[str, Any]:
         """Everything the browser needs to draw the visible page (sent when a view asks)."""
         groups = self._page_groups()
-        cards = {task_id: self._cards[task_id].data() for group in groups for task_id in group}
+        cards = {task_id: on_the_wire(self._cards[task_id].data()) for group in groups for task_id in group}
         return {
             "kind": "snapshot",
             "header": self.header(),
@@ -152,7 +174,7 @@ class PagingPart:
     def _send_snapshot(self) -> None:
         with self._view_lock:
             message = self.snapshot()
-            self._sent = {card["id"]: card for group in message["groups"] for card in group}
+            self._sent = {card["id"]: dict(card) for group in message["groups"] for card in group}
             self._sent_header = message["header"]
             self._sent_groups = [[card["id"] for card in group] for group in message["groups"]]
             self._emit(message)
@@ -174,12 +196,9 @@ class PagingPart:
                 old = self._sent.get(task_id)
                 if old is None:
                     continue  # not on the visible page: nothing to draw
-                new = self._cards[task_id].data()
-                changed = {k: v for k, v in new.items() if k not in DIFF_FIELDS_ALWAYS and old.get(k) != v}
+                changed = card_diff(old, self._cards[task_id].data())  # `old` becomes what the page holds now
                 if changed:
-                    changed.update({k: new[k] for k in DIFF_FIELDS_ALWAYS})
                     diffs[task_id] = changed
-                    self._sent[task_id] = new
             header = self.header()
             message: dict[str, Any] = {"kind": "diff", "cards": diffs}
             if header != self._sent_header:

@@ -424,7 +424,9 @@ function updateSongCard(card, data, send) {
     if (data.cover_url) ims.image.src = data.cover_url;
     else ims.image.removeAttribute("src");
   }
-  if (changed("play_url") || changed("play_source")) imsSetSource(card);
+  // A card with no `play_url` plays its `audio_url` (the watcher leaves out a `play_url` that is the same URL).
+  const followsAudioUrl = data.play_url === undefined && changed("audio_url");
+  if (changed("play_url") || changed("play_source") || followsAudioUrl) imsSetSource(card);
   imsPlayable(card);
   imsWaveState(card);
   if (changed("lyrics")) {
