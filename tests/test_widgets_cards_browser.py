@@ -228,3 +228,20 @@ def test_a_running_songs_badge_claims_no_time_it_has_not_seen(page: Page) -> Non
     page.evaluate("m => window.deliver(m)", {"kind": "snapshot", "rev": 1, "header": header, "groups": [cards]})
     badges = page.locator(".ims-badge").all_text_contents()
     assert badges[0] == "Writing" and badges[1].startswith("Writing · 42 s so far")  # not "0 s so far"
+
+
+def test_a_card_sent_without_a_play_url_plays_its_audio_url_as_it_changes(
+    page: Page, live: Callable[..., TaskWatcher], clock: ManualClock, outbox: list[dict[str, Any]]
+) -> None:
+    watcher = live()
+    task_id = watcher.ids[0]
+    for state in ("preview", "ready"):  # the preview's URL, then the final's replacing it
+        clock.stages(1)
+        watcher.poll_once()
+        sent = [m["cards"][task_id] for m in outbox if m["kind"] == "diff" and task_id in m["cards"]]
+        assert sent and "play_url" not in sent[-1] and sent[-1]["state"] == state  # the same URL is not sent twice
+        relay(page, outbox)
+        url = watcher.card(task_id).data()["play_url"]
+        assert url == watcher.card(task_id).record.audio_url
+        audio = page.locator(f".ipymusicgen-song[data-id='{task_id}'] audio")
+        assert audio.get_attribute("src") == url
