@@ -1,18 +1,16 @@
 """A durable record of every paid request and every task id it created, so no paid song is lost.
 
-SQLite in WAL mode with a busy timeout, so two kernels can share one journal. The client writes an
-attempt row *before* sending, the task ids as soon as the answer arrives, and task state as polling
-learns it. Nothing secret is stored: the key travels in a header, never in a payload.
+SQLite in WAL mode with a busy timeout, so two kernels can share one journal. An attempt row is written *before*
+sending, the task ids once the answer arrives, task state as polling learns it; never the key (it is a header).
 
 Two things keep paid work in sight when something goes wrong:
 
 - Each attempt records the process that sent it (host, pid, process start time). A `pending` attempt
   whose process has died (SIGKILL, kernel restart, crash) is reported as outcome-unknown; one of a live
   process in another kernel is left alone.
-- A write that fails once the request has been sent (journal locked past the busy timeout, disk full,
-  read-only file) never raises into the caller: it waits in an in-memory backlog, a `JournalWriteWarning`
-  names the ids not journalled yet, and the backlog is written on the next journal use and at close.
-  Only `begin()` raises (`JournalUnavailableError`), because then nothing has been sent or paid.
+- A write that fails once the request is sent (locked past the busy timeout, disk full, read-only file) never
+  raises: it waits in an in-memory backlog, a `JournalWriteWarning` names the ids not journalled yet, and the
+  backlog is written on the next use and at close. Only `begin()` raises: then nothing was sent or paid.
 """
 
 from __future__ import annotations
