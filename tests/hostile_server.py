@@ -9,6 +9,7 @@ locking the journal) before it answers a generate with ids.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -146,6 +147,8 @@ class HostileServer:
 
     def close(self) -> None:
         self.stop.set()
+        with contextlib.suppress(OSError):  # wake the accept() at once rather than at its next 0.2 s timeout
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(2)
         self._sock.close()
 
