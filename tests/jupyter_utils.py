@@ -19,6 +19,9 @@ FAST_SANDBOX = {
     "MUSICGEN_POLL_INTERVAL": "0.25",
 }
 """A song finishes in about a second; watchers and `wait()` poll four times a second."""
+QUICK_SANDBOX = {"MUSICGEN_SANDBOX_STAGE_SECONDS": "0.03", "MUSICGEN_POLL_INTERVAL": "0.02"}
+"""For a fresh Python process that only waits on its songs' state (no kernel, nothing shown live): a song in
+a tenth of a second, polled as often, instead of idling through FAST_SANDBOX's stages."""
 DROPPED_PREFIXES = ("MUSICGEN_",)
 
 

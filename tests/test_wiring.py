@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from jupyter_utils import sandbox_env
+from jupyter_utils import QUICK_SANDBOX, sandbox_env
 
 from ipymusicgen.sandbox import Sandbox
 
@@ -17,7 +17,7 @@ from ipymusicgen.sandbox import Sandbox
 def run_fresh(code: str) -> str:
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=180, check=False, env=sandbox_env(),
+        capture_output=True, text=True, timeout=180, check=False, env=sandbox_env(**QUICK_SANDBOX),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from jupyter_utils import sandbox_env
+from jupyter_utils import QUICK_SANDBOX, sandbox_env
 
 COUNT_CONNECTS = """
 import json, sqlite3, warnings
@@ -51,7 +51,8 @@ print("ROUNDS=" + json.dumps(rounds))
 def test_one_sqlite_connect_per_journal_file_however_often_it_is_used() -> None:
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(COUNT_CONNECTS)],
-        capture_output=True, text=True, timeout=300, check=False, env=sandbox_env(MUSICGEN_ANALYZE="on"),
+        capture_output=True, text=True, timeout=300, check=False,
+        env=sandbox_env(MUSICGEN_ANALYZE="on", **QUICK_SANDBOX),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     rounds = json.loads(done.stdout.split("ROUNDS=")[-1])
