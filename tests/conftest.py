@@ -50,8 +50,9 @@ def journal(tmp_path: Path) -> Iterator[Journal]:
 
 @pytest.fixture(scope="module")
 def sandbox_server() -> Iterator[Sandbox]:
-    """One sandbox per test module (starting one costs a little); fast stages, 4-second songs."""
-    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="") as server:
+    """One sandbox per test module (starting one costs a little); fast stages (a song is done in 0.1 s: a test that
+    needs a stage to hold still freezes the clock with `clock`), 4-second songs."""
+    with Sandbox(stage_seconds=0.05, song_seconds=4, faults="") as server:
         yield server
 
 
@@ -119,11 +120,11 @@ def clock(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> ManualClock:
 def paid_sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox playing the paid service, one per module: its only key is the module's own, so its clients
     journal as for the real service. The module says everything that differs in `PAID_SANDBOX`, e.g.
-    `{"keys": {KEY: 100}, "song_seconds": 2}` (stages of 0.2 s and no faults unless it says otherwise)."""
+    `{"keys": {KEY: 100}, "song_seconds": 2}` (stages of 0.05 s and no faults unless it says otherwise)."""
     options = getattr(request.module, "PAID_SANDBOX", None)
     if options is None:
         pytest.fail(f"{request.module.__name__} asks for paid_sandbox but sets no PAID_SANDBOX (its key, its credits)")
-    with Sandbox(**{"stage_seconds": 0.2, "faults": "", **options}) as server:
+    with Sandbox(**{"stage_seconds": 0.05, "faults": "", **options}) as server:
         yield server
 
 

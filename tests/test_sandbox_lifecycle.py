@@ -33,7 +33,7 @@ def test_v1_lifecycle_processing_preview_complete(sandbox: Sandbox, client: Musi
         assert (task.status, task.duration, task.audio_url, task.state) == (1, -1, "", TaskState.PROCESSING)
         assert task.fail_code == 0 and task.fail_reason == ""
 
-    clock.advance(0.2)
+    clock.stages(1)
     preview = client.tasks(ids)[0]
     assert (preview.status, preview.duration, preview.state) == (2, -1, TaskState.PREVIEW)
     assert preview.audio_url and preview.audio_url.startswith(sandbox.base_url + "/files/")
@@ -44,7 +44,7 @@ def test_v1_lifecycle_processing_preview_complete(sandbox: Sandbox, client: Musi
     assert answer.status_code == 200 and answer.headers["content-type"] == "audio/mpeg"
     assert mp3_duration(answer.content) == pytest.approx(2.0, abs=0.15)  # a preview: the first half
 
-    clock.advance(0.2)
+    clock.stages(1)
     done = client.tasks(ids)
     for task in done:
         assert (task.status, task.duration, task.state) == (0, 4000, TaskState.COMPLETE)
@@ -141,12 +141,12 @@ def test_v2_submit_and_query_lifecycle(sandbox: Sandbox, client: MusicClient, cl
         assert (song.status, song.audio, song.audio_duration) == ("RUNNING", "", -1)
         assert song.state is TaskState.PROCESSING and song.tags == "upbeat city pop" and song.title
 
-    clock.advance(0.2)
+    clock.stages(1)
     preview = client.query_v2(songs[0].id)
     assert preview.status == "RUNNING" and preview.state is TaskState.PREVIEW
     assert (preview.audio or "").endswith("-preview.mp3") and preview.audio_duration == -1
 
-    clock.advance(0.2)
+    clock.stages(1)
     done = client.query_v2(songs[0].id)
     assert done.status == "FINISHED" and done.state is TaskState.COMPLETE
     assert done.audio == f"{sandbox.base_url}/files/{done.id}.mp3" and done.audio_duration == 4000  # milliseconds
