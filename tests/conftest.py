@@ -191,6 +191,7 @@ def _shell_on(server: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     from IPython.utils.capture import capture_output
 
     from ipymusicgen import session
+    from ipymusicgen.archive.archiver import archiver_of
 
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
     session.shutdown()
@@ -207,6 +208,10 @@ def _shell_on(server: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         shell.run_line_magic("load_ext", "ipymusicgen")
     shell.user_ns["_load_output"] = loaded.stdout
     yield shell
+    # let the session's archiver finish the songs it has in hand first: a download cut off by the client's close
+    # hangs until its read timeout, holding the sandbox folder's lock that the next test's archiver waits on
+    if (client := session.current_client()) is not None and (archiver := archiver_of(client)) is not None:
+        archiver.join(30)
     shell.run_line_magic("unload_ext", "ipymusicgen")
     shell.config.pop("MusicGen", None)  # %config settings outlive the extension; the next test starts clean
     for name in set(shell.user_ns) - names:
