@@ -36,7 +36,7 @@ GENERATE = {"action": "auto", "style": "lo-fi rain", "mv": "MFV3.0"}
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Sandbox]:
     """The service the gateway fronts: a sandbox that knows only the canary key."""
-    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
+    with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
         yield server
 
 

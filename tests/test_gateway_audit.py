@@ -28,7 +28,7 @@ PRICES = dict(entry.split("=") for entry in TABLE.split(","))
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={CANARY_KEY: 10_000}, max_running=100) as server:
+    with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={CANARY_KEY: 10_000}, max_running=100) as server:
         yield server
 
 

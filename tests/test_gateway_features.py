@@ -57,7 +57,7 @@ class Team:
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Sandbox]:
     """The paid service behind the gateway: a sandbox that knows only the canary key."""
-    with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
+    with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
         yield server
 
 
