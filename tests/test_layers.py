@@ -4,6 +4,7 @@ plain script that generates, waits and archives loads nothing of the notebook, t
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 import textwrap
@@ -79,6 +80,7 @@ def imports_of(path: Path) -> set[str]:
     return {m for m in found if m != "ipymusicgen" or name == "ipymusicgen"}
 
 
+@functools.cache  # the source does not change during a run: parsed once for the tests that read it
 def graph() -> dict[str, set[str]]:
     return {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
 
