@@ -126,7 +126,8 @@ def shot(page: Page, name: str, element: Locator | None = None) -> Path:
 def open_notebook(page: Page, url: str, front_end: str, name: str) -> None:
     path = f"/lab/tree/{name}" if front_end == "lab" else f"/notebooks/{name}"
     page.goto(f"{url}{path}", timeout=KERNEL_READY_MS)
-    expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
+    # JupyterLab may restore the previous test's notebook as a hidden tab before this one: wait for the shown one
+    expect(page.locator(".jp-Notebook:visible").first).to_be_visible(timeout=KERNEL_READY_MS)
     kernel_ready(page, url, name)
     side = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current")
     if front_end == "lab" and side.count():

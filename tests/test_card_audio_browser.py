@@ -97,7 +97,7 @@ class Server:
         nbformat.write(one_cell_notebook(SOURCE.format(outside=str(self.outside / name))), path)
         where = f"/lab/tree/{path.name}?reset" if self.front_end == "lab" else f"/notebooks/{path.name}"
         page.goto(f"{self.url}{where}", timeout=KERNEL_READY_MS)  # ?reset: no tab of an earlier test reopened
-        expect(page.locator(".jp-Notebook").first).to_be_visible(timeout=KERNEL_READY_MS)
+        expect(page.locator(".jp-Notebook:visible").first).to_be_visible(timeout=KERNEL_READY_MS)
         kernel_ready(page, self.url, path.name)
 
     def stop_kernels(self) -> None:
