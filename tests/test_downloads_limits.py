@@ -113,37 +113,6 @@ def test_a_drip_fed_download_is_cut_off_and_nothing_is_left(tmp_path: Path) -> N
     assert leftovers(tmp_path) == []
 
 
-def test_closing_the_client_wakes_a_download_blocked_in_another_thread_at_once(tmp_path: Path) -> None:
-    """The archive downloads on its own thread with the client it follows; closing that client (a session's
-    shutdown, `%unload_ext`) must end a download stalled mid-body at once, not after the 60 s read timeout."""
-    import threading
-
-    def stall(req: RawRequest, sock: Any) -> None:
-        sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nContent-Length: 5000\r\n\r\nID3")
-        s.hold(sock)
-
-    outcome: list[BaseException] = []
-    with HostileServer(stall) as s:
-        c = MusicClient(settings=Settings(timeout=60), journal=False)
-
-        def download() -> None:
-            try:
-                c.download(song(s.url, "stalled"), tmp_path)
-            except BaseException as exc:
-                outcome.append(exc)
-
-        worker = threading.Thread(target=download, daemon=True)
-        worker.start()
-        assert s.received.wait(20), "the download never reached the server"
-        c.close()
-        worker.join(20)  # a bound far below the 60 s read timeout the stalled read would otherwise wait out
-        alive = worker.is_alive()
-        s.stop.set()
-    assert not alive, "the stalled download was not woken by close()"
-    assert len(outcome) == 1 and isinstance(outcome[0], MusicGenError), outcome
-    assert leftovers(tmp_path) == []
-
-
 def test_a_full_disk_is_a_clear_error_with_no_partial_file(server: HostileServer, tmp_path: Path) -> None:
     """RLIMIT_FSIZE makes writes past 1000 bytes fail with EFBIG, as a full disk fails them (even as root)."""
     previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

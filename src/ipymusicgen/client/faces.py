@@ -33,7 +33,7 @@ from .responses import (
     Endpoint,
 )
 from .retry import RETRYABLE_STATUS, backoff_delay
-from .transport import bounded, bounded_transport, wake_streams
+from .transport import bounded, bounded_transport
 from .waiting import Resumed, archive_outcome, archive_time_left, is_transient
 
 if TYPE_CHECKING:
@@ -67,8 +67,7 @@ class MusicClient(_Core):
 
     def __init__(self, api_key: str | None = None, *, http_client: httpx.Client | None = None, **kwargs: Any) -> None:
         super().__init__(api_key, **kwargs)
-        self._transport = None if http_client is not None else bounded_transport()
-        self._http = http_client or httpx.Client(timeout=self._timeout(), transport=self._transport)
+        self._http = http_client or httpx.Client(timeout=self._timeout(), transport=bounded_transport())
         self.sleep: Callable[[float], object] = time.sleep
         """How the client waits between retries and polls (a test gives it a fake clock)."""
 
@@ -209,8 +208,6 @@ class MusicClient(_Core):
             raise self._save_failed(url, directory, exc) from exc
 
     def close(self) -> None:
-        if self._transport is not None:  # a download on another thread (the archive's) ends now, not at its timeout
-            wake_streams(self._transport)
         self._http.close()
         self._close_own_journal()
 

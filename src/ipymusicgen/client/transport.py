@@ -15,7 +15,7 @@ from .deadline import bounded
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["bounded", "bounded_transport", "wake_streams"]
+__all__ = ["bounded", "bounded_transport"]
 
 
 def bounded_transport() -> httpx.HTTPTransport:
@@ -34,13 +34,3 @@ def bounded_transport() -> httpx.HTTPTransport:
     if isinstance(backend, httpcore.NetworkBackend):
         pool._network_backend = DeadlineBackend(backend)  # type: ignore[union-attr]
     return transport
-
-
-def wake_streams(transport: httpx.BaseTransport) -> None:
-    """Wake every read blocked on this transport's connections in other threads (an archive's download), so that
-    closing a client ends them at once instead of after their read timeout."""
-    from .deadline_streams import DeadlineBackend
-
-    backend = getattr(getattr(transport, "_pool", None), "_network_backend", None)
-    if isinstance(backend, DeadlineBackend):
-        backend.wake_all()
