@@ -154,3 +154,61 @@ def test_mask_key() -> None:
     assert mask_key("sk-abcdefghijklmnop1234") == "****1234"
     assert mask_key("short") == "****"
     assert mask_key(None) == "(not set)"
+
+
+# -- a typo is named, with the closest option (issue 42) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ('--titel "First Snow" --style "indie folk"', "unknown option --titel: did you mean --title?"),
+        ("--stlye=lo-fi rain on the roof", "unknown option --stlye: did you mean --style?"),
+        ('--style "x" --instrumentl a quiet song', "unknown option --instrumentl: did you mean --instrumental?"),
+        ("--contine-at 30 --continue-song-id s1", "unknown option --contine-at: did you mean --continue-at?"),
+        ("--qqqqqqqqqq hello", "unknown option --qqqqqqqqqq"),
+    ],
+)
+def test_an_unknown_option_is_named_with_the_closest_known_one(line: str, said: str) -> None:
+    from ipymusicgen.notebook.args import parse_musicgen
+
+    with pytest.raises(UsageError) as caught:
+        parse_musicgen(line, "The streetlights hum a winter tune")
+    assert str(caught.value) == said, "the typo itself is named, not the option after it"
+
+
+def test_a_typo_in_the_cell_magic_names_it_in_a_real_shell(sandbox_shell: Any) -> None:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as shown:
+        sandbox_shell.run_cell('%%musicgen --titel "First Snow" --style "indie folk"\nThe streetlights hum\n')
+    said = shown.stdout + shown.stderr
+    assert "--titel: did you mean --title?" in said and "came after it" not in said, said
+
+
+def test_a_typo_in_a_batch_line_names_the_line_and_the_option() -> None:
+    from ipymusicgen.notebook.batch_lines import parse_lines
+
+    text = '--style "lo-fi" --title Rain\n\n--stle "sea shanty" --title Waves\n'
+    with pytest.raises(UsageError) as caught:
+        parse_lines(text, None)
+    assert str(caught.value) == "line 3: unknown option --stle: did you mean --style?"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["generate", "lo-fi rain", "--instrumentl"], "unknown option --instrumentl: did you mean --instrumental?"),
+        (["generate", "--downlaod=x", "lo-fi"], "unknown option --downlaod: did you mean --download?"),
+        (["gateway", "user", "add", "bob", "--budgte", "3"], "unknown option --budgte: did you mean --budget?"),
+        (["gateway", "spend", "--bye", "user"], "unknown option --bye: did you mean --by?"),
+    ],
+)
+def test_the_command_line_names_a_typo_and_the_closest_option(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ipymusicgen.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2 and said in capsys.readouterr().err

@@ -21,7 +21,7 @@ from typing import Any
 from . import session
 from .app import Workspace
 from .client.waiting import archive_notes
-from .errors import MusicGenError
+from .errors import MusicGenError, unknown_option
 from .models.tasks import TaskState
 from .safe_html import public_address
 
@@ -202,6 +202,25 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Exit 2 naming what was not understood, with the closest option of the command typed (`--instrumentl`:
+    did you mean `--instrumental`?), not argparse's bare list of leftovers."""
+    leaf = parser
+    while True:  # down the subcommands given (gateway -> user -> add)
+        chosen = [
+            action.choices[getattr(args, action.dest)]
+            for action in leaf._actions
+            if isinstance(action, argparse._SubParsersAction) and getattr(args, action.dest, None) in action.choices
+        ]
+        if not chosen:
+            break
+        leaf = chosen[0]
+    options = [name for action in leaf._actions for name in action.option_strings if name.startswith("--")]
+    typed = next((token.split("=", 1)[0] for token in extra if token.startswith("-")), None)
+    said = unknown_option(typed, options) if typed is not None else f"unrecognized arguments: {' '.join(extra)}"
+    leaf.error(said if type(leaf) is not argparse.ArgumentParser else f"{said} (see {leaf.prog} --help)")
+
+
 def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -> int:
     """The command line; `workspace`: the journal file and client to use (default: the session's current one)."""
     from .gateway.cli import add_gateway_parser, credits_arg, port_arg
@@ -259,7 +278,9 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
     agent.add_argument("--budget", type=credits_arg, default=None, help="credits this server may spend in its lifetime")
     agent.set_defaults(run=_mcp)
     add_gateway_parser(commands)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _refuse_unknown(parser, args, extra)
     args.workspace = workspace
     try:
         return args.run(args)

@@ -6,6 +6,8 @@ contain the API key (the transport core redacts it from any server text before i
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +205,14 @@ def storage_reason(exc: BaseException) -> str:
 
 class JournalWriteWarning(UserWarning):
     """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""
+
+
+def unknown_option(given: str, known: Iterable[str]) -> str:
+    """'unknown option --titel: did you mean --title?': the option as typed and the closest known one (difflib),
+    so a typo is named rather than blamed on the option after it."""
+    shown = given if len(given) <= 40 else given[:40] + "..."
+    close = difflib.get_close_matches(given, sorted(set(known)), n=1, cutoff=0.6)
+    return f"unknown option {shown}: did you mean {close[0]}?" if close else f"unknown option {shown}"
 
 
 def one_line(message: object) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
-from ..errors import IgnoredFieldsWarning, RequestValidationError, one_line
+from ..errors import IgnoredFieldsWarning, RequestValidationError, one_line, unknown_option
 from ..models.schema import (
     ACTIONS,
     TITLE_MAX,
@@ -134,7 +134,10 @@ def _closed(option: str, value: str) -> str:
 
 
 def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
-    """(option tokens, the rest of the line verbatim). Options stop at the first non-option or `--`."""
+    """(option tokens, the rest of the line verbatim). Options stop at the first non-option or `--`.
+
+    An `--option` not among `options` is a UsageError naming it and the closest known one: left to argparse or
+    taken for text, a typo's value would end the options and the next option would be blamed instead."""
     options = list(options)
     takes_value = {name: o.takes_value for o in options for name in o.names}
     optional = {name for o in options if o.value_optional for name in o.names}
@@ -161,6 +164,8 @@ def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
         if not token.startswith("-") or token == "-" or re.fullmatch(r"-\d.*", token):
             return argv, line[match.start() :].strip()
         name, _, given = token.partition("=")
+        if name.startswith("--") and name != "--" and name not in takes_value:
+            raise UsageError(unknown_option(name, (n for n in takes_value if n.startswith("--"))))
         _closed(name, given)
         argv.append(_unquote(token))
         if "=" not in token and name in optional:
