@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ipymusicgen"
 LAYERS: list[tuple[str, ...]] = [
     ("_version", "_removed", "config", "errors", "safe_html", "lifecycle"),
     ("models",),
-    ("client",),
+    ("client", "engines"),  # engines: each engine's wire rules, for the client, the gateway and the sandbox
     ("storage",),
     ("batch", "archive", "song_library", "lab", "sandbox"),
     ("app",),
