@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,12 +20,14 @@ from typing import Any
 
 import httpx
 
+from ..client.responses import key_pattern
 from ..client.retry import RETRYABLE_STATUS, backoff_delay
 from ..client.transport import bounded_transport
 
 READ_RETRIES = 3
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 PASSED_HEADERS = ("content-type", "retry-after", "retry-after-ms")
+"""The only upstream headers a caller sees (an allow-list: no X-*, no cookie, no server detail), each scrubbed."""
 MAX_CONNECTIONS = 100
 """Keep-alive connections to each upstream host (httpx's default pool size too)."""
 
@@ -60,6 +63,10 @@ class Upstream:
         self.base_url = base_url.rstrip("/")
         self.v2_base_url = v2_base_url.rstrip("/")
         self._key = key
+        self._echo = key_pattern(key) if len(key) >= 4 else None
+        """The key however the upstream may echo it (the client's one rule: as is, URL-encoded, JSON-escaped, any
+        case); its bytes form scrubs bodies, which may not be UTF-8."""
+        self._echo_bytes = re.compile(self._echo.pattern.encode(), re.IGNORECASE) if self._echo else None
         self.sleep = sleep
         """How the retry policy's waits are waited (None: really; tests pass a fake clock, sync or async)."""
         self._http = httpx.Client(transport=bounded_transport(), timeout=TIMEOUT, follow_redirects=False)
@@ -84,9 +91,11 @@ class Upstream:
         return (self.v2_base_url if path.startswith("/v2/") else self.base_url) + path
 
     def _answer(self, status_code: int, body: bytes, headers: Mapping[str, str]) -> Answer:
-        if self._key:
-            body = body.replace(self._key.encode(), b"***")
+        """What may go back to a caller: the body and the allowed headers, the key masked in each."""
         passed = {k.lower(): v for k, v in headers.items() if k.lower() in PASSED_HEADERS}
+        if self._echo is not None and self._echo_bytes is not None:
+            body = self._echo_bytes.sub(b"***", body)
+            passed = {k: self._echo.sub("***", v) for k, v in passed.items()}
         return Answer(status_code, body, passed)
 
     # -- the sync face: off the event loop ---------------------------------------------------------------
