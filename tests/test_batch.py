@@ -242,7 +242,7 @@ def test_rerun_with_the_same_name_sends_nothing_again_and_a_changed_row_is_refus
     again = run_batch(client, [*rows(3), {"style": "bonus"}], name="album", store=store)
     assert again.counts()["complete"] == 4 and creates(sandbox) == 4  # only the new row
     assert len(again.records) == 8 and {r.id for r in again.records} == set(again.ids)  # earlier rows read back
-    with pytest.raises(BatchError, match="Row 1 of batch 'album' is not the request first recorded"):
+    with pytest.raises(BatchError, match="Row 2 of batch 'album' is not the request first recorded"):
         run_batch(client, [rows(3)[0], {"style": "changed"}], name="album", store=store)
     same = run_batch(client, rows(3), store=store)  # no name: derived from the requests
     assert creates(sandbox) == 7

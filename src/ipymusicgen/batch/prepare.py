@@ -57,7 +57,7 @@ def _prepare(
     except ValueError as exc:
         index = exc.args[0]
         raise BatchError(
-            f"Row {index} of batch {name!r} is not the request first recorded under that name and row; "
+            f"Row {index + 1} of batch {name!r} is not the request first recorded under that name and row; "
             "nothing was sent. Use a new name for a changed batch (or leave the name out)."
         ) from None
     batch = Batch(name, rows, store=store, concurrency=concurrency, budget=budget, estimate=0)

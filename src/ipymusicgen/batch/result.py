@@ -236,7 +236,7 @@ class Batch:
         return pd.DataFrame(
             [
                 {
-                    "index": r.index,
+                    "row": r.number,
                     "state": r.state,
                     "request": r.describe(),
                     "ids": ",".join(r.ids),
@@ -245,12 +245,12 @@ class Batch:
                 }
                 for r in self.rows
             ]
-        ).set_index("index")
+        ).set_index("row")
 
     def raise_for_failures(self) -> Batch:
         bad = self.failed + self.unknown
         if bad:
-            lines = "; ".join(f"row {r.index + 1} {r.state}: {r.error or ''}" for r in bad[:10])
+            lines = "; ".join(f"row {r.number} {r.state}: {r.error or ''}" for r in bad[:10])
             raise BatchFailedError(
                 f"{len(bad)} of {len(self.rows)} rows of batch {self.name!r} did not finish: {lines}"
             )
@@ -260,7 +260,7 @@ class Batch:
         lines = [self.progress_line()]
         for r in self.rows[:20]:
             extra = f" ({r.error})" if r.error else ""
-            lines.append(f"  {r.index:>4} {r.state:<9} {r.describe()!r} {','.join(r.ids)}{extra}")
+            lines.append(f"  {r.number:>4} {r.state:<9} {r.describe()!r} {','.join(r.ids)}{extra}")
         if len(self.rows) > 20:
             lines.append(f"  ... {len(self.rows) - 20} more rows")
         return "\n".join(lines)
@@ -269,7 +269,7 @@ class Batch:
         from ..safe_html import esc
 
         body = "".join(
-            f"<tr><td>{r.index}</td><td>{esc(r.state)}</td><td>{esc(r.describe())}</td>"
+            f"<tr><td>{r.number}</td><td>{esc(r.state)}</td><td>{esc(r.describe())}</td>"
             f"<td><code>{esc(', '.join(r.ids))}</code></td><td>{esc(r.error or '')}</td></tr>"
             for r in self.rows[:200]
         )

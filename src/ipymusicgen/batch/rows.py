@@ -63,6 +63,11 @@ class BatchRow:
     the store keeps it): a re-run follows its songs again rather than report it failed."""
 
     @property
+    def number(self) -> int:
+        """The row as people count it, from 1: every table, view and message shows this (`index` is the store's)."""
+        return self.index + 1
+
+    @property
     def finished(self) -> bool:
         return self.state in ("complete", "failed", "unknown", "skipped")
 

@@ -31,8 +31,7 @@ ROWS_SHOWN = 200
 def plan_data(priced: PricedBatch, asking: str = "", note: str = "") -> dict[str, Any]:
     """A priced batch not sent yet: its rows, its estimate, a Send button (and the question a press asked)."""
     rows = [
-        {"index": r.index + 1, "state": "not sent", "request": r.describe(), "error": ""}
-        for r in priced.rows[:ROWS_SHOWN]
+        {"index": r.number, "state": "not sent", "request": r.describe(), "error": ""} for r in priced.rows[:ROWS_SHOWN]
     ]
     more = len(priced.rows) - ROWS_SHOWN
     return {
@@ -54,7 +53,7 @@ def plan_data(priced: PricedBatch, asking: str = "", note: str = "") -> dict[str
 def view_data(batch: Batch, note: str = "", asking: str = "") -> dict[str, Any]:
     """What the front end draws: plain text and numbers only. Rows are numbered from 1, as people count."""
     rows = [
-        {"index": r.index + 1, "state": r.state, "request": r.describe(), "error": (r.error or "")[:300]}
+        {"index": r.number, "state": r.state, "request": r.describe(), "error": (r.error or "")[:300]}
         for r in batch.rows[:ROWS_SHOWN]
     ]
     more = len(batch.rows) - ROWS_SHOWN
