@@ -1,19 +1,27 @@
-"""Safe file names and atomic writes for downloaded songs: no traversal, no half files left behind."""
+"""Safe file names and atomic writes for downloaded songs: no traversal, no half files left behind; and the one
+rule for a song host's redirects (`redirect_refusal`): a public host may not send the kernel to this machine or a
+private network (a song URL redirecting to a loopback status page would put that page in the browser)."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 import tempfile
 import time
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..errors import DownloadError
+
+if TYPE_CHECKING:
+    import httpx
 
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f<>:"/\\|?*]+')
 _RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
@@ -177,3 +185,74 @@ class AtomicFile:
     ) -> None:
         if exc_type is not None or self.temp_path.exists():
             self.discard()
+
+
+MAX_SONG_REDIRECTS = 5
+HostIsInner = Callable[[str], bool | None]
+"""Whether a host is this machine or a private network (True), a public host (False), or unknown (None)."""
+
+
+class SongRedirectRefused(DownloadError):
+    """A song host redirected somewhere the kernel does not follow; the message names hosts only."""
+
+
+def _inner_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    return not address.is_global or address.is_multicast
+
+
+def host_is_inner(host: str) -> bool | None:
+    """True when `host` is this machine or a private network (loopback, private, link-local such as the cloud's
+    169.254.169.254, unspecified, reserved): an address as written, a name when any address it resolves to is;
+    False for a public host; None when the name does not resolve."""
+    name = host.strip("[]").rstrip(".").lower()
+    try:
+        return _inner_address(ipaddress.ip_address(name))
+    except ValueError:
+        pass
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):
+        return None
+    addresses = [ipaddress.ip_address(str(a).split("%")[0]) for a in found]
+    return any(_inner_address(a) for a in addresses) if addresses else None
+
+
+def redirect_refusal(source: str, target: str, inner: HostIsInner = host_is_inner) -> str | None:
+    """Why a song host's redirect from `source` to `target` is not followed (None: follow it). Only http(s)
+    is followed; a host that is not known to be inner (a public one) may send the kernel only to a host known to
+    be public. A host on this machine or a private network may send it anywhere (the sandbox lives on loopback)."""
+    to = urlsplit(target)
+    if to.scheme not in ("http", "https") or not to.hostname:
+        return "a redirect to something that is not an http(s) address is not followed"
+    start = urlsplit(source).hostname or ""
+    if inner(start) is True:
+        return None
+    if inner(to.hostname) is not False:
+        return (
+            f"{start[:100]} redirected to {to.hostname[:100]}, an address on this machine or a private network "
+            "(or one that does not resolve); a public song host's redirect there is not followed"
+        )
+    return None
+
+
+def open_song_url(
+    http: httpx.Client, url: str, *, inner: HostIsInner = host_is_inner, max_redirects: int = MAX_SONG_REDIRECTS
+) -> httpx.Response:
+    """A streamed GET of a song's URL whose redirects are followed one by one by `redirect_refusal` (at most
+    `max_redirects`); `SongRedirectRefused` otherwise. The caller closes the response."""
+    request = http.build_request("GET", url)
+    for _ in range(max_redirects + 1):
+        response = http.send(request, stream=True, follow_redirects=False)
+        following = response.next_request
+        if following is None:
+            return response
+        response.close()
+        why = redirect_refusal(str(request.url), str(following.url), inner)
+        if why:
+            raise SongRedirectRefused(f"The song's host redirected the download: {why}.")
+        request = following
+    raise SongRedirectRefused(f"The song's host redirected more than {max_redirects} times; not followed.")

@@ -17,6 +17,7 @@ has one channel count, one rate and one length, so neither a header nor a durati
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import secrets
@@ -24,17 +25,23 @@ import threading
 import wave
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from ..archive.archived_audio import (
+    ArchivedAudioError,
+    ArchivedTooLarge,
+    archived_file,
+    audio_type,
+    read_archived_audio,
+)
 from ..archive.sniff import audio_suffix
 from ..archive.waveform import decode_cap
+from ..client.downloads import HostIsInner, SizeLimit, SongRedirectRefused, host_is_inner, open_song_url
 from ..safe_html import http_url
 
 BLOCK_FRAMES = 16_384
 LENGTH_STEP = 15
 """Seconds a blind copy's length is rounded up to when the round's common length is unknown."""
-MEDIA_TYPES = {".mp3": "audio/mpeg", ".wav": "audio/wav", ".flac": "audio/flac", ".ogg": "audio/ogg"}
 STALE = "This player's audio is from an earlier pair (or unknown here); the view offers the current pair's."
 
 
@@ -66,24 +73,29 @@ def _refused(size: int, limit: int) -> AudioUnavailable:
     )
 
 
-def read_audio(source: AudioSource, limit: int) -> bytes:
-    """The song's bytes, at most `limit`: from its archived file, else its URL (AudioUnavailable otherwise)."""
-    path = Path(source.path) if source.path else None
-    if path is not None and path.is_file():
-        size = path.stat().st_size
-        if size > limit:
-            raise _refused(size, limit)
-        return path.read_bytes()
+def read_audio(source: AudioSource, limit: int, *, inner: HostIsInner | None = None) -> bytes:
+    """The song's audio bytes, at most `limit`: from its archived file (`archive.archived_audio`: a real file of
+    the archive, read counting, never a link), else its URL (redirects by `client.downloads.redirect_refusal`;
+    `inner` the rule's notion of a private host). Only bytes that sniff as audio; AudioUnavailable otherwise."""
+    if archived_file(source.path) is not None:
+        try:
+            return read_archived_audio(source.path, limit)
+        except ArchivedTooLarge as exc:
+            raise _refused(exc.size, limit) from None
+        except ArchivedAudioError as exc:
+            raise AudioUnavailable(f"The song's archived file is not played: {exc}.") from None
     url = http_url(source.url)
     if not url:
         raise AudioUnavailable("This song has no audio the kernel can read (no archived file, no http(s) URL).")
-    return _fetch(url, limit)
+    data = _fetch(url, limit, inner or host_is_inner)
+    if audio_type(data) is None:
+        raise AudioUnavailable("The song's URL did not answer audio (an expired link?); nothing was sent.")
+    return data
 
 
-def _fetch(url: str, limit: int) -> bytes:
+def _fetch(url: str, limit: int, inner: HostIsInner) -> bytes:
     import httpx
 
-    from ..client.downloads import SizeLimit
     from ..errors import DownloadError
     from ..session import settings
 
@@ -92,8 +104,8 @@ def _fetch(url: str, limit: int) -> bytes:
     chunks: list[bytes] = []
     try:
         with (
-            httpx.Client(timeout=timeout, follow_redirects=True) as http,
-            http.stream("GET", url) as response,
+            httpx.Client(timeout=timeout) as http,
+            contextlib.closing(open_song_url(http, url, inner=inner)) as response,
         ):
             if not response.is_success:
                 raise AudioUnavailable(f"The song's audio could not be read: its host answered {response.status_code}.")
@@ -104,6 +116,8 @@ def _fetch(url: str, limit: int) -> bytes:
                 chunks.append(bound.take(chunk))
     except httpx.HTTPError as exc:
         raise AudioUnavailable(f"The song's audio could not be read: {type(exc).__name__}.") from None
+    except SongRedirectRefused as exc:  # names hosts, never the song's path
+        raise AudioUnavailable(str(exc)) from None
     except DownloadError:  # said without the URL: it would name the song
         if bound.size > limit:
             raise _refused(bound.size, limit) from None
@@ -186,10 +200,6 @@ def blind_copy(
     return out.getvalue()
 
 
-def media_type(data: bytes) -> str:
-    return MEDIA_TYPES.get(audio_suffix(data[:64]) or "", "application/octet-stream")
-
-
 class BlindRound:
     """The players of one blind round: one shape for all (the most channels and the highest rate among its songs)
     and one length (the longest song's, and a second), found from the songs themselves, so no header and no
@@ -224,23 +234,37 @@ class _Offer:
     source: AudioSource
     blind: BlindRound | None = None
     index: int = 0
+    key: Hashable | None = None
+    """The card it plays (`offer_as`): its name answers only while the view shows that card (`show`)."""
 
 
 class AudioChannel:
     """A widget's players by opaque name; answers the page's requests for their bytes from a worker thread.
 
     `offer()` names a source afresh each time (the same song offered twice gets two names); `clear()` forgets
-    every name (a new round: the last round's players no longer answer). `handle(content)` takes the page's
-    message and says whether it was an audio request; it never raises, and never blocks the kernel on a read.
+    every name (a new round: the last round's players no longer answer); `show(keys)` says which cards the view
+    shows now, and a card's name (`offer_as`) answers only while its card is shown. `handle(content)` takes the
+    page's message and says whether it was an audio request; it never raises, and never blocks the kernel on a read.
+    `inner`: the redirect rule's notion of a private host (`client.downloads.host_is_inner`; a test's seam).
     """
 
-    def __init__(self, widget: Any, *, limit: Callable[[], int] = download_cap, refusal: str = STALE) -> None:
+    def __init__(
+        self,
+        widget: Any,
+        *,
+        limit: Callable[[], int] = download_cap,
+        refusal: str = STALE,
+        inner: HostIsInner | None = None,
+    ) -> None:
         self.widget = widget
         self.limit = limit
         self.refusal = refusal
         """The one line a request for a name this channel never gave (or gave no more) is answered with."""
+        self.inner = inner
         self._offers: dict[str, _Offer] = {}
         self._kept: dict[Hashable, tuple[AudioSource, str]] = {}
+        self._shown: set[Hashable] | None = None
+        """The cards the view shows now (None until it says: every card's name answers)."""
         self._serving: set[str] = set()
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
@@ -255,10 +279,29 @@ class AudioChannel:
             kept = self._kept.get(key)
             if kept is not None and kept[0] == source and kept[1] in self._offers:
                 return kept[1]
-        name = self.offer(source)
+        name = self._named(_Offer(source, key=key))
         with self._lock:
             self._kept[key] = (source, name)
         return name
+
+    def show(self, keys: Any) -> None:
+        """The cards the view shows now (their `offer_as` keys): the names of every other card answer no more,
+        and are forgotten (a card shown again later gets a fresh name)."""
+        shown = set(keys)
+        with self._lock:
+            self._shown = shown
+            for name in [n for n, o in self._offers.items() if o.key is not None and o.key not in shown]:
+                del self._offers[name]
+            for key in [k for k in self._kept if k not in shown]:
+                del self._kept[key]
+
+    def _answers(self, name: Any) -> _Offer | None:
+        """The offer behind `name` while it answers: given by this channel, and its card (if any) shown."""
+        with self._lock:
+            offer = self._offers.get(name) if isinstance(name, str) else None
+            if offer is None or offer.key is None or self._shown is None or offer.key in self._shown:
+                return offer
+            return None
 
     def offer_blind(self, blind: BlindRound, index: int) -> str:
         """A fresh name for a blind copy of the round's song `index` (see `BlindRound`, `blind_copy`)."""
@@ -274,13 +317,14 @@ class AudioChannel:
         with self._lock:
             self._offers.clear()
             self._kept.clear()
+            if self._shown is not None:
+                self._shown = set()
 
     def handle(self, content: Any) -> bool:
         if not (isinstance(content, dict) and content.get("kind") == "audio"):
             return False
         name = content.get("source")
-        with self._lock:
-            offer = self._offers.get(name) if isinstance(name, str) else None
+        offer = self._answers(name)
         if offer is None:
             self._answer(name if isinstance(name, str) else "", {"error": self.refusal})
             return True
@@ -305,19 +349,21 @@ class AudioChannel:
                 if offer.blind is not None:
                     data = offer.blind.copy(offer.index, limit)
                 else:
-                    data = read_audio(offer.source, limit)
+                    data = read_audio(offer.source, limit, inner=self.inner)
         except AudioUnavailable as exc:
             self._answer(name, {"error": str(exc)})
             return
         except Exception as exc:  # never out of a thread unsaid
             self._answer(name, {"error": f"The song's audio could not be prepared ({type(exc).__name__})."})
             return
-        with self._lock:
-            current = name in self._offers
-        if not current:
+        kind = audio_type(data)  # only audio reaches the page, with its own type
+        if kind is None:
+            self._answer(name, {"error": "The song's audio is not audio the page can play; nothing was sent."})
+            return
+        if not self._answers(name):
             self._answer(name, {"error": self.refusal})
             return
-        self._answer(name, {"type": media_type(data), "size": len(data)}, [data])
+        self._answer(name, {"type": kind, "size": len(data)}, [data])
 
     def _answer(self, name: str, fields: dict[str, Any], buffers: list[bytes] | None = None) -> None:
         try:

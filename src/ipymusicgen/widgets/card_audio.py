@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..archive.archived_audio import archived_file
 from ..safe_html import http_url
 from .audio_channel import AudioChannel, AudioSource
 
@@ -68,8 +69,8 @@ def files_path(path: str | Path | None, roots: list[Path]) -> str | None:
     """The path of an archived file relative to a server root (for `<base>files/<path>`), or None."""
     if not path:
         return None
-    target = Path(path).expanduser().resolve()
-    if not target.is_file():
+    target = archived_file(Path(path).expanduser())  # a file of its folder, not a link out of it
+    if target is None:
         return None
     for root in roots:
         if target.is_relative_to(root):
@@ -102,18 +103,19 @@ def remote_known_good(url: str | None, created_at: float | None, now: float | No
 class CardAudio:
     """A view's card players: which URL each loads first and, by an opaque name, the kernel's bytes as a fallback.
 
-    One name per song and source for the life of the view, so a card redrawn (a refresh, a new page) keeps its
-    player. `handle(content)` serves the page's `{"kind": "audio", "source"}`; anything else is not audio."""
+    One name per song and source while its card is shown, so a card redrawn (a refresh, a poll) keeps its player;
+    once the view stops showing a card (`show`: another page, a search it does not match) its name answers no
+    more. `handle(content)` serves the page's `{"kind": "audio", "source"}`; anything else is not audio."""
 
-    def __init__(self, widget: Any, apis: list[FilesApi] | None = None) -> None:
-        self.channel = AudioChannel(widget, refusal=REFUSAL)
+    def __init__(self, widget: Any, apis: list[FilesApi] | None = None, *, inner: Any = None) -> None:
+        self.channel = AudioChannel(widget, refusal=REFUSAL, inner=inner)
         self.apis = files_apis() if apis is None else apis
 
     def fields(
         self, key: Hashable, *, path: str | None, url: str | None, created_at: float | None = None
     ) -> dict[str, Any]:
         """`play_url` and `play_source` of a card (`key` names its song in this view)."""
-        on_disk = path if path and Path(path).is_file() else None
+        on_disk = str(path) if archived_file(path) is not None else None
         remote = http_url(url)
         if not on_disk and not remote:
             return {"play_url": None, "play_source": ""}
@@ -121,6 +123,10 @@ class CardAudio:
         play_url = local or (remote if remote_known_good(remote, created_at) else None)
         source = AudioSource(path=on_disk, url=remote)
         return {"play_url": play_url, "play_source": self.channel.offer_as(key, source)}
+
+    def show(self, keys: Any) -> None:
+        """The cards the view shows now (by `key`): only their players' names answer."""
+        self.channel.show(keys)
 
     def handle(self, content: Any) -> bool:
         return self.channel.handle(content)
