@@ -6,6 +6,11 @@ is sent (`storage.extras`), the client journals the attempt like any paid call, 
 the file is archived beside the song's MP3 under the same name. A second press, another kernel on the same
 journal or the agent server finds the row and reuses it: nothing is paid again. A request that may have
 reached the service without an answer is `unknown` and is never sent again unless asked with `force=True`.
+
+The rule is kept for the song, not for the name typed: `song_named` resolves every name of a song (its task id, the
+service's `song_id` that the library and an export's song.json show, either with spacing around it or in another
+ASCII case) to the song's task id before anything is claimed; a name the journal does not know is asked of the
+service (a free task query) before it is taken as typed. A name that fits several songs is refused.
 """
 
 from __future__ import annotations
@@ -100,10 +105,54 @@ def _journal_path(client: MusicClient) -> Path:
     return Path(path) if path is not None else _process_extras_file()
 
 
-def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
-    """What the journal holds for this song's extra (None: never asked), so an ask can say "already made"."""
+@dataclass(frozen=True)
+class SongName:
+    """One song, however it was named: its task id (the key of its extras), the id the service's extras take,
+    and every name it is known by."""
+
+    task_id: str
+    service_id: str
+    names: tuple[str, ...]
+
+
+def song_named(client: MusicClient, name: str) -> SongName:
+    """The one song `name` names (task id, service song id, any spacing or ASCII case); refused when it fits
+    several. A name neither the journal nor the service knows is the song's only name, as typed."""
+    typed = check_id(name, "song")
     with ExtrasStore(_journal_path(client)) as store:
-        return store.get(check_id(task_id, "song"), kind_of(kind).name)
+        found = store.songs_named(typed)
+    if not found:
+        found = _asked_of_the_service(client, typed)
+    if len({task for task, _ in found}) > 1:
+        from ..errors import FieldProblem
+
+        songs = ", ".join(sorted({task for task, _ in found})[:4])
+        raise RequestValidationError(
+            [FieldProblem("song", f"{typed[:60]!r} names more than one song ({songs}): give the exact task id")]
+        )
+    if not found:
+        return SongName(typed, typed, (typed,))
+    task_id, song_id = found[0]
+    service_id = song_id or task_id  # the service takes either; its song id where the journal knows it
+    return SongName(task_id, service_id, tuple(dict.fromkeys((task_id, service_id, typed))))
+
+
+def _asked_of_the_service(client: MusicClient, name: str) -> list[tuple[str, str | None]]:
+    """(task id, song id) of the v1 task the service knows by `name` (a free query); nothing when it knows none,
+    or cannot say (no key, offline: the name is then taken as typed)."""
+    try:
+        records = client.tasks([name])
+    except Exception:  # a free lookup; the paid call that follows says what is wrong
+        return []
+    return [(r.id, r.song_id or None) for r in records if r.id][:2]
+
+
+def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
+    """What the journal holds for this song's extra under any of its names (None: never asked), so an ask can
+    say "already made"."""
+    spec, song = kind_of(kind), song_named(client, task_id)
+    with ExtrasStore(_journal_path(client)) as store:
+        return store.get(song.task_id, spec.name, song.names)
 
 
 def made_kinds(journal_path: str | Path, songs: list[str]) -> dict[str, list[str]]:
@@ -113,75 +162,68 @@ def made_kinds(journal_path: str | Path, songs: list[str]) -> dict[str, list[str
 
 
 def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = False) -> ExtraResult:
-    """The song's extra, paid for at most once: made now, or reused from the journal and the archive."""
-    task_id, spec = check_id(task_id, "song"), kind_of(kind)
+    """The song's extra, paid for at most once whatever the song is called: made now, or reused from the journal
+    and the archive (the result's note then says it was already made)."""
+    spec = kind_of(kind)
+    song = song_named(client, task_id)
     with ExtrasStore(_journal_path(client)) as store:
-        found = store.get(task_id, spec.name)
+        found = store.get(song.task_id, spec.name, song.names)
         if found is not None and found.state == "made" and not (force and _file_missing(found, spec)):
-            return _reuse(client, store, found, spec)
-        claimed, found = store.claim(task_id, spec.name, force=force)
+            return _reuse(client, store, found, spec, song)
+        claimed, found = store.claim(song.task_id, spec.name, force=force, names=song.names)
         if not claimed:
             assert found is not None
             if found.state == "made":  # made by another process between the two reads
-                return _reuse(client, store, found, spec)
+                return _reuse(client, store, found, spec, song)
             if found.state == "sending":
                 note = f"being made by {found.owner} now: ask again in a moment (nothing was sent)"
-                return ExtraResult(task_id, spec.name, "elsewhere", None, None, note, False)
+                return ExtraResult(song.task_id, spec.name, "elsewhere", None, None, note, False)
             raise UnknownExtraError(
-                f"The {spec.label} of {task_id} was asked before and may have been charged without an answer "
+                f"The {spec.label} of {song.task_id} was asked before and may have been charged without an answer "
                 f"({found.note or 'no answer'}); nothing was sent again. Check the service, then ask again with "
-                f"force=True (`%musicgen_{spec.name} --force {task_id}`)."
+                f"force=True (`%musicgen_{spec.name} --force {song.task_id}`)."
             )
-        value = _send(client, store, task_id, spec)
-        path = _keep(client, store, task_id, spec, value)
-        return ExtraResult(task_id, spec.name, "made", value, path, f"{spec.label} made and kept", True)
+        value = _send(client, store, song, spec)
+        path = _keep(client, store, song.task_id, spec, value)
+        return ExtraResult(song.task_id, spec.name, "made", value, path, f"{spec.label} made and kept", True)
 
 
 def _file_missing(found: Extra, spec: Kind) -> bool:
     return spec.suffix is not None and not (found.path and Path(found.path).is_file())
 
 
-def _send(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind) -> str:
+def _send(client: MusicClient, store: ExtrasStore, song: SongName, spec: Kind) -> str:
     send = {"wav": client.generate_wav, "mp4": client.generate_mp4, "vibe": client.generate_vibe}[spec.name]
     try:
-        value = send(_service_song_id(client, task_id))
+        value = send(song.service_id)
     except BaseException as exc:
         landed = not isinstance(exc, Exception) or create_may_have_landed(exc)
-        store.ended(task_id, spec.name, "unknown" if landed else "rejected", str(client.redact(str(exc)))[:500])
+        store.ended(song.task_id, spec.name, "unknown" if landed else "rejected", str(client.redact(str(exc)))[:500])
         raise
-    store.made(task_id, spec.name, value)
+    store.made(song.task_id, spec.name, value)
     return value
 
 
-def _service_song_id(client: MusicClient, task_id: str) -> str:
-    """The id the service's extras take: the task's `song_id` where the journal knows one, else the id itself."""
-    store = _library_store(client)
-    if store is not None:
-        found = store.service_song_id(task_id)
-        if found:
-            return str(found)
-    return task_id
-
-
-def _library_store(client: MusicClient) -> Any:
-    from .archiver import archiver_of
-
-    archiver = archiver_of(client)
-    return archiver.store if archiver is not None else None
-
-
-def _reuse(client: MusicClient, store: ExtrasStore, found: Extra, spec: Kind) -> ExtraResult:
+def _reuse(client: MusicClient, store: ExtrasStore, found: Extra, spec: Kind, song: SongName) -> ExtraResult:
+    """What was made before, for any name of the song: said as already made, nothing paid again."""
+    made = f"{spec.label} already made for song {song.task_id}"
+    if song.service_id != song.task_id:
+        made += f" (song id {song.service_id})"
     if spec.suffix is None or (found.path and Path(found.path).is_file()):
         path = Path(found.path) if found.path else None
-        note = f"{spec.label} made before: reused, nothing paid again"
-        return ExtraResult(found.song, spec.name, "reused", found.value, path, note, False)
-    path = _keep(client, store, found.song, spec, found.value or "")  # paid before, not kept yet: download only
-    note = f"{spec.label} made before: kept now, nothing paid again"
-    return ExtraResult(found.song, spec.name, "reused", found.value, path, note, False)
+        return ExtraResult(song.task_id, spec.name, "reused", found.value, path, f"{made}: reused, nothing paid again",
+                           False)  # fmt: skip
+    path = _keep(client, store, found.song, spec, found.value or "", song.task_id)  # paid before, not kept yet
+    return ExtraResult(song.task_id, spec.name, "reused", found.value, path, f"{made}: kept now, nothing paid again",
+                       False)  # fmt: skip
 
 
-def _keep(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind, value: str) -> Path | None:
-    """Archive the extra's file beside the song (same name, its own suffix); None when archiving is off."""
+def _keep(
+    client: MusicClient, store: ExtrasStore, key: str, spec: Kind, value: str, task_id: str | None = None
+) -> Path | None:
+    """Archive the extra's file beside the song (same name, its own suffix); None when archiving is off. `key`: the
+    name its row is kept under (the task id, or another name a row was kept under before names were resolved)."""
+    task_id = task_id or key
     from .archiver import _place, _staging_dir, archiver_of, song_info
 
     archiver = archiver_of(client)
@@ -203,7 +245,7 @@ def _keep(client: MusicClient, store: ExtrasStore, task_id: str, spec: Kind, val
         placed = _place(staged, directory, name, task_id)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    store.kept(task_id, spec.name, placed)
+    store.kept(key, spec.name, placed)
     if spec.name == "wav" and library is not None:
         library.wav_archived(task_id, placed)  # the library and the export find it
     return placed

@@ -8,6 +8,10 @@ the row and reuses what it holds instead of paying again. States:
 - `made`: the service answered; `value` is the URL (or singer id), `path` the archived file once kept;
 - `unknown`: the request may have reached the service and been charged; never sent again on its own;
 - `rejected`: the service refused it (nothing charged): the next press may ask again.
+
+A row is keyed by the song's task id, whatever name the caller typed: `songs_named` finds the journal's songs a
+name names (its task id or the service's `song_id`, exactly, else ignoring ASCII case), and `get`/`claim` take
+every name of the song, so a row kept under another name (before names were resolved) is found too.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from .migrations import migrate
 from .owner import Owner
 
 STATES = ("sending", "made", "unknown", "rejected")
+_RANK = {"made": 0, "sending": 1, "unknown": 2, "rejected": 3}
+"""Which row of a song's several names speaks for it: what was made first, a refusal last."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,19 @@ def _extra(row: sqlite3.Row) -> Extra:
     return extra
 
 
+def _best(rows: list[Extra], first: str) -> Extra | None:
+    """The row that speaks for the song: by state, then the one keyed by its task id."""
+    return min(rows, key=lambda e: (_RANK.get(e.state, 9), e.song != first), default=None)
+
+
+def _rows(db: sqlite3.Connection, names: tuple[str, ...], kind: str) -> list[Extra]:
+    """The rows of `kind` kept under any of `names`, ignoring ASCII case."""
+    names = tuple(dict.fromkeys(names))
+    marks = ", ".join("?" * len(names))
+    sql = f"SELECT * FROM paid_extras WHERE kind = ? AND song COLLATE NOCASE IN ({marks})"
+    return [_extra(row) for row in db.execute(sql, (kind, *names)).fetchall()]
+
+
 class ExtrasStore(SharedStore):
     """Reads and writes of `paid_extras`; one connection, shared by threads behind a lock."""
 
@@ -82,22 +101,39 @@ class ExtrasStore(SharedStore):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def get(self, song: str, kind: str) -> Extra | None:
+    def songs_named(self, name: str) -> list[tuple[str, str | None]]:
+        """(task id, service song id) of the journal's songs `name` names: by task id, else by song id, else either
+        ignoring ASCII case (what a caller may type of an id). Several: the name is ambiguous; none: unknown."""
+        queries = (
+            "SELECT id, song_id FROM tasks WHERE id = ?",
+            "SELECT id, song_id FROM tasks WHERE song_id = ? ORDER BY id",
+            "SELECT id, song_id FROM tasks WHERE id = ?1 COLLATE NOCASE OR song_id = ?1 COLLATE NOCASE ORDER BY id",
+        )
         with self.lock, damage_named(self.path):
-            row = self.db.execute("SELECT * FROM paid_extras WHERE song = ? AND kind = ?", (song, kind)).fetchone()
-        return _extra(row) if row is not None else None
+            for sql in queries:
+                rows = self.db.execute(sql, (name,)).fetchall()
+                if rows:
+                    return [(row["id"], row["song_id"] or None) for row in rows]
+        return []
 
-    def claim(self, song: str, kind: str, *, force: bool = False) -> tuple[bool, Extra | None]:
+    def get(self, song: str, kind: str, names: tuple[str, ...] = ()) -> Extra | None:
+        """The row that speaks for (song, kind), also looking under the song's other `names` (any ASCII case)."""
+        with self.lock, damage_named(self.path):
+            return _best(_rows(self.db, (song, *names), kind), song)
+
+    def claim(
+        self, song: str, kind: str, *, force: bool = False, names: tuple[str, ...] = ()
+    ) -> tuple[bool, Extra | None]:
         """Claim (song, kind) for sending: (True, None) when this caller may send, else (False, what is held).
 
-        Free to claim: no row, a `rejected` one, or (only with `force`, the user's explicit "send anyway") an
-        `unknown` one or a `made` one whose file was never kept. Read and written in one IMMEDIATE transaction,
-        so two kernels cannot both claim."""
+        `song` is the song's task id (the row's key); `names` its other names, whose rows count as its own. Free to
+        claim: no row, a `rejected` one, or (only with `force`, the user's explicit "send anyway") an `unknown` one
+        or a `made` one whose file was never kept. Read and written in one IMMEDIATE transaction, so two kernels
+        cannot both claim."""
         me = Owner.current()
         now = time.time()
         with damage_named(self.path), write_transaction(self.db, self.lock) as db:
-            row = db.execute("SELECT * FROM paid_extras WHERE song = ? AND kind = ?", (song, kind)).fetchone()
-            held = _extra(row) if row is not None else None
+            held = _best(_rows(db, (song, *names), kind), song)
             again = force and (
                 held is not None and (held.state == "unknown" or (held.state == "made" and not held.path))
             )
