@@ -74,18 +74,18 @@ def test_the_leaderboard_ranks_groups_from_votes_with_their_uncertainty(
     with Library(path) as library:
         assert library.leaderboard("model").rows == []
         library.vote(new[0], old[0])
-        first = library.leaderboard("model")
+        first = library.leaderboard("model", min_votes=1)
         library.vote(new[1], old[1])
         library.vote(new[0], old[2])
         library.vote(old[3], new[1])
         library.vote(old[0], old[1])  # same model on both sides: says nothing about models
-        board = library.leaderboard("model")
+        board = library.leaderboard("model", min_votes=1)
         assert [row["model"] for row in board.rows] == ["MFV3.0", "MFV2.0"]
         top, bottom = board.rows
         assert (top["wins"], top["losses"], top["votes"]) == (3, 1, 4) and (bottom["wins"], bottom["losses"]) == (1, 3)
         assert top["sigma"] < first.rows[0]["sigma"]  # more votes, less uncertain
         assert top["low"] < top["rating"] < top["high"] and top["rating"] > bottom["rating"]
-        by_song = library.leaderboard("song")
+        by_song = library.leaderboard("song", min_votes=1)
         assert by_song.rows[0]["song"] == new[0] and by_song.rows[0]["wins"] == 2
         assert {row["style"] for row in library.leaderboard("style").rows} == {"jazz", "lo-fi", "folk"}
         assert "MFV3.0" in repr(board) and "<table" in board._repr_html_()
@@ -104,3 +104,90 @@ def test_ratings_live_in_the_journal_file_with_a_schema_step_of_their_own(
     with pytest.raises(sqlite3.IntegrityError):  # the file itself refuses a sixth star
         db.execute("INSERT INTO ratings (id, stars, rated_at) VALUES ('x', 6, 0)")
     db.close()
+
+
+# -- issue 41: four outcomes kept in the journal, old votes kept, ranks by provider and model with cost per win --
+
+
+def test_a_vote_takes_four_outcomes_and_the_journal_keeps_each(made: tuple[Path, dict[str, list[str]]]) -> None:
+    path, ids = made
+    a, b = ids["jazz"]
+    with Library(path) as library:
+        library.vote(a, b, "a")
+        library.vote(a, b, "b")
+        library.vote(a, b, outcome="tie")
+        library.vote(b, a, outcome="both_bad", blind=False)
+        library.vote(b, a)  # today's call: the first one won
+        for bad in ("A", "draw", "", None, 1, "tie "):
+            with pytest.raises(ValueError, match="outcome must be one of"):
+                library.vote(a, b, bad)  # type: ignore[arg-type]
+    with Library(path) as library:  # another process reads them back
+        results = library.compare_results()
+        assert [(r["winner"], r["loser"], r["outcome"], r["blind"]) for r in results] == [
+            (a, b, "win", True), (b, a, "win", True), (a, b, "tie", True), (b, a, "both_bad", False),
+            (b, a, "win", True),
+        ]  # fmt: skip
+        text = repr(results)
+        assert "tied with" in text and "both bad" in text
+        assert "outcome" in results.to_pandas().columns
+    db = sqlite3.connect(path)
+    with pytest.raises(sqlite3.IntegrityError):  # the file itself refuses an outcome it does not know
+        db.execute("INSERT INTO comparisons (winner, loser, voted_at, outcome) VALUES ('x', 'y', 0, 'draw')")
+    db.close()
+
+
+def test_votes_in_a_journal_of_the_last_version_survive_as_wins(made: tuple[Path, dict[str, list[str]]]) -> None:
+    """A journal written before outcomes (schema 12: comparisons without the column) opens with its votes."""
+    path, ids = made
+    new, old = ids["MFV3.0"], ids["MFV2.0"]
+    with Library(path):
+        pass  # the file is at the latest version now: take it back to the last one's shape
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE comparisons")
+    db.execute(
+        "CREATE TABLE comparisons (id INTEGER PRIMARY KEY AUTOINCREMENT, winner TEXT NOT NULL, loser TEXT NOT NULL,"
+        " blind INTEGER NOT NULL DEFAULT 1, voted_at REAL NOT NULL, CHECK (winner != loser))"
+    )
+    rows = [(new[0], old[0], 1, 1.0), (old[1], new[1], 0, 2.0), (new[1], old[2], 1, 3.0)]
+    db.executemany("INSERT INTO comparisons (winner, loser, blind, voted_at) VALUES (?, ?, ?, ?)", rows)
+    db.execute("PRAGMA user_version = 12")
+    db.commit()
+    db.close()
+    with Library(path) as library:
+        results = library.compare_results()
+        assert [(r["winner"], r["loser"], r["blind"], r["outcome"]) for r in results] == [
+            (w, loser, bool(blind), "win") for w, loser, blind, _ in rows
+        ]
+        board = library.leaderboard("model", min_votes=1)
+        assert {r["model"]: (r["wins"], r["losses"]) for r in board.rows} == {"MFV3.0": (2, 1), "MFV2.0": (1, 2)}
+        library.vote(old[0], new[0], "tie")  # and takes new ones beside them
+        assert [r["outcome"] for r in library.compare_results()] == ["win", "win", "win", "tie"]
+
+
+def test_the_leaderboard_ranks_by_provider_and_model_with_cost_per_win_and_hides_thin_ranks(
+    made: tuple[Path, dict[str, list[str]]],
+) -> None:
+    path, ids = made
+    new, old = ids["MFV3.0"], ids["MFV2.0"]
+    with Library(path) as library:
+        for i in range(6):
+            library.vote(new[i % 2], old[i % 4])
+        library.vote(old[0], new[0])
+        library.vote(new[1], old[1], "tie")
+        library.vote(old[2], old[3], "both_bad")
+        board = library.leaderboard("model")  # the default minimum: 10 votes
+        rows = {row["model"]: row for row in board.rows}
+        assert {row["provider"] for row in board.rows} == {"musicful"}
+        assert list(board.to_pandas().columns[:2]) == ["provider", "model"]
+        assert rows["MFV2.0"]["votes"] == 10 and rows["MFV2.0"]["rank"] == 1 and rows["MFV2.0"]["both_bad"] == 2
+        assert rows["MFV3.0"]["votes"] == 8 and rows["MFV3.0"]["rank"] is None and rows["MFV3.0"]["needs"] == 2
+        assert "needs 2 more votes" in repr(board)
+        # MFV3.0: 3 credits a call of two songs -> 1.5 a song; 6 wins, 1 loss, 1 tie of 8 -> share 6.5/8
+        assert rows["MFV3.0"]["credits_per_win"] == pytest.approx(round(1.5 / (6.5 / 8), 2))
+        # MFV2.0: 2 credits a call of two -> 1.0 a song; 1 win, 6 losses, 1 tie, 2 both bad -> share 1.5/10
+        assert rows["MFV2.0"]["credits_per_win"] == pytest.approx(round(1.0 / (1.5 / 10), 2))
+        providers = library.leaderboard("provider", min_votes=1)
+        assert [(row["provider"], row["votes"]) for row in providers.rows] == [("musicful", 2)]  # both bad only
+        for bad in (-1, 2.5, True, "10"):
+            with pytest.raises(ValueError, match="min_votes"):
+                library.leaderboard("model", min_votes=bad)  # type: ignore[arg-type]

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from .lab.ratings import Leaderboard
 
 SPEND_BY = ("day", "model", "batch")
-LEADERBOARD_BY = ("model", "style", "batch", "song")
+LEADERBOARD_BY = ("provider", "model", "style", "batch", "song")
+OUTCOMES = ("a", "b", "tie", "both_bad")
+"""What `Library.vote` takes: the first song preferred, the second, a tie, or both bad (Music Arena's four)."""
 _STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
 _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.UNICODE)
 """A word as FTS5's unicode61 tokenizer sees it: combining accents stay in the word (it folds them away)."""
@@ -140,7 +142,8 @@ class Comparisons(list[dict[str, Any]]):
     def to_pandas(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame(self, columns=["winner", "loser", "blind", "voted_at", "winner_title", "loser_title"])
+        columns = ["winner", "loser", "blind", "voted_at", "outcome", "winner_title", "loser_title"]
+        return pd.DataFrame(self, columns=columns)
 
     def __repr__(self) -> str:
         if not self:
@@ -150,7 +153,8 @@ class Comparisons(list[dict[str, Any]]):
             how = "blind" if vote["blind"] else "open"
             winner = (vote["winner_title"] or vote["winner"])[:30]
             loser = (vote["loser_title"] or vote["loser"])[:30]
-            lines.append(f"  {winner!r} over {loser!r} ({how})")
+            said = {"tie": "tied with", "both_bad": "and both bad:"}.get(vote.get("outcome", "win"), "over")
+            lines.append(f"  {winner!r} {said} {loser!r} ({how})")
         return "\n".join(lines)
 
 
@@ -386,32 +390,49 @@ class Library:
             raise ValueError(f"stars must be a whole number from 1 to 5, or None (got {stars!r})")
         self.store.rate(task_id, None if stars is None else int(stars))
 
-    def vote(self, winner: str, loser: str, *, blind: bool = True, wait: float | None = None) -> None:
-        """Record that `winner` was preferred to `loser` (in a blind comparison unless `blind=False`); `wait`:
-        seconds to wait for another kernel's write to the journal (default: the journal's own wait)."""
-        if winner == loser:
+    def vote(self, a: str, b: str, outcome: str = "a", *, blind: bool = True, wait: float | None = None) -> None:
+        """Record a vote between songs `a` and `b`: `outcome` "a" (a preferred; `vote(winner, loser)` as before),
+        "b", "tie" or "both_bad" (both count against their groups); blind unless `blind=False`. `wait`: seconds
+        to wait for another kernel's write to the journal (default: the journal's own wait)."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(map(repr, OUTCOMES))} (got {outcome!r})")
+        if a == b:
             raise ValueError("a vote needs two different songs")
-        self.store.vote(winner, loser, blind=blind, wait=wait)
+        winner, loser = (b, a) if outcome == "b" else (a, b)
+        stored = outcome if outcome in ("tie", "both_bad") else "win"
+        self.store.vote(winner, loser, blind=blind, wait=wait, outcome=stored)
 
     def compare_results(self, *, blind: bool | None = None) -> Comparisons:
         """Every vote, oldest first, with both songs' titles: `blind=True` keeps only blind ones."""
         rows = self.store.comparisons(blind=blind)
         return Comparisons([dict(r) | {"blind": bool(r["blind"])} for r in rows])
 
-    def leaderboard(self, by: str = "model", *, blind_only: bool = False) -> Leaderboard:
-        """Rank models, styles, batches or songs from one Bradley-Terry fit of all the pairwise votes (`choix`):
-        each row's rating, its 95% interval (`low` to `high`, narrowing as votes accumulate) and its votes."""
-        from .lab.ratings import Vote, leaderboard
+    def leaderboard(self, by: str = "model", *, blind_only: bool = False, min_votes: int | None = None) -> Leaderboard:
+        """Rank providers, models, styles, batches or songs from one fit of all the votes (`lab.ratings`:
+        Bradley-Terry, Davidson's ties, "both bad" against both): each row's rank, rating and 95% interval
+        (`low` to `high`, narrowing as votes accumulate), its votes, and its credits per won vote. A group with
+        fewer than `min_votes` votes (default 10) shows how many more it needs instead of a rank. Models are
+        named with their provider (a `provider` column)."""
+        from .lab.ratings import MIN_VOTES, Vote, leaderboard
+        from .models.costs import cost_table, credits_for_model
 
         if by not in LEADERBOARD_BY:
             raise ValueError(f"by must be one of {', '.join(LEADERBOARD_BY)} (got {by!r})")
+        least = MIN_VOTES if min_votes is None else min_votes
+        if isinstance(least, bool) or not isinstance(least, numbers.Integral) or least < 0:
+            raise ValueError(f"min_votes must be a whole number, 0 or more (got {min_votes!r})")
         votes = [
-            Vote(r["winner"], r["loser"], r["blind"], r["voted_at"])
+            Vote(r["winner"], r["loser"], bool(r["blind"]), r["voted_at"], r["outcome"] or "win")
             for r in self.compare_results(blind=True if blind_only else None)
         ]
         ids = sorted({v.winner for v in votes} | {v.loser for v in votes})
-        groups = {task_id: group or "(none)" for task_id, group in self.store.groups(ids, by).items()}
-        return leaderboard(by, votes, lambda task_id: groups.get(task_id, "(none)"))
+        keys = ("provider", "model") if by == "model" else (by,)
+        named = [self.store.groups(ids, key) for key in keys]
+        groups = {task_id: tuple(found.get(task_id) or "(none)" for found in named) for task_id in ids}
+        table = cost_table()
+        calls = self.store.song_prices(ids)
+        prices = {task_id: credits_for_model(model, table) / takes for task_id, (model, takes) in calls.items()}
+        return leaderboard(by, votes, groups.__getitem__, keys=keys, min_votes=int(least), cost_of=prices.get)
 
     def takes(self, task_id: str) -> SongList:
         """Every song the same paid call made (this one included), in take order."""

@@ -273,17 +273,20 @@ class LibraryStore(SharedStore, SongQueries):
             finally:
                 self._waits = before
 
-    def vote(self, winner: str, loser: str, *, blind: bool, wait: float | None = None) -> None:
-        """One pairwise vote: `winner` was preferred to `loser`; `wait`: seconds to wait for another kernel's
-        write (a button's vote waits briefly), else the journal's own wait."""
+    def vote(self, winner: str, loser: str, *, blind: bool, wait: float | None = None, outcome: str = "win") -> None:
+        """One pairwise vote: `winner` was preferred to `loser` (outcome "win"), or the two songs tied or were both
+        bad ("tie", "both_bad"); `wait`: seconds to wait for another kernel's write (a button's vote waits
+        briefly), else the journal's own wait."""
+        if outcome not in ("win", "tie", "both_bad"):
+            raise ValueError(f"a stored vote's outcome is win, tie or both_bad (got {outcome!r})")
         try:
             with self._waiting(wait), self.write() as db:
                 for task_id in (winner, loser):
                     if not db.execute("SELECT 1 FROM tasks WHERE id = ?", (task_id,)).fetchone():
                         raise KeyError(task_id)
                 db.execute(
-                    "INSERT INTO comparisons (winner, loser, blind, voted_at) VALUES (?, ?, ?, ?)",
-                    (winner, loser, 1 if blind else 0, time.time()),
+                    "INSERT INTO comparisons (winner, loser, blind, voted_at, outcome) VALUES (?, ?, ?, ?, ?)",
+                    (winner, loser, 1 if blind else 0, time.time(), outcome),
                 )
         except sqlite3.OperationalError as exc:
             raise LibraryWriteError(

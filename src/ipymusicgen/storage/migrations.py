@@ -277,6 +277,17 @@ def m012_batch_row_stalled(db: sqlite3.Connection) -> None:
     db.execute("UPDATE batch_rows SET stalled = 1 WHERE state = 'failed' AND error LIKE 'timed out:%'")
 
 
+@migration
+def m013_vote_outcomes(db: sqlite3.Connection) -> None:
+    """A vote's outcome (issue 41): "win" (`winner` preferred to `loser`, what every earlier vote was), "tie", or
+    "both_bad" (then `winner` and `loser` are the two songs in the order shown)."""
+    _add_missing_columns(
+        db,
+        "comparisons",
+        (("outcome", "TEXT NOT NULL DEFAULT 'win' CHECK (outcome IN ('win', 'tie', 'both_bad'))"),),
+    )
+
+
 LATEST = len(MIGRATIONS)
 
 

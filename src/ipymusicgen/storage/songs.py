@@ -83,6 +83,7 @@ class VoteRow(TypedDict):
     loser: str
     blind: int
     voted_at: float
+    outcome: str
     winner_title: str | None
     loser_title: str | None
 
@@ -122,7 +123,12 @@ PAID_OUTCOMES = ("submitted", "unknown")
 SONG_LYRICS = "COALESCE(l.lyrics, t.lyrics)"
 """A song's lyrics: what the library kept (the request's, or a record's), else what the service answered."""
 ORDERS = ("newest", "rating")
-GROUP_COLUMNS = {"model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id"}
+PROVIDER = "'musicful'"
+"""A song's provider, as SQL: every journalled song is the service's today; the providers issue (37) puts the
+song's own provider here, and the leaderboard's provider column follows."""
+GROUP_COLUMNS = {
+    "provider": PROVIDER, "model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id",
+}  # fmt: skip
 SPEND_KEYS = {
     "day": "date(a.created_at, 'unixepoch', 'localtime')",
     "model": "COALESCE(request_model(a.payload), '(default)')",
@@ -298,7 +304,8 @@ class SongQueries:
     def comparisons(self, *, blind: bool | None = None) -> list[VoteRow]:
         """Every vote, oldest first, with both songs' titles."""
         sql = (
-            "SELECT c.winner, c.loser, c.blind, c.voted_at, w.title AS winner_title, l.title AS loser_title"
+            "SELECT c.winner, c.loser, c.blind, c.voted_at, c.outcome, w.title AS winner_title,"
+            " l.title AS loser_title"
             " FROM comparisons c LEFT JOIN tasks w ON w.id = c.winner LEFT JOIN tasks l ON l.id = c.loser"
         )
         params: list[Any] = []
@@ -318,6 +325,20 @@ class SongQueries:
             ids,
         )
         return {r["id"]: r["g"] for r in rows}
+
+    def song_prices(self, ids: Sequence[str]) -> dict[str, tuple[str | None, int]]:
+        """Each song's paid call, as the price table reads it: the model the request named, and how many songs the
+        call made (its price is shared among them). Songs of no journalled call are left out."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._rows(
+            "SELECT t.id, request_model(a.payload) AS m,"
+            " (SELECT COUNT(*) FROM tasks o WHERE o.attempt_id = t.attempt_id) AS takes"
+            f" FROM tasks t JOIN attempts a ON a.id = t.attempt_id WHERE t.id IN ({marks})",
+            ids,
+        )
+        return {r["id"]: (r["m"], int(r["takes"] or 1)) for r in rows}
 
     def parent(self, task_id: str) -> str | None:
         rows = self._rows("SELECT parent_id FROM library_songs WHERE id = ?", (task_id,))
