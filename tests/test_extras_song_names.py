@@ -130,6 +130,7 @@ def test_the_agent_pays_once_under_the_song_id_and_python_reuses_it_by_the_task_
     asker = Asker()
     made = data(call(AgentDesk(paid_clients()), "make_extra", {"task_id": song_id, "kind": "wav"}, asker=asker))
     assert len(asker.questions) == 1 and made["state"] == "made" and made["song"] == task_id
+    assert task_id in asker.questions[0]  # the question names the song as the journal knows it
     again = make_extra(client, task_id.upper(), "wav")
     assert again.state == "reused" and str(again.path) == made["path"]
     assert service.request_counts()[WAV] == 1
@@ -202,3 +203,23 @@ def test_a_name_no_song_carries_is_kept_as_typed_and_an_ambiguous_case_is_refuse
     with pytest.raises(RequestValidationError, match="more than one song"):
         make_extra(client, "TWIN-CASE-1", "wav")
     assert service.request_counts().get(WAV, 0) == 1  # only the unknown name's refused request
+
+
+def test_clients_without_a_journal_learn_the_songs_names_from_the_service(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """No journal to read the names from (journal=False: extras kept in a file of the process): the service's task
+    query (free) says which song a name is, so the song id after the task id pays nothing again."""
+    from ipymusicgen.app import build_client
+
+    task_id, song_id = finished_song(paid_clients(), service, "no journal waltz")
+    settings = paid_clients().settings
+    clients = [build_client(settings, journal=False, archive=False) for _ in range(2)]
+    try:
+        voice = make_extra(clients[0], task_id, "vibe")
+        again = make_extra(clients[1], song_id, "vibe")
+    finally:
+        for client in clients:
+            client.close()
+    assert voice.state == "made" and (again.state, again.value, again.song) == ("reused", voice.value, task_id)
+    assert service.request_counts()[VIBE] == 1

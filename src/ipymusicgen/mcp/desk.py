@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..archive.extras import extra_price, held, kind_of, make_extra
+from ..archive.extras import extra_price, held, kind_of, make_extra, song_named
 from ..batch.engine import Batch, BatchError, request_hash, validate_rows
 from ..client.faces import MusicClient
 from ..client.responses import create_may_have_landed
@@ -346,6 +346,7 @@ class AgentDesk:
         """An extra of a song, priced; free (a replay) when the journal holds it already or it is in doubt."""
         try:
             song, spec = check_id(task_id, "task_id"), kind_of(kind)
+            song = song_named(self.client, song).task_id  # its song id, case, spacing: one song, asked of once
         except RequestValidationError as exc:
             raise AgentError(_problem_line(exc)) from None
         found = held(self.client, song, spec.name)

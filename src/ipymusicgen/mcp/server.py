@@ -354,15 +354,18 @@ class AgentServer:
     async def make_extra(
         self,
         ctx: Context,
-        task_id: Annotated[str, Field(max_length=MAX_KEY_LENGTH, description="the finished song's task id")],
+        task_id: Annotated[
+            str, Field(max_length=MAX_KEY_LENGTH, description="the finished song's task id (or its song id)")
+        ],
         kind: Annotated[
             Literal["wav", "mp4", "vibe"], Field(description="wav: lossless audio; mp4: a video; vibe: a singer id")
         ],
         max_credits: MaxCredits = None,
     ) -> ExtraOutput | InputRequiredResult:
         """A finished song's WAV, MP4 video or singer voice (for artist_consistency), archived beside the song.
-        Costs credits once per song and kind: the user is asked first; asking again (here, from a notebook or
-        another kernel) reuses what was made and pays nothing."""
+        Costs credits once per song and kind, whatever name the song is given: the user is asked first; asking
+        again (here, from a notebook or another kernel, by its task id or song id) reuses what was made and pays
+        nothing: the note then says it is already made."""
         plan = await self._blocking(lambda: self.desk.plan_extra(task_id, kind))
         declined = await self._consent(ctx, plan, max_credits)
         if isinstance(declined, InputRequiredResult):
