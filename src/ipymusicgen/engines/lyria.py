@@ -20,6 +20,8 @@ ENV_KEY = "GEMINI_API_KEY"
 ENV_BASE_URL = "MUSICGEN_GEMINI_BASE_URL"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 API_VERSION = "v1beta"
+API_VERSIONS = ("v1beta", "v1")
+"""The documented Lyria path is v1beta; Google's own SDK (google-genai 3.x) sends v1 by default."""
 GENERATE = Endpoint("lyria generate", "POST", f"/{API_VERSION}/models/{{model}}:generateContent", paid=True)
 MODELS = ("lyria-3-clip-preview", "lyria-3-pro-preview")
 CLIP_SECONDS = 30.0
@@ -31,9 +33,11 @@ def path(model: str) -> str:
 
 def model_of_path(url_path: str) -> str | None:
     """The model a generateContent path names (`/v1beta/models/lyria-3-clip-preview:generateContent`)."""
-    prefix, suffix = f"/{API_VERSION}/models/", ":generateContent"
-    if url_path.startswith(prefix) and url_path.endswith(suffix):
-        return url_path[len(prefix) : -len(suffix)] or None
+    suffix = ":generateContent"
+    for version in API_VERSIONS:
+        prefix = f"/{version}/models/"
+        if url_path.startswith(prefix) and url_path.endswith(suffix):
+            return url_path[len(prefix) : -len(suffix)] or None
     return None
 
 

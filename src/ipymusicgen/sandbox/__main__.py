@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         f"ipymusicgen sandbox running\n"
         f"  v1 base URL: {sandbox.base_url}\n"
         f"  v2 base URL: {sandbox.v2_base_url}\n"
+        f"  ElevenLabs and Gemini (Lyria) base URL: {sandbox.engines_base_url}\n"
         f"  API key:     {sandbox.api_key}\n"
         f"  faults:      {sandbox.state.faults.describe() or 'none'}\n"
         f"Point a client at it:\n"

@@ -104,11 +104,14 @@ class SandboxMiddleware:
             await send(message)  # uvicorn drops it quietly if the client has hung up
 
     async def _fault(self, rule: FaultRule, scope: Scope, send: Send) -> None:
+        google = _is_gemini(scope.get("path", ""))
         if rule.kind == "rate_limit":
-            body = _json({"detail": "Too many requests (sandbox fault injection)"})
+            message = "Too many requests (sandbox fault injection)"
+            body = _json(_google_error(429, message, "RESOURCE_EXHAUSTED") if google else {"detail": message})
             await _answer(send, 429, body, [(b"retry-after", b"1")])
         elif rule.kind == "server_error":
-            await _answer(send, 500, _json({"detail": "Internal Server Error (sandbox fault injection)"}))
+            message = "Internal Server Error (sandbox fault injection)"
+            await _answer(send, 500, _json(_google_error(500, message, "INTERNAL") if google else {"detail": message}))
         elif rule.kind == "malformed":
             await _answer(send, 200, b'{"status": 200, "message": "Success", "data": {"ids": [')
         elif rule.kind == "envelope_error":
@@ -119,6 +122,15 @@ class SandboxMiddleware:
                 raise DroppedConnection("sandbox fault injection: drop")
             drop()
             await asyncio.sleep(0.01)  # let the server see the connection gone, so it sends nothing
+
+
+def _is_gemini(path: str) -> bool:
+    """A Gemini API path (`/v1beta/models/...`, `/v1/models/...`): its faults answer in Google's error shape."""
+    return path.startswith(("/v1beta/models/", "/v1/models/"))
+
+
+def _google_error(code: int, message: str, status: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "status": status}}
 
 
 async def _discard(message: Message) -> None:

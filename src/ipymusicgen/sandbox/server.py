@@ -83,6 +83,7 @@ class Sandbox:
         faults: Any = None,
         port: int = 0,
         v2_port: int = 0,
+        engines_port: int = 0,
         envelope_tasks: bool | None = None,
         max_running: int = DEFAULT_MAX_RUNNING,
         call_costs: Mapping[str, int] | None = None,
@@ -105,13 +106,15 @@ class Sandbox:
             call_costs=call_costs,
         )
         self.api_key = DEMO_KEY if DEMO_KEY in keys or not keys else next(iter(keys))
-        self._ports = (port, v2_port)
+        self._ports = (port, v2_port, engines_port)
         self._servers: list[uvicorn.Server] = []
         self._sockets: list[socket.socket] = []
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.base_url = ""
         self.v2_base_url = ""
+        self.engines_base_url = ""
+        """The host of ElevenLabs Music's and the Gemini API's (Lyria) paths, side by side."""
 
     def __repr__(self) -> str:
         state = "serving" if self.running else "stopped"
@@ -130,11 +133,12 @@ class Sandbox:
         import uvicorn
 
         from .app import create_apps
+        from .engine_routes import create_engines_app
 
         self._error = None
         self._sockets = [_bind(port) for port in self._ports]
         ports = [sock.getsockname()[1] for sock in self._sockets]
-        self.base_url, self.v2_base_url = (f"http://{HOST}:{port}" for port in ports)
+        self.base_url, self.v2_base_url, self.engines_base_url = (f"http://{HOST}:{port}" for port in ports)
         self.state.files_base = self.base_url
         protocol = _drop_capable_protocol()
         self._servers = [
@@ -150,7 +154,7 @@ class Sandbox:
                     timeout_graceful_shutdown=1,
                 )
             )
-            for app in create_apps(self.state)
+            for app in (*create_apps(self.state), create_engines_app(self.state))
         ]
         self._thread = threading.Thread(target=self._serve, name=f"ipymusicgen-sandbox-{ports[0]}", daemon=True)
         self._thread.start()
@@ -222,11 +226,18 @@ class Sandbox:
         return AsyncMusicClient(api_key, **kwargs)
 
     def env(self) -> dict[str, str]:
-        """Environment variables that point any client (or another process) at this sandbox."""
+        """Environment variables that point any client (or another process) at this sandbox: every provider's
+        base URL and key (the engines' keys under their own ecosystems' names)."""
+        from ..engines import elevenlabs, lyria
+
         return {
             "MUSICGEN_BASE_URL": self.base_url,
             "MUSICGEN_V2_BASE_URL": self.v2_base_url,
             "MUSICGEN_API_KEY": self.api_key,
+            elevenlabs.ENV_BASE_URL: self.engines_base_url,
+            elevenlabs.ENV_KEY: self.api_key,
+            lyria.ENV_BASE_URL: self.engines_base_url,
+            lyria.ENV_KEY: self.api_key,
         }
 
     # -- controls ------------------------------------------------------------------------------------
