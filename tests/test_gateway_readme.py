@@ -55,21 +55,23 @@ def test_the_readme_jupyterhub_service_config_loads_and_starts_the_gateway_as_do
     assert started["host"] == "127.0.0.1" and started["key"] == "k-hub-canary"
 
 
-# -- the README's team section: its commands, run as written -------------------------------------------------
+# -- the README's team section: its commands, run as written ------------------------------------------------
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 UPSTREAM_KEY_PLACEHOLDER = "MUSICGEN_UPSTREAM_KEY=..."
 TOKEN_PLACEHOLDER = "mgw_..."
+VENV_PYTHON = ".venv/bin/python -m ipymusicgen"
 
 
-def team_blocks() -> tuple[list[str], list[str]]:
-    """The README's team section: the admin's bash block and the user's, as command lines (comments kept)."""
+def team_blocks() -> tuple[list[str], list[str], list[str]]:
+    """The README's team section: the admin's bash block, the user's, and the sandbox trial's (lines as written)."""
     text = README.read_text(encoding="utf-8")
     section = re.search(r"^## A team\n(.*?)^## ", text, re.S | re.M)
     assert section, "README.md has no '## A team' section"
     blocks = re.findall(r"```bash\n(.*?)\n```", section.group(1), re.S)
-    assert len(blocks) == 2, "the team section shows the admin's commands, then what a user sets"
-    return blocks[0].splitlines(), blocks[1].splitlines()
+    assert len(blocks) == 3, "the team section shows the admin's commands, what a user sets, and a sandbox trial"
+    admin, user, trial = (block.splitlines() for block in blocks)
+    return admin, user, trial
 
 
 def _command(line: str) -> str:
@@ -77,25 +79,62 @@ def _command(line: str) -> str:
     return re.sub(r"\s+#\s.*$", "", line).strip()
 
 
+def _commands(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def clean_shell(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A newcomer's shell after `./scripts/setup`: in a folder holding the checkout's `.venv` (this venv), with no
+    MUSICGEN_* set, no DB, and a PATH without the venv (so a bare `python` is not the venv's); their own home."""
+    venv = Path(sys.executable).parents[1]
+    work = tmp_path / "checkout"
+    work.mkdir()
+    (work / ".venv").symlink_to(venv, target_is_directory=True)
+    path = [
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != (venv / "bin").resolve()
+    ]
+    env = {
+        "PATH": os.pathsep.join(path) or "/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),  # the journal's folder, and the default ledger's beside it
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(tmp_path),
+    }
+    python = subprocess.run(["bash", "-c", "command -v python || true"], env=env, capture_output=True, text=True)
+    assert not python.stdout.strip() or Path(python.stdout.strip()).resolve() != Path(sys.executable).resolve()
+    return env, work
+
+
+def test_every_shell_command_in_the_readme_and_docs_runs_the_venvs_python() -> None:
+    """`./scripts/setup` makes `.venv` and activates nothing: a bare `python -m ipymusicgen` or `ipymusicgen` is not
+    on PATH after it, so no command a newcomer copies may start with one."""
+    root = README.parent
+    bare = re.compile(r"(^|[\s;&|(])(python3? -m ipymusicgen|python3? -c|ipymusicgen (mcp|gateway|demo|generate))")
+    venv = re.compile(r"\.venv/bin/python -m ipymusicgen|\.venv/bin/python|\.venv/bin/ipymusicgen")
+    found = []
+    for page in [README, *sorted((root / "docs").glob("*.md"))]:
+        for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)\n```", page.read_text(encoding="utf-8"), re.S):
+            for line in block.splitlines():
+                code = _command(line) if not line.lstrip().startswith("#") else ""
+                if bare.search(venv.sub("VENV", code)):
+                    found.append(f"{page.name}: {line}")
+    assert found == []
+
+
 @pytest.mark.slow  # several processes: each command, the gateway, a user's client
-def test_the_readme_team_section_runs_as_written_on_sqlite_with_the_sandbox_upstream(
-    tmp_path: Path, clean_env: None
+def test_the_readme_team_section_runs_as_written_on_the_sqlite_default_with_the_sandbox_upstream(
+    tmp_path: Path,
 ) -> None:
-    admin, user = team_blocks()
-    database_line, *commands = admin
-    assert database_line.startswith("DB=postgresql://"), "the team's database is PostgreSQL"
-    assert len(commands) == 5 and all("python -m ipymusicgen gateway" in c for c in commands)
-    assert all("--database $DB" in c for c in commands), "every command on the one ledger"
-    database = tmp_path / "gateway.sqlite3"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `python`: this venv's
-    env["MUSICGEN_JOURNAL"] = str(tmp_path / "journal.sqlite3")
+    admin, user, _ = team_blocks()
+    commands = _commands(admin)
+    assert len(commands) == 5 and all(f"{VENV_PYTHON} gateway" in c for c in commands)
+    env, work = clean_shell(tmp_path)
+    ledger = tmp_path / "data" / "ipymusicgen" / "gateway.sqlite3"
 
     def run(line: str) -> str:
-        done = subprocess.run(
-            ["bash", "-c", f"DB={database}\n{_command(line)}"], env=env, capture_output=True, text=True, timeout=60
-        )
+        done = subprocess.run(["bash", "-c", line], env=env, cwd=work, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
+        assert f"ledger: {ledger}" in done.stderr.splitlines(), "each admin command says which ledger it opened"
         return done.stdout
 
     team, add, budget, serve, spend = commands
@@ -104,11 +143,7 @@ def test_the_readme_team_section_runs_as_written_on_sqlite_with_the_sandbox_upst
     token = added[-1]
     assert token.startswith("mgw_") and "ada" in added[0] and token not in "\n".join(added[:-1])
     assert run(budget).strip() == "ada: budget 90"
-    listed = subprocess.run(
-        [sys.executable, "-m", "ipymusicgen", "gateway", "user", "list", "--database", str(database)],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert listed.stdout.splitlines() == ["ada\tbudget 90\tspent 0"]
+    assert run(f"{VENV_PYTHON} gateway user list").splitlines() == ["ada\tbudget 90\tspent 0"]
 
     assert UPSTREAM_KEY_PLACEHOLDER in serve and f"127.0.0.1:{DEFAULT_PORT}" in serve
     port = free_port()
@@ -117,8 +152,9 @@ def test_the_readme_team_section_runs_as_written_on_sqlite_with_the_sandbox_upst
         served += f" --port {port} --upstream {upstream.base_url} --upstream-v2 {upstream.v2_base_url}"
         log = (tmp_path / "serve.log").open("wb")
         gateway = subprocess.Popen(
-            ["bash", "-c", f"DB={database}\n{served}"],
+            ["bash", "-c", served],
             env=env,
+            cwd=work,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # the shell and the gateway it runs: one process group, ended together
@@ -151,7 +187,61 @@ def test_the_readme_team_section_runs_as_written_on_sqlite_with_the_sandbox_upst
         assert upstream.request_counts().get("/v1/music/generate") == 1
     assert lines[0] == "user\tcalls\testimated\tmeasured\tunknown"
     assert lines[1].split("\t")[:3] == ["ada", "1", "3"] and lines[1].endswith("\t0")
-    assert CANARY_KEY not in (tmp_path / "serve.log").read_text()
+    said = (tmp_path / "serve.log").read_text()
+    assert CANARY_KEY not in said and str(ledger) in said
+
+
+@pytest.mark.slow  # the gateway and its sandbox, an admin command, a user's generate
+def test_the_readme_sandbox_trial_runs_as_written_in_two_terminals(tmp_path: Path) -> None:
+    _, _, trial = team_blocks()
+    split = next(i for i, line in enumerate(trial) if line.startswith("# terminal 2"))
+    first, second = _commands(trial[:split]), _commands(trial[split:])
+    assert len(first) == 1 and "gateway serve --sandbox" in first[0] and "MUSICGEN_UPSTREAM_KEY" not in first[0]
+    env, work = clean_shell(tmp_path)
+    port = free_port()
+    quick = {**env, "MUSICGEN_SANDBOX_STAGE_SECONDS": "0.1", "MUSICGEN_SANDBOX_SONG_SECONDS": "4"}  # speed only
+    log = (tmp_path / "terminal1.log").open("wb")
+    gateway = subprocess.Popen(
+        ["bash", "-c", f"{_command(first[0])} --port {port}"],
+        env=quick,
+        cwd=work,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        wait_for_port(port, gateway)
+        script = "set -e\n" + "\n".join(line.replace(f":{DEFAULT_PORT}", f":{port}") for line in second)
+        done = subprocess.run(["bash", "-c", script], env=env, cwd=work, capture_output=True, text=True, timeout=180)
+    finally:
+        os.killpg(gateway.pid, signal.SIGTERM)
+        gateway.wait(15)
+        log.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    ledger = work / "trial-ledger.sqlite3"
+    assert done.stderr.splitlines().count(f"ledger: {ledger}") == 2, done.stderr  # user add, then spend
+    assert len(re.findall(r"^saved songs/.+\.mp3$", done.stdout, re.M)) == 2, done.stdout
+    assert re.search(r"^ada\t1\t3\t", done.stdout, re.M), done.stdout
+    started = (tmp_path / "terminal1.log").read_text()
+    assert "upstream: a local sandbox" in started and f"ledger: {ledger}" in started, started
+    assert "Traceback" not in started, started
+
+
+def test_serve_on_the_sandbox_refuses_an_upstream_too(capsys: pytest.CaptureFixture[str]) -> None:
+    from ipymusicgen.__main__ import main
+
+    assert main(["gateway", "serve", "--sandbox", "--upstream", "https://elsewhere.example"]) == 2
+    assert "--sandbox is the upstream" in capsys.readouterr().err
+
+
+def test_an_admin_command_names_a_server_ledger_masked(capsys: pytest.CaptureFixture[str], clean_env: None) -> None:
+    pytest.importorskip("psycopg")
+    from ipymusicgen.__main__ import main
+
+    url = "postgresql://admin:s3cret-pw@127.0.0.1:1/team"  # nothing listens on port 1: refused at once
+    assert main(["gateway", "user", "list", "--database", url]) == 2
+    said = capsys.readouterr().err
+    assert "ledger: postgresql://***@127.0.0.1:1/team" in said.splitlines() and "s3cret" not in said
 
 
 def test_the_tls_proxy_example_serves_the_name_the_proxy_passes_on(
@@ -162,14 +252,16 @@ def test_the_tls_proxy_example_serves_the_name_the_proxy_passes_on(
 
     text = GATEWAY_PAGE.read_text(encoding="utf-8")
     caddy = re.search(r"```text\n# Caddyfile\n(\S+) \{\n\s+reverse_proxy (\S+)\n\}\n```", text)
-    serve = re.search(r"```bash\n(MUSICGEN_UPSTREAM_KEY=\.\.\. python -m ipymusicgen gateway serve .*)\n```", text)
+    serve = re.search(
+        r"```bash\n(MUSICGEN_UPSTREAM_KEY=\.\.\. \.venv/bin/python -m ipymusicgen gateway serve .*)\n```", text
+    )
     assert caddy and serve, "docs/team-gateway.md shows a Caddyfile and the serve command behind it"
     site, target = caddy.groups()
     assert target == f"127.0.0.1:{DEFAULT_PORT}", "the proxy reaches the gateway on loopback, its default port"
     monkeypatch.setenv("MUSICGEN_UPSTREAM_KEY", "k-proxy")
     started: dict = {}
     monkeypatch.setattr("ipymusicgen.gateway.server.serve", lambda **kwargs: started.update(kwargs))
-    argv = serve.group(1).replace("$DB", "postgresql://gateway@127.0.0.1/musicgen").split()
+    argv = serve.group(1).split()
     assert main(argv[argv.index("ipymusicgen") + 1 :]) == 0
     assert started["host"] == "127.0.0.1" and started["port"] == DEFAULT_PORT
     gateway = Gateway(None, None, host=started["host"], allow_hosts=started["allow_hosts"])  # type: ignore[arg-type]

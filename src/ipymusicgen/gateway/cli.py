@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import MusicGenError
-from .database_url import shown_database
+from .database_url import masked, shown_database
 
 ENV_UPSTREAM_KEY = "MUSICGEN_UPSTREAM_KEY"
 DEFAULT_PORT = 8790
@@ -78,6 +78,12 @@ def add_gateway_parser(commands: Any) -> None:
     serve.add_argument(
         "--allow-host", action="append", default=[], metavar="NAME", help="a Host name clients use (repeatable)"
     )
+    serve.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="to try it with no account: start a local sandbox as the upstream and use its demo key "
+        f"(no {ENV_UPSTREAM_KEY}, no --upstream)",
+    )
     serve.set_defaults(run=_serve)
 
     user = sub.add_parser("user", help="add, list, budget or revoke users")
@@ -105,6 +111,13 @@ def add_gateway_parser(commands: Any) -> None:
     spend.add_argument("--by", choices=("user", "day", "model"), default="user")
     spend.set_defaults(run=_spend)
 
+    reconcile = with_database(
+        sub.add_parser("reconcile", help="settle calls left unknown (kill -9, a ledger outage); list what stays so")
+    )
+    reconcile.add_argument("--upstream", default=DEFAULT_BASE_URL, help="the service's v1 base URL")
+    reconcile.add_argument("--upstream-v2", default=DEFAULT_V2_BASE_URL, help="the service's v2 base URL")
+    reconcile.set_defaults(run=_reconcile)
+
 
 class LedgerUnavailableError(MusicGenError):
     """The ledger database cannot be opened (a server down, a folder not writable)."""
@@ -131,15 +144,25 @@ def _needs_driver(database: str) -> None:
         _needs("psycopg", "a PostgreSQL ledger")
 
 
+def ledger_shown(database: str) -> str:
+    """Which ledger a command opened, as it may be shown: a SQLite file by its full path, a server's URL masked."""
+    from ..storage.ledger_engines import is_postgres
+
+    if is_postgres(database):
+        return shown_database(database)
+    return str(Path(database.removeprefix("sqlite://")).expanduser().resolve())
+
+
 def _ledger(args: argparse.Namespace) -> Any:
     from ..storage.ledger_engines import open_ledger
 
     database = args.database or default_database()
     _needs_driver(database)
+    print(f"ledger: {ledger_shown(database)}", file=sys.stderr, flush=True)  # which one: a file, or a server
     try:
         return open_ledger(database)
     except Exception as exc:  # psycopg's and sqlite3's errors name the host or file, never a password
-        reason = str(exc).replace(database, shown_database(database)).strip().splitlines()
+        reason = masked(str(exc), database).strip().splitlines()
         raise LedgerUnavailableError(
             f"could not open the ledger at {shown_database(database)}: {reason[0] if reason else type(exc).__name__}"
         ) from None
@@ -226,10 +249,16 @@ def _spend(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.sandbox:
+        return _serve_on_sandbox(args)
     key = os.environ.get(ENV_UPSTREAM_KEY, "").strip()
     if not key:
         print(f"error: set {ENV_UPSTREAM_KEY} to the upstream key (never a flag: it would show in ps)", file=sys.stderr)
         return 2
+    return _serve_with(args, key)
+
+
+def _serve_with(args: argparse.Namespace, key: str) -> int:
     from ..models.costs import CostTableError, cost_table
 
     try:
@@ -238,11 +267,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _needs("aiohttp", "gateway serve")
-    _needs_driver(args.database or default_database())
+    database = args.database or default_database()
+    _needs_driver(database)
+    from ..storage.ledger_engines import is_postgres
     from .server import serve
 
+    print("serving in the foreground until Ctrl+C: run the admin commands and clients in another terminal", flush=True)
     serve(
-        database=args.database or default_database(),
+        database=database if is_postgres(database) else ledger_shown(database),  # a file by its full path
         host=args.host,
         port=args.port,
         upstream=args.upstream,
@@ -251,3 +283,46 @@ def _serve(args: argparse.Namespace) -> int:
         allow_hosts=args.allow_host,
     )
     return 0
+
+
+def _serve_on_sandbox(args: argparse.Namespace) -> int:
+    """`serve --sandbox`: the gateway in front of an embedded sandbox, upstream key its free demo key (for trying
+    the team set-up with no account). The real upstream's key and addresses are never used."""
+    from ..config import DEFAULT_BASE_URL, DEFAULT_V2_BASE_URL, env_float
+    from ..sandbox import Sandbox
+    from ..session import ENV_SONG_SECONDS, ENV_STAGE_SECONDS
+
+    if (args.upstream, args.upstream_v2) != (DEFAULT_BASE_URL, DEFAULT_V2_BASE_URL):
+        print("error: --sandbox is the upstream: leave out --upstream and --upstream-v2", file=sys.stderr)
+        return 2
+    stage = env_float(ENV_STAGE_SECONDS) or 3.0
+    sandbox = Sandbox(stage_seconds=stage, song_seconds=env_float(ENV_SONG_SECONDS) or 30.0)
+    sandbox.start()
+    try:
+        print(f"upstream: a local sandbox at {sandbox.base_url} (its demo key; nothing is paid)", flush=True)
+        args.upstream, args.upstream_v2 = sandbox.base_url, sandbox.v2_base_url
+        return _serve_with(args, sandbox.api_key)
+    finally:
+        sandbox.stop()
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    """`gateway reconcile`: what `gateway serve` also does as it starts (gateway/reconcile.py); 1 when calls stay
+    unknown, so a script can tell."""
+    key = os.environ.get(ENV_UPSTREAM_KEY, "").strip()
+    if not key:
+        print(f"error: set {ENV_UPSTREAM_KEY} to the upstream key (never a flag: it would show in ps)", file=sys.stderr)
+        return 2
+    from .app import Gateway
+    from .server import check_upstream
+    from .upstream import Upstream
+
+    check_upstream(args.upstream, args.upstream_v2)
+    with _ledger(args) as ledger:
+        gateway = Gateway(ledger, Upstream(args.upstream, args.upstream_v2, key))
+        try:
+            report = gateway.recover()
+        finally:
+            gateway.close()
+    print("\n".join(report.lines()))
+    return 1 if report.unknown else 0
