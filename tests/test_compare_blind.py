@@ -13,6 +13,7 @@ import threading
 import time
 import wave
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -124,7 +125,7 @@ def secrets_of(songs: list[LibrarySong]) -> list[str]:
 def test_ab_before_the_vote_the_page_gets_nothing_but_sound(library: Library, made: tuple[Path, list[str]]) -> None:
     songs = songs_of(library, made[1])
     assert all(s.peaks and s.archive_path for s in songs)  # each has its own waveform and a tagged file
-    view = CompareView(songs, library=library, seed=1)
+    view = CompareView(songs, library=library, seed=1, min_listen_s=0)
     wire = Wire(view)
     players = view.data["players"]
     assert [p["label"] for p in players] == ["A", "B"] and all(set(p) == {"label", "source"} for p in players)
@@ -208,7 +209,7 @@ def test_a_pick_names_its_round_and_a_stale_or_missing_one_is_ignored_and_said(
     library: Library, made: tuple[Path, list[str]]
 ) -> None:
     songs = songs_of(library, made[1])
-    view = CompareView(songs, library=library, seed=1)
+    view = CompareView(songs, library=library, seed=1, min_listen_s=0)
     wire = Wire(view)
     first = view.data["round"]
     old_source = view.data["players"][0]["source"]
@@ -241,7 +242,7 @@ def test_a_vote_while_another_kernel_holds_the_journal_is_said_and_the_pair_kept
     path, ids = made
     monkeypatch.setattr(db, "DEFAULT_BUSY_TIMEOUT", 30.0)  # a journal wait long enough to tell from a button's
     with Library(path) as library:
-        view = CompareView(songs_of(library, ids), library=library, seed=4)
+        view = CompareView(songs_of(library, ids), library=library, seed=4, min_listen_s=0)
         pick = {"kind": "pick", "label": "B", "round": view.data["round"]}
         holder = sqlite3.connect(path, isolation_level=None)  # another kernel, in the middle of a write
         holder.execute("BEGIN EXCLUSIVE")
@@ -263,7 +264,7 @@ def test_a_vote_while_another_kernel_holds_the_journal_is_said_and_the_pair_kept
 
 
 def test_a_vote_on_a_closed_library_is_said_not_raised(library: Library, made: tuple[Path, list[str]]) -> None:
-    view = CompareView(songs_of(library, made[1]), library=library, seed=4)
+    view = CompareView(songs_of(library, made[1]), library=library, seed=4, min_listen_s=0)
     library.close()  # the notebook closed it meanwhile
     view._on_msg(view, {"kind": "pick", "label": "A", "round": view.data["round"]}, [])  # raises nothing
     assert view.result is None and "not saved" in view.data["note"]
@@ -353,12 +354,13 @@ def test_the_channel_hands_a_plain_source_as_it_is_for_a_card_player(
 
 
 def test_the_grids_blind_compare_names_no_card_and_a_pick_for_its_last_pair_is_ignored(
-    sandbox: Sandbox, clock: ManualClock, tmp_path: Path
+    sandbox: Sandbox, clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The grid draws every song's card (id, URL, waveform) on the same page as its comparison, and loads one
     pair after another into the same comparison."""
     import uuid
 
+    monkeypatch.setenv("MUSICGEN_MIN_LISTEN_S", "0")  # a vote counts at once (the minimum is tested on its own)
     from ipymusicgen.lab.grid import Grid
     from ipymusicgen.widgets.grid import GridView
 
@@ -397,3 +399,184 @@ def test_the_grids_blind_compare_names_no_card_and_a_pick_for_its_last_pair_is_i
         (vote,) = library.compare_results()
         assert {vote["winner"], vote["loser"]} == {cards[3]["id"], cards[1]["id"]}
         view.close()
+
+
+# -- issue 41: four choices, and a page's vote counts only after each side played the minimum (kernel clock) -----
+
+
+class Listener:
+    """A page playing the view's players, on a clock the test moves: it reports as the real page does (about four
+    times a second while playing), and the view counts on that same clock."""
+
+    def __init__(self, view: CompareView, clock: ManualClock) -> None:
+        self.view, self.clock = view, clock
+        self.at = 0.0
+
+    def report(self, source: str, playing: bool, at: float | None = None, forged: dict[str, Any] | None = None) -> None:
+        message = {"kind": "listen", "round": self.view.round, "source": source, "playing": playing}
+        message["at"] = self.at if at is None else at
+        self.view._handle_custom_msg(message | (forged or {}), [])
+
+    def play(self, label: str, seconds: float, step: float = 0.25) -> None:
+        source = next(p["source"] for p in self.view.data["players"] if p["label"] == label)
+        self.report(source, True)
+        for _ in range(round(seconds / step)):
+            self.clock.advance(step)
+            self.at += step
+            self.report(source, True)
+        self.report(source, False)
+
+    def vote(self, label: str) -> None:
+        self.view._handle_custom_msg({"kind": "pick", "label": label, "round": self.view.round}, [])
+
+
+def listened(wire: Wire) -> list[dict[str, float]]:
+    """The seconds left the kernel told the page, in order."""
+    return [
+        data["content"]["left"]
+        for data, _ in wire.sent
+        if data.get("method") == "custom" and data["content"].get("kind") == "listened"
+    ]
+
+
+def test_a_page_vote_counts_only_after_each_side_played_the_minimum(
+    library: Library, made: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MUSICGEN_MIN_LISTEN_S", raising=False)
+    clock = ManualClock(0.1)
+    view = CompareView(songs_of(library, made[1]), library=library, seed=1, clock=clock)
+    assert view.min_listen_s == 5.0  # the default
+    wire = Wire(view)
+    for player in view.data["players"]:
+        wire.ask(player["source"])  # the kernel hands each player its sound
+    page = Listener(view, clock)
+    assert view.data["listen"] == {"need": {"A": 5.0, "B": 5.0}, "left": {"A": 5.0, "B": 5.0}}
+    page.vote("A")
+    assert view.result is None and list(library.compare_results()) == []
+    assert "Not counted yet" in view.data["note"] and "A 5 s more, B 5 s more" in view.data["note"]
+    page.play("A", 3.0)
+    page.play("B", 5.0)
+    assert listened(wire)[-1] == {"A": 2.0, "B": 0.0}  # the buttons say what is left
+    page.vote("tie")
+    assert view.result is None and "A 2 s more" in view.data["note"] and "B " not in view.data["note"].split("(")[1]
+    page.play("A", 1.75)
+    page.vote("both_bad")
+    assert view.result is None and listened(wire)[-1] == {"A": 0.3, "B": 0.0}
+    page.play("A", 0.25)
+    page.vote("tie")
+    assert view.result is not None and view.result["outcome"] == "tie"
+    [vote] = library.compare_results()
+    assert vote["outcome"] == "tie" and vote["blind"] is True
+    assert "tie" in view.data["note"] and "listen" not in view.data
+    view.close()
+
+
+def test_forged_play_reports_buy_no_listening_time(library: Library, made: tuple[Path, list[str]]) -> None:
+    clock = ManualClock(0.1)
+    view = CompareView(songs_of(library, made[1]), library=library, seed=1, clock=clock, min_listen_s=5)
+    wire = Wire(view)
+    a, b = (p["source"] for p in view.data["players"])
+    page = Listener(view, clock)
+    page.report(b, True, 0.0)  # B's sound was never asked for: playing it earns nothing
+    clock.advance(0.5)
+    page.report(b, True, 0.5)
+    assert view.listening.heard == {"A": 0.0, "B": 0.0}
+    wire.ask(a)
+    for i in range(1, 200):  # many reports at one instant, each claiming a second more: time did not pass
+        page.report(a, True, float(i))
+    assert view.listening.heard["A"] == 0.0
+    for i in range(1, 5):  # the position leaps a minute a report: a quarter second passed, a quarter is counted
+        clock.advance(0.25)
+        page.report(a, True, 200.0 + 60 * i)
+    assert view.listening.heard["A"] == pytest.approx(1.0)
+    clock.advance(60)  # a page silent for a minute, then "still playing": one report's worth
+    page.report(a, True, 600.0)
+    assert view.listening.heard["A"] == pytest.approx(2.0)
+    page.report(a, False, 600.0)
+    clock.advance(10)  # paused: nothing
+    page.report(a, False, 610.0)
+    page.report(a, True, 610.0)
+    clock.advance(0.25)  # played, but the position went back (a loop, or a lie): nothing
+    page.report(a, True, 1.0)
+    assert view.listening.heard["A"] == pytest.approx(2.0)
+    wire.ask(b)
+    for _ in range(8):  # A and B "both playing" in one stretch: together they get the time that passed, no more
+        clock.advance(0.25)
+        page.report(a, True, page.at + 100)
+        page.report(b, True, page.at + 200)
+        page.at += 300
+    assert sum(view.listening.heard.values()) - 2.0 <= 2.0 + 1e-9
+    before = dict(view.listening.heard)
+    for hostile in (
+        {"at": float("nan")}, {"at": float("inf")}, {"at": -1.0}, {"at": True}, {"at": "3"}, {"playing": "yes"},
+        {"source": "not-a-source"}, {"source": ["a"]}, {"round": "an-earlier-round"}, {"round": None},
+    ):  # fmt: skip
+        clock.advance(0.25)
+        page.report(a, True, page.at + 0.25, hostile)
+    clock.advance(0.25)
+    assert view.listening.heard == before
+    page.vote("A")  # still short: refused in Python, whatever the page shows
+    assert view.result is None and list(library.compare_results()) == []
+    view.close()
+
+
+def test_a_take_shorter_than_the_minimum_needs_only_its_length_and_zero_needs_nothing(
+    library: Library, made: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    songs = songs_of(library, made[1])
+    timed = [replace(song, duration_s=seconds) for song, seconds in zip(songs, (3.2, 7.5), strict=True)]
+    view = CompareView(timed, library=library, seed=1, min_listen_s=30)
+    assert view.listening.need == {"A": 3.2, "B": 3.2}  # the shorter one's length, for both: one figure, blind
+    view.close()
+    view = CompareView(timed, library=library, seed=1, min_listen_s=2)
+    assert view.listening.need == {"A": 2.0, "B": 2.0}
+    view.close()
+    monkeypatch.setenv("MUSICGEN_MIN_LISTEN_S", "0")
+    quick = CompareView(songs, library=library, seed=1)
+    assert quick.min_listen_s == 0.0 and quick.listening.ready()
+    quick._handle_custom_msg({"kind": "pick", "label": "both_bad", "round": quick.round}, [])
+    assert quick.result is not None and [v["outcome"] for v in library.compare_results()] == ["both_bad"]
+    quick.close()
+    for bad in (-1, float("nan"), float("inf"), True, "5", 3600):
+        with pytest.raises(ValueError, match="min_listen_s"):
+            CompareView(songs, library=library, min_listen_s=bad)  # type: ignore[arg-type]
+
+
+def test_the_min_listen_setting_comes_from_the_environment_and_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ipymusicgen.config import Settings
+
+    monkeypatch.delenv("MUSICGEN_MIN_LISTEN_S", raising=False)
+    assert Settings.from_env().min_listen_s == 5.0
+    for text, seconds in (("2.5", 2.5), ("0", 0.0), (" 12 ", 12.0)):
+        monkeypatch.setenv("MUSICGEN_MIN_LISTEN_S", text)
+        assert Settings.from_env().min_listen_s == seconds
+    for text in ("-1", "soon", "nan", "inf"):
+        monkeypatch.setenv("MUSICGEN_MIN_LISTEN_S", text)
+        with pytest.raises(ValueError, match="MUSICGEN_MIN_LISTEN_S"):
+            Settings.from_env()
+
+
+def test_an_ab_vote_takes_four_choices_and_abx_two(library: Library, made: tuple[Path, list[str]]) -> None:
+    songs = songs_of(library, made[1])
+    for label, outcome in (("A", "a"), ("B", "b"), ("tie", "tie"), ("both_bad", "both_bad")):
+        view = CompareView(songs, library=library, seed=4, min_listen_s=0)
+        first, second = (take.id for take in view.order)
+        view._handle_custom_msg({"kind": "pick", "label": label, "round": view.round}, [])
+        assert view.result is not None and view.result["outcome"] == outcome
+        assert (view.result["a"], view.result["b"]) == (first, second)
+        view.close()
+    stored = [(v["winner"], v["outcome"]) for v in library.compare_results()]
+    assert [outcome for _, outcome in stored] == ["win", "win", "tie", "both_bad"]
+    assert stored[0][0] == first and stored[1][0] == second  # "B" keeps B as the winner
+    abx = CompareView(songs, library=library, mode="abx", seed=3, min_listen_s=0)
+    abx._handle_custom_msg({"kind": "pick", "label": "tie", "round": abx.round}, [])
+    assert abx.result is None
+    with pytest.raises(ValueError, match="pick A or B"):
+        abx.pick("both_bad")
+    for hostile in ("a", "TIE", "draw", "", None, ["A"]):
+        view = CompareView(songs, library=library, seed=4, min_listen_s=0)
+        view._handle_custom_msg({"kind": "pick", "label": hostile, "round": view.round}, [])
+        assert view.result is None
+        view.close()
+    assert len(library.compare_results()) == 4
+    abx.close()

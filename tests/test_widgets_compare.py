@@ -50,11 +50,12 @@ def test_the_order_is_shuffled(takes: tuple[Library, list[LibrarySong]]) -> None
 
 def test_the_vote_is_kept_blind_then_the_labels_are_revealed(takes: tuple[Library, list[LibrarySong]]) -> None:
     library, songs = takes
-    view = CompareView(songs, library=library, seed=3)
+    view = CompareView(songs, library=library, seed=3, min_listen_s=0)  # the minimum: test_compare_blind
     view._handle_custom_msg({"kind": "pick", "label": "C", "round": view.round}, [])  # not a choice: nothing happens
     assert view.result is None
     view._handle_custom_msg({"kind": "pick", "label": "B", "round": view.round}, [])
-    assert view.result == {"picked": "B", "winner": view.order[1].id, "loser": view.order[0].id, "recorded": True}
+    a, b = (take.id for take in view.order)
+    assert view.result == {"picked": "B", "outcome": "b", "a": a, "b": b, "winner": b, "loser": a, "recorded": True}
     (vote,) = library.compare_results()
     assert (vote["winner"], vote["loser"], vote["blind"]) == (view.order[1].id, view.order[0].id, True)
     data = view.data

@@ -19,6 +19,7 @@ ENV_V2_BASE_URL = "MUSICGEN_V2_BASE_URL"
 ENV_JOURNAL = "MUSICGEN_JOURNAL"
 ENV_MAX_DOWNLOAD_MB = "MUSICGEN_MAX_DOWNLOAD_MB"
 ENV_MIN_POLL_INTERVAL = "MUSICGEN_MIN_POLL_INTERVAL"
+ENV_MIN_LISTEN_S = "MUSICGEN_MIN_LISTEN_S"
 MAX_SECONDS = 1e9
 """The longest timeout or wait accepted (some 31 years): beyond it sockets and sleeps overflow."""
 DEMO_KEY = "sandbox-demo-key"
@@ -45,6 +46,14 @@ def env_float(name: str) -> float | None:
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"{name} must be a finite number above 0 (got {value!r})")
     return number
+
+
+def _env_seconds(name: str) -> float | None:
+    """Seconds from the environment, 0 allowed (None when unset); anything else is one line naming it."""
+    value = os.environ.get(name, "").strip()
+    if value in ("0", "0.0"):
+        return 0.0
+    return env_float(name) if value else None
 
 
 def url_host(url: str) -> str:
@@ -114,6 +123,9 @@ class Settings:
     min_poll_interval: float = 0.5
     """The shortest wait between polling rounds of a real service (`wait()`, watchers, batches): a smaller
     interval is raised to it, so no loop hammers the service. `MUSICGEN_MIN_POLL_INTERVAL` lowers it."""
+    min_listen_s: float = 5.0
+    """Seconds each side of a blind comparison must play before the page's vote counts (Music Arena's rule);
+    0 counts a vote at once. `MUSICGEN_MIN_LISTEN_S`."""
     embedded_sandbox: bool = False
     """Set by the embedded sandbox for the clients it makes (whatever key it was given); see `is_embedded_sandbox`."""
 
@@ -176,6 +188,7 @@ class Settings:
             "journal_path": os.environ.get(ENV_JOURNAL) or None,
             "max_download_mb": env_float(ENV_MAX_DOWNLOAD_MB),
             "min_poll_interval": env_float(ENV_MIN_POLL_INTERVAL),
+            "min_listen_s": _env_seconds(ENV_MIN_LISTEN_S),
         }
         env.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**{k: v for k, v in env.items() if v is not None})

@@ -266,6 +266,7 @@ class AudioChannel:
         self._shown: set[Hashable] | None = None
         """The cards the view shows now (None until it says: every card's name answers)."""
         self._serving: set[str] = set()
+        self._delivered: set[str] = set()
         self._lock = threading.Lock()
         self._reading = threading.Lock()  # one read and decode at a time: memory stays one song's worth
 
@@ -313,10 +314,16 @@ class AudioChannel:
             self._offers[name] = offer
         return name
 
+    def delivered(self) -> set[str]:
+        """The names whose bytes the page was handed this round (the blind view counts listening to those only)."""
+        with self._lock:
+            return set(self._delivered)
+
     def clear(self) -> None:
         with self._lock:
             self._offers.clear()
             self._kept.clear()
+            self._delivered.clear()
             if self._shown is not None:
                 self._shown = set()
 
@@ -363,6 +370,9 @@ class AudioChannel:
         if not self._answers(name):
             self._answer(name, {"error": self.refusal})
             return
+        with self._lock:  # before the bytes go: the page's first report may come back at once
+            if name in self._offers:  # still offered (a clear() meanwhile forgets it)
+                self._delivered.add(name)
         self._answer(name, {"type": kind, "size": len(data)}, [data])
 
     def _answer(self, name: str, fields: dict[str, Any], buffers: list[bytes] | None = None) -> None:

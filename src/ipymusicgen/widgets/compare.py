@@ -4,16 +4,21 @@ Until the vote (or the ABX answer) the page gets the labels, one opaque source n
 nothing else: no title, take, model, style, URL or waveform. A player's sound comes over the widget channel when
 it starts (`AudioChannel`), as a blind copy that no card's file and no other player matches byte for byte, so
 ABX's X cannot be matched to its twin but by ear. One shared player: switching keeps the position, a region of
-the (neutral) waveform can loop, and the keys are 1/2 (3 for X) to switch, space to play, left/right to choose.
-The choice is sent as an intent naming its round (a click meant for an earlier pair is ignored and said);
-Python records it (`Library.vote`, blind) and only then reveals the labels and the songs' waveforms.
+the (neutral) waveform can loop, and the keys are 1/2 (3 for X) to switch, space to play, left/right to choose
+(A/B has four choices: up is a tie, down "both bad"). The choice is sent as an intent naming its round (a click
+meant for an earlier pair is ignored and said); Python records it (`Library.vote`, blind) and only then reveals
+the labels and the songs' waveforms. A vote from the page counts only once each side has played `min_listen_s`
+(`MUSICGEN_MIN_LISTEN_S`, 5 s), counted by the kernel from the page's play reports (`listening.ListeningClock`);
+until then the buttons say how long is left, and a vote sent anyway is refused and said. `pick()` from Python is
+the notebook's own call and is not held back.
 """
 
 from __future__ import annotations
 
 import random
 import secrets
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +32,7 @@ from ..storage.errors import StorageError
 from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .audio_channel import AudioChannel, AudioSource, BlindRound
+from .listening import ListeningClock
 from .song_data import compact_peaks, plain
 from .text import TextRepr
 
@@ -34,6 +40,8 @@ if TYPE_CHECKING:
     from ..song_library import Library
 
 MODES = ("ab", "abx")
+CHOICES = {"A": "a", "B": "b", "tie": "tie", "both_bad": "both_bad"}
+"""What an A/B listener may choose, and the library's outcome for it (ABX takes "A" or "B" only)."""
 VOTE_WAIT = 1.0
 """Seconds a vote waits for another kernel's write to the journal: an ordinary write is over by then, and a
 button never hangs for the journal's full wait."""
@@ -101,13 +109,24 @@ class CompareView(TextRepr, anywidget.AnyWidget):
     data = traitlets.Dict().tag(sync=True)
 
     def __init__(
-        self, songs: Iterable[Any] = (), *, library: Library | None = None, mode: str = "ab", seed: int | None = None
+        self,
+        songs: Iterable[Any] = (),
+        *,
+        library: Library | None = None,
+        mode: str = "ab",
+        seed: int | None = None,
+        min_listen_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+        least = _seconds(min_listen_s)
         given = list(songs)
         takes = two_takes(given, library) if given else None  # refused before any widget is made
         super().__init__()
+        self.min_listen_s = least
+        """Seconds each side must play before the page's vote counts (default: the settings', 5 s)."""
+        self._clock = clock
         self.mode = mode
         self.library = library
         self.order: list[Take] = []
@@ -120,6 +139,8 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         self.note = ""
         self.channel = AudioChannel(self)
         self._sources: list[str] = []
+        self.listening = ListeningClock({}, {}, self.channel.delivered, clock)
+        self._shown_left: dict[str, float] = {}
         self.on_msg(self._on_msg)
         self._start(takes or [], seed)
 
@@ -138,12 +159,24 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         blind = BlindRound([take.source for take in self.order])  # one shape and one length for every player
         played = [0, 1, *(["AB".index(self.x)] if self.x else [])]
         self._sources = [self.channel.offer_blind(blind, index) for index in played if index < len(self.order)]
+        sides = {source: "AB"[index] for source, index in zip(self._sources, played, strict=False)}
+        need = dict.fromkeys("AB"[: len(self.order)], self._need())
+        self.listening = ListeningClock(sides, need, self.channel.delivered, self._clock)
+        self._shown_left = self.listening.left()
         self._publish()
+
+    def _need(self) -> float:
+        """Seconds each take must play: the minimum, or the shorter take's whole length when that is less (one
+        figure for both: a length of its own would tell the page which take is which)."""
+        lengths = [take.source.seconds for take in self.order]
+        known = [float(s) for s in lengths if isinstance(s, int | float) and not isinstance(s, bool) and s > 0]
+        return min([self.min_listen_s, *known])
 
     # -- the Python API ------------------------------------------------------------------------------
 
     def pick(self, label: str) -> dict[str, Any]:
-        """The listener's choice: in A/B the take preferred ("A" or "B"); in ABX which one X is. Once only.
+        """The listener's choice: in A/B the take preferred ("A" or "B"), "tie" or "both_bad"; in ABX which one X
+        is ("A" or "B"). Once only.
 
         A vote the journal cannot take now (another kernel holds it) is said in the view and raised here; the
         pair stays, blind, so the same choice can be made again."""
@@ -151,31 +184,36 @@ class CompareView(TextRepr, anywidget.AnyWidget):
             return self.result
         if not self.order:
             raise ValueError("nothing to compare yet: load two songs first")
-        if label not in ("A", "B"):
-            raise ValueError(f"pick A or B (got {label!r})")
-        chosen, other = (self.order[0], self.order[1]) if label == "A" else (self.order[1], self.order[0])
+        allowed = tuple(CHOICES) if self.mode == "ab" else ("A", "B")
+        if label not in allowed:
+            raise ValueError(f"pick {', '.join(allowed[:-1])} or {allowed[-1]} (got {label!r})")
         if self.mode == "ab":
+            first, second = self.order
             try:
-                recorded = self._vote(chosen, other)
+                recorded = self._vote(first, second, CHOICES[label])
             except (LibraryWriteError, StorageError) as exc:
                 busy = isinstance(exc, LibraryWriteError) and "locked" in str(exc)
                 reason = "the journal is busy: another notebook or kernel is writing to it" if busy else one_line(exc)
                 self.note = f"Your choice was not saved ({reason[:300]}). The pair is kept, still blind: choose again."
                 self._publish()
                 raise
-            self.result = {"picked": label, "winner": chosen.id, "loser": other.id, "recorded": recorded}
+            self.result = {"picked": label, "outcome": CHOICES[label], "a": first.id, "b": second.id}
+            if label in ("A", "B"):
+                chosen, other = (first, second) if label == "A" else (second, first)
+                self.result |= {"winner": chosen.id, "loser": other.id}
+            self.result["recorded"] = recorded
         else:
             self.result = {"picked": label, "x": self.x, "correct": label == self.x}
         self.note = ""
         self._publish()
         return self.result
 
-    def _vote(self, chosen: Take, other: Take) -> bool:
+    def _vote(self, first: Take, second: Take, outcome: str) -> bool:
         """Keep the vote (blind) in the library; False when there is none, or it never kept these songs."""
         if self.library is None:
             return False
         try:
-            self.library.vote(chosen.id, other.id, blind=True, wait=VOTE_WAIT)
+            self.library.vote(first.id, second.id, outcome, blind=True, wait=VOTE_WAIT)
         except KeyError:  # a song the library never kept (the free sandbox's): the vote is said, not kept
             return False
         return True
@@ -195,6 +233,8 @@ class CompareView(TextRepr, anywidget.AnyWidget):
             "question": "Which one is X: A or B?" if self.mode == "abx" else "Which take do you prefer?",
             "note": plain(self.note, 500),
         }
+        if self.mode == "ab" and self.result is None:
+            data["listen"] = {"need": self.listening.need, "left": self.listening.left()}
         if self.result is not None:
             shown = [*self.order, *([self.order["AB".index(self.x)]] if self.x else [])]
             for player, take in zip(players, shown, strict=False):
@@ -218,19 +258,42 @@ class CompareView(TextRepr, anywidget.AnyWidget):
             if self.result["recorded"]
             else "not kept (these songs are not in the library)"
         )
-        return f"You preferred {self.result['picked']}; {saved}."
+        said = {"tie": "You called it a tie", "both_bad": "You found both bad"}
+        return f"{said.get(self.result['picked'], 'You preferred ' + self.result['picked'])}; {saved}."
+
+    def _heard(self, content: dict[str, Any]) -> None:
+        """A play report from the page (see `listening`): counted on the kernel's clock; the page is told the
+        seconds left when they change by a tenth, so its buttons show what the kernel will accept."""
+        if self.mode != "ab" or self.result is not None or content.get("round") != self.round or not self.round:
+            return
+        if not self.listening.report(content):
+            return
+        left = self.listening.left()
+        if left != self._shown_left:
+            self._shown_left = left
+            with suppress(Exception):  # a view closed meanwhile: nobody is listening
+                self.send({"kind": "listened", "round": self.round, "left": left})
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """Intents from the page: a player's audio, or a pick naming its round. Nothing raises out of here."""
+        """Intents from the page: a player's audio, a play report, or a pick naming its round. Nothing raises out of
+        here."""
         try:
             if self.channel.handle(content):
                 return
-            if not (isinstance(content, dict) and content.get("kind") == "pick" and content.get("label") in ("A", "B")):
+            if isinstance(content, dict) and content.get("kind") == "listen":
+                self._heard(content)
+                return
+            choices = tuple(CHOICES) if self.mode == "ab" else ("A", "B")
+            if not (isinstance(content, dict) and content.get("kind") == "pick" and content.get("label") in choices):
                 return
             if not self.order or self.result is not None:  # nothing loaded (a stale page), or chosen already
                 return
             if not isinstance(content.get("round"), str) or content["round"] != self.round:
                 self.note = STALE_PICK
+                self._publish()
+                return
+            if self.mode == "ab" and not self.listening.ready():  # the page's vote, before each side played
+                self.note = self.listening.said()
                 self._publish()
                 return
             self.pick(content["label"])
@@ -251,8 +314,20 @@ class CompareView(TextRepr, anywidget.AnyWidget):
         if not self.order:
             return f"CompareView ({self.mode}): nothing to compare yet"
         if self.result is None:
-            return f"CompareView ({self.mode}): A and B, blind; pick with .pick('A') or .pick('B')"
+            also = ", 'tie' or 'both_bad'" if self.mode == "ab" else ""
+            return f"CompareView ({self.mode}): A and B, blind; pick with .pick('A') or .pick('B'){also}"
         return f"CompareView ({self.mode}): {self._note()}"
+
+
+def _seconds(value: float | None) -> float:
+    """The minimum listening time: the value given, else the settings' (`MUSICGEN_MIN_LISTEN_S`)."""
+    if value is None:
+        from ..session import settings
+
+        value = settings().min_listen_s
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 3600:
+        raise ValueError(f"min_listen_s is seconds from 0 to under an hour (got {value!r})")
+    return float(value)
 
 
 def compare(songs_or_ids_or_call: Any, *, mode: str = "ab", seed: int | None = None) -> CompareView:
