@@ -3,26 +3,26 @@ the cover, the lyrics as text and a JSON sidecar that says how the song was made
 
 Everything is read from the library (the journal's records, the archive's files); nothing is asked of the service,
 so an export costs nothing and works offline. Titles are server text: folder and file names are made safe
-(one path component, bounded, never hidden), and every file lands inside the song's folder.
+(one path component, bounded, never hidden), and every file lands inside the song's folder (`export_folder`: one
+folder per song, renamed to its final title when exported before; files written as new files renamed over their
+names, so a planted link is replaced, never written through).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..client.downloads import safe_filename, unique_path
+from ..client.downloads import safe_filename
 from .archiver import song_info
+from .export_folder import LYRICS, SIDECAR, SongFolder, clear, drop_stale, song_folder
 
 if TYPE_CHECKING:
     from ..song_library import Library, LibrarySong
 
-SIDECAR = "song.json"
-LYRICS = "lyrics.txt"
 SIDECAR_FORMAT = "ipymusicgen-export"
 SIDECAR_VERSION = 1
 EXPORTS_SUFFIX = "-exports"
@@ -84,56 +84,6 @@ class _Context:
         return self._votes
 
 
-def _song_folder(parent: Path, name: str, task_id: str) -> Path:
-    """`parent/name`, or `name (2)` when that folder holds another song's export, or is not a plain folder (a file,
-    a symlink: never followed)."""
-    wanted = parent / name
-    if wanted.is_symlink():
-        return _free_name(parent, name)
-    if wanted.is_dir() and _sidecar_id(wanted) in (task_id, None) and not _foreign_files(wanted):
-        return wanted
-    if not wanted.exists():
-        return wanted
-    return _free_name(parent, name)
-
-
-def _free_name(parent: Path, name: str) -> Path:
-    """`name (2)`, `name (3)`, ...: the first that is nothing at all (a dangling symlink 'does not exist' too)."""
-    number, path = 2, unique_path(parent, name)
-    while path.is_symlink():
-        path = unique_path(parent, f"{name} ({number})")
-        number += 1
-    return path
-
-
-def _sidecar_id(folder: Path) -> str | None:
-    try:
-        return str(json.loads((folder / SIDECAR).read_text(encoding="utf-8"))["id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _foreign_files(folder: Path) -> bool:
-    """A folder of the same name without our sidecar but with files in it is someone else's: not written into."""
-    return not (folder / SIDECAR).is_file() and any(folder.iterdir())
-
-
-def _inside(folder: Path, name: str) -> Path:
-    """`folder/name` for a name made safe; refused if it would resolve anywhere else (a last guard)."""
-    path = folder / name
-    if path.resolve().parent != folder.resolve():
-        raise ValueError(f"refusing to write outside the song's folder: {name[:80]!r}")
-    return path
-
-
-def _copy(source: str | Path | None, folder: Path, name: str) -> str | None:
-    """Copy an archived file into the song's folder under `name`; its name there, or None when there is no file."""
-    if not source or not Path(source).is_file():
-        return None
-    shutil.copyfile(source, _inside(folder, name))
-    return name
-
-
 def _mp4_of(song: LibrarySong) -> Path | None:
     """The song's MP4 if one was made and archived (recorded, or beside its MP3 under the same name)."""
     recorded = getattr(song, "mp4_path", None)
@@ -147,30 +97,36 @@ def _mp4_of(song: LibrarySong) -> Path | None:
 
 
 def _export_one(context: _Context, song: LibrarySong, parent: Path) -> Path:
+    """The song's one folder, made or updated in place (renamed to the final title's name if an earlier export
+    named it otherwise); each file written as a new file renamed over its name, our stale files removed."""
     library = context.library
     info = song_info(library.store, song.id)
     request = info.request if info is not None else {}
     base = info.file_name("") if info is not None else safe_filename(song.title, "", fallback="untitled")
-    folder = _song_folder(parent, base, song.id)
-    folder.mkdir(exist_ok=True)
-    _inside(parent, folder.name)  # the folder itself is one component under `parent`
-    files = {
-        "audio": _copy(song.archive_path, folder, safe_filename(base, ".mp3")),
-        "wav": _copy(song.wav_path, folder, safe_filename(base, ".wav")),
-        "mp4": _copy(_mp4_of(song), folder, safe_filename(base, ".mp4")),
-        "cover": _copy(
-            song.cover_path, folder, safe_filename("cover", Path(song.cover_path).suffix if song.cover_path else "")
-        ),
-        "lyrics": None,
-    }
-    if song.lyrics:
-        _inside(folder, LYRICS).write_text(song.lyrics.rstrip("\n") + "\n", encoding="utf-8")
-        files["lyrics"] = LYRICS
-    sidecar = sidecar_of(context, song, request, files)
-    _inside(folder, SIDECAR).write_text(
-        json.dumps(sidecar, ensure_ascii=False, indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    return folder
+    marker = base[base.rfind(" [") + 1 :] if info is not None and base.endswith("]") and " [" in base else None
+    path, stale = song_folder(parent, base, song.id, marker)
+    path.mkdir(exist_ok=True)
+    if path.parent != parent or path.is_symlink():
+        raise ValueError(f"refusing to write outside the export folder: {path.name[:80]!r}")
+    with SongFolder(path) as folder:
+        files = {
+            "audio": folder.copy(song.archive_path, safe_filename(base, ".mp3")),
+            "wav": folder.copy(song.wav_path, safe_filename(base, ".wav")),
+            "mp4": folder.copy(_mp4_of(song), safe_filename(base, ".mp4")),
+            "cover": folder.copy(
+                song.cover_path, safe_filename("cover", Path(song.cover_path).suffix if song.cover_path else "")
+            ),
+            "lyrics": None,
+        }
+        if song.lyrics:
+            files["lyrics"] = folder.write(LYRICS, [(song.lyrics.rstrip("\n") + "\n").encode("utf-8")])
+        clear(folder, keep=[name for name in files.values() if name])  # what an earlier export left under old names
+        sidecar = sidecar_of(context, song, request, files)
+        text = json.dumps(sidecar, ensure_ascii=False, indent=2, default=str) + "\n"
+        folder.write(SIDECAR, [text.encode("utf-8")])
+    for earlier in stale:
+        drop_stale(earlier)
+    return path
 
 
 def sidecar_of(context: _Context, song: LibrarySong, request: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
