@@ -98,7 +98,7 @@ def songs_of(sandbox: Sandbox, tmp_path: Path) -> tuple[Library, list[str]]:
 @pytest.fixture
 def view(sandbox: Sandbox, tmp_path: Path) -> Iterator[CompareView]:
     library, ids = songs_of(sandbox, tmp_path)
-    yield CompareView([library.song(i) for i in ids], library=library, seed=2)
+    yield CompareView([library.song(i) for i in ids], library=library, seed=2, min_listen_s=0)  # see the last test
     library.close()
 
 
@@ -238,3 +238,89 @@ def test_a_new_pair_releases_the_last_rounds_sound_and_picks_name_the_new_round(
     page.keyboard.press("ArrowLeft")
     picks = [m for m in page.evaluate("window.sent") if m["kind"] == "pick"]
     assert picks == [{"kind": "pick", "label": "A", "round": view.round}] and view.round != old_round
+
+
+LISTEN_BRIDGE = """() => {
+  const audio = window.kernel;
+  window.kernel = (message) => {
+    if (message.kind !== "listen") return audio(message);
+    window.kernelListen(message).then((news) => { for (const content of news) window.deliver(content, []); });
+  };
+}"""
+"""The page's play reports go to the view as the widget channel brings them; what the kernel tells back (the
+seconds left) comes to the page."""
+CHOOSE = ".ims-compare-choose"
+
+
+def bridge_listening(page: Page, view: CompareView) -> None:
+    told: list[dict[str, Any]] = []
+    to_page = view.send
+
+    def send(content: dict[str, Any], buffers: list[bytes] | None = None) -> None:
+        if content.get("kind") == "listened":
+            told.append(content)
+        else:
+            to_page(content, buffers)
+
+    def listen(message: dict[str, Any]) -> list[dict[str, Any]]:
+        start = len(told)
+        view._handle_custom_msg(message, [])
+        return told[start:]
+
+    view.send = send  # type: ignore[method-assign]
+    page.expose_function("kernelListen", listen)
+    page.evaluate(LISTEN_BRIDGE)
+
+
+def test_four_choices_wait_for_each_take_to_play_then_buttons_and_keys_vote(
+    browser: Browser, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """One second each (the kernel's clock; the default is 5 s): the four buttons say what is left and send
+    nothing until the kernel says both took their second, then each button and key sends its choice."""
+    library, ids = songs_of(sandbox, tmp_path)
+    view = CompareView([library.song(i) for i in ids], library=library, seed=2, min_listen_s=1.0)
+    with blank_page(browser, viewport={"width": 900, "height": 700}) as page:
+        connect(page, view)
+        bridge_listening(page, view)
+        root = page.locator(".ipymusicgen-compare")
+        buttons = page.locator(CHOOSE)
+        assert [b.get_attribute("data-label") for b in buttons.all()] == ["A", "B", "tie", "both_bad"]
+        texts = [b.inner_text() for b in buttons.all()]
+        assert texts == [f"{t} · 2 s left" for t in ("A is better (←)", "B is better (→)", "Tie (↑)", "Both bad (↓)")]
+        assert all(b.is_disabled() for b in buttons.all())
+        assert "each take has played 1 s: A 1 s more, B 1 s more" in root.inner_text()
+        shot(page, "compare-waiting", root)
+        root.focus()
+        for key in ("ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown"):
+            page.keyboard.press(key)
+        buttons.nth(2).click(force=True)
+        assert [m for m in page.evaluate("window.sent") if m["kind"] == "pick"] == []  # too early: nothing sent
+        page.wait_for_function(READY, timeout=STEP_MS)
+        page.evaluate(f"() => {{ const a = document.querySelector('{AUDIO}'); a.muted = true; return a.play(); }}")
+        page.wait_for_function(  # A's second is counted by the kernel; B's is still to come
+            f"() => [...document.querySelectorAll('{CHOOSE}')]"
+            ".every((b) => b.disabled && b.innerText.endsWith('1 s left'))",
+            timeout=STEP_MS,
+        )
+        assert "B 1 s more" in root.inner_text() and "A 1 s more" not in root.inner_text()
+        page.keyboard.press("2")  # B, playing on from the same place
+        page.wait_for_function(
+            f"() => [...document.querySelectorAll('{CHOOSE}')]"
+            ".every((b) => !b.disabled && !b.innerText.includes('left'))",
+            timeout=STEP_MS,
+        )
+        assert view.listening.ready() and page.locator(".ims-compare-wait").inner_text() == ""
+        for key in ("ArrowLeft", "ArrowRight", "ArrowUp", "ArrowDown"):
+            page.keyboard.press(key)
+        for index in range(4):
+            buttons.nth(index).click()
+        picks = [m for m in page.evaluate("window.sent") if m["kind"] == "pick"]
+        labels = ["A", "B", "tie", "both_bad"]
+        assert picks == [{"kind": "pick", "label": label, "round": view.round} for label in labels * 2]
+        reports = [m for m in page.evaluate("window.sent") if m["kind"] == "listen"]
+        assert reports and all(set(m) == {"kind", "round", "source", "playing", "at"} for m in reports)
+        view._handle_custom_msg(picks[3], [])  # the kernel takes the first it gets: both bad
+        page.evaluate("data => window.change(data)", view.data)
+        assert "You found both bad" in root.inner_text() and page.locator(CHOOSE).count() == 0
+        assert [v["outcome"] for v in library.compare_results()] == ["both_bad"]
+    library.close()

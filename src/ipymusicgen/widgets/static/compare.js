@@ -2,7 +2,10 @@
 // Python decides what is shown: before the vote only labels, opaque sources and the round arrive; the sound
 // comes from the kernel when a player starts (imsKernelAudio: a blob: URL per player, released with the view),
 // and every waveform is the same neutral drawing until the vote reveals the songs (titles, their own peaks).
-// Server text goes through textContent (imsEl). Keys: 1/2/3 switch, space plays, left/right choose.
+// Server text goes through textContent (imsEl). Keys: 1/2/3 switch, space plays, left/right choose (A/B also: up
+// a tie, down both bad). While it plays, the page reports its player's source and position ({kind: "listen"}):
+// the kernel counts each side's listening on its own clock and tells the seconds left ({kind: "listened"}); until
+// they are 0 the choice buttons say how long is left and do nothing (the kernel refuses such a vote anyway).
 function imsCompareWave(canvas, peaks, fraction, loop) {
   const width = canvas.clientWidth;
   const height = canvas.clientHeight;
@@ -35,9 +38,15 @@ function imsCompareWave(canvas, peaks, fraction, loop) {
 
 /** What every player draws until the vote: one band, the same for all (a song's own peaks would name it). */
 const IMS_COMPARE_NEUTRAL = [[-0.35, 0.35]];
+/** The choices and their keys: A/B has Music Arena's four, ABX two. */
+const IMS_COMPARE_CHOICES = {
+  ab: [["A", "A is better", "←"], ["B", "B is better", "→"], ["tie", "Tie", "↑"], ["both_bad", "Both bad", "↓"]],
+  abx: [["A", "X is A", "←"], ["B", "X is B", "→"]],
+};
+const IMS_COMPARE_KEYS = { ArrowLeft: "A", ArrowRight: "B", ArrowUp: "tie", ArrowDown: "both_bad" };
 
 function imsCompareView(root, model) {
-  const state = { current: "A", loop: null, data: {}, read: {}, round: undefined, wantPlay: false, loading: "" };
+  const state = { current: "A", loop: null, data: {}, read: {}, round: undefined, wantPlay: false, loading: "", left: {} };
   const kernel = imsKernelAudio(model);
   const audio = document.createElement("audio");
   audio.preload = "metadata";
@@ -45,7 +54,7 @@ function imsCompareView(root, model) {
   // its keys (1/2/3, space, arrows) are the comparison's, not JupyterLab's cell shortcuts ("2" makes a heading)
   root.setAttribute("data-lm-suppress-shortcuts", "true");
   root.setAttribute("role", "group");
-  root.setAttribute("aria-label", "Blind comparison: 1 and 2 switch, space plays, left and right choose");
+  root.setAttribute("aria-label", "Blind comparison: 1 and 2 switch, space plays, left and right choose, up a tie, down both bad");
   const question = imsEl("div", "ims-compare-question");
   const players = imsEl("div", "ims-compare-players");
   const transport = imsEl("div", "ims-compare-transport");
@@ -53,11 +62,13 @@ function imsCompareView(root, model) {
   const time = imsEl("span", "ims-compare-time", "0:00");
   const clearLoop = imsTextButton("ims-compare-clear-loop", "Clear loop", "Drag across a waveform to loop a region; this plays the whole song again");
   const choices = imsEl("div", "ims-compare-choices");
+  const wait = imsEl("div", "ims-compare-wait");
+  wait.setAttribute("role", "status");
   const note = imsEl("div", "ims-compare-note");
   const trouble = imsEl("div", "ims-compare-trouble");
   trouble.setAttribute("role", "status");
   transport.append(play, time, clearLoop);
-  root.append(question, players, transport, choices, note, trouble, audio);
+  root.append(question, players, transport, choices, wait, note, trouble, audio);
 
   const playerOf = (label) => (state.data.players || []).find((p) => p.label === label);
   const rowOf = (label) => [...players.children].find((row) => row.dataset.label === label);
@@ -99,6 +110,7 @@ function imsCompareView(root, model) {
   const select = (label) => {
     const player = playerOf(label);
     if (!player) return;
+    if (label !== state.current) report(); // the last player's stretch ends here
     const at = audio.currentTime || 0;
     const playing = !audio.paused || state.wantPlay;
     state.wantPlay = false;
@@ -149,28 +161,64 @@ function imsCompareView(root, model) {
     if (audio.paused) audio.play().catch(() => {});
     else audio.pause();
   };
-  const choose = (label) => {
-    if (!state.data.revealed) model.send({ kind: "pick", label, round: state.data.round });
+  const secondsLeft = () => {
+    if (state.data.mode !== "ab" || state.data.revealed) return 0;
+    return Object.values(state.left || {}).reduce((sum, s) => sum + Math.max(0, Number(s) || 0), 0);
   };
+  // the buttons are made once a draw and only relabelled as the seconds left change (a click is never lost)
+  const showLeft = () => {
+    const left = secondsLeft();
+    for (const button of choices.children) {
+      const text = button.dataset.text + " (" + button.dataset.key + ")";
+      button.textContent = left > 0 ? text + " · " + Math.ceil(left) + " s left" : text;
+      button.disabled = left > 0;
+    }
+    const need = Math.max(0, ...Object.values((state.data.listen || {}).need || {}).map(Number));
+    const parts = Object.entries(state.left || {}).filter(([, s]) => s > 0).map(([label, s]) => label + " " + Math.ceil(s) + " s more");
+    wait.textContent = left > 0 ? "A vote counts once each take has played " + need + " s: " + parts.join(", ") + "." : "";
+  };
+  const choose = (label) => {
+    if (state.data.revealed || secondsLeft() > 0) return;
+    model.send({ kind: "pick", label, round: state.data.round });
+  };
+  // what the player does, for the kernel's count: this round, this player, playing or not, where
+  const report = () => {
+    const player = playerOf(state.current);
+    if (!player || state.data.mode !== "ab" || state.data.revealed || state.loading) return;
+    const playing = !audio.paused && !audio.ended && audio.readyState >= 2;
+    model.send({ kind: "listen", round: state.data.round, source: player.source, playing, at: audio.currentTime || 0 });
+  };
+  const heard = (message) => {
+    if (!message || message.kind !== "listened" || message.round !== state.data.round) return;
+    state.left = message.left || {};
+    showLeft();
+  };
+  model.on("msg:custom", heard);
   play.addEventListener("click", toggle);
   clearLoop.addEventListener("click", () => {
     state.loop = null;
     redraw();
   });
   audio.addEventListener("timeupdate", () => {
+    report();
     if (state.loop && audio.duration && audio.currentTime >= state.loop[1] * audio.duration) {
       audio.currentTime = state.loop[0] * audio.duration;
     }
     redraw();
   });
-  audio.addEventListener("play", redraw);
-  audio.addEventListener("pause", redraw);
+  for (const event of ["play", "playing", "pause", "ended"]) {
+    audio.addEventListener(event, () => {
+      report();
+      redraw();
+    });
+  }
   root.addEventListener("keydown", (event) => {
     const keys = { 1: "A", 2: "B", 3: "X" };
+    const choice = IMS_COMPARE_KEYS[event.key];
+    const offered = (IMS_COMPARE_CHOICES[state.data.mode] || []).some(([label]) => label === choice);
     if (keys[event.key]) select(keys[event.key]);
     else if (event.key === " ") toggle();
-    else if (event.key === "ArrowLeft") choose("A");
-    else if (event.key === "ArrowRight") choose("B");
+    else if (choice && offered) choose(choice);
     else return;
     event.preventDefault();
     event.stopPropagation();
@@ -193,6 +241,7 @@ function imsCompareView(root, model) {
       trouble.textContent = "";
       kernel.keep(list.map((p) => p.source));
     }
+    state.left = (state.data.listen || {}).left || {}; // the kernel's count when it drew (then "listened" news)
     question.textContent = state.data.question || "";
     players.replaceChildren();
     for (const player of list) {
@@ -232,13 +281,13 @@ function imsCompareView(root, model) {
     }
     choices.replaceChildren();
     if (!state.data.revealed) {
-      const words = state.data.mode === "abx" ? ["X is A (←)", "X is B (→)"] : ["A is better (←)", "B is better (→)"];
-      for (const [label, text] of [["A", words[0]], ["B", words[1]]]) {
+      for (const [label, text, key] of IMS_COMPARE_CHOICES[state.data.mode] || IMS_COMPARE_CHOICES.ab) {
         const button = imsTextButton("ims-compare-choose", text, "", () => choose(label));
-        button.dataset.label = label;
+        Object.assign(button.dataset, { label, text, key });
         choices.appendChild(button);
       }
     }
+    showLeft();
     note.textContent = state.data.note || "";
     if (state.data.revealed) for (const player of list) readPeaks(player);
     if (!audio.getAttribute("src") && !state.loading && list.length) select(state.current);
@@ -248,6 +297,7 @@ function imsCompareView(root, model) {
   draw();
   return () => {
     model.off("change:data", draw);
+    model.off("msg:custom", heard);
     audio.pause();
     audio.removeAttribute("src");
     kernel.release(); // the blob: URLs go with the view
