@@ -17,6 +17,12 @@ ENV_KEY = "MUSICGEN_API_KEY"
 ENV_BASE_URL = "MUSICGEN_BASE_URL"
 ENV_V2_BASE_URL = "MUSICGEN_V2_BASE_URL"
 ENV_JOURNAL = "MUSICGEN_JOURNAL"
+ENV_ELEVENLABS_KEY = "ELEVENLABS_API_KEY"
+ENV_GEMINI_KEY = "GEMINI_API_KEY"
+ENV_ELEVENLABS_BASE_URL = "MUSICGEN_ELEVENLABS_BASE_URL"
+ENV_GEMINI_BASE_URL = "MUSICGEN_GEMINI_BASE_URL"
+DEFAULT_ELEVENLABS_BASE_URL = "https://api.elevenlabs.io"
+DEFAULT_GEMINI_BASE_URL = "https://generativelanguage.googleapis.com"
 ENV_MAX_DOWNLOAD_MB = "MUSICGEN_MAX_DOWNLOAD_MB"
 ENV_MIN_POLL_INTERVAL = "MUSICGEN_MIN_POLL_INTERVAL"
 ENV_MIN_LISTEN_S = "MUSICGEN_MIN_LISTEN_S"
@@ -110,6 +116,10 @@ class Settings:
     api_key: SecretStr | None = field(default=None, repr=False)
     base_url: str = DEFAULT_BASE_URL
     v2_base_url: str = DEFAULT_V2_BASE_URL
+    elevenlabs_api_key: SecretStr | None = field(default=None, repr=False)
+    gemini_api_key: SecretStr | None = field(default=None, repr=False)
+    elevenlabs_base_url: str = DEFAULT_ELEVENLABS_BASE_URL
+    gemini_base_url: str = DEFAULT_GEMINI_BASE_URL
     timeout: float = 30.0
     connect_timeout: float = 5.0
     max_retries: int = 2
@@ -136,6 +146,12 @@ class Settings:
             object.__setattr__(self, "api_key", SecretStr(key) if key else None)
         object.__setattr__(self, "base_url", self.base_url.strip().rstrip("/"))
         object.__setattr__(self, "v2_base_url", self.v2_base_url.strip().rstrip("/"))
+        for name in ("elevenlabs_api_key", "gemini_api_key"):  # the engines' keys: the same care as the service's
+            value = getattr(self, name)
+            value = (value.get_secret_value() if isinstance(value, SecretStr) else value or "").strip()
+            object.__setattr__(self, name, SecretStr(value) if value else None)
+        object.__setattr__(self, "elevenlabs_base_url", self.elevenlabs_base_url.strip().rstrip("/"))
+        object.__setattr__(self, "gemini_base_url", self.gemini_base_url.strip().rstrip("/"))
 
     @property
     def has_key(self) -> bool:
@@ -170,8 +186,16 @@ class Settings:
     def key_value(self) -> str | None:
         return self.api_key.get_secret_value() if self.api_key is not None else None
 
+    def engine_key(self, provider: str) -> str | None:
+        """The key of a synchronous engine (`elevenlabs`, `lyria`), or None."""
+        key = {"elevenlabs": self.elevenlabs_api_key, "lyria": self.gemini_api_key}.get(provider)
+        return key.get_secret_value() if key is not None else None
+
+    def engine_base_url(self, provider: str) -> str:
+        return {"elevenlabs": self.elevenlabs_base_url, "lyria": self.gemini_base_url}[provider]
+
     def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "api_key")
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if not f.name.endswith("api_key"))
         return f"Settings(api_key={'<set>' if self.has_key else None}, {shown})"
 
     @classmethod
@@ -181,6 +205,10 @@ class Settings:
             "api_key": os.environ.get(ENV_KEY) or None,
             "base_url": os.environ.get(ENV_BASE_URL) or None,
             "v2_base_url": os.environ.get(ENV_V2_BASE_URL) or None,
+            "elevenlabs_api_key": os.environ.get(ENV_ELEVENLABS_KEY) or None,
+            "gemini_api_key": os.environ.get(ENV_GEMINI_KEY) or None,
+            "elevenlabs_base_url": os.environ.get(ENV_ELEVENLABS_BASE_URL) or None,
+            "gemini_base_url": os.environ.get(ENV_GEMINI_BASE_URL) or None,
             "timeout": env_float("MUSICGEN_TIMEOUT"),
             "poll_interval": env_float("MUSICGEN_POLL_INTERVAL"),
             "allow_unknown_models": _env_bool("MUSICGEN_ALLOW_UNKNOWN_MODELS"),

@@ -9,6 +9,7 @@ Journals, archives and batches plug in through `wiring.py`: nothing here imports
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import urllib.parse
@@ -37,6 +38,7 @@ from ..errors import (
     MusicGenError,
     RequestValidationError,
 )
+from ..models.providers import MUSICFUL, check_provider
 from ..models.schema import (
     MP4_URL_NAMES,
     SINGER_ID_NAMES,
@@ -53,6 +55,7 @@ from ..models.schema import (
     first_text,
 )
 from ..models.tasks import TaskState
+from .engine_calls import EngineCalls
 from .flows import Flow, Journal, Record, Send, Sleep, UpdateCallback
 from .responses import (
     DOUBT_HINT,
@@ -198,6 +201,11 @@ class _Core(WaitFlows):
 
     def remove_resume_listener(self, listener: Callable[[], None]) -> None:
         self._resume_listeners[:] = [x for x in self._resume_listeners if x is not listener]
+
+    @functools.cached_property
+    def engine_calls(self) -> EngineCalls:
+        """This client's songs from the synchronous engines (ElevenLabs, Lyria): see `engine_calls.py`."""
+        return EngineCalls(self)
 
     @property
     def is_embedded_sandbox(self) -> bool:
@@ -435,6 +443,10 @@ class _Core(WaitFlows):
 
     def _generate_flow(self, request: Any, fields: dict[str, Any]) -> Flow[GenerateResult]:
         request = _positional(request, "generate")
+        if fields.get("provider") is not None:  # `provider="elevenlabs"`: a synchronous engine, run in the background
+            provider = check_provider(fields.pop("provider"))
+            if provider != MUSICFUL:
+                return self.engine_calls.start(provider, {**dict(request or {}), **fields})
         model = build_generate_request(request, allow_unknown_models=self.settings.allow_unknown_models, **fields)
         result, attempt_id = yield from self._paid_flow(GENERATE, model.to_payload(), _ids_of_generate)
         journal = self.journal
@@ -470,8 +482,9 @@ class _Core(WaitFlows):
 
     def _tasks_flow(self, ids: Any, deadline: float | None = None) -> Flow[list[TaskRecord]]:
         wanted = v1_ids(ids)
-        records: list[TaskRecord] = []
-        for chunk in chunk_ids(wanted):
+        local = self.engine_calls.records(wanted)  # engine songs are answered here, without a request
+        records: list[TaskRecord] = list(local.values())
+        for chunk in chunk_ids([i for i in wanted if i not in local]):
             data = yield from self._request_flow(TASKS, params={"ids": ",".join(chunk)}, deadline=deadline)
             records.extend(self.responses.parse(TASKS, task_records, data))
         self._observe(list(records))

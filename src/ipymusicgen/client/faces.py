@@ -185,6 +185,8 @@ class MusicClient(_Core):
 
     def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
         """Stream a finished song (or a URL) to `directory`, named from its title, written atomically."""
+        if (copied := self.engine_calls.copy(task, directory)) is not None:  # an engine's answer, spooled here
+            return self._downloaded(task, copied)
         url, title, fallback = self._download_target(task, allow_preview)
         limit = SizeLimit(self._download_limit(), url, grace=self.settings.timeout)
         try:
@@ -345,6 +347,8 @@ class AsyncMusicClient(_Core):
         return await self.wiring.run_batch_async(self, requests, options)
 
     async def download(self, task: Record | str, directory: str | Path = ".", *, allow_preview: bool = False) -> Path:
+        if (copied := self.engine_calls.copy(task, directory)) is not None:  # an engine's answer, spooled here
+            return self._downloaded(task, copied)
         url, title, fallback = self._download_target(task, allow_preview)
         limit = SizeLimit(self._download_limit(), url, grace=self.settings.timeout)
         try:

@@ -13,13 +13,14 @@ import json
 from typing import Any
 
 from ..client.responses import Endpoint
+from ..config import DEFAULT_ELEVENLABS_BASE_URL, ENV_ELEVENLABS_BASE_URL, ENV_ELEVENLABS_KEY
 from ..models.providers import ELEVENLABS, EngineRequest, stanzas
 from .wire import AnswerError, Charge, EngineAnswer, EngineRules, WireRequest, WordTimestamp
 
 KEY_HEADER = "xi-api-key"
-ENV_KEY = "ELEVENLABS_API_KEY"
-ENV_BASE_URL = "MUSICGEN_ELEVENLABS_BASE_URL"
-DEFAULT_BASE_URL = "https://api.elevenlabs.io"
+ENV_KEY = ENV_ELEVENLABS_KEY
+ENV_BASE_URL = ENV_ELEVENLABS_BASE_URL
+DEFAULT_BASE_URL = DEFAULT_ELEVENLABS_BASE_URL
 COMPOSE = Endpoint("elevenlabs compose", "POST", "/v1/music", paid=True)
 DETAILED = Endpoint("elevenlabs compose detailed", "POST", "/v1/music/detailed", paid=True)
 STEMS = Endpoint("elevenlabs stem separation", "POST", "/v1/music/stem-separation", paid=True)

@@ -12,13 +12,14 @@ import json
 from typing import Any
 
 from ..client.responses import Endpoint
+from ..config import DEFAULT_GEMINI_BASE_URL, ENV_GEMINI_BASE_URL, ENV_GEMINI_KEY
 from ..models.providers import LYRIA, EngineRequest
 from .wire import AnswerError, Charge, EngineAnswer, EngineRules, WireRequest
 
 KEY_HEADER = "x-goog-api-key"
-ENV_KEY = "GEMINI_API_KEY"
-ENV_BASE_URL = "MUSICGEN_GEMINI_BASE_URL"
-DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
+ENV_KEY = ENV_GEMINI_KEY
+ENV_BASE_URL = ENV_GEMINI_BASE_URL
+DEFAULT_BASE_URL = DEFAULT_GEMINI_BASE_URL
 API_VERSION = "v1beta"
 API_VERSIONS = ("v1beta", "v1")
 """The documented Lyria path is v1beta; Google's own SDK (google-genai 3.x) sends v1 by default."""

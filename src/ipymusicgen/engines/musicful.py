@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .. import config
 from ..client.responses import (
     GENERATE,
     KEY_INFO,
@@ -29,9 +30,9 @@ from ..models.schema import GenerateResult
 from .wire import EngineRules
 
 KEY_HEADER = "x-api-key"
-ENV_KEY = "MUSICGEN_API_KEY"
-ENV_BASE_URL = "MUSICGEN_BASE_URL"
-DEFAULT_BASE_URL = "https://api.musicful.ai"
+ENV_KEY = config.ENV_KEY
+ENV_BASE_URL = config.ENV_BASE_URL
+DEFAULT_BASE_URL = config.DEFAULT_BASE_URL
 ENDPOINTS = (GENERATE, LYRICS, KEY_INFO, TASKS, VIBE, WAV, MP4, SUBMIT_V2, QUERY_V2)
 
 

@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pydantic import SecretStr
+
 from ..client.faces import AsyncMusicClient, MusicClient
 from ..config import DEMO_KEY, Settings
 from .faults import ENV_FAULTS, FaultPlan
@@ -213,7 +215,13 @@ class Sandbox:
             interval = max(0.05, min(self.state.stage_seconds / 4, 2.0))
             kwargs["settings"] = Settings.from_env().with_changes(poll_interval=interval)
         # its songs stay out of the user's journal and archive, whatever key this sandbox was given
-        kwargs["settings"] = kwargs["settings"].with_changes(embedded_sandbox=True)
+        kwargs["settings"] = kwargs["settings"].with_changes(
+            embedded_sandbox=True,
+            elevenlabs_base_url=self.engines_base_url,  # every engine of the client is this sandbox's, with its key
+            gemini_base_url=self.engines_base_url,
+            elevenlabs_api_key=SecretStr(kwargs["api_key"]),
+            gemini_api_key=SecretStr(kwargs["api_key"]),
+        )
         return kwargs
 
     def client(self, **kwargs: Any) -> MusicClient:
