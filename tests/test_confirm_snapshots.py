@@ -53,6 +53,7 @@ def form_on(client: MusicClient) -> Iterator[Callable[[dict[str, Any]], BatchPan
 
 def press(pane: BatchPane, kind: str) -> None:
     """What the browser sends for Start ("submit"), "Confirm and send" ("confirm") or Cancel ("cancel")."""
+    pane.studio.select("batch")  # a pane's buttons are pressed on its tab
     pane.studio._on_msg(pane.studio.view, {"kind": kind, "form": "batch"}, [])
 
 

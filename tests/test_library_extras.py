@@ -112,4 +112,4 @@ def test_confirming_off_sends_at_once_and_a_song_not_finished_offers_no_extra(
     view.refresh()
     assert "wav" not in card_of(view, running)["actions"]
     said = press(view, "wav", running)  # a forged press on an unfinished song: said, nothing sent
-    assert "not finished" in said and service.request_counts()[WAV] == 1
+    assert "nothing was done" in said and service.request_counts()[WAV] == 1  # its card offers no WAV

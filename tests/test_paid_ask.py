@@ -77,6 +77,7 @@ class Controls:
         self.made.view._handle_custom_msg(content, [])
 
     def pane(self, form: str, path: str, **fields: Any) -> None:
+        self.intent(kind="tab", tab=form)  # a pane takes intents while its tab is shown
         for name, value in fields.items():
             self.intent(kind="input", form=form, name=name, value=value)
         self.press(
@@ -114,6 +115,7 @@ def test_every_paid_control_follows_the_studios_confirm_choice(
 
     made.batch._shell = SimpleNamespace(user_ns={"songs": [FOREIGN]})  # the Batch tab, rows from a variable
     made.batch.focus("source")
+    controls.intent(kind="tab", tab="batch")
     controls.intent(kind="input", form="batch", name="source", value="songs")
     controls.pane("batch", GENERATE)
     wait_until(lambda: made.batch.batch is not None and made.batch.batch.rows[0].ids, "the batch's row sent")
@@ -133,6 +135,7 @@ def test_every_paid_control_follows_the_studios_confirm_choice(
         controls.card(action, song, path)
 
     library, other = made.library, made.song.ids[1]  # the Library tab's cards: the other take's extras
+    controls.intent(kind="tab", tab="library")  # opening the tab shows the songs made since
     for kind, path in (("wav", WAV), ("mp4", MP4)):
 
         def push(kind: str = kind) -> None:

@@ -14,6 +14,7 @@ import pytest
 from helpers import ManualClock, advance_until_done
 
 from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.errors import MusicGenError
 from ipymusicgen.models.schema import build_generate_request
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets import TaskWatcher
@@ -60,8 +61,10 @@ def test_a_failed_call_offers_retry_which_sends_the_same_request_again(
     old = {card["id"]: card for card in watcher.snapshot()["groups"][1]}
     assert old[first]["retried"] and not old[first]["retryable"]  # retried once: no second Retry on it
     assert "Sent again: 2 new song(s)" in watcher.card(second).note
-    send(watcher, kind="retry", id=first)  # a second press on the retried call sends nothing
-    assert sandbox.request_counts()[GENERATE] == 2 and "retried already" in watcher.card(first).note
+    send(watcher, kind="retry", id=first)  # a second press on the retried call (no Retry shown) sends nothing
+    assert sandbox.request_counts()[GENERATE] == 2 and "nothing was done" in watcher.card(first).note
+    with pytest.raises(MusicGenError, match="retried already"):  # from code too
+        watcher.retry(first)
     clock.stages(2)
     watcher.poll_once()
     assert watcher.header()["ready"] == 2 and watcher.header()["failed_calls"] == 1
@@ -77,15 +80,19 @@ def test_retry_is_refused_when_the_request_is_not_known_or_the_call_did_not_fail
     clock.stages(2)
     unknown.poll_once()
     assert not any(card["retryable"] for card in unknown.snapshot()["groups"][0])
-    send(unknown, kind="retry", id=unknown.ids[0])
-    assert "not known here" in unknown.card(unknown.ids[0]).note and sandbox.request_counts()[GENERATE] == 1
+    send(unknown, kind="retry", id=unknown.ids[0])  # no Retry shown: nothing done
+    assert "nothing was done" in unknown.card(unknown.ids[0]).note and sandbox.request_counts()[GENERATE] == 1
+    with pytest.raises(MusicGenError, match="not known here"):  # from code, said why
+        unknown.retry(unknown.ids[0])
     request = build_generate_request({"action": "auto", "style": "fine"})
     fine = TaskWatcher(client.generate(request).ids, client=client, autostart=False, request=request)
     made.append(fine)
     clock.stages(2)
     fine.poll_once()
-    send(fine, kind="retry", id=fine.ids[0])
-    assert "only a call whose songs all failed" in fine.card(fine.ids[0]).note
+    send(fine, kind="retry", id=fine.ids[0])  # a call that did not fail shows no Retry
+    assert "nothing was done" in fine.card(fine.ids[0]).note
+    with pytest.raises(MusicGenError, match="only a call whose songs all failed"):
+        fine.retry(fine.ids[0])
     assert sandbox.request_counts()[GENERATE] == 2
 
 

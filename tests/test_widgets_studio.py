@@ -220,6 +220,7 @@ def test_v2_mode_toggle_shows_only_what_is_sent(client: MusicClient, studios: Ca
     made = studios(client)
     shown = {n for n, f in fields(made, "v2").items() if f["shown"]}
     assert shown == {"is_auto", "model_version", "prompt"}
+    intent(made, kind="tab", tab="v2")  # a pane takes intents while its tab is shown
     intent(made, kind="input", form="v2", name="is_auto", value="0")  # the browser sends text
     assert made.v2.typed["is_auto"] == 0 and fields(made, "v2")["lyrics"]["shown"]
 

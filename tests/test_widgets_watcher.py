@@ -25,7 +25,7 @@ from IPython.utils.capture import capture_output
 
 from ipymusicgen import session
 from ipymusicgen.client.faces import MusicClient
-from ipymusicgen.errors import WaitTimeoutError
+from ipymusicgen.errors import MusicGenError, WaitTimeoutError
 from ipymusicgen.models.schema import TaskRecord, V2Song
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
@@ -340,10 +340,12 @@ def test_actions_on_an_unfinished_or_unknown_song_are_refused_in_the_card(
     watcher = watchers(custom_song(client, title=HOSTILE), client=client, autostart=False)
     watcher.poll_once()
     hello(watcher, wire)
-    fields = press(watcher, wire, "download", watcher.ids[0])  # not raised
-    assert fields["note"].startswith("Download failed") and "processing, not complete" in fields["note"]
-    fields = press(watcher, wire, "keep", watcher.ids[0])  # a take still cooking cannot be the one kept
-    assert fields["note"].startswith("Keep failed") and not watcher.card(watcher.ids[0]).kept
+    fields = press(watcher, wire, "download", watcher.ids[0])  # not raised; its card shows no Download yet
+    assert "nothing was done" in fields["note"]
+    with pytest.raises(MusicGenError, match="processing, not complete"):  # from code, said why
+        watcher.download(watcher.ids[0])
+    watcher._handle_custom_msg({"kind": "keep", "id": watcher.ids[0]}, [])  # a take still cooking: no Keep shown
+    assert "nothing was done" in watcher.card(watcher.ids[0]).note and not watcher.card(watcher.ids[0]).kept
     wire.clear()
     watcher._handle_custom_msg({"kind": "download", "id": "not-watched"}, [])
     watcher._handle_custom_msg({"kind": "download", "id": ["x"]}, [])

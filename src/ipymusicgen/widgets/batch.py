@@ -19,6 +19,7 @@ import traitlets
 from ..errors import one_line
 from ..models import costs
 from ._static import front_end
+from .offered import Offers, allows, controls, target_of
 from .paid_ask import PaidAsk
 from .text import TextRepr
 
@@ -244,11 +245,26 @@ class BatchView(TextRepr, anywidget.AnyWidget):
             if self.batch is not None:
                 self._show(view_data(self.batch, text))
 
+    def offers(self) -> Offers:
+        """What the view shows now (`offered`): Stop while rows wait, Retry failed rows once the batch ended with
+        some, a planned batch's Send, or the Confirm and Cancel of the question it asked; a resync always."""
+        with self._lock:
+            shown = dict(self.data)
+        found = controls("resync")
+        wanted = {"stop": "can_stop", "retry_failed": "can_retry", "send": "can_send", "confirm": "asking"}
+        found |= controls(*(kind for kind, field in wanted.items() if shown.get(field)))
+        if shown.get("asking"):
+            found |= controls("cancel")
+        return found
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """Intents from the front end: `stop` (start no more rows), `retry_failed` (send the failed ones again)."""
+        """Intents from the front end: `stop` (start no more rows), `retry_failed` (send the failed ones again), a
+        planned batch's `send`, `confirm`, `cancel`: only while the view shows them."""
         if not isinstance(content, dict):
             return
         kind = content.get("kind")
+        if not allows(self.offers(), kind, target_of(content)):  # a button the view does not show: nothing done
+            return
         if self.batch is None and self._planned is not None:  # a planned batch: Send, Confirm, Cancel
             if kind == "send":
                 self.send_planned(confirmed=False)

@@ -22,6 +22,7 @@ from ..models.tasks import TaskState
 from ._static import front_end
 from .card_audio import CardAudio
 from .compare import CompareView
+from .offered import Offers, allows, card_offers, controls, target_of
 from .paid_ask import PaidAsk
 from .song_data import Record, plain, song_card
 from .text import TextRepr
@@ -288,6 +289,8 @@ class GridView(TextRepr, w.VBox):
     def _draw(self) -> None:
         """Send the front end what changed on the board since the last draw (the whole board the first time)."""
         board = self.data()
+        drawn = [song["id"] for row in board["rows"] for cell in row["cells"] for song in cell["songs"]]
+        self.audio.show(drawn)  # only the players of songs on the board answer
         with self._drawing:
             shown = self.board.data
             version = int(shown.get("version", 0)) + 1
@@ -309,11 +312,28 @@ class GridView(TextRepr, w.VBox):
             shown["version"] = version
             self.board.send({"kind": "patch", "version": version, "set": changed, "cells": cells})
 
+    def offers(self) -> Offers:
+        """What the board shows now (`offered`): a Pick on every song drawn, Run while it can run and asks nothing,
+        Confirm and Cancel while it asks, Compare once two are picked; a resync always."""
+        with self._drawing:
+            shown = self.board.data
+            cards = [song for row in shown.get("rows", ()) for cell in row["cells"] for song in cell["songs"]]
+            found = card_offers(cards, lambda _card: ["pick"]) | controls("resync")
+            if shown.get("asking"):
+                found |= controls("confirm", "cancel")
+            elif shown.get("can_run"):
+                found |= controls("run")
+            if shown.get("can_compare"):
+                found |= controls("compare")
+        return found
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """Intents from the board: run, confirm, cancel, pick (an id shown on it), compare."""
+        """Intents from the board: run, confirm, cancel, pick (an id shown on it), compare: only what it shows."""
         if not isinstance(content, dict) or self.audio.handle(content):  # a player asking the kernel for bytes
             return
         kind = content.get("kind")
+        if not allows(self.offers(), kind, target_of(content)):  # not on the board now: nothing done
+            return
         if kind == "run":
             self.run(confirmed=False)
         elif kind == "confirm" and self.asking:  # only a question the board showed

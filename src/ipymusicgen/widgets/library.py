@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from ..song_library import Library, LibrarySong
 from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
+from .offered import REFUSED, Offers, allows, card_offers, controls, target_of
 from .paid_ask import PaidAsk
 from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
@@ -201,6 +204,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 else {}
             )
             self.cards = [library_card(s, self.audio, made.get(s.id)) for s in songs]
+            self.audio.show(song.id for song in songs)  # the players of songs no longer shown answer no more
             if everything:
                 self.models = self.library.models()
                 self.batches = self.library.batches()
@@ -234,10 +238,31 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
 
     # -- intents from the browser --------------------------------------------------------------------
 
+    def offers(self) -> Offers:
+        """What the page shows now (`offered`): each card's buttons (Keep on a take beside another, Lineage when it
+        has one), the bar, the pager when there is more than one page, and the lineage's way back."""
+        cards = list(self.cards)
+        takes = Counter(card.get("call") or card.get("id") for card in cards)
+
+        def more(card: Mapping[str, Any]) -> list[str]:
+            keep = takes[card.get("call") or card.get("id")] > 1 and card.get("state") == "ready"
+            return ["keep"] * keep + ["lineage"] * bool(card.get("has_lineage"))
+
+        found = card_offers(cards, more) | controls("search", "filter", "refresh")
+        if self.lineage:
+            found |= controls("lineage")  # "All songs": back from the lineage shown
+        elif self.total > self.page_size:
+            found |= controls("page")
+        return found
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict) or self.audio.handle(content):  # a player asking the kernel for bytes
             return
-        kind, task_id = content.get("kind"), str(content.get("id") or "")[:200]
+        kind, task_id = content.get("kind"), target_of(content)
+        if not allows(self.offers(), kind, task_id):  # a song or a button the page does not show: nothing done
+            self.paid_ask.cancel()  # but a confirm holds for the very next press only, whatever came between
+            self.status = REFUSED
+            return
         if kind not in EXTRA_ACTIONS:
             self.paid_ask.cancel()  # a confirm holds for the very next press only, of the same button
         try:

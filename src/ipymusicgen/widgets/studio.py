@@ -45,6 +45,7 @@ from ._static import front_end
 from .batch_pane import BatchPane
 from .fields import error_title
 from .library import LibraryView
+from .offered import Offers, allows, controls
 from .pane import Count, FieldSpec, Pane, described_specs, plural
 from .text import TextRepr
 from .watcher import TaskWatcher
@@ -507,8 +508,49 @@ class Studio(TextRepr, w.VBox):
         if change["new"] == "key" and self.key_info.info is None:
             self.refresh_key()  # read lazily: only when someone looks
 
+    def offers(self) -> Offers:
+        """What the studio shows now (`offered`): every tab's button, and on the shown tab: its pane's shown fields
+        (typed into only when not disabled; targets "form/field"), Submit while it may be pressed, the confirm step's
+        buttons and Dismiss while drawn, "Use in a song" once lyrics are written, the Key tab's "Check again"."""
+        tab = self.tab
+        found = controls("ready") | {("tab", t) for t in TAB_IDS}
+        if tab == "key":
+            found |= controls("refresh_key")
+        state = self._view.panes.get(tab)
+        if not isinstance(state, dict):
+            return found
+        if tab == "lyrics" and state.get("lyrics"):
+            found |= controls("use_lyrics")
+        for field in state.get("fields", ()):
+            if field.get("shown"):
+                name = f"{tab}/{field['name']}"
+                found |= {("touch", name), ("focus", name)}
+                if not field.get("disabled"):
+                    found.add(("input", name))
+        if state.get("confirm"):
+            found |= {("confirm", tab), ("cancel", tab)}
+        elif state.get("can_submit"):
+            found.add(("submit", tab))
+        if state.get("error"):
+            found.add(("dismiss", tab))
+        return found
+
+    @staticmethod
+    def _target(content: dict[str, Any]) -> Any:
+        """What an intent names: a tab, a pane ("song"), a pane's field ("song/style"), or nothing ("")."""
+        kind, form, name = content.get("kind"), content.get("form", ""), content.get("name")
+        if kind == "tab":
+            return content.get("tab")
+        if not isinstance(form, str):
+            return None
+        if kind in ("input", "touch", "focus"):
+            return f"{form}/{name}" if isinstance(name, str) and "/" not in form else None
+        return form
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
+            return
+        if not allows(self.offers(), content.get("kind"), self._target(content)):  # not shown now: nothing done
             return
         kind, pane = content.get("kind"), self._panes.get(str(content.get("form")))
         if kind == "ready":

@@ -159,6 +159,9 @@ class PagingPart:
             ordered = self._ordered_calls()
             return [g for g in ordered if not self._call_failed(g)] if self.hide_failed else ordered
 
+    def _shown_changed(self, task_ids: list[str]) -> None:
+        """The page now holds these cards (a view's players of other cards answer no more)."""
+
     def _ordered_calls(self) -> list[list[str]]:
         """Newest call first; a watcher following a batch overrides this to follow the batch's table."""
         return self._calls[::-1]
@@ -175,6 +178,7 @@ class PagingPart:
         with self._view_lock:
             message = self.snapshot()
             self._sent = {card["id"]: dict(card) for group in message["groups"] for card in group}
+            self._shown_changed(list(self._sent))
             self._sent_header = message["header"]
             self._sent_groups = [[card["id"] for card in group] for group in message["groups"]]
             self._emit(message)

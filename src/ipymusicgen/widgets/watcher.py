@@ -24,6 +24,7 @@ from ..session import register_watcher, unregister_watcher
 from ._static import front_end
 from .card import TaskCard
 from .card_audio import CardAudio
+from .offered import REFUSED, Offers, allows, card_offers, controls, target_of
 from .paid_ask import PaidAsk
 from .song_data import ALL_ACTIONS, Record, card_state, plain
 from .text import TextRepr
@@ -321,11 +322,34 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         super().close()
         unregister_watcher(self)
 
+    def offers(self) -> Offers:
+        """What the page holds now (`offered`): the visible cards' buttons (a failed call's Retry when it can be
+        sent again), the pager when there are pages, Hide failed when there are failed calls, and a new snapshot."""
+        with self._view_lock:
+            cards = [dict(card) for card in self._sent.values()]
+            header = dict(self._sent_header)
+        retry = lambda card: ["retry"] if card.get("state") == "failed" and card.get("retryable") else []  # noqa: E731
+        found = card_offers(cards, retry) | controls("hello")
+        if header.get("pages", 1) > 1:
+            found |= controls("page")
+        if header.get("failed_calls") or self.hide_failed:
+            found |= controls("hide_failed")
+        return found
+
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        """Intents from the browser: a page or a snapshot to show, or a card action."""
+        """Intents from the browser: a page or a snapshot to show, or a card action (only what the page shows)."""
         if not isinstance(content, dict) or self.card_audio.handle(content):  # a player asking for its bytes
             return
         kind = content.get("kind")
+        target = target_of(content)
+        if not allows(self.offers(), kind, target):  # a song or a button not on the page: nothing done
+            self.paid_ask.cancel()  # but a confirm holds for the very next press only, whatever came between
+            with self._view_lock:
+                shown = isinstance(target, str) and target in self._sent
+            if shown and target in self._cards:  # its card is on the page: said there, in one line
+                self._cards[target].note = REFUSED
+                self._publish([target])
+            return
         if kind == "hello":
             self._send_snapshot()
         elif kind == "page":
@@ -338,6 +362,11 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
             task_id = content.get("id")
             if isinstance(task_id, str) and task_id in self._cards:
                 self.run_action(kind, task_id)
+
+    def _shown_changed(self, task_ids: list[str]) -> None:
+        audio = getattr(self, "card_audio", None)
+        if audio is not None:  # only the players of the cards on the page answer
+            audio.show(task_ids)
 
     def _apply(self, changed: list[Record]) -> None:
         for record in changed:
