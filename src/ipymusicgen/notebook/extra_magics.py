@@ -1,8 +1,9 @@
 """`%musicgen_wav ID`, `%musicgen_mp4 ID`, `%musicgen_vibe ID`: a song's paid extras, made once (`archive.extras`).
 
 With a key that may cost money the first run only says the price and the credits left (in that order) and sends
-nothing; `--yes` sends. An extra made before (here, in another kernel, by an agent) is reused at once: nothing
-is asked, nothing paid. Registered by `%load_ext ipymusicgen`.
+nothing; `--yes` sends. An extra made before (here, in another kernel, by an agent, under the song's task id or
+its song id in any case) is reused at once and said to be already made: nothing is asked, nothing paid.
+Registered by `%load_ext ipymusicgen`.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ class ExtraMagics(Magics):
         """A finished song's WAV, made once and kept beside its MP3: %musicgen_wav [--yes] [--force] TASK_ID
 
         With a key that may cost money, the first run says the price and sends nothing; --yes sends. A WAV made
-        before (in any kernel, or by an agent) is reused: nothing is paid again. --force asks again for one whose
-        first request may have been charged without an answer. Returns the result (.path, .value, .state)."""
+        before (in any kernel, or by an agent; TASK_ID may be the song's song id too) is reused: nothing is paid
+        again. --force asks again for one whose first request may have been charged without an answer. Returns the
+        result (.path, .value, .state)."""
         return run_extra(line, "wav")
 
     @line_magic("musicgen_mp4")
