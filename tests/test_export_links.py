@@ -182,3 +182,22 @@ def test_a_fifo_planted_as_the_sidecar_is_not_waited_on(
     worker.join(20)
     assert not worker.is_alive() and len(done) == 1
     assert (done[0] / SIDECAR).is_file() and json.loads((done[0] / SIDECAR).read_text())["id"] == ids[0]
+
+
+def test_a_symlink_planted_at_an_archived_path_is_not_copied_into_the_export(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    """The archive's MP3 swapped for a link to a file outside (a key file, the kernel's environment): the export
+    says the audio is missing and copies nothing through the link."""
+    client = paid_clients()
+    ids = list(client.generate(action="custom", title="Keel", style="folk", lyrics="la").ids)
+    finish(client, service, ids)
+    with Library(tmp_path / "journal.sqlite3") as library:
+        archived = Path(library.song(ids[0]).archive_path)
+    secret = tmp_path / "secret.env"
+    secret.write_text("MUSICGEN_API_KEY=k-not-for-export")
+    archived.unlink()
+    archived.symlink_to(secret)
+    (folder,) = export(tmp_path, ids[0], tmp_path / "out")
+    assert not list(folder.glob("*.mp3")) and json.loads((folder / SIDECAR).read_text())["files"]["audio"] is None
+    assert all(b"k-not-for-export" not in p.read_bytes() for p in folder.iterdir())

@@ -79,10 +79,18 @@ class SongFolder:
         return name
 
     def copy(self, source: str | Path | None, name: str) -> str | None:
-        """Copy an archived file in under `name`; its name, or None when there is no file."""
-        if not source or not Path(source).is_file():
+        """Copy an archived file in under `name`; its name, or None when there is no plain file there (a symlink
+        planted at the archived path is not followed, a FIFO not waited on)."""
+        if not source:
             return None
-        with open(source, "rb") as read:
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        try:
+            fd = os.open(source, flags)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as read:
+            if not stat.S_ISREG(os.fstat(read.fileno()).st_mode):
+                return None
             return self.write(name, iter(lambda: read.read(CHUNK), b""))
 
     def remove(self, name: str) -> None:
