@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,8 @@ def random_mix(ledger: Ledger, seed: int, steps: int = 120) -> None:
             ledger.meter(counts)
             made = ledger.reserve(rng.choice(USERS), None, "/v1/music/generate", "MFV3.0", rng.randint(1, 12))
             finish(made.call_id)
-            counts -= rng.randint(0, 9)
+            estimate = ledger.calls()[-1]["estimated"]
+            counts -= rng.choice([estimate + rng.randint(0, 3), rng.randint(0, estimate)])  # above or below it
             ledger.meter(counts, made.call_id)
         else:
             ledger.meter(counts)
@@ -74,8 +76,10 @@ def random_mix(ledger: Ledger, seed: int, steps: int = 120) -> None:
 
 @pytest.fixture
 def no_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An unknown call blocks measuring for `IN_FLIGHT_WINDOW`: here, for no time, so the mix settles calls too."""
+    """An unknown call blocks measuring for `IN_FLIGHT_WINDOW`, and credits kept at an estimate are owed for
+    `OWED_FOR`: here, for no time, so the mix settles calls too."""
     monkeypatch.setattr(ledger_module, "IN_FLIGHT_WINDOW", -1.0)
+    monkeypatch.setattr(ledger_module, "OWED_FOR", -1.0)
 
 
 def test_the_running_totals_equal_the_recomputed_sums_after_a_random_mix(database: str, no_window: None) -> None:
@@ -94,11 +98,12 @@ def test_the_budget_check_reads_the_totals_not_the_calls(database: str) -> None:
     with open_ledger(database) as ledger:
         ledger.add_user("ann", "hash-ann", 10)
         ledger.meter(100)
-        first = ledger.reserve("ann", "a", "/v1/music/generate", "MFV3.0", 6).call_id
-        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 5).kind == "over"
+        first = ledger.reserve("ann", "a", "/v1/music/generate", "MFV3.0", 3).call_id
+        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 8).kind == "over"
         ledger.finish(first, "done", 200, b"{}")
-        assert ledger.meter(98, first) == 2  # settled to 2: 8 left
-        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 8).kind == "new"
+        assert ledger.meter(93, first) == 7  # settled up to 7: 3 left
+        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 4).kind == "over"
+        assert ledger.reserve("ann", "b", "/v1/music/generate", "MFV3.0", 3).kind == "new"
         assert ledger.remaining("ann") == 0
         third = ledger.reserve("ann", "c", "/v1/music/generate", "MFV3.0", 0).call_id
         ledger.finish(third, "refused", 400, b"{}")
@@ -114,7 +119,12 @@ def test_a_ledger_from_before_the_totals_opens_with_them_filled_from_its_calls(d
         random_mix(ledger, seed=7, steps=60)
         before = recomputed(ledger)
         team_left = ledger.remaining("ann")
-    _run(database, "ALTER TABLE users DROP COLUMN spent", "ALTER TABLE team DROP COLUMN spent")  # as before them
+    _run(  # as before them (and before the ledger had versions)
+        database,
+        "ALTER TABLE users DROP COLUMN spent",
+        "ALTER TABLE team DROP COLUMN spent",
+        "DROP TABLE ledger_schema",
+    )
     with open_ledger(database) as ledger:
         assert ledger.totals() == before == recomputed(ledger)
         assert ledger.remaining("ann") == team_left
@@ -141,7 +151,7 @@ def test_a_singer_belongs_to_the_maker_of_its_vibe_call_and_a_ledger_from_before
         ledger.finish(refused.call_id, "refused", 200, b'{"status": 400, "message": "x", "data": {"singer_id": "s-b"}}')
         assert all(ledger.owns_singer("ann", s) for s in answers)
         assert not any(ledger.owns_singer("ben", s) for s in (*answers, "s-b"))
-    _run(database, "DROP TABLE singers")  # as a ledger made before the singers were recorded
+    _run(database, "DROP TABLE singers", "DROP TABLE ledger_schema")  # as a ledger from before singers (and versions)
     with open_ledger(database) as ledger:
         assert all(ledger.owns_singer("ann", s) for s in answers)
         assert not any(ledger.owns_singer("ben", s) for s in (*answers, "s-b"))
@@ -192,6 +202,7 @@ def test_a_paid_calls_statements_read_no_whole_table_on_sqlite(tmp_path: Path, m
     statements = [s for s in seen if s.split()[0] in ("SELECT", "UPDATE", "INSERT", "DELETE")]
     assert len(statements) > 15
     with sqlite3.connect(path) as db:
+        db.create_function("ledger_now", 0, time.time)  # the ledger's clock, as its connections have it
         for text in statements:
             plan = " | ".join(row[3] for row in db.execute("EXPLAIN QUERY PLAN " + text))
             assert "SCAN calls" not in plan and "SCAN tasks" not in plan, (text, plan)

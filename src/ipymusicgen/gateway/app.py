@@ -34,10 +34,13 @@ from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
 from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
 from ..storage.ledger_sqlite import SqliteLedger
+from .backlog import Backlog, Unwritten, default_spill_folder
 from .cache import OwnerCache, RecentScans, TokenCache
 from .measurer import Measurer
+from .reconcile import Report as Reconciled
+from .reconcile import reconcile
 from .tokens import same_hash, token_hash
-from .upstream import Answer, MaybeSent, NotSent, Upstream
+from .upstream import Answer, MaybeSent, NotEncodable, NotSent, Upstream, encode_body
 
 INVALID_KEY = "Invalid or missing API key"
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -48,6 +51,9 @@ MAY_HAVE_BEEN_CHARGED = (
     "A call with this Idempotency-Key was already sent and its outcome is not known yet: it may have been "
     "charged. It was not sent again; check the task list before trying a new call."
 )
+NOT_SENT = "The upstream service could not be reached; nothing was sent or charged."
+TOO_DEEP = "the JSON body is nested too deeply"
+LEDGER_DOWN = "The gateway's ledger cannot be reached just now; nothing was sent or charged. Try again in a moment."
 KEY_REUSED = (
     "This Idempotency-Key was already used for another request (another endpoint or body). Nothing was sent "
     "or reserved; send a new request with a new key."
@@ -110,6 +116,8 @@ class Gateway:
         self.singers = OwnerCache()
         self.scans = RecentScans()
         self.measurer = Measurer(self.measure)
+        self.backlog = Backlog(ledger, default_spill_folder(ledger))
+        """Paid answers the ledger could not take when they came: kept (memory, spill file) until it can."""
         self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="gateway-ledger")
         self._inline = isinstance(ledger, SqliteLedger)
         """SQLite's calls run on the event loop itself: each is a local transaction of about 0.1 ms (WAL, writes
@@ -120,6 +128,7 @@ class Gateway:
     def close(self) -> None:
         """Stop the measurer and the ledger's threads, then let go of the upstream clients and the ledger."""
         self.measurer.close()
+        self.backlog.close()
         self._threads.shutdown(wait=True)
         self.upstream.close()
         self.ledger.close()
@@ -242,9 +251,10 @@ class Gateway:
     async def key_info(self, user: str) -> Response:
         """The caller's remaining credits, never the upstream account's key, e-mail, member id or key name."""
         left = await self.blocking(self.ledger.remaining, user)
+        started = await self.blocking(self.ledger.clock)
         counts = _counts_in(await self.upstream.aread_or_none("/v1/get_api_key_info"))
         if counts is not None:  # a reading feeds the meter, as `upstream_counts` does
-            await self.blocking(self.ledger.meter, counts)
+            await self.blocking(self.ledger.meter, counts, None, started)
         known = [n for n in (left, counts) if n is not None]
         record = {
             "x_api_key": None,
@@ -258,18 +268,24 @@ class Gateway:
 
     def upstream_counts(self) -> int | None:
         """Credits left on the upstream key (None when it cannot be read); each reading also feeds the meter."""
+        started = self.ledger.clock()
         counts = self._read_counts()
         if counts is not None:
-            self.ledger.meter(counts)
+            self.ledger.meter(counts, None, started)
         return counts
+
+    def recover(self) -> Reconciled:
+        """`gateway reconcile` as a gateway starts: what an earlier one left (spilled answers, dangling calls)."""
+        return reconcile(self.ledger, self.upstream, self.backlog)
 
     def measure(self, call_id: int) -> None:
         """After a paid call is answered: read the upstream's credits and settle the call to what it cost, when
         nothing else could have moved them (the measurer runs it off the caller's path, once things are quiet)."""
         try:
+            started = self.ledger.clock()  # the reading's window opens before it is asked, on the ledger's clock
             counts = self._read_counts()
             if counts is not None:
-                self.ledger.meter(counts, call_id)
+                self.ledger.meter(counts, call_id, started)
         except Exception:  # a missed measurement leaves the estimate standing; the caller has its answer
             log.warning("could not measure the cost of call %s", call_id)
 
@@ -291,11 +307,23 @@ class Gateway:
         request: Any,
         swap: tuple[str, str] | None = None,
     ) -> Response:
+        """Reserve, send once, record: each step says what is true of the money when it cannot go on. A body that
+        cannot be encoded is refused before anything is held; a ledger that cannot reserve means nothing was sent;
+        a call that never reached the upstream is released (and its repeat says so); an answer the ledger cannot
+        take now is kept until it can, and the caller gets their ids."""
         estimated = estimate_credits(request)
+        try:
+            sent = encode_body(payload)
+        except NotEncodable as exc:
+            return _validation_answer(RequestValidationError([_problem(exc.field, str(exc).split(": ", 1)[1])]))
         fingerprint = _fingerprint(path, payload, request) if idem_key else None
-        reservation = await self.blocking(
-            self.ledger.reserve, user, idem_key, path, model_of(request), estimated, fingerprint
-        )
+        try:
+            reservation = await self.blocking(
+                self.ledger.reserve, user, idem_key, path, model_of(request), estimated, fingerprint, sent
+            )
+        except Exception:
+            log.warning("the ledger could not reserve a paid call: nothing was sent")
+            return JSONResponse(envelope(None, 503, LEDGER_DOWN), status_code=503)
         if reservation.kind == "conflict":
             return JSONResponse(envelope(None, 409, KEY_REUSED), status_code=409)
         if reservation.kind == "over":
@@ -307,27 +335,42 @@ class Gateway:
         call_id = reservation.call_id
         assert call_id is not None
         # Shielded: a caller hanging up does not stop the send half-way, nor the recording of its outcome.
-        return await asyncio.shield(self._send_paid(call_id, path, params, payload, swap))
+        return await asyncio.shield(self._send_paid(user, call_id, path, params, sent, swap))
 
     async def _send_paid(
-        self, call_id: int, path: str, params: dict[str, str] | None, payload: Any, swap: tuple[str, str] | None
+        self, user: str, call_id: int, path: str, params: dict[str, str] | None, sent: bytes | None, swap: Any
     ) -> Response:
         try:
-            answer = await self.upstream.apaid(path, params, payload)
+            answer = await self.upstream.apaid(path, params, sent)
         except NotSent:
-            await self.blocking(self.ledger.finish, call_id, REFUSED, None, None)
-            message = "The upstream service could not be reached; nothing was sent or charged."
-            return JSONResponse(envelope(None, 502, message), status_code=502)
-        except MaybeSent:
-            await self.blocking(self.ledger.finish, call_id, UNKNOWN, None, None)
+            body = json.dumps(envelope(None, 502, NOT_SENT)).encode()
+            await self._finish(user, Unwritten(call_id, REFUSED, 502, body))
+            return Response(body, 502, media_type="application/json")
+        except Exception as exc:  # MaybeSent, or anything else once the send began: the outcome is not known
+            if not isinstance(exc, MaybeSent):
+                log.warning("a paid send failed: %s", type(exc).__name__)
+            await self._finish(user, Unwritten(call_id, UNKNOWN, None, None))
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
         state = _outcome(answer)
         created = _created_ids(answer.body) if state == DONE else []
-        await self.blocking(self.ledger.finish, call_id, state, answer.status_code, answer.body, created)
+        recorded = await self._finish(user, Unwritten(call_id, state, answer.status_code, answer.body, created))
         response = _relay(answer, swap)
-        if state == DONE:
+        if state == DONE and recorded:
             self.measurer.after(call_id)
         return response
+
+    async def _finish(self, user: str, end: Unwritten) -> bool:
+        """Record how a call ended; a ledger that cannot take it now gets it later (`Backlog`), and meanwhile
+        this gateway knows its tasks are the caller's. Whether the ledger took it at once."""
+        if end.task_ids:
+            self.owners.learn(user, end.task_ids)
+        try:
+            await self.blocking(self.ledger.finish, end.call_id, end.state, end.status_code, end.body, end.task_ids)
+        except Exception:
+            log.warning("the ledger could not record call %s now: its answer is kept until it can", end.call_id)
+            await asyncio.get_running_loop().run_in_executor(self._threads, self.backlog.keep, end)
+            return False
+        return True
 
 
 def _counts_in(answer: Answer | None) -> int | None:
@@ -435,10 +478,17 @@ def create_app(gateway: Gateway) -> Starlette:
             except ValueError:
                 detail = [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
                 return JSONResponse({"detail": detail}, status_code=422)
+            except RecursionError:  # nothing is reserved or sent yet: a 4xx that says so, never "may have been charged"
+                return _validation_answer(RequestValidationError([_problem("body", TOO_DEEP)]))
             try:
                 model, payload, params, swap = await build(body, request, user)
             except RequestValidationError as exc:
                 return _validation_answer(exc)
+            except RecursionError:
+                return _validation_answer(RequestValidationError([_problem("body", TOO_DEEP)]))
+            except Exception:  # the ledger's look-up of a song or singer failed: still nothing sent or reserved
+                log.warning("a paid request could not be checked: nothing was sent")
+                return JSONResponse(envelope(None, 503, LEDGER_DOWN), status_code=503)
             return await gateway.paid(user, path, idem_key, payload, params, model, swap)
 
         async def endpoint(request: Request) -> Response:

@@ -21,6 +21,9 @@ def build(database: str, upstream: str, upstream_v2: str, key: str, host: str, a
     ledger = open_ledger(database)
     gateway = Gateway(ledger, Upstream(upstream, upstream_v2, key), host=host, allow_hosts=allow_hosts)
     gateway.upstream_counts()  # the meter's first reading: the next paid call can be measured against it
+    recovered = gateway.recover()  # `gateway reconcile`: what an earlier gateway left (kill -9, a ledger outage)
+    if recovered.written or recovered.settled or recovered.released or recovered.unknown:
+        print("\n".join(recovered.lines()), flush=True)
     return gateway, create_app(gateway)
 
 

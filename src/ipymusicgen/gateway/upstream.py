@@ -40,6 +40,46 @@ class MaybeSent(Exception):
     """The paid call may have reached the upstream, but no answer came back: outcome unknown."""
 
 
+class NotEncodable(ValueError):
+    """A body that cannot be sent as UTF-8 JSON (a lone surrogate such as "\\ud800" in a text field): refused
+    before anything is reserved. `field` names where, as a dotted path."""
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"{field}: text that cannot be encoded as UTF-8 (a lone surrogate)")
+        self.field = field
+
+
+def encode_body(json_body: Any) -> bytes | None:
+    """The bytes a paid call sends upstream, made BEFORE its price is reserved: what cannot be encoded is refused
+    (`NotEncodable`) while nothing is held, never found half-way through a send."""
+    if json_body is None:
+        return None
+    text = json.dumps(json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise NotEncodable(_unencodable(json_body) or "body") from None
+
+
+def _unencodable(value: Any, where: str = "") -> str | None:
+    """The dotted path of the first text (a key or a value) in `value` that UTF-8 cannot encode."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return where or "body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        path = f"{where}.{key}" if where else str(key)
+        if isinstance(key, str) and _unencodable(key) is not None:
+            return path
+        found = _unencodable(item, path)
+        if found is not None:
+            return found
+    return None
+
+
 @dataclass(frozen=True)
 class Answer:
     status_code: int
@@ -182,15 +222,10 @@ class Upstream:
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return None
 
-    async def apaid(self, path: str, params: dict[str, str] | None, json_body: Any) -> Answer:
-        """A paid POST, sent once: never retried, whatever happens."""
+    async def apaid(self, path: str, params: dict[str, str] | None, body: bytes | None) -> Answer:
+        """A paid POST of a body made by `encode_body`, sent once: never retried, whatever happens."""
         import aiohttp
 
-        body = (
-            None
-            if json_body is None
-            else json.dumps(json_body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        )
         try:
             return await self._send("POST", path, params, body)
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:

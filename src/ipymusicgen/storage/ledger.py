@@ -11,15 +11,18 @@ size. `ledger_engines.open_ledger(url)` picks the engine from the URL.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..models.schema import SINGER_ID_NAMES
+from .ledger_migrations import migrate
+from .owner import Owner
 
 PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
 """A call's states: sent (or being sent), answered, definitely refused (released), outcome unknown."""
@@ -29,8 +32,34 @@ GROUPS = {"user": "user_name", "day": "day", "model": "model"}
 VIBE = "/v1/music/generate-vibe"
 """The paid call whose answer names a singer voice (`singer_id`) that only its maker may sing with."""
 IN_FLIGHT_WINDOW = 600.0
+OWED_FOR = 60.0
+"""Seconds a charge kept at its estimate may still show falling on the upstream's counter (billing that lands a
+few seconds late): meanwhile a fall that big is not taken for the next call's cost."""
 """Seconds a pending or unknown call may still move the upstream's credits (a killed gateway's call stays pending
 for ever; after this long its charge, if any, has landed, and measuring resumes)."""
+
+
+@dataclass(frozen=True)
+class OpenCall:
+    """A call whose outcome the ledger does not know (`Ledger.open_calls`)."""
+
+    id: int
+    user: str
+    endpoint: str
+    state: str
+    estimated: int
+    age: float
+    dead: bool
+    request: bytes | None
+
+
+def _alive(owner: str | None) -> bool:
+    """Whether the process that sent a call still runs (True when it cannot be told: another machine, no record)."""
+    try:
+        fields = json.loads(owner) if owner else None
+        return Owner(str(fields["host"]), int(fields["pid"]), fields.get("started")).is_alive() if fields else True
+    except (ValueError, TypeError, KeyError):
+        return True
 
 
 class LedgerError(RuntimeError):
@@ -112,9 +141,12 @@ def fill_singers(cur: _Cursor) -> None:
 
 
 class Ledger:
-    """Statements shared by both engines; subclasses give `_connect`, `_lock_for_reserve`, `_create_tables`."""
+    """Statements shared by both engines; subclasses give `_connect`, `_lock_for_reserve`, `base_schema`, the
+    column `types` and look-up of its migration steps, and `now_sql`, the ledger's one clock for call windows."""
 
     placeholder = "?"
+    types: ClassVar[dict[str, str]] = {}
+    now_sql = ""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -122,8 +154,11 @@ class Ledger:
         self._idle: list[Any] = []
         """Connections not in use: each transaction takes one (or opens one) and gives it back, so the
         gateway's threads do not queue behind one connection."""
+        self.owner = json.dumps(dataclasses.asdict(Owner.current()))
+        """The process sending this ledger's calls (recorded on each: `gateway reconcile` tells a dead one's)."""
         with self._cursor() as cur:
-            self._create_tables(cur)
+            self._schema_lock(cur)
+            migrate(self, cur)
 
     # -- engine hooks ---------------------------------------------------------------------------------
 
@@ -136,7 +171,13 @@ class Ledger:
     def _lock_for_reserve(self, cur: Any, user: str) -> None:
         raise NotImplementedError
 
-    def _create_tables(self, cur: Any) -> None:
+    def _schema_lock(self, cur: Any) -> None:
+        raise NotImplementedError
+
+    def base_schema(self, cur: Any) -> None:
+        raise NotImplementedError
+
+    def columns_of(self, cur: Any, table: str) -> set[str]:
         raise NotImplementedError
 
     def _is_stale(self, exc: BaseException) -> bool:
@@ -286,11 +327,13 @@ class Ledger:
         model: str | None,
         estimated: int,
         fingerprint: str | None = None,
+        request: bytes | None = None,
     ) -> Reservation:
         """Claim the idempotency key and reserve `estimated` credits, in one transaction; or say why not.
 
         `fingerprint` names the request (endpoint and body); a key already claimed by a request with another
-        fingerprint is a `conflict`, never the first call's answer."""
+        fingerprint is a `conflict`, never the first call's answer. `request` is the body to be sent upstream
+        (kept for `gateway reconcile`); the call's window opens now, on the ledger's clock."""
         with self._cursor() as cur:
             self._lock_for_reserve(cur, user)
             if idem_key:
@@ -306,37 +349,49 @@ class Ledger:
             left, whose = self._left(cur, user)
             if left is not None and left < estimated:
                 return Reservation("over", over=whose)
-            now = time.time()
             row = cur.one(
                 "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day, "
-                "fingerprint) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING id",
+                f"fingerprint, owner, request) VALUES (?, ?, ?, ?, ?, 'pending', {self.now_sql}, ?, ?, ?, ?) "
+                "RETURNING id",
                 (
                     user,
                     idem_key,
                     endpoint,
                     model,
                     estimated,
-                    now,
-                    time.strftime("%Y-%m-%d", time.gmtime(now)),
+                    time.strftime("%Y-%m-%d", time.gmtime()),
                     fingerprint,
+                    self.owner,
+                    request,
                 ),
             )
             self._move(cur, user, _charge(PENDING, estimated, None))
             return Reservation("new", call_id=int(row[0]))
 
     def finish(
-        self, call_id: int, state: str, status_code: int | None, body: bytes | None, task_ids: list[str] = ()
-    ) -> None:
+        self,
+        call_id: int,
+        state: str,
+        status_code: int | None,
+        body: bytes | None,
+        task_ids: list[str] = (),
+        note: str | None = None,
+    ) -> bool:
         """Record how a call ended: `done` (kept; `meter` settles it), `refused` (released), `unknown` (kept);
-        the tasks it created, or the singer a vibe call made, belong to its user (in the same transaction)."""
+        the tasks it created, or the singer a vibe call made, belong to its user (in the same transaction). The
+        call's window closes now. A call already done or refused is left as it is (False): an answer kept
+        through a ledger outage, written after `gateway reconcile` settled the call, changes nothing."""
         with self._cursor() as cur:
             self._lock_for_reserve(cur, "")  # the team row first, as every writer of a charge: no deadlock
             user, old_state, estimated, measured, endpoint = cur.one(
                 "SELECT user_name, state, estimated, measured, endpoint FROM calls WHERE id = ?", (call_id,)
             )
+            if old_state in (DONE, REFUSED):
+                return False
             cur.run(
-                "UPDATE calls SET state = ?, status_code = ?, body = ? WHERE id = ?",
-                (state, status_code, body, call_id),
+                f"UPDATE calls SET state = ?, status_code = ?, body = ?, note = ?, ended_at = {self.now_sql} "
+                "WHERE id = ?",
+                (state, status_code, body, note, call_id),
             )
             self._move(cur, user, _charge(state, estimated, measured) - _charge(old_state, estimated, measured))
             if task_ids:
@@ -344,35 +399,84 @@ class Ledger:
             singer = singer_in(body) if state == DONE and endpoint == VIBE else None
             if singer and not cur.one("SELECT 1 FROM singers WHERE singer_id = ?", (singer,)):
                 cur.run("INSERT INTO singers (singer_id, user_name) VALUES (?, ?)", (singer, user))
+            return True
 
-    def meter(self, counts: int, call_id: int | None = None) -> int | None:
-        """Record the upstream's credits left, read just now; return the measured cost of the call it settles.
+    def clock(self) -> float:
+        """The ledger's clock now (seconds): when a reading of the upstream's credits starts, for `meter`."""
+        with self._cursor(write=False) as cur:
+            return float(cur.one(f"SELECT {self.now_sql}")[0])
 
-        Unambiguous: the last reading was taken with nothing in flight, the only call not refused since then
-        is `call_id` (or, with no `call_id`, any one call: a key-info read right after a paid call, before the
-        measurer's, measures it rather than hiding it), and nothing is in flight now (pending or unknown within
-        `IN_FLIGHT_WINDOW`). Then the difference is that call's cost, and it settles to it. A reading taken while
-        a call is in flight is no baseline for the next one, and does not replace the last baseline: a call sent
-        while an earlier one's reading is taken is still measured by its own.
+    def meter(self, counts: int, call_id: int | None = None, started: float | None = None) -> int | None:
+        """Record the upstream's credits left, read over [`started`, now] on the ledger's clock (None: an instant,
+        now); return the measured cost of the call it settles, if any.
+
+        Windows, across every replica (they live in the ledger): a reading is a baseline only when no call that
+        may move the credits (pending, unknown within `IN_FLIGHT_WINDOW`, or answered after `started`) overlaps
+        it. The calls between the last baseline and this one are those created after the last baseline started;
+        when that is exactly one call (and `call_id`, when given), answered, the fall is its measured cost. A
+        measured figure may raise what the call is charged; one below its estimate (a charge the upstream shows
+        late, or a cheaper price) never lowers it: the call keeps its estimate, with a note, and the difference
+        is `owed` (it may still show falling, and is not then taken for the next call's cost) for `OWED_FOR`
+        seconds. Several calls between two baselines keep their estimates ("not measured: overlapped").
         """
         with self._cursor() as cur:
             self._lock_for_reserve(cur, "")
-            last = cur.one("SELECT counts, last_call FROM meter WHERE id = 1")
-            top = int(cur.one("SELECT COALESCE(MAX(id), 0) FROM calls")[0])
-            recent = time.time() - IN_FLIGHT_WINDOW
-            in_flight = int(
-                cur.one(
-                    "SELECT COUNT(*) FROM calls WHERE state IN ('pending', 'unknown') AND created_at > ?", (recent,)
-                )[0]
-            )
+            now = float(cur.one(f"SELECT {self.now_sql}")[0])
+            started = now if started is None else min(started, now)
+            if self._overlapped(cur, started, now):  # no baseline: the last good one stands
+                return None
+            last = cur.one("SELECT counts, read_at, owed, owed_at FROM meter WHERE id = 1")
+            owed = int(last[2] or 0) if last and last[3] is not None and last[3] > now - OWED_FOR else 0
+            owed_at = last[3] if owed else None
             measured = None
-            if last and last[0] is not None and not in_flight:
-                since = [r[0] for r in cur.all("SELECT id FROM calls WHERE id > ? AND state <> 'refused'", (last[1],))]
-                if len(since) == 1 and call_id in (None, since[0]) and last[0] >= counts:
-                    measured = int(last[0]) - counts
-                    self._settle(cur, since[0], measured)
-            if not in_flight:  # a reading with a call in flight is no baseline, and leaves the last good one standing
-                cur.run("UPDATE meter SET counts = ?, last_call = ? WHERE id = 1", (counts, top))
+            if last and last[0] is not None and last[1] is not None:
+                drop = int(last[0]) - counts
+                since = cur.all(
+                    "SELECT id, state, estimated, measured FROM calls WHERE created_at > ? AND state <> 'refused'",
+                    (last[1],),
+                )
+                if drop < 0:  # credits were added: nothing between these readings can be told apart
+                    owed, owed_at = 0, None
+                else:
+                    if len(since) == 1 and since[0][1] == DONE and call_id in (None, since[0][0]):
+                        measured = self._measured(cur, since[0], max(drop - owed, 0))
+                    elif len(since) > 1:
+                        note = f"not measured: {len(since)} calls overlapped between two readings"
+                        for row in since:
+                            cur.run("UPDATE calls SET note = ? WHERE id = ? AND measured IS NULL", (note, row[0]))
+                    charged = sum(_charge(DONE, r[2], r[3]) for r in cur.all(self._charges_sql(since)))
+                    left = max(owed + charged - drop, 0)
+                    if left > owed:
+                        owed_at = now
+                    owed = left
+            cur.run(
+                "UPDATE meter SET counts = ?, read_at = ?, owed = ?, owed_at = ? WHERE id = 1",
+                (counts, started, owed, owed_at),
+            )
+        return measured
+
+    def _overlapped(self, cur: _Cursor, started: float, now: float) -> bool:
+        """Whether a call may have moved the credits while a reading was taken over [started, now]."""
+        recent = now - IN_FLIGHT_WINDOW
+        flying = cur.one(
+            "SELECT COUNT(*) FROM calls WHERE state IN ('pending', 'unknown') AND created_at > ?", (recent,)
+        )
+        ended = cur.one("SELECT COUNT(*) FROM calls WHERE ended_at > ? AND state = 'done'", (started,))
+        return bool(int(flying[0]) or int(ended[0]))
+
+    def _charges_sql(self, since: list[Any]) -> str:
+        ids = ", ".join(str(int(r[0])) for r in since) or "NULL"
+        return f"SELECT id, state, estimated, measured FROM calls WHERE id IN ({ids})"
+
+    def _measured(self, cur: _Cursor, call: Any, measured: int) -> int | None:
+        """Settle a lone answered call to its measured cost when that is at least its estimate; else keep the
+        estimate and say why (a reading may be late: the upstream has not said the call cost less)."""
+        call_id, _, estimated, _ = call
+        if measured < int(estimated):
+            note = f"measured {measured} below the estimate {estimated}: kept at the estimate"
+            cur.run("UPDATE calls SET note = ? WHERE id = ?", (note, call_id))
+            return None
+        self._settle(cur, call_id, measured)
         return measured
 
     def _settle(self, cur: _Cursor, call_id: int, measured: int) -> None:
@@ -380,7 +484,7 @@ class Ledger:
         row = cur.one("SELECT user_name, state, estimated, measured FROM calls WHERE id = ?", (call_id,))
         if row is None or row[1] != DONE:
             return
-        cur.run("UPDATE calls SET measured = ? WHERE id = ?", (measured, call_id))
+        cur.run("UPDATE calls SET measured = ?, note = NULL WHERE id = ?", (measured, call_id))
         self._move(cur, row[0], _charge(DONE, row[2], measured) - _charge(DONE, row[2], row[3]))
 
     # -- task owners ----------------------------------------------------------------------------------
@@ -435,6 +539,36 @@ class Ledger:
             row = cur.one("SELECT 1 FROM singers WHERE singer_id = ? AND user_name = ?", (singer_id, user))
         return row is not None
 
+    # -- reconcile ------------------------------------------------------------------------------------
+
+    def open_calls(self, dead_after: float) -> list[OpenCall]:
+        """Every call whose outcome the ledger does not know (pending or unknown), each marked `dead` when no
+        gateway is still sending it: unknown, or pending with its process gone (on this machine) or older than
+        `dead_after` seconds. A live gateway's pending call is returned too: it may explain a task."""
+        with self._cursor(write=False) as cur:
+            now = float(cur.one(f"SELECT {self.now_sql}")[0])
+            rows = cur.all(
+                "SELECT id, user_name, endpoint, state, estimated, created_at, owner, request FROM calls "
+                "WHERE state IN ('pending', 'unknown') ORDER BY id"
+            )
+        found = []
+        for call_id, user, endpoint, state, estimated, created, owner, request in rows:
+            age = now - float(created)
+            dead = state == UNKNOWN or age > dead_after or not _alive(owner)
+            body = bytes(request) if request is not None else None
+            found.append(OpenCall(int(call_id), user, endpoint, state, int(estimated), age, dead, body))
+        return found
+
+    def owned_any(self, ids: list[str]) -> set[str]:
+        """The ids among `ids` that belong to some user."""
+        found: set[str] = set()
+        with self._cursor(write=False) as cur:
+            for at in range(0, len(ids), 500):
+                chunk = ids[at : at + 500]
+                marks = ", ".join("?" for _ in chunk)
+                found |= {r[0] for r in cur.all(f"SELECT task_id FROM tasks WHERE task_id IN ({marks})", tuple(chunk))}
+        return found
+
     # -- spend ----------------------------------------------------------------------------------------
 
     def spend(self, by: str = "user", user: str | None = None) -> list[SpendRow]:
@@ -455,8 +589,11 @@ class Ledger:
     def calls(self) -> list[dict[str, Any]]:
         """Every call row (for tests and audits)."""
         with self._cursor(write=False) as cur:
-            rows = cur.all("SELECT id, user_name, idem_key, endpoint, model, estimated, measured, state FROM calls")
-        names = ("id", "user", "idem_key", "endpoint", "model", "estimated", "measured", "state")
+            rows = cur.all(
+                "SELECT id, user_name, idem_key, endpoint, model, estimated, measured, state, note FROM calls "
+                "ORDER BY id"
+            )
+        names = ("id", "user", "idem_key", "endpoint", "model", "estimated", "measured", "state", "note")
         return [dict(zip(names, r, strict=True)) for r in rows]
 
 

@@ -8,7 +8,7 @@ for that call, never retried blindly.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from .ledger import Ledger, fill_singers, fill_totals
 
@@ -36,8 +36,25 @@ class PostgresLedger(Ledger):
     def _lock_for_reserve(self, cur: Any, user: str) -> None:
         cur.one("SELECT budget FROM team WHERE id = 1 FOR UPDATE")
 
-    def _create_tables(self, cur: Any) -> None:
+    types: ClassVar[dict[str, str]] = {"real": "DOUBLE PRECISION", "blob": "BYTEA", "int": "BIGINT", "text": "TEXT"}
+    now_sql = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
+    """The ledger's clock: the database server's, one for every replica (their own clocks may differ)."""
+
+    def columns_of(self, cur: Any, table: str) -> set[str]:
+        return {
+            r[0]
+            for r in cur.all(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
+                "AND table_name = ?",
+                (table,),
+            )
+        }
+
+    def _schema_lock(self, cur: Any) -> None:
         cur.run("SELECT pg_advisory_xact_lock(?)", (SCHEMA_LOCK,))
+
+    def base_schema(self, cur: Any) -> None:
+        """The tables as they stood before the ledger had versions (migration step 1)."""
         cur.run(
             "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, "
             "budget BIGINT, revoked INTEGER NOT NULL DEFAULT 0, created_at DOUBLE PRECISION NOT NULL, "

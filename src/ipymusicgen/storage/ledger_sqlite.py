@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .ledger import Ledger, fill_singers, fill_totals
 
@@ -27,6 +28,7 @@ class SqliteLedger(Ledger):
     def _connect(self) -> Any:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.create_function("ledger_now", 0, time.time)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")  # as the journal: safe against a killed process, fewer fsyncs
         return _AutoCommit(conn)
@@ -37,7 +39,19 @@ class SqliteLedger(Ledger):
     def _lock_for_reserve(self, cur: Any, user: str) -> None:
         """`BEGIN IMMEDIATE` already holds the database's write lock."""
 
-    def _create_tables(self, cur: Any) -> None:
+    types: ClassVar[dict[str, str]] = {"real": "REAL", "blob": "BLOB", "int": "INTEGER", "text": "TEXT"}
+    now_sql = "ledger_now()"
+    """The ledger's clock: the machine's (every process sharing a SQLite file runs on it), in seconds, to the
+    microsecond (SQLite's own `julianday('now')` counts milliseconds: a call and a reading would tie)."""
+
+    def columns_of(self, cur: Any, table: str) -> set[str]:
+        return {col[1] for col in cur.all(f"PRAGMA table_info({table})")}
+
+    def _schema_lock(self, cur: Any) -> None:
+        """`BEGIN IMMEDIATE` already holds the database's write lock."""
+
+    def base_schema(self, cur: Any) -> None:
+        """The tables as they stood before the ledger had versions (migration step 1)."""
         cur.run(
             "CREATE TABLE IF NOT EXISTS users (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE, "
             "budget INTEGER, revoked INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL, "

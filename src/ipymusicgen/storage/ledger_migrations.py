@@ -1,0 +1,82 @@
+"""The gateway ledger's schema as numbered steps, applied once each, in order, in the transaction that opens it.
+
+As the journal's (`migrations.py`): the ledger's version is the number of steps applied, kept in the
+`ledger_schema` row. Ledgers made before versions existed (version 0) already hold some of step 1's tables, so
+every step is a no-op on what is already there (`IF NOT EXISTS`, columns added only when missing). A ledger whose
+version is above what this code knows was written by a newer ipymusicgen: it is refused, untouched. The steps run
+under the engine's schema lock (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: an advisory lock), so two gateways
+starting at once apply each step exactly once. A new step is a new function at the end; steps are never edited
+once released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Step = Callable[[Any, Any], None]
+"""A step: (the ledger, for its dialect and column look-ups; a cursor in the opening transaction)."""
+MIGRATIONS: list[Step] = []
+
+
+class LedgerVersionError(RuntimeError):
+    """The ledger was written by a newer version of ipymusicgen; it is left as it is."""
+
+
+def migration(step: Step) -> Step:
+    MIGRATIONS.append(step)
+    return step
+
+
+def add_missing_columns(ledger: Any, cur: Any, table: str, columns: tuple[tuple[str, str], ...]) -> None:
+    present = ledger.columns_of(cur, table)
+    for name, kind in columns:
+        if name not in present:
+            cur.run(f"ALTER TABLE {table} ADD COLUMN {name} {ledger.types[kind]}")
+
+
+@migration
+def m001_base(ledger: Any, cur: Any) -> None:
+    """Users, team, calls, tasks, songs, the meter, the running totals and singers, as the ledger stood before
+    it had versions (the engine's own DDL; a ledger made earlier gets what it lacks, filled from its rows)."""
+    ledger.base_schema(cur)
+
+
+@migration
+def m002_windows_and_reconcile(ledger: Any, cur: Any) -> None:
+    """Each call's window on the ledger's clock (`created_at` to `ended_at`), the process that sent it, the body
+    it sent (what `gateway reconcile` matches the upstream's tasks against) and a note saying why it was not
+    measured; the meter's reading window start and the credits charged at an estimate that a late reading may
+    still show falling (`owed`)."""
+    add_missing_columns(
+        ledger,
+        cur,
+        "calls",
+        (("ended_at", "real"), ("owner", "text"), ("request", "blob"), ("note", "text")),
+    )
+    add_missing_columns(ledger, cur, "meter", (("read_at", "real"), ("owed", "int"), ("owed_at", "real")))
+    cur.run("CREATE INDEX IF NOT EXISTS calls_created ON calls (created_at)")
+    cur.run("CREATE INDEX IF NOT EXISTS calls_ended ON calls (ended_at)")
+
+
+LATEST = len(MIGRATIONS)
+
+
+def migrate(ledger: Any, cur: Any) -> int:
+    """Apply the steps the ledger lacks, in the caller's transaction (which holds the schema lock); its version."""
+    cur.run("CREATE TABLE IF NOT EXISTS ledger_schema (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)")
+    row = cur.one("SELECT version FROM ledger_schema WHERE id = 1")
+    current = int(row[0]) if row else 0
+    if current > LATEST:
+        raise LedgerVersionError(
+            f"the ledger was written by a newer version of ipymusicgen (schema version {current}); this version "
+            f"knows schema versions up to {LATEST}. Upgrade ipymusicgen to use it; the ledger was left untouched."
+        )
+    for step in MIGRATIONS[current:]:
+        step(ledger, cur)
+    if current < LATEST:
+        if row:
+            cur.run("UPDATE ledger_schema SET version = ? WHERE id = 1", (LATEST,))
+        else:
+            cur.run("INSERT INTO ledger_schema (id, version) VALUES (1, ?)", (LATEST,))
+    return LATEST
