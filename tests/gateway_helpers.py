@@ -17,7 +17,8 @@ import httpx
 from helpers import wait_until
 
 from ipymusicgen.__main__ import main
-from ipymusicgen.gateway.server import build
+from ipymusicgen.gateway.admission import Limits
+from ipymusicgen.gateway.server import build, server_config
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.ledger_engines import open_ledger
 
@@ -81,14 +82,15 @@ def wait_for_port(port: int, process: subprocess.Popen | None = None) -> None:
 class GatewayThread:
     """The gateway app under uvicorn in a daemon thread of this process."""
 
-    def __init__(self, database: str, upstream: str, upstream_v2: str, key: str = CANARY_KEY) -> None:
+    def __init__(
+        self, database: str, upstream: str, upstream_v2: str, key: str = CANARY_KEY, limits: Limits | None = None
+    ) -> None:
         import uvicorn
 
-        self.gateway, app = build(database, upstream, upstream_v2, key, "127.0.0.1")
+        self.gateway, app = build(database, upstream, upstream_v2, key, "127.0.0.1", limits=limits)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, limits))  # as `gateway serve` runs
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> GatewayThread:

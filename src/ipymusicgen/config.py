@@ -109,6 +109,12 @@ def is_loopback(url: str) -> bool:
     return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
+def key_in_clear(url: str) -> bool:
+    """Whether a key sent to `url` would cross the network unencrypted: plain http to another machine (the one
+    rule for the client and the gateway; http to this machine, and https anywhere, is fine)."""
+    return url_scheme(url) == "http" and not is_loopback(url)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything a client needs to know. The key is a `SecretStr`: its repr is masked."""

@@ -22,7 +22,7 @@ import httpx
 from pydantic import BaseModel
 
 from .._version import __version__
-from ..config import MAX_SECONDS, Settings, is_loopback, url_scheme
+from ..config import MAX_SECONDS, Settings, key_in_clear, url_scheme
 from ..errors import (
     KEY_HINT,
     APIError,
@@ -293,7 +293,7 @@ class _Core(WaitFlows):
         if not key or s.allow_insecure_http:
             return
         for url in (s.base_url, s.v2_base_url):
-            if url_scheme(url) == "http" and not is_loopback(url):
+            if key_in_clear(url):
                 raise InsecureTransportError(
                     f"Refusing to send the API key over plain http to {url}; use https, or opt in with "
                     "allow_insecure_http=True (MUSICGEN_ALLOW_INSECURE_HTTP=1)."

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -35,6 +36,7 @@ from ..models.schema import build_generate_request, build_lyrics_request, build_
 from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
 from ..storage.ledger_sqlite import SqliteLedger
 from .backlog import Backlog, Unwritten, default_spill_folder
+from .admission import HostCheck, Limits, read_body, refusal
 from .cache import OwnerCache, RecentScans, TokenCache
 from .measurer import Measurer
 from .reconcile import Report as Reconciled
@@ -464,9 +466,11 @@ def _refusal(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status)
 
 
-def create_app(gateway: Gateway) -> Starlette:
-    """Each request on the event loop, in the order the service answers: the Host check, authentication, then
-    the body; the ledger in a worker thread only where it is asked."""
+def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
+    """Each request on the event loop, in the order the service answers: the Host check (before routing, and no
+    route ever redirects), authentication, then the body (bounded by `limits`); the ledger in a worker thread only
+    where it is asked."""
+    limits = limits or Limits()
 
     def paid_route(path: str, build: Callable[[Any, Request, str], Awaitable[Any]]) -> Route:
         async def work(user: str, request: Request, raw: bytes) -> Response:
@@ -492,11 +496,11 @@ def create_app(gateway: Gateway) -> Starlette:
             return await gateway.paid(user, path, idem_key, payload, params, model, swap)
 
         async def endpoint(request: Request) -> Response:
-            if not gateway.host_allowed(request.headers.get("host")):
-                return _refusal(403, "This host name is not served here")
-            raw = await request.body()
             user = await gateway.user_of(request.headers.get("x-api-key"))
-            return _refusal(401, INVALID_KEY) if user is None else await work(user, request, raw)
+            if user is None:  # before the body: a caller without a live token gets none of it read
+                return refusal(401, INVALID_KEY)
+            raw = await read_body(request, limits.max_body_bytes)
+            return raw if isinstance(raw, Response) else await work(user, request, raw)
 
         return Route(path, endpoint, methods=["POST"])
 
@@ -546,8 +550,6 @@ def create_app(gateway: Gateway) -> Starlette:
 
     def read_route(path: str, handler: Callable[[str, Request], Awaitable[Response]]) -> Route:
         async def endpoint(request: Request) -> Response:
-            if not gateway.host_allowed(request.headers.get("host")):
-                return _refusal(403, "This host name is not served here")
             user = await gateway.user_of(request.headers.get("x-api-key"))
             return _refusal(401, INVALID_KEY) if user is None else await handler(user, request)
 
@@ -562,7 +564,13 @@ def create_app(gateway: Gateway) -> Starlette:
         read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
         read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
     ]
-    return Starlette(routes=routes, exception_handlers={Exception: _failed})
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(HostCheck, allowed=gateway.host_allowed)],
+        exception_handlers={Exception: _failed},
+    )
+    app.router.redirect_slashes = False  # `/v1/music/generate/` is not found, never sent to another address
+    return app
 
 
 UNFINISHED = (
