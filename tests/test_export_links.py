@@ -201,3 +201,31 @@ def test_a_symlink_planted_at_an_archived_path_is_not_copied_into_the_export(
     (folder,) = export(tmp_path, ids[0], tmp_path / "out")
     assert not list(folder.glob("*.mp3")) and json.loads((folder / SIDECAR).read_text())["files"]["audio"] is None
     assert all(b"k-not-for-export" not in p.read_bytes() for p in folder.iterdir())
+
+
+def test_a_re_export_removes_files_of_an_old_title_and_keeps_what_the_archive_lost(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    client = paid_clients()
+    ids = list(client.generate(action="custom", title="Tidewater", style="folk", lyrics="la").ids)
+    finish(client, service, ids)
+    out = tmp_path / "out"
+    (folder,) = export(tmp_path, ids[0], out)
+    (mp3,) = folder.glob("*.mp3")
+    old = folder / f"Old Name [{ids[0][:8]}].mp3"  # as an export under an earlier title left it
+    mp3.rename(old)
+    sidecar = json.loads((folder / SIDECAR).read_text())
+    sidecar["files"]["audio"] = old.name
+    (folder / SIDECAR).write_text(json.dumps(sidecar))
+    (folder / "my mix.mp3").write_bytes(b"mine")  # not ours: never listed, never removed
+    export(tmp_path, ids[0], out)
+    assert mp3.is_file() and not old.exists() and (folder / "my mix.mp3").read_bytes() == b"mine"
+    with Library(tmp_path / "journal.sqlite3") as library:
+        archived = Path(library.song(ids[0]).archive_path)
+    kept = archived.read_bytes()
+    archived.unlink()  # the archive lost the song: the export folder may be the only copy left
+    try:
+        export(tmp_path, ids[0], out)
+    finally:
+        archived.write_bytes(kept)
+    assert mp3.read_bytes() == kept and json.loads((folder / SIDECAR).read_text())["files"]["audio"] == mp3.name

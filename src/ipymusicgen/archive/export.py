@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..client.downloads import safe_filename
 from .archiver import song_info
-from .export_folder import LYRICS, SIDECAR, SongFolder, clear, drop_stale, song_folder
+from .export_folder import LYRICS, SIDECAR, SongFolder, drop_stale, settle, song_folder
 
 if TYPE_CHECKING:
     from ..song_library import Library, LibrarySong
@@ -120,7 +120,7 @@ def _export_one(context: _Context, song: LibrarySong, parent: Path) -> Path:
         }
         if song.lyrics:
             files["lyrics"] = folder.write(LYRICS, [(song.lyrics.rstrip("\n") + "\n").encode("utf-8")])
-        clear(folder, keep=[name for name in files.values() if name])  # what an earlier export left under old names
+        files = settle(folder, files)  # an old title's files go; what the archive lost stays
         sidecar = sidecar_of(context, song, request, files)
         text = json.dumps(sidecar, ensure_ascii=False, indent=2, default=str) + "\n"
         folder.write(SIDECAR, [text.encode("utf-8")])

@@ -98,6 +98,14 @@ class SongFolder:
         with suppress(FileNotFoundError, IsADirectoryError, PermissionError, ValueError):
             os.unlink(self._where(_one_name(name)), **self._at())
 
+    def has(self, name: str) -> bool:
+        """Whether `name` is a plain file in the folder (a link is not)."""
+        try:
+            info = os.stat(self._where(_one_name(name)), follow_symlinks=False, **self._at())
+        except (OSError, ValueError):
+            return False
+        return stat.S_ISREG(info.st_mode)
+
     def sidecar(self) -> dict[str, Any] | None:
         return read_sidecar(self.path)
 
@@ -189,21 +197,33 @@ def song_folder(parent: Path, name: str, task_id: str, marker: str | None) -> tu
     return keep, [p for p in mine if p != keep]
 
 
-def clear(folder: SongFolder, keep: Iterable[str] = ()) -> None:
-    """Remove the files an earlier export of ours listed in the folder's sidecar (except `keep`)."""
+def settle(folder: SongFolder, files: dict[str, str | None]) -> dict[str, str | None]:
+    """What the folder holds now, role by role, against what an earlier export of ours wrote (its sidecar): a file
+    written under an old name (an old title) is removed; a file the archive no longer has stays, still listed (an
+    export folder may be the only copy left). Call before the new sidecar is written."""
     earlier = folder.sidecar() or {}
-    files = earlier.get("files") if isinstance(earlier.get("files"), dict) else {}
-    kept = set(keep)
-    for name in _names(files.values()):
-        if name not in kept:
+    listed = earlier.get("files") if isinstance(earlier.get("files"), dict) else {}
+    settled = dict(files)
+    now = set(_names(files.values()))
+    for role, old in listed.items():
+        name = next(_names([old]), None)
+        if name is None or name in now:
+            continue
+        if settled.get(role) is None and folder.has(name):
+            settled[role] = name
+            now.add(name)
+        elif settled.get(role) is not None:
             folder.remove(name)
+    return settled
 
 
 def drop_stale(path: Path) -> None:
     """An earlier folder of the song left beside its folder: our files go, and the folder too once empty (a file
     someone else put there keeps it)."""
     with SongFolder(path) as folder:
-        clear(folder)
+        listed = (folder.sidecar() or {}).get("files")
+        for name in _names(listed.values() if isinstance(listed, dict) else []):
+            folder.remove(name)
         folder.remove(LYRICS)
         folder.remove(SIDECAR)
     with suppress(OSError):
