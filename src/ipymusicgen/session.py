@@ -133,8 +133,9 @@ def _client_settings() -> Settings:
         return current
     sandbox = _start_sandbox()
     return current.with_changes(
-        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, embedded_sandbox=True
-    )
+        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, embedded_sandbox=True,
+        **sandbox.engine_settings(),  # every engine is the sandbox's too: a sandbox client journals nothing
+    )  # fmt: skip
 
 
 def get_client() -> MusicClient:

@@ -38,7 +38,7 @@ from ..errors import (
     MusicGenError,
     RequestValidationError,
 )
-from ..models.providers import MUSICFUL, check_provider
+from ..models.providers import MUSICFUL, EngineRequest, check_provider
 from ..models.schema import (
     MP4_URL_NAMES,
     SINGER_ID_NAMES,
@@ -443,6 +443,8 @@ class _Core(WaitFlows):
 
     def _generate_flow(self, request: Any, fields: dict[str, Any]) -> Flow[GenerateResult]:
         request = _positional(request, "generate")
+        if isinstance(request, EngineRequest):  # a checked engine request (the magic's, a batch row's)
+            request, fields = None, {**request.model_dump(exclude_none=True), **fields}
         if fields.get("provider") is not None:  # `provider="elevenlabs"`: a synchronous engine, run in the background
             provider = check_provider(fields.pop("provider"))
             if provider != MUSICFUL:

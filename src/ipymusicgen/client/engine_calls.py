@@ -103,6 +103,11 @@ class EngineCalls:
             raise InsecureTransportError(
                 f"The {provider} base URL must be http(s) (got {base[:80]!r}); nothing was sent."
             )
+        if settings.is_embedded_sandbox and not is_loopback(base):  # it journals nothing: a paid call must not go
+            raise InsecureTransportError(
+                f"This client plays the embedded sandbox (it journals nothing), but its {provider} base URL is "
+                f"{base}; point {rules.env_base_url} at the sandbox or use a client with a key. Nothing was sent."
+            )
         if url_scheme(base) == "http" and not is_loopback(base) and not settings.allow_insecure_http:
             raise InsecureTransportError(
                 f"Refusing to send the {provider} key over plain http to {base}; use https, or opt in with "

@@ -32,6 +32,7 @@ from ..models.schema import (
     build_v2_request,
     field_descriptions,
 )
+from .engine_args import engine_request, provider_of, refuse_engine_options
 from .interpolate import expand, left_verbatim
 
 _TOKEN = re.compile(r"""(?:"[^"]*"|'[^']*'|\S)+""")
@@ -221,6 +222,10 @@ MUSICGEN_OPTIONS = (
         {"nargs": "?", "const": 1, "type": flag01, "metavar": "0|1", "help": said("is_auto", "(v2; alone: 1)")},
     ),
     Option(("--prompt",), {"help": said("prompt", "(v2 custom mode; the cell body is then the lyrics)")}),
+    Option(("--provider",), {"metavar": "NAME", "help": "the engine: musicful (default), elevenlabs or lyria"}),
+    Option(("--seconds",), {"type": number, "metavar": "SECONDS", "help": "length (elevenlabs 3-600; lyria clip 30)"}),
+    Option(("--seed",), {"type": int, "metavar": "N", "help": "elevenlabs with lyrics (a composition plan) only"}),
+    Option(("--timestamps",), {"action": "store_true", "help": "elevenlabs: word timestamps with the song"}),
     *OUTPUT_OPTIONS,
     Option(("--wait",), {"action": "store_true", "help": "block until the songs are finished; return them"}),
     Option(("--timeout",), {"type": seconds, "metavar": "SECONDS", "help": "give up waiting after this long"}),
@@ -394,7 +399,10 @@ def parse_musicgen(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", IgnoredFieldsWarning)
         try:
-            if args.v2:
+            provider = provider_of(args)  # --provider elevenlabs|lyria: a synchronous engine (notebook/engine_args.py)
+            if provider != "musicful":
+                request = engine_request(args, body, provider)
+            elif refuse_engine_options(args, provider) is None and args.v2:
                 request = build_v2_request(v2_fields(args, body, v2_default), allow_unknown_models=allow_unknown_models)
             else:
                 request = build_generate_request(

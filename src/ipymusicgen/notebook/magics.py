@@ -26,6 +26,7 @@ from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 from .. import session
 from ..client.waiting import archive_notes
 from ..errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
+from ..models.providers import EngineRequest
 from ..models.tasks import TaskState
 from ..safe_html import public_address
 from .args import (
@@ -306,6 +307,9 @@ class MusicGen(Magics):
             if call.v2:
                 songs = client.submit_v2(call.request)
                 return [], songs, [song.id for song in songs]
+            if isinstance(call.request, EngineRequest):  # --provider elevenlabs|lyria: runs in the background
+                result = client.generate(**call.request.model_dump(exclude_none=True))
+                return list(result.ids), [], result
             result = client.generate(call.request)
         return list(result.ids), [], result
 
@@ -330,6 +334,8 @@ class MusicGen(Magics):
         from ..widgets.ui import UI
 
         # registers itself for shutdown(); knowing the request, a failed call offers Retry; its Extend opens a studio
+        if isinstance(request, EngineRequest):  # a card's Retry would send the service's request: none for engines
+            request = None
         watcher = UI().watcher(ids, v2_ids=songs, client=client, request=request)
         shown = display(watcher, display_id=True)
         if shown is not None:  # its text, saved with the notebook, is rewritten once the songs are finished

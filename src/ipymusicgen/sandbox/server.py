@@ -216,13 +216,20 @@ class Sandbox:
             kwargs["settings"] = Settings.from_env().with_changes(poll_interval=interval)
         # its songs stay out of the user's journal and archive, whatever key this sandbox was given
         kwargs["settings"] = kwargs["settings"].with_changes(
-            embedded_sandbox=True,
-            elevenlabs_base_url=self.engines_base_url,  # every engine of the client is this sandbox's, with its key
-            gemini_base_url=self.engines_base_url,
-            elevenlabs_api_key=SecretStr(kwargs["api_key"]),
-            gemini_api_key=SecretStr(kwargs["api_key"]),
+            embedded_sandbox=True, **self.engine_settings(kwargs["api_key"])
         )
         return kwargs
+
+    def engine_settings(self, key: str | None = None) -> dict[str, Any]:
+        """Settings that make every synchronous engine this sandbox, with its key (the demo key by default)."""
+        secret = SecretStr(key or self.api_key)
+        url = self.engines_base_url
+        return {
+            "elevenlabs_base_url": url,
+            "gemini_base_url": url,
+            "elevenlabs_api_key": secret,
+            "gemini_api_key": secret,
+        }
 
     def client(self, **kwargs: Any) -> MusicClient:
         """A `MusicClient` for this sandbox (its URLs and demo key); kwargs go to the client."""
