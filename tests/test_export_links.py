@@ -229,3 +229,29 @@ def test_a_re_export_removes_files_of_an_old_title_and_keeps_what_the_archive_lo
     finally:
         archived.write_bytes(kept)
     assert mp3.read_bytes() == kept and json.loads((folder / SIDECAR).read_text())["files"]["audio"] == mp3.name
+
+
+def test_a_second_folder_keeps_the_only_copy_of_a_file_the_song_folder_lacks(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    client = paid_clients()
+    ids = list(client.generate(action="custom", title="Millrace", style="folk", lyrics="la").ids)
+    finish(client, service, ids)
+    out = tmp_path / "out"
+    (folder,) = export(tmp_path, ids[0], out)
+    draft = out / f"draft [{ids[0][:8]}]"
+    draft.mkdir()
+    for path in folder.iterdir():
+        (draft / path.name).write_bytes(path.read_bytes())
+    (mp3,) = folder.glob("*.mp3")
+    mp3.unlink()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        archived = Path(library.song(ids[0]).archive_path)
+    kept = archived.read_bytes()
+    archived.unlink()
+    try:
+        export(tmp_path, ids[0], out)
+    finally:
+        archived.write_bytes(kept)
+    assert (draft / mp3.name).read_bytes() == kept and (draft / SIDECAR).is_file()  # the only copy left stays
+    assert not (draft / "lyrics.txt").exists()  # what the song's folder holds is not kept twice

@@ -125,7 +125,7 @@ def _export_one(context: _Context, song: LibrarySong, parent: Path) -> Path:
         text = json.dumps(sidecar, ensure_ascii=False, indent=2, default=str) + "\n"
         folder.write(SIDECAR, [text.encode("utf-8")])
     for earlier in stale:
-        drop_stale(earlier)
+        drop_stale(earlier, files)
     return path
 
 
@@ -186,23 +186,35 @@ def cost_of(context: _Context, song: LibrarySong, request: dict[str, Any]) -> di
 def ratings_of(context: _Context, song: LibrarySong) -> dict[str, Any]:
     """Stars, favourite, kept take, note, and the pairwise votes the song took part in."""
     votes = [v for v in context.votes() if song.id in (v["winner"], v["loser"])]
+    said = [_said(v, song.id) for v in votes]  # "won", "lost", "tie" or "both_bad" (a vote's outcome, issue 41)
     return {
         "stars": song.stars,
         "favourite": song.favourite,
         "kept": song.kept,
         "note": song.note,
-        "votes_won": sum(1 for v in votes if v["winner"] == song.id),
-        "votes_lost": sum(1 for v in votes if v["loser"] == song.id),
+        "votes_won": said.count("won"),
+        "votes_lost": said.count("lost"),
+        "votes_tied": said.count("tie"),
+        "votes_both_bad": said.count("both_bad"),
         "votes": [
             {
-                "won": v["winner"] == song.id,
+                "won": outcome == "won",
+                "outcome": outcome,
                 "against": v["loser"] if v["winner"] == song.id else v["winner"],
                 "blind": v["blind"],
                 "voted_at": _iso(v["voted_at"]),
             }
-            for v in votes
+            for v, outcome in zip(votes, said, strict=True)
         ],
     }
+
+
+def _said(vote: dict[str, Any], task_id: str) -> str:
+    """What a vote says of this song: won or lost (a preference), or the vote's tie or both bad."""
+    outcome = vote.get("outcome") or "win"
+    if outcome != "win":
+        return outcome
+    return "won" if vote["winner"] == task_id else "lost"
 
 
 def _iso(seconds: float | None) -> str | None:

@@ -217,15 +217,23 @@ def settle(folder: SongFolder, files: dict[str, str | None]) -> dict[str, str | 
     return settled
 
 
-def drop_stale(path: Path) -> None:
-    """An earlier folder of the song left beside its folder: our files go, and the folder too once empty (a file
-    someone else put there keeps it)."""
+def drop_stale(path: Path, kept: dict[str, str | None]) -> None:
+    """An earlier folder of the song left beside its folder (`kept`: what that folder holds, by role): our files
+    of a role the song's folder holds go, then the sidecar and the folder once nothing else of ours is left (a file
+    someone else put there, or one the song's folder lacks, keeps it)."""
     with SongFolder(path) as folder:
         listed = (folder.sidecar() or {}).get("files")
-        for name in _names(listed.values() if isinstance(listed, dict) else []):
-            folder.remove(name)
-        folder.remove(LYRICS)
-        folder.remove(SIDECAR)
+        left = False
+        for role, old in listed.items() if isinstance(listed, dict) else []:
+            name = next(_names([old]), None)
+            if name is None:
+                continue
+            if kept.get(role):
+                folder.remove(name)
+            else:
+                left = left or folder.has(name)
+        if not left:
+            folder.remove(SIDECAR)
     with suppress(OSError):
         path.rmdir()
 
