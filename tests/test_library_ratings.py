@@ -191,3 +191,22 @@ def test_the_leaderboard_ranks_by_provider_and_model_with_cost_per_win_and_hides
         for bad in (-1, 2.5, True, "10"):
             with pytest.raises(ValueError, match="min_votes"):
                 library.leaderboard("model", min_votes=bad)  # type: ignore[arg-type]
+
+
+def test_an_exported_songs_votes_say_their_outcome(made: tuple[Path, dict[str, list[str]]]) -> None:
+    """The export's sidecar (archive/export.py) counts a tie or a both-bad vote as what it is, not as a win of the
+    song shown first."""
+    from ipymusicgen.archive.export import _Context, ratings_of
+
+    path, ids = made
+    a, b = ids["jazz"]
+    with Library(path) as library:
+        library.vote(a, b)
+        library.vote(a, b, "b")
+        library.vote(a, b, "tie")
+        library.vote(a, b, "both_bad")
+        found = ratings_of(_Context(library), library.song(a))
+    assert (found["votes_won"], found["votes_lost"], found["votes_tied"], found["votes_both_bad"]) == (1, 1, 1, 1)
+    assert [(v["outcome"], v["won"], v["against"]) for v in found["votes"]] == [
+        ("won", True, b), ("lost", False, b), ("tie", False, b), ("both_bad", False, b),
+    ]  # fmt: skip
