@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -204,7 +205,7 @@ def _user_list(args: argparse.Namespace) -> int:
         for row in ledger.users():
             budget = "-" if row.budget is None else str(row.budget)
             state = " revoked" if row.revoked else ""
-            print(f"{row.name}\tbudget {budget}\tspent {row.spent}{state}")
+            print(f"{cell(row.name)}\tbudget {budget}\tspent {row.spent}{state}")
     return 0
 
 
@@ -238,13 +239,20 @@ def _team_budget(args: argparse.Namespace) -> int:
     return _admin(args, lambda ledger: ledger.set_team_budget(args.credits), f"team budget {_shown_cap(args.credits)}")
 
 
+def cell(text: object) -> str:
+    """A user's text (a model name a caller sent, say) as one cell of a terminal table: printable text as it is,
+    anything else JSON-escaped in quotes, so escape codes, tabs, line breaks and bidi controls show, never act."""
+    plain = str(text)
+    return plain if plain.isprintable() else json.dumps(plain)
+
+
 def _spend(args: argparse.Namespace) -> int:
     with _ledger(args) as ledger:
         rows = ledger.spend(args.by)
     print(f"{args.by}\tcalls\testimated\tmeasured\tunknown")
     for row in rows:
         measured = "-" if row.measured is None else str(row.measured)
-        print(f"{row.group}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}")
+        print(f"{cell(row.group)}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}")
     return 0
 
 

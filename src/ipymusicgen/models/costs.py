@@ -5,9 +5,10 @@ and 3 for its newest (observed-behaviour.md), so that is the default table; a mo
 call that names no model, is charged the dearest known price, so an estimate never comes out low.
 Override with the environment (`MUSICGEN_CREDIT_COSTS="MFV3.0=3,MFV2.0=2,lyrics=1,*=3"`) or `set_costs()`.
 
-Every price is a whole number of credits above 0: a price of 0, a negative or a non-number would switch
-off the budget and credits-left checks that stand between a user and a paid call, so it is refused with
-one line naming the variable and the entry (`CostTableError`).
+Every price is a whole number of credits from 1 to `MAX_COST`: a price of 0, a negative or a non-number would
+switch off the budget and credits-left checks that stand between a user and a paid call, and one past `MAX_COST`
+(1e30) could not be held by a ledger's or a journal's 64-bit sums, so it is refused with one line naming the
+variable and the entry (`CostTableError`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ LYRICS = "lyrics"
 FALLBACK = "*"
 """Key of the table for a model it does not name (and for a call that names no model)."""
 MIN_COST = 1
+MAX_COST = 1_000_000
+"""The dearest price taken: far above any real one, and a million calls of it stay inside 64-bit integers."""
 
 DEFAULT_COSTS: dict[str, int] = {
     # v1 models: newest 3, older 2
@@ -65,8 +68,10 @@ def price(value: Any, entry: str, where: str = ENV_COSTS) -> int:
         number = float(value)
     else:
         number = math.nan
-    if not math.isfinite(number) or number <= 0 or number != int(number):
-        raise CostTableError(f"{where}: the price in {entry[:80]!r} must be a whole number of credits above 0")
+    if not math.isfinite(number) or number <= 0 or number != int(number) or number > MAX_COST:
+        raise CostTableError(
+            f"{where}: the price in {entry[:80]!r} must be a whole number of credits above 0, at most {MAX_COST}"
+        )
     return int(number)
 
 
