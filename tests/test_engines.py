@@ -38,6 +38,7 @@ LYRICS = "first line\nsecond line\n\n\nthird line\n  \nfourth line\nfifth line\n
         ({"provider": "elevenlabs", "lyrics": LYRICS, "seconds": 5}, "seconds", "each stanza"),
         ({"provider": "elevenlabs", "lyrics": "x" * 201}, "lyrics", "200 characters"),
         ({"provider": "lyria", "prompt": "folk", "timestamps": True}, "timestamps", "no word timestamps"),
+        ({"provider": "elevenlabs", "lyrics": "la\n\n" * 21}, "lyrics", "21 stanzas of 30 s"),
         ({"provider": "lyria", "prompt": "folk", "tempo": 120}, "tempo", "not a field"),
         ({"provider": "elevenlabs", "prompt": "folk", "seed": -1, "lyrics": LYRICS}, "seed", "greater than"),
     ],

@@ -35,6 +35,7 @@ from ..engines import engine
 from ..engines import lyria as ly
 from ..engines.wire import AnswerError, Charge, EngineAnswer, WireRequest, charge_of_status, scrub
 from ..errors import InsecureTransportError, MissingKeyError
+from ..models.dollar_prices import estimate
 from ..models.providers import EngineRequest, build_engine_request
 from ..models.schema import GenerateResult, TaskRecord
 from ..models.tasks import V1_COMPLETE_STATUS, V1_FAILED_STATUS
@@ -114,6 +115,7 @@ class EngineCalls:
                 "allow_insecure_http=True (MUSICGEN_ALLOW_INSECURE_HTTP=1)."
             )
         wire = BUILDERS[provider][0](request)
+        price = estimate(request)  # in US dollars, before anything is sent (a bad price table refuses here)
         task_id = f"{provider}-{uuid.uuid4().hex}"
         payload = {
             "provider": provider,
@@ -125,12 +127,13 @@ class EngineCalls:
             "lyrics": request.lyrics,
             "seed": request.seed,
             "instrumental": request.instrumental,
+            "estimate_usd": str(price),
         }
         journal = self._client.journal
         attempt_id = journal.begin(wire.endpoint.name, base, payload) if journal is not None else None  # before sending
         record = TaskRecord(
             id=task_id, status=PROCESSING_STATUS, title=request.title, style=request.prompt or None,
-            lyric=request.lyrics, provider=provider, model=request.model_name,
+            lyric=request.lyrics, provider=provider, model=request.model_name, estimate_usd=str(price),
         )  # fmt: skip
         run = EngineRun(task_id, request, record, attempt_id)
         with self._lock:

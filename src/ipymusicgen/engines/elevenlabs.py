@@ -14,7 +14,7 @@ from typing import Any
 
 from ..client.responses import Endpoint
 from ..config import DEFAULT_ELEVENLABS_BASE_URL, ENV_ELEVENLABS_BASE_URL, ENV_ELEVENLABS_KEY
-from ..models.providers import ELEVENLABS, EngineRequest, stanzas
+from ..models.providers import DEFAULT_STANZA_SECONDS, ELEVENLABS, EngineRequest, stanzas
 from .wire import AnswerError, Charge, EngineAnswer, EngineRules, WireRequest, WordTimestamp
 
 KEY_HEADER = "xi-api-key"
@@ -26,8 +26,6 @@ DETAILED = Endpoint("elevenlabs compose detailed", "POST", "/v1/music/detailed",
 STEMS = Endpoint("elevenlabs stem separation", "POST", "/v1/music/stem-separation", paid=True)
 MIN_LENGTH_MS = 3_000
 MAX_LENGTH_MS = 600_000
-DEFAULT_STANZA_SECONDS = 30.0
-"""A stanza's length when lyrics come without `seconds`."""
 
 
 def composition_plan(request: EngineRequest) -> dict[str, Any]:

@@ -96,6 +96,8 @@ CAPABILITIES[(LYRIA, "lyria-3-pro-preview")] = Capability(
     seconds_meaning="asked for in the prompt (the model decides; up to about 3 minutes)",
 )
 DEFAULT_MODELS = {ELEVENLABS: "music_v1", LYRIA: "lyria-3-clip-preview"}
+DEFAULT_STANZA_SECONDS = 30.0
+"""A stanza's length in an ElevenLabs composition plan when lyrics come without `seconds`."""
 
 
 def refuse(provider: str, field: str, message: str) -> RequestValidationError:
@@ -164,7 +166,11 @@ class EngineRequest(BaseModel):
     def length_seconds(self) -> float | None:
         """The length the song will have, as far as it is known before it is made (for prices and the sandbox)."""
         cap = self.capability
-        return cap.fixed_seconds or self.seconds
+        if cap.fixed_seconds is not None or self.seconds is not None:
+            return cap.fixed_seconds or self.seconds
+        if cap.provider == ELEVENLABS and self.lyrics and self.lyrics.strip():  # a plan: its stanzas' length
+            return DEFAULT_STANZA_SECONDS * len(stanzas(self.lyrics))
+        return None
 
 
 def build_engine_request(**fields: Any) -> EngineRequest:
@@ -235,7 +241,10 @@ def _check_plan_fits(name: str, request: EngineRequest) -> None:
             raise refuse(name, "lyrics", f"takes at most {PLAN_MAX_LINES} lines per stanza (stanza {number})")
         if any(len(line) > PLAN_MAX_LINE_CHARS for line in block):
             raise refuse(name, "lyrics", f"takes lines of at most {PLAN_MAX_LINE_CHARS} characters (stanza {number})")
-    seconds = request.seconds if request.seconds is not None else 30.0 * len(blocks)
+    seconds = request.seconds if request.seconds is not None else DEFAULT_STANZA_SECONDS * len(blocks)
+    longest = request.capability.max_seconds
+    if longest is not None and seconds > longest:  # 30 s a stanza when no length is given: too many stanzas
+        raise refuse(name, "lyrics", f"makes songs of at most {longest:g} s: {len(blocks)} stanzas of 30 s are longer")
     each = seconds / len(blocks)
     low, high = PLAN_SECTION_SECONDS
     if not low <= each <= high:

@@ -1,0 +1,127 @@
+"""US dollars per song, per provider and model: dated defaults from public prices, overridable by the user.
+
+Every call of a synchronous engine is priced in dollars before it is sent (`estimate`). The service's own unit
+is its credits (`costs.py`); they become dollars only at a rate the user sets (`MUSICGEN_CREDIT_DOLLARS`);
+without one, a dollar price of a service call is refused in one line saying how to set it. Amounts are
+`Decimal` (cents add up exactly); a price must be positive and finite (0 or a negative would switch a budget off).
+A length the engine decides itself (an ElevenLabs prompt without `seconds`) is priced at the longest it can be,
+so an estimate never comes out low. Sources and dates: docs/providers.md.
+
+Override: `MUSICGEN_DOLLAR_PRICES="elevenlabs:music_v1=0.80/min,lyria:lyria-3-pro-preview=0.10"` (a price per
+song, or per started minute with `/min`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from ..errors import MusicGenError
+from .providers import ELEVENLABS, LYRIA, MUSICFUL, EngineRequest
+
+ENV_DOLLAR_PRICES = "MUSICGEN_DOLLAR_PRICES"
+ENV_CREDIT_DOLLARS = "MUSICGEN_CREDIT_DOLLARS"
+PRICES_AS_OF = "2026-11-29"
+MAX_DOLLARS = Decimal(10_000)
+"""The dearest price per song or minute taken: far above any real one."""
+
+
+class DollarPriceError(MusicGenError, ValueError):
+    """A price that is not a positive, finite amount of dollars (or a service price with no credit rate)."""
+
+
+@dataclass(frozen=True)
+class DollarPrice:
+    """A song's price: per song, or per started minute of music."""
+
+    amount: Decimal
+    per_minute: bool = False
+    source: str = ""
+
+    def of(self, seconds: float) -> Decimal:
+        if not self.per_minute:
+            return self.amount
+        return self.amount * max(1, math.ceil(seconds / 60))
+
+
+DEFAULT_PRICES: dict[tuple[str, str], DollarPrice] = {
+    **{
+        (ELEVENLABS, model): DollarPrice(Decimal("0.75"), per_minute=True, source="docs.venice.ai, read 2026-11-29")
+        for model in ("music_v1", "music_v2", "music_v2_5")
+    },
+    (LYRIA, "lyria-3-clip-preview"): DollarPrice(Decimal("0.04"), source="getaibook.com, read 2026-11-29"),
+    (LYRIA, "lyria-3-pro-preview"): DollarPrice(Decimal("0.08"), source="getaibook.com, read 2026-11-29"),
+}
+
+
+def dollars(value: object, where: str, entry: str) -> Decimal:
+    """A positive, finite amount of dollars at most `MAX_DOLLARS`; anything else one line naming where."""
+    try:
+        amount = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        amount = Decimal("NaN")
+    if not amount.is_finite() or amount <= 0 or amount > MAX_DOLLARS:
+        raise DollarPriceError(f"{where}: the price in {entry[:80]!r} must be a number of dollars above 0, at most "
+                               f"{MAX_DOLLARS}")  # fmt: skip
+    return amount
+
+
+def parse_prices(text: str, where: str = ENV_DOLLAR_PRICES) -> dict[tuple[str, str], DollarPrice]:
+    """`provider:model=0.75/min,provider:model=0.04` as a table (the user's overrides)."""
+    table: dict[tuple[str, str], DollarPrice] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        name, sep, value = entry.partition("=")
+        provider, colon, model = name.strip().partition(":")
+        if not sep or not colon or not model.strip():
+            raise DollarPriceError(f"{where}: write each entry provider:model=DOLLARS[/min] (got {entry[:80]!r})")
+        per_minute = value.strip().lower().endswith("/min")
+        amount = dollars(value.strip()[:-4] if per_minute else value, where, entry)
+        table[(provider.strip().lower(), model.strip())] = DollarPrice(amount, per_minute, source=where)
+    return table
+
+
+def price_table(overrides: Mapping[tuple[str, str], DollarPrice] | None = None) -> dict[tuple[str, str], DollarPrice]:
+    """The defaults, then the environment's overrides, then the caller's."""
+    table = dict(DEFAULT_PRICES)
+    env = os.environ.get(ENV_DOLLAR_PRICES, "")
+    if env.strip():
+        table.update(parse_prices(env))
+    table.update(overrides or {})
+    return table
+
+
+def estimate(request: EngineRequest, table: Mapping[tuple[str, str], DollarPrice] | None = None) -> Decimal:
+    """What a synchronous engine's song costs in dollars, before it is sent (the longest it can be when the
+    engine picks its length)."""
+    prices = table if table is not None else price_table()
+    price = prices.get((request.provider, request.model_name))
+    if price is None:
+        raise DollarPriceError(
+            f"{request.provider} ({request.model_name}) has no dollar price: add it to {ENV_DOLLAR_PRICES}"
+        )
+    cap = request.capability
+    seconds = request.length_seconds
+    if seconds is None:
+        seconds = cap.max_seconds or 0.0
+    return price.of(seconds)
+
+
+def credit_rate(value: str | None = None) -> Decimal:
+    """Dollars per service credit, as the user set it (`MUSICGEN_CREDIT_DOLLARS`); none set is refused."""
+    text = value if value is not None else os.environ.get(ENV_CREDIT_DOLLARS, "")
+    if not text.strip():
+        raise DollarPriceError(
+            f"A dollar price of a {MUSICFUL} call needs the dollars one credit costs: set {ENV_CREDIT_DOLLARS} "
+            "(for example 0.05), or give that budget in credits."
+        )
+    return dollars(text, ENV_CREDIT_DOLLARS, text)
+
+
+def service_dollars(credits: int, rate: Decimal | None = None) -> Decimal:
+    """A service call's price in dollars, beside its credits (never added to them)."""
+    return (rate if rate is not None else credit_rate()) * credits
