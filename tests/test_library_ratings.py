@@ -210,3 +210,36 @@ def test_an_exported_songs_votes_say_their_outcome(made: tuple[Path, dict[str, l
     assert [(v["outcome"], v["won"], v["against"]) for v in found["votes"]] == [
         ("won", True, b), ("lost", False, b), ("tie", False, b), ("both_bad", False, b),
     ]  # fmt: skip
+
+
+def test_engine_songs_rank_under_their_own_provider_and_are_not_priced_in_credits(
+    made: tuple[Path, dict[str, list[str]]],
+) -> None:
+    """An engine's song (its task id of the project's making starts with its provider) is its provider's row; its
+    price is in dollars, so its credits per win stay empty rather than mixing units."""
+    path, ids = made
+    engine = {"elevenlabs": "elevenlabs-" + "a" * 32, "lyria": "lyria-" + "b" * 32}
+    db = sqlite3.connect(path)
+    for task_id in engine.values():
+        db.execute(
+            "INSERT INTO tasks (id, host, state, created_at, updated_at) VALUES (?, 'engine', 'complete', 1, 1)",
+            (task_id,),
+        )
+    db.commit()
+    db.close()
+    service = ids["MFV3.0"]
+    with Library(path) as library:
+        library.vote(service[0], engine["elevenlabs"])
+        library.vote(engine["elevenlabs"], service[1], "tie")
+        library.vote(engine["lyria"], service[0])
+        library.vote(engine["lyria"], engine["elevenlabs"], "both_bad")
+        rows = {row["provider"]: row for row in library.leaderboard("provider", min_votes=1).rows}
+        assert set(rows) == {"musicful", "elevenlabs", "lyria"}
+        assert (rows["elevenlabs"]["wins"], rows["elevenlabs"]["losses"], rows["elevenlabs"]["ties"]) == (0, 1, 1)
+        assert rows["lyria"]["wins"] == 1 and rows["lyria"]["both_bad"] == 1
+        assert rows["musicful"]["credits_per_win"] is not None
+        assert rows["elevenlabs"]["credits_per_win"] is None and rows["lyria"]["credits_per_win"] is None
+        models = library.leaderboard("model", min_votes=1).rows
+        assert {(row["provider"], row["model"]) for row in models} == {
+            ("musicful", "MFV3.0"), ("elevenlabs", "(none)"), ("lyria", "(none)"),
+        }  # fmt: skip

@@ -412,9 +412,11 @@ class Library:
         Bradley-Terry, Davidson's ties, "both bad" against both): each row's rank, rating and 95% interval
         (`low` to `high`, narrowing as votes accumulate), its votes, and its credits per won vote. A group with
         fewer than `min_votes` votes (default 10) shows how many more it needs instead of a rank. Models are
-        named with their provider (a `provider` column)."""
+        named with their provider (a `provider` column). Credits per win are the service's credits: an engine's
+        songs (priced in dollars) show none, since units are never mixed."""
         from .lab.ratings import MIN_VOTES, Vote, leaderboard
         from .models.costs import cost_table, credits_for_model
+        from .models.providers import MUSICFUL
 
         if by not in LEADERBOARD_BY:
             raise ValueError(f"by must be one of {', '.join(LEADERBOARD_BY)} (got {by!r})")
@@ -430,7 +432,8 @@ class Library:
         named = [self.store.groups(ids, key) for key in keys]
         groups = {task_id: tuple(found.get(task_id) or "(none)" for found in named) for task_id in ids}
         table = cost_table()
-        calls = self.store.song_prices(ids)
+        service = [task_id for task_id, provider in self.store.groups(ids, "provider").items() if provider == MUSICFUL]
+        calls = self.store.song_prices(service)  # in the service's credits (an engine's songs are priced in dollars)
         prices = {task_id: credits_for_model(model, table) / takes for task_id, (model, takes) in calls.items()}
         return leaderboard(by, votes, groups.__getitem__, keys=keys, min_votes=int(least), cost_of=prices.get)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from ..models.costs import model_of
+from ..models.providers import MUSICFUL, SYNCHRONOUS
 
 Row = dict[str, Any]
 
@@ -123,9 +124,13 @@ PAID_OUTCOMES = ("submitted", "unknown")
 SONG_LYRICS = "COALESCE(l.lyrics, t.lyrics)"
 """A song's lyrics: what the library kept (the request's, or a record's), else what the service answered."""
 ORDERS = ("newest", "rating")
-PROVIDER = "'musicful'"
-"""A song's provider, as SQL: every journalled song is the service's today; the providers issue (37) puts the
-song's own provider here, and the leaderboard's provider column follows."""
+PROVIDER = (
+    "CASE "
+    + " ".join(f"WHEN substr(t.id, 1, {len(p) + 1}) = '{p}-' THEN '{p}'" for p in SYNCHRONOUS)
+    + f" ELSE '{MUSICFUL}' END"
+)
+"""A song's provider, as SQL: an engine's song has a task id of the project's making that starts with its
+provider (`client/engine_calls.py`); every other song is the service's."""
 GROUP_COLUMNS = {
     "provider": PROVIDER, "model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id",
 }  # fmt: skip
