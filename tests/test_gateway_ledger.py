@@ -245,3 +245,36 @@ def test_the_totals_hold_under_concurrent_reservations_finishes_and_readings(dat
         assert ledger.totals() == sums
         assert sums[""] <= 200 and all(sums[name] <= 120 for name in USERS)
         assert any(c["state"] == "refused" for c in ledger.calls())
+
+
+def test_a_ledger_from_before_versions_is_brought_up_to_date_and_a_newer_one_is_refused_untouched(
+    database: str,
+) -> None:
+    from ipymusicgen.storage.ledger_migrations import LATEST, LedgerVersionError
+
+    with open_ledger(database) as ledger:
+        ledger.add_user("ann", "hash-ann", 9)
+        made = ledger.reserve("ann", "a", "/v1/music/generate", "MFV2.0", 2).call_id
+        ledger.finish(made, "done", 200, b"{}", ["t1"])
+    _run(  # as a ledger made before its schema had numbered steps (issue 39's windows, owners and notes)
+        database,
+        "DROP INDEX calls_created",
+        "DROP INDEX calls_ended",
+        *(f"ALTER TABLE calls DROP COLUMN {c}" for c in ("ended_at", "owner", "request", "note")),
+        *(f"ALTER TABLE meter DROP COLUMN {c}" for c in ("read_at", "owed", "owed_at")),
+        "DROP TABLE ledger_schema",
+    )
+    with open_ledger(database) as ledger:
+        assert ledger.tasks_of("ann") == ["t1"] and ledger.remaining("ann") == 7, "nothing lost"
+        ledger.meter(100)
+        second = ledger.reserve("ann", "b", "/v1/music/generate", "MFV2.0", 2).call_id
+        ledger.finish(second, "done", 200, b"{}")
+        assert ledger.meter(97, second) == 3, "the windows work on the upgraded ledger"
+        with ledger._cursor(write=False) as cur:
+            assert cur.one("SELECT version FROM ledger_schema WHERE id = 1")[0] == LATEST
+    _run(database, f"UPDATE ledger_schema SET version = {LATEST + 1} WHERE id = 1")
+    with pytest.raises(LedgerVersionError, match="newer version"):
+        open_ledger(database)
+    _run(database, f"UPDATE ledger_schema SET version = {LATEST} WHERE id = 1")
+    with open_ledger(database) as ledger:
+        assert ledger.remaining("ann") == 4, "left as it was"
