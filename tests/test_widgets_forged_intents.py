@@ -234,6 +234,7 @@ def test_the_batch_tab_asks_to_confirm_with_a_real_key_and_the_browser_cannot_sk
 
         try:
             form = made.batch
+            made.select("batch")  # the tab the browser presses on
             press("input", name="lines", value="lo-fi rain\n")
             press("submit")
             assert paid.request_counts().get("/v1/music/generate", 0) == 0 and form.batch is None
