@@ -514,7 +514,7 @@ def test_forged_play_reports_buy_no_listening_time(library: Library, made: tuple
         clock.advance(0.25)
         page.report(a, True, page.at + 0.25, hostile)
     clock.advance(0.25)
-    assert view.listening.heard == before
+    assert view.listening.heard == before and view.data["note"] == ""  # ignored, and nothing said
     page.vote("A")  # still short: refused in Python, whatever the page shows
     assert view.result is None and list(library.compare_results()) == []
     view.close()

@@ -49,7 +49,7 @@ class ListeningClock:
     def report(self, content: Mapping[str, Any]) -> bool:
         """Take one report from the page (already known to be this round's); True when a label's seconds moved."""
         source, playing, at = content.get("source"), content.get("playing"), content.get("at")
-        if source not in self.sides or not isinstance(playing, bool):
+        if not isinstance(source, str) or source not in self.sides or not isinstance(playing, bool):
             return False
         if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at) or at < 0:
             return False
