@@ -99,7 +99,8 @@ def test_ties_are_fitted_as_ties_not_as_wins_of_the_song_shown_first() -> None:
 
 def test_the_davidson_fit_matches_its_closed_form_for_two_groups() -> None:
     """Two groups, w wins, l losses, t ties, no prior: the likelihood is a multinomial's, so the fit is exact:
-    strength gap log(w / l) and nu = t / sqrt(w * l) (Davidson 1970, section 2)."""
+    strength gap log(w / l) and nu = t / sqrt(w * l) (Davidson 1970, section 2), and the interval's variance
+    that of the log of two multinomial counts' ratio."""
     import numpy as np
 
     from ipymusicgen.lab.ratings import davidson
@@ -108,7 +109,8 @@ def test_the_davidson_fit_matches_its_closed_form_for_two_groups() -> None:
         theta, nu, covariance = davidson(np.array([[0.0, won], [lost, 0.0]]), np.array([[0.0, tied], [tied, 0.0]]))
         assert theta[0] - theta[1] == pytest.approx(np.log(won / lost), abs=1e-6)
         assert nu == pytest.approx(tied / np.sqrt(won * lost), rel=1e-5)
-        assert 0 < covariance[0, 0] < 1 / won + 1 / lost  # a finite, positive spread
+        # the gap's variance is the multinomial's, 1/w + 1/l (delta method); each strength is half the gap
+        assert covariance[0, 0] == pytest.approx((1 / won + 1 / lost) / 4, rel=1e-6)
 
 
 def test_the_davidson_fit_solves_davidsons_likelihood_equations() -> None:
