@@ -268,3 +268,29 @@ def test_paid_calls_never_go_through_the_elevenlabs_sdk() -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"state": "complete", "sdk": False}
+
+
+def test_another_client_on_the_journal_sees_an_engine_song_without_asking_the_service(
+    engine_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    first = engine_clients()
+    [made] = first.wait(first.generate(provider="lyria", style="folk"), timeout=60, interval=0.05)
+    later = engine_clients()  # another kernel (or this one after a restart) on the same journal
+    [seen] = later.wait([made.id], timeout=30, interval=0.05)
+    assert (seen.state, seen.provider, seen.audio_url) == (TaskState.COMPLETE, "lyria", made.audio_url)
+    assert "/v1/music/tasks" not in service.request_counts()  # the service never hears of an engine id
+
+
+def test_an_engine_song_no_answer_is_known_of_may_have_been_charged_and_resume_lists_it(
+    engine_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    service.set_faults("drop:after=true:path=/v1/music")
+    first = engine_clients()
+    [lost] = first.wait(first.generate(provider="elevenlabs", style="folk", seconds=5), timeout=30, interval=0.05)
+    later = engine_clients()
+    [seen] = later.wait([lost.id], timeout=30, interval=0.05)
+    assert seen.state is TaskState.FAILED and seen.charge == "may have been charged"
+    assert "NOT sent again" in seen.fail_reason
+    [unknown] = later.resume().unknown
+    assert unknown.endpoint == "elevenlabs compose" and unknown.payload["task_id"] == lost.id
+    assert service.request_counts() == {"/v1/music": 1}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -45,6 +46,8 @@ from .responses import MAX_BODY_BYTES, BodyReader
 if TYPE_CHECKING:
     from .core import _Core
 
+ENGINE_ID = re.compile(r"^(elevenlabs|lyria)-[0-9a-f]{32}$")
+"""A task id of the project's making for a synchronous engine's song."""
 PROCESSING_STATUS = 1
 """A v1 status that reads as processing (neither complete 0, preview 2 nor failed 3)."""
 ENGINE_TIMEOUT = 900.0
@@ -274,9 +277,37 @@ class EngineCalls:
             return task_id in self._runs
 
     def records(self, ids: Iterable[str]) -> dict[str, TaskRecord]:
-        """The records of these ids that are this client's engine songs (no I/O)."""
+        """The records of these ids that are engine songs: this client's from memory, others' from the journal
+        (never from the service, which does not know them)."""
+        wanted = list(ids)
         with self._lock:
-            return {i: self._runs[i].record for i in ids if i in self._runs}
+            found = {i: self._runs[i].record for i in wanted if i in self._runs}
+        missing = [i for i in wanted if i not in found and ENGINE_ID.match(i)]
+        if missing:
+            found.update(self._journalled(missing))
+        return found
+
+    def _journalled(self, ids: list[str]) -> dict[str, TaskRecord]:
+        """Engine songs another client or process made: the journal holds a song once its answer came."""
+        history = getattr(self._client.journal, "history", None)
+        found: dict[str, TaskRecord] = {}
+        for task_id in ids:
+            entries = [e for e in (history(text=task_id, limit=5) if history else []) if e.id == task_id]
+            provider = task_id.split("-", 1)[0]
+            if entries and entries[0].state == "complete":
+                entry = entries[0]
+                found[task_id] = TaskRecord(
+                    id=task_id, status=V1_COMPLETE_STATUS, title=entry.title, style=entry.style,
+                    audio_url=entry.audio_url, lyric=entry.lyrics, provider=provider, charge=Charge.CHARGED.value,
+                )  # fmt: skip
+            else:
+                found[task_id] = TaskRecord(
+                    id=task_id, status=V1_FAILED_STATUS, fail_code=0, provider=provider, charge=Charge.UNKNOWN.value,
+                    fail_reason=f"No answer to this {provider} song is known here (another process sent it, or "
+                    "ended before its answer): it may have been charged. resume() lists such calls; it is NOT "
+                    "sent again.",
+                )  # fmt: skip
+        return found
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for every running call to end (tests, shutdown); True when none is left running."""

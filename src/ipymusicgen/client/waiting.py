@@ -280,7 +280,8 @@ class WaitFlows:
         base, v2_base = self.settings.base_url, self.settings.v2_base_url
         v1 = tuple(e.id for e in journal.unfinished(base) if e.version == 1)
         v2 = tuple(e.id for e in journal.unfinished(v2_base) if e.version == 2)
-        unknown = tuple(journal.attempts(outcome="unknown", hosts=(base, v2_base)))  # however each host was spelled
+        engines = (self.settings.elevenlabs_base_url, self.settings.gemini_base_url)  # engine calls may be unknown too
+        unknown = tuple(journal.attempts(outcome="unknown", hosts=(base, v2_base, *engines)))  # however spelled
         return Resumed(v1, v2, unknown)
 
     def _resume_flow(
