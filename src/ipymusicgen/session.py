@@ -197,13 +197,13 @@ def analyze(song_or_path: Any) -> Analysis:
     A file path, or a record or task id the library has archived (its measures are then kept in the library,
     where `songs(bpm=(110, 130), key="A minor", lufs=(-16, -8))` finds them). Needs `ipymusicgen[analysis]`.
     """
-    from .lab.analysis import analyze_file
+    from .lab.analysis_worker import measure  # in a worker process: a crash in librosa spares the kernel
 
     task_id = task_id_of(song_or_path)
     opened = _songs() if task_id is not None else None
     path = song_path(song_or_path, find=_archived_finder(opened) if opened is not None else None)
     try:
-        measures = analyze_file(path)
+        measures = measure(path)
     except (ValueError, OSError) as exc:  # not audio, past the cap, unreadable: the old numbers must not stand
         if opened is not None and task_id is not None:
             opened.store.analysis_failed(task_id, f"{type(exc).__name__}: {exc}")

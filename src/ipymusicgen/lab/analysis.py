@@ -72,7 +72,7 @@ class Analysis:
 
 def available() -> bool:
     """Whether the extra (`pip install ipymusicgen[analysis]`) is installed; cheap, imports nothing."""
-    return all(importlib.util.find_spec(name) is not None for name in ("librosa", "pyloudnorm"))
+    return all(importlib.util.find_spec(name) is not None for name in ("librosa", "pyloudnorm", "filelock"))
 
 
 def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analysis:
@@ -99,6 +99,17 @@ def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analy
         duration_s=round(duration, 3),
         seconds=round(time.perf_counter() - started, 3),
     )
+
+
+def warm_up() -> None:
+    """Import librosa and run tempo and key once on 3 s of made-up audio: every compiled function they use is
+    compiled (or loaded from numba's cache) here, where the analysis worker holds its compile lock."""
+    import numpy as np
+
+    t = np.arange(3 * ANALYSIS_RATE) / ANALYSIS_RATE
+    mono = (0.3 * np.sin(2 * np.pi * 220 * t) * (t % 0.5 < 0.1)).astype(np.float32)
+    tempo(mono)
+    musical_key(mono)
 
 
 def silence_at_ends(mono: Any) -> tuple[float, float]:

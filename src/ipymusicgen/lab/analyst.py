@@ -2,7 +2,9 @@
 
 The archiver tells its followers each file it keeps (`Archiver.followers`); the wiring (`app.py`) makes this
 module one of them when the analysis extra is installed. A song's measures land in the library (`bpm`,
-`musical_key`, `lufs`, ...); a failure is kept as its `analysis_error`. `MUSICGEN_ANALYZE=off` turns it off.
+`musical_key`, `lufs`, ...); a failure is kept as its `analysis_error`. The measuring itself happens in the
+shared worker process (`analysis_worker`): a crash in librosa costs one song's measures, never the kernel.
+`MUSICGEN_ANALYZE=off` turns it off.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from ..lifecycle import add_worker, join_thread
 from ..storage.library import LibraryStore
-from .analysis import analyze_file, available
+from .analysis import available
+from .analysis_worker import measure
 
 ENV_ANALYZE = "MUSICGEN_ANALYZE"
 OFF = frozenset({"0", "off", "false", "no"})
@@ -79,7 +82,7 @@ class Analyst:
                     if store is None:
                         store = LibraryStore(self.journal_path)
                     try:
-                        measures = analyze_file(path)
+                        measures = measure(path)  # in the worker process: a crash there spares the kernel
                     except Exception as exc:  # kept as the song's analysis error; the next song still runs
                         self.errors[task_id] = f"{type(exc).__name__}: {exc}"
                         store.analysis_failed(task_id, self.errors[task_id])

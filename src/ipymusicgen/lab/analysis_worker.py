@@ -1,0 +1,303 @@
+"""Songs measured in a worker process, so a crash in a native library costs one measurement, never the kernel.
+
+librosa's compiled functions (numba, `cache=True`) are cached on disk. Two processes compiling them for the
+first time at once can corrupt that cache (a known numba race), and from then on every analysis dies with
+SIGSEGV inside librosa. So:
+
+- the worker runs with a numba cache of the project's own, per user and per numba/librosa/Python version
+  (`NUMBA_CACHE_DIR`), and compiles (imports librosa and warms up) under a file lock beside that cache;
+- a worker that dies (a signal, a non-zero exit) is detected; its cache is cleared (under the same lock) and
+  the song is measured once more by a fresh worker; if that one dies too, `AnalysisCrashedError` says so in
+  one line;
+- one worker serves every song in turn (it stays up between songs, so librosa is imported and compiled once;
+  benchmark figure 14) and leaves by itself after `IDLE_SECONDS` without work, or when its parent goes.
+
+Requests and answers are JSON lines on the worker's stdin and stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from ..archive.waveform import DecodeCapError
+from .analysis import Analysis, AnalysisUnavailableError, analyze_file, available, warm_up
+from .decoding import AudioFileError
+
+IDLE_SECONDS = 300.0
+"""A worker with nothing to do for this long exits (its memory back); the next song starts a fresh one."""
+LOCK_SECONDS = 600.0
+"""How long a worker waits for another process's compile before compiling anyway."""
+ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
+"""Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed)."""
+_ERRORS: dict[str, type[Exception]] = {
+    "AudioFileError": AudioFileError,
+    "DecodeCapError": DecodeCapError,
+    "AnalysisUnavailableError": AnalysisUnavailableError,
+    "FileNotFoundError": FileNotFoundError,
+    "PermissionError": PermissionError,
+}
+
+
+class AnalysisCrashedError(ChildProcessError):
+    """The worker died measuring a song twice, the second time with a fresh cache (an OSError: the song's old
+    measures are cleared as for any file that cannot be measured)."""
+
+
+class AnalysisFailedError(RuntimeError):
+    """The worker answered with an error of a kind the caller has no class for (its type and message kept)."""
+
+
+def default_cache_dir() -> Path:
+    """The project's numba cache: per user, per numba, librosa and Python version."""
+    import platformdirs
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "none"
+
+    tag = f"numba-{of('numba')}-librosa-{of('librosa')}-py{sys.version_info[0]}.{sys.version_info[1]}"
+    return Path(platformdirs.user_cache_dir("ipymusicgen", appauthor=False)) / tag
+
+
+def lock_path(cache_dir: Path) -> Path:
+    """The compile lock sits beside the cache, so clearing the cache never removes the lock."""
+    return cache_dir.with_name(cache_dir.name + ".lock")
+
+
+def clear_cache(cache_dir: Path) -> None:
+    """Remove a cache a crashed worker used (under the compile lock: never from under a compiling worker)."""
+    from filelock import FileLock
+
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock_path(cache_dir)), timeout=LOCK_SECONDS):
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+class AnalysisWorker:
+    """A worker process measuring songs one at a time (started on first use, restarted after a crash)."""
+
+    def __init__(self, cache_dir: Path | None = None, *, env: Mapping[str, str] | None = None) -> None:
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.env = dict(env or {})
+        self.crashes = 0
+        """Worker deaths seen (each followed by a cleared cache)."""
+        self._process: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def analyze(self, path: str | Path, *, max_seconds: float | None = None) -> Analysis:
+        """The song's measures, as `analysis.analyze_file` gives them, measured in the worker."""
+        if not available():
+            raise AnalysisUnavailableError(
+                "audio analysis needs the extra: pip install 'ipymusicgen[analysis]' (librosa and pyloudnorm)"
+            )
+        answer = self.request({"op": "analyze", "path": str(path), "max_seconds": max_seconds}, name=Path(path).name)
+        return Analysis(**answer["analysis"])
+
+    def stats(self, *, reset_peak: bool = False) -> dict[str, Any]:
+        """The worker's pid, memory now and at its peak (MB); `reset_peak` starts a new peak (benchmarks)."""
+        return self.request({"op": "stats", "reset_peak": reset_peak}, name="stats")
+
+    def request(self, message: dict[str, Any], *, name: str) -> dict[str, Any]:
+        with self._lock:
+            died = self._exchange(message)
+            if isinstance(died, dict):
+                return _answer(died)
+            self.crashes += 1
+            clear_cache(self.cache_dir)
+            again = self._exchange(message)
+            if isinstance(again, dict):
+                return _answer(again)
+            self.crashes += 1
+            raise AnalysisCrashedError(
+                f"analysis of {name} crashed its worker twice ({died}, then {again} after clearing the numba cache"
+                f" {self.cache_dir}); the kernel is fine, the song stays unmeasured"
+            )
+
+    def _exchange(self, message: dict[str, Any]) -> dict[str, Any] | str:
+        """The worker's answer, or how it died. A worker that left on its own (idle) is started again."""
+        for _ in range(2):
+            process = self._running()
+            try:
+                assert process.stdin is not None and process.stdout is not None
+                process.stdin.write(json.dumps(message) + "\n")
+                process.stdin.flush()
+                line = process.stdout.readline()
+            except (BrokenPipeError, OSError):
+                line = ""
+            if line:
+                return json.loads(line)
+            code = process.wait()
+            self._process = None
+            if code != 0:
+                return _death(code)
+        return "exit 0 twice"
+
+    def _running(self) -> subprocess.Popen[str]:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        self.cache_dir.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self.env, "NUMBA_CACHE_DIR": str(self.cache_dir), "PYTHONUNBUFFERED": "1"}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", __name__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            bufsize=1,
+        )
+        return self._process
+
+    def close(self) -> None:
+        """End the worker (it also ends by itself when idle, or when this process goes)."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                assert process.stdin is not None
+                process.stdin.close()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _death(code: int) -> str:
+    if code < 0:
+        import signal
+
+        with contextlib.suppress(ValueError):
+            return signal.Signals(-code).name
+    return f"exit code {code}"
+
+
+def _answer(reply: dict[str, Any]) -> dict[str, Any]:
+    error = reply.get("error")
+    if error:
+        kind = _ERRORS.get(error.get("type", ""))
+        message = str(error.get("message", ""))
+        if kind is None:
+            raise AnalysisFailedError(f"{error.get('type')}: {message}")
+        raise kind(message)
+    return reply
+
+
+_shared: dict[Path, AnalysisWorker] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_worker(cache_dir: Path | None = None) -> AnalysisWorker:
+    """The process's worker for a cache (the analyst's background songs and `analyze()` take turns in it)."""
+    key = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = AnalysisWorker(key)
+            from ..lifecycle import at_exit
+
+            at_exit(_shared[key].close)
+        return _shared[key]
+
+
+def measure(path: str | Path, *, max_seconds: float | None = None) -> Analysis:
+    """Measure a song in the shared worker: `AnalysisCrashedError` if the worker dies on it twice."""
+    return shared_worker().analyze(path, max_seconds=max_seconds)
+
+
+# The worker's side.
+
+
+def _serve() -> None:
+    """Answer requests on stdin until it closes or `IDLE_SECONDS` pass with none."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # a library printing to stdout must not garble the answers
+    compiled = False
+    busy = threading.Lock()
+    last = [time.monotonic()]
+
+    def leave_when_idle() -> None:
+        while True:
+            time.sleep(min(10.0, IDLE_SECONDS / 4))
+            with busy:
+                if time.monotonic() - last[0] > IDLE_SECONDS:
+                    os._exit(0)
+
+    threading.Thread(target=leave_when_idle, daemon=True).start()
+    for line in sys.stdin:
+        with busy:
+            message = json.loads(line)
+            try:
+                if message.get("op") == "stats":
+                    reply = _stats(bool(message.get("reset_peak")))
+                else:
+                    _planted_fault()
+                    if not compiled:
+                        _compile()
+                        compiled = True
+                    found = analyze_file(message["path"], max_seconds=message.get("max_seconds"))
+                    reply = {"analysis": found.as_dict()}
+            except Exception as exc:
+                reply = {"error": {"type": type(exc).__name__, "message": str(exc)}}
+            protocol.write(json.dumps(reply) + "\n")
+            last[0] = time.monotonic()
+
+
+def _compile() -> None:
+    """Import librosa and run every measure once under the compile lock: one process at a time writes the cache."""
+    from filelock import FileLock, Timeout
+
+    cache_dir = Path(os.environ["NUMBA_CACHE_DIR"])
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path(cache_dir)), timeout=LOCK_SECONDS)
+    try:
+        with lock:
+            warm_up()
+    except Timeout:
+        warm_up()
+
+
+def _planted_fault() -> None:
+    fault = os.environ.get(ENV_FAULT, "")
+    if fault == "segv" or (fault.startswith("segv-once:") and _consume(Path(fault.split(":", 1)[1]))):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def _consume(marker: Path) -> bool:
+    try:
+        marker.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def _stats(reset_peak: bool) -> dict[str, Any]:
+    def status(field: str) -> float | None:
+        with contextlib.suppress(OSError), open("/proc/self/status") as lines:
+            for line in lines:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+        return None
+
+    if reset_peak:
+        with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    return {"pid": os.getpid(), "rss_mb": status("VmRSS"), "peak_mb": status("VmHWM")}
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,105 @@
+"""The analysis worker: a crash in librosa (a corrupted numba cache) costs one measurement, never the caller.
+
+Four processes racing a cold cache all measure and leave a sound cache (they compile under one lock); a worker
+that dies is detected, its cache cleared and the song measured again; a second death is one line, and the
+caller (this process) lives on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from signals import click_track, progression, write_wav
+
+from ipymusicgen.lab.analysis_worker import ENV_FAULT, AnalysisCrashedError, AnalysisWorker, lock_path
+from ipymusicgen.lab.decoding import AudioFileError
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # a fresh cache compiles librosa (30 s to minutes)
+
+_RACER = r"""
+import json, sys
+from pathlib import Path
+from ipymusicgen.lab.analysis_worker import AnalysisWorker
+worker = AnalysisWorker(Path(sys.argv[1]))
+found = worker.analyze(sys.argv[2])
+print(json.dumps({"bpm": found.bpm, "key": found.key, "crashes": worker.crashes}))
+worker.close()
+"""
+
+
+@pytest.fixture(scope="module")
+def song(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("worker-song")
+    chords = progression([("D", "minor"), ("A", "major")], 1.5, 2)[: 6 * 44_100]
+    signal = click_track(96, 6)[: 6 * 44_100] * 0.5 + chords
+    return write_wav(folder / "song.wav", signal)
+
+
+def test_four_processes_racing_a_cold_cache_all_measure_and_leave_it_sound(tmp_path: Path, song: Path) -> None:
+    cache = tmp_path / "numba-cache"
+    racers = [
+        subprocess.Popen([sys.executable, "-c", _RACER, str(cache), str(song)], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    answers = [json.loads(racer.communicate(timeout=900)[0].strip().splitlines()[-1]) for racer in racers]
+    assert [racer.returncode for racer in racers] == [0, 0, 0, 0]
+    assert all(a["bpm"] == pytest.approx(96, rel=0.02) for a in answers), answers
+    assert all(a["crashes"] == 0 for a in answers), answers  # none had to clear a corrupted cache
+    assert any(cache.rglob("*.nbi")) and lock_path(cache).exists()  # compiled into the project's own cache
+    after = AnalysisWorker(cache)  # a fifth, later process: the cache the race left loads and measures
+    try:
+        assert after.analyze(song).bpm == pytest.approx(96, rel=0.02) and after.crashes == 0
+    finally:
+        after.close()
+
+
+def test_a_crashed_worker_clears_its_cache_and_measures_the_song_again(tmp_path: Path, song: Path) -> None:
+    cache = tmp_path / "numba-cache"
+    (cache / "librosa").mkdir(parents=True)
+    planted = cache / "librosa" / "corrupt.nbc"
+    planted.write_bytes(b"\x00garbage")  # what a crash is blamed on: it must be gone after the retry
+    marker = tmp_path / "crash-once"
+    marker.touch()
+    worker = AnalysisWorker(cache, env={ENV_FAULT: f"segv-once:{marker}"})
+    try:
+        found = worker.analyze(song)
+        assert found.bpm == pytest.approx(96, rel=0.02)
+        assert worker.crashes == 1 and not marker.exists() and not planted.exists()
+        first = worker.stats()["pid"]
+        assert worker.analyze(song).bpm == found.bpm and worker.stats()["pid"] == first  # one worker, kept
+    finally:
+        worker.close()
+
+
+def test_a_worker_that_dies_twice_says_so_in_one_line_and_the_caller_lives_on(tmp_path: Path, song: Path) -> None:
+    cache = tmp_path / "numba-cache"
+    worker = AnalysisWorker(cache, env={ENV_FAULT: "segv"})
+    try:
+        with pytest.raises(AnalysisCrashedError) as crashed:
+            worker.analyze(song)
+        message = str(crashed.value)
+        assert "\n" not in message and "song.wav" in message and "SIGSEGV" in message and str(cache) in message
+        assert isinstance(crashed.value, OSError)  # analyze() clears the song's old measures for it
+        assert worker.crashes == 2 and os.getpid() > 0  # still here
+    finally:
+        worker.close()
+
+
+def test_errors_in_the_worker_keep_their_kind_and_the_worker_serves_on(tmp_path: Path, song: Path) -> None:
+    worker = AnalysisWorker(tmp_path / "numba-cache")
+    page = tmp_path / "page.mp3"
+    page.write_text("<html>expired</html>")
+    try:
+        with pytest.raises(AudioFileError, match=r"page\.mp3.*HTML page"):
+            worker.analyze(page)
+        pid = worker.stats()["pid"]
+        worker.close()  # closed: the next song starts a fresh worker, as after an idle exit
+        assert worker.analyze(song).bpm == pytest.approx(96, rel=0.02)
+        assert worker.stats()["pid"] != pid and worker.crashes == 0
+    finally:
+        worker.close()
