@@ -42,6 +42,7 @@ from mcp.types import (
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
+from ..archive.archived_audio import ArchivedAudioError, audio_type, read_archived_audio
 from ..client.waiting import check_id
 from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
 from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request, field_descriptions
@@ -515,9 +516,10 @@ class AgentServer:
             check_id(task_id, "task_id")
             library = self.desk.library()
             path = library.archived_path(task_id) if library is not None else None
-            if not path or not Path(path).is_file():
-                raise AgentError(f"task_id: no archived audio for {task_id[:80]!r} yet")
-            return Path(path).read_bytes()
+            try:  # a real file of the archive, counted to the cap, and audio (never a link to /proc or a key file)
+                return read_archived_audio(path, int(self.desk.client.settings.max_download_mb * 2**20))
+            except ArchivedAudioError:
+                raise AgentError(f"task_id: no archived audio for {task_id[:80]!r} yet") from None
 
         try:
             return await self._blocking(read)
@@ -578,11 +580,11 @@ def _audio_link(song: dict[str, Any]) -> ResourceLink | None:
 def _audio(path: str | None) -> AudioContent | None:
     if not path:
         return None
-    file = Path(path)
-    if not file.is_file() or file.stat().st_size > AUDIO_MAX_BYTES:
+    try:
+        data = read_archived_audio(path, AUDIO_MAX_BYTES)  # as the page's: no link followed, only audio
+    except ArchivedAudioError:
         return None
-    mime = "audio/mpeg" if file.suffix.lower() == ".mp3" else f"audio/{file.suffix.lower().lstrip('.') or 'mpeg'}"
-    return AudioContent(type="audio", data=base64.b64encode(file.read_bytes()).decode("ascii"), mime_type=mime)
+    return AudioContent(type="audio", data=base64.b64encode(data).decode("ascii"), mime_type=str(audio_type(data)))
 
 
 def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
