@@ -294,3 +294,17 @@ def test_an_engine_song_no_answer_is_known_of_may_have_been_charged_and_resume_l
     [unknown] = later.resume().unknown
     assert unknown.endpoint == "elevenlabs compose" and unknown.payload["task_id"] == lost.id
     assert service.request_counts() == {"/v1/music": 1}
+
+
+def test_the_services_records_say_their_provider_too(
+    engine_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    client = engine_clients()
+    ids, submitted = (
+        client.generate(action="auto", style="lo-fi"),
+        client.submit_v2(is_auto=1, model_version="v4.5", prompt="rain"),
+    )
+    service.clock.stages(3)  # type: ignore[attr-defined]  # the service's songs move on the test's clock
+    songs = client.wait(ids, timeout=30, interval=0.05)
+    v2 = client.wait(submitted, timeout=30, interval=0.05)
+    assert {s.provider for s in [*songs, *v2]} == {"musicful"}

@@ -518,6 +518,11 @@ class TaskRecord(_Response):
     def version(self) -> int:
         return 1
 
+    @property
+    def provider(self) -> str:
+        """Who made the song: `musicful` (the service), or a synchronous engine's id its record was given."""
+        return str((self.__pydantic_extra__ or {}).get("provider") or "musicful")
+
 
 class V2Song(_Response):
     """One v2 song, as /v2/submit and /v2/query return it. `audio_duration` is in milliseconds (-1 while running)."""
@@ -578,6 +583,11 @@ class V2Song(_Response):
     @property
     def version(self) -> int:
         return 2
+
+    @property
+    def provider(self) -> str:
+        """Who made the song: always the service (v2 is its endpoint)."""
+        return "musicful"
 
 
 class KeyInfo(_Response):
