@@ -308,3 +308,21 @@ def test_the_services_records_say_their_provider_too(
     songs = client.wait(ids, timeout=30, interval=0.05)
     v2 = client.wait(submitted, timeout=30, interval=0.05)
     assert {s.provider for s in [*songs, *v2]} == {"musicful"}
+
+
+def test_the_async_client_submits_and_waits_an_engine_song_the_same_way(service: Sandbox, tmp_path: Path) -> None:
+    import asyncio
+
+    from ipymusicgen import AsyncMusicClient
+
+    async def scenario() -> Any:
+        settings = Settings.from_env().with_changes(
+            elevenlabs_base_url=service.engines_base_url, elevenlabs_api_key=SecretStr(KEY), poll_interval=0.05
+        )
+        async with AsyncMusicClient(KEY, base_url=service.base_url, settings=settings, journal=False,
+                                    archive=False) as client:  # fmt: skip
+            ids = await client.generate(provider="elevenlabs", style="folk", seconds=6)
+            return await client.wait(ids, timeout=60, interval=0.05)
+
+    [song] = asyncio.run(scenario())
+    assert song.state is TaskState.COMPLETE and song.provider == "elevenlabs" and song.duration_seconds == 6
