@@ -225,3 +225,20 @@ def test_base64_audio_of_the_gemini_answer_is_the_mp3(engines: Sandbox) -> None:
     parts = answer["candidates"][0]["content"]["parts"]
     audio = base64.b64decode(parts[1]["inlineData"]["data"])
     assert audio[:2] in (b"\xff\xfb", b"\xff\xf3", b"ID") and parts[0]["text"].endswith("[Instrumental]")
+
+
+def test_the_elevenlabs_sdk_separates_a_song_into_stems(engines: Sandbox) -> None:
+    import zipfile
+
+    song = b"".join(eleven(engines).music.compose(prompt="lo-fi", music_length_ms=4_000))
+    two = b"".join(eleven(engines).music.separate_stems(file=("song.mp3", song, "audio/mpeg")))
+    with zipfile.ZipFile(io.BytesIO(two)) as stems:
+        assert sorted(stems.namelist()) == ["instrumental.mp3", "vocals.mp3"]
+        assert seconds_of(stems.read("vocals.mp3")) == pytest.approx(4.0, abs=0.2)
+    six = b"".join(eleven(engines).music.separate_stems(file=("s.mp3", song), stem_variation_id="six_stems_v1"))
+    assert len(zipfile.ZipFile(io.BytesIO(six)).namelist()) == 6
+    with pytest.raises(UnprocessableEntityError):
+        b"".join(eleven(engines).music.separate_stems(file=("s.mp3", song), stem_variation_id="nine_stems"))
+    with pytest.raises(ApiError) as refused:
+        b"".join(eleven(engines, key="sk_wrong").music.separate_stems(file=("s.mp3", song)))
+    assert refused.value.status_code == 401

@@ -23,11 +23,15 @@ from .engine_shapes import (
     EL_INVALID_KEY,
     EL_MISSING_KEY,
     GEMINI_MODELS,
+    STEM_NAMES,
     Refusal,
     check_el_body,
     detailed_body,
+    el_problem,
     gemini_error,
     plan_sections,
+    read_form,
+    stems_zip,
     word_timestamps,
 )
 from .lyricsgen import generate_lyrics
@@ -127,6 +131,25 @@ def elevenlabs_router(state: SandboxState) -> APIRouter:
     @router.post(el.DETAILED.path)
     async def music_detailed(request: Request) -> Response:
         return await compose(request, detailed=True)
+
+    @router.post(el.STEMS.path)
+    async def stem_separation(request: Request) -> Response:
+        """A ZIP of stems of the uploaded song (`two_stems_v1`: vocals and instrumental; `six_stems_v1`: six)."""
+        try:
+            key_of(request)
+            form = read_form(request.headers.get("content-type", ""), await request.body())
+        except Refusal as refusal:
+            return _refused(refusal)
+        upload = form.get("file")
+        if not isinstance(upload, bytes) or not upload:
+            return _refused(el_problem("file", "Field required", "missing"))
+        variation = form.get("stem_variation_id", b"two_stems_v1")
+        variation = variation.decode("utf-8", "replace") if isinstance(variation, bytes) else "two_stems_v1"
+        names = STEM_NAMES.get(variation)
+        if names is None:
+            return _refused(el_problem("stem_variation_id", "Input should be 'two_stems_v1' or 'six_stems_v1'", "enum"))
+        content = await anyio.to_thread.run_sync(lambda: stems_zip(upload, names))
+        return Response(content, media_type="application/zip", headers={"song-id": state.new_id()})
 
     return router
 

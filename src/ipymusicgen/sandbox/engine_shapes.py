@@ -5,9 +5,14 @@ headers, the bounds of a composition plan); only the server's side of each shape
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
+import hashlib
+import io
 import json
 import math
 import uuid
+import zipfile
 from typing import Any
 
 from ..engines import elevenlabs as el
@@ -147,3 +152,50 @@ def detailed_body(metadata: dict[str, Any], audio: bytes, media_type: str) -> tu
         f"--{boundary}--\r\n".encode(),
     ]  # fmt: skip
     return b"".join(parts), f"multipart/mixed; boundary={boundary}"
+
+
+STEM_NAMES = {
+    "two_stems_v1": ("vocals", "instrumental"),
+    "six_stems_v1": ("vocals", "drums", "bass", "guitar", "piano", "other"),
+}
+"""The sandbox's stem names per variation (ElevenLabs names the variations; the file names are the sandbox's)."""
+MAX_STEM_SECONDS = 600.0
+
+
+def read_form(content_type: str, body: bytes) -> dict[str, bytes]:
+    """A `multipart/form-data` body's fields by name (stdlib parser: no extra dependency); a 422 if it is not one."""
+    if not content_type.lower().startswith("multipart/form-data"):
+        raise el_problem("file", "Expected multipart/form-data with a file", "missing")
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    fields: dict[str, bytes] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if isinstance(name, str):
+            fields[name] = part.get_payload(decode=True) or b""
+    return fields
+
+
+def _seconds_of(audio: bytes) -> float:
+    try:
+        from mutagen import File as MutagenFile
+
+        found = MutagenFile(io.BytesIO(audio))
+        length = float(found.info.length) if found is not None else 0.0
+    except Exception:  # not audio mutagen knows: the stems get a short default length
+        length = 0.0
+    return min(length, MAX_STEM_SECONDS) if length > 0 else 10.0
+
+
+def stems_zip(upload: bytes, names: tuple[str, ...]) -> bytes:
+    """A ZIP of one synthesized MP3 per stem, as long as the upload (seeded by its bytes)."""
+    from .audio import render_song
+
+    seconds = _seconds_of(upload)
+    seed = hashlib.sha256(upload).hexdigest()[:16]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name in names:
+            audio, media = render_song(f"{seed}|{name}", seconds=seconds, vocal=name == "vocals")
+            archive.writestr(f"{name}.{'mp3' if media == 'audio/mpeg' else 'wav'}", audio)
+    return buffer.getvalue()
