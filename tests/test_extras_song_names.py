@@ -223,3 +223,28 @@ def test_clients_without_a_journal_learn_the_songs_names_from_the_service(
             client.close()
     assert voice.state == "made" and (again.state, again.value, again.song) == ("reused", voice.value, task_id)
     assert service.request_counts()[VIBE] == 1
+
+
+def test_a_wav_is_kept_when_the_archivers_store_closes_during_its_download(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archiver's worker closes its library store when it goes idle, which may be while a WAV downloads: the
+    WAV is still kept and recorded (it failed now and then with 'Cannot operate on a closed database')."""
+    from ipymusicgen.archive.archiver import archiver_of
+
+    client = paid_clients()
+    task_id, _ = finished_song(client, service, "idle worker")
+    archiver = archiver_of(client)
+    assert archiver is not None and archiver.store is not None
+    download = client.download
+
+    def download_then_close(*args: Any, **kwargs: Any) -> Path:
+        got = download(*args, **kwargs)
+        archiver.close()  # as the worker's idle exit closes its store
+        return got
+
+    monkeypatch.setattr(client, "download", download_then_close)
+    made = make_extra(client, task_id, "wav")
+    assert made.state == "made" and made.path is not None and made.path.is_file()
+    with Library(client.journal.path) as library:  # type: ignore[union-attr]
+        assert library.song(task_id).wav_path == str(made.path)

@@ -224,28 +224,35 @@ def _keep(
     """Archive the extra's file beside the song (same name, its own suffix); None when archiving is off. `key`: the
     name its row is kept under (the task id, or another name a row was kept under before names were resolved)."""
     task_id = task_id or key
+    from ..storage.library import LibraryStore
     from .archiver import _place, _staging_dir, archiver_of, song_info
 
     archiver = archiver_of(client)
     directory = archiver.directory if archiver is not None else None
-    if spec.suffix is None or directory is None:
+    if spec.suffix is None or directory is None or archiver is None:
         return None
-    library = archiver.store if archiver is not None else None
-    song = song_info(library, task_id) if library is not None else None
-    staging = _staging_dir(directory)
+    # a store of its own: the archiver's worker closes its store when it goes idle, maybe mid-download here
+    journal_path = archiver.journal_path
+    library = LibraryStore(journal_path) if journal_path is not None else None
     try:
+        song = song_info(library, task_id) if library is not None else None
+        staging = _staging_dir(directory)
         try:
-            staged = client.download(value, staging)
-        except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
-            raise DownloadError(
-                f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download it "
-                "(nothing is paid again); if the URL has expired, force=True pays for a new one."
-            ) from None
-        name = song.file_name(spec.suffix) if song is not None else safe_filename(task_id, spec.suffix)
-        placed = _place(staged, directory, name, task_id)
+            try:
+                staged = client.download(value, staging)
+            except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
+                raise DownloadError(
+                    f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download "
+                    "it (nothing is paid again); if the URL has expired, force=True pays for a new one."
+                ) from None
+            name = song.file_name(spec.suffix) if song is not None else safe_filename(task_id, spec.suffix)
+            placed = _place(staged, directory, name, task_id)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        store.kept(key, spec.name, placed)
+        if spec.name == "wav" and library is not None:
+            library.wav_archived(task_id, placed)  # the library and the export find it
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    store.kept(key, spec.name, placed)
-    if spec.name == "wav" and library is not None:
-        library.wav_archived(task_id, placed)  # the library and the export find it
+        if library is not None:
+            library.close()
     return placed
