@@ -326,3 +326,27 @@ def test_the_async_client_submits_and_waits_an_engine_song_the_same_way(service:
 
     [song] = asyncio.run(scenario())
     assert song.state is TaskState.COMPLETE and song.provider == "elevenlabs" and song.duration_seconds == 6
+
+
+def test_an_answers_audio_is_kept_beside_the_journal_or_in_the_user_data_folder_never_in_a_shared_temp(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    import platformdirs
+
+    from ipymusicgen.client.engine_calls import spool_dir
+
+    journalled = engine_clients()
+    assert spool_dir(journalled) == tmp_path / "engine-audio"
+    settings = Settings.from_env().with_changes(elevenlabs_base_url=service.engines_base_url)
+    bare = MusicClient(KEY, settings=settings, journal=False, archive=False)
+    try:
+        user_data = Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False))
+        assert spool_dir(bare) == user_data / "engine-audio"  # a paid song is never in a folder removed at exit
+    finally:
+        bare.close()
+    played = service.client()
+    try:
+        folder = spool_dir(played)
+        assert folder.name.startswith("ipymusicgen-engine-audio-") and folder.stat().st_mode & 0o077 == 0
+    finally:
+        played.close()

@@ -36,6 +36,7 @@ from ..engines import engine
 from ..engines import lyria as ly
 from ..engines.wire import AnswerError, Charge, EngineAnswer, WireRequest, charge_of_status, scrub
 from ..errors import InsecureTransportError, MissingKeyError
+from ..lifecycle import at_exit
 from ..models.dollar_prices import estimate
 from ..models.providers import EngineRequest, build_engine_request
 from ..models.schema import GenerateResult, TaskRecord
@@ -67,12 +68,30 @@ class EngineRun:
     thread: threading.Thread | None = None
 
 
+_SANDBOX_SPOOL: list[Path] = []
+"""This process's folder for the embedded sandbox's answers (made on first use, removed at exit)."""
+
+
+def _remove_sandbox_spool() -> None:
+    for folder in _SANDBOX_SPOOL:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def spool_dir(client: _Core) -> Path:
-    """Where answers' audio waits for the archive: beside the journal, else a private temporary folder."""
+    """Where answers' audio is kept: beside the journal; with no journal, in the user data folder (a paid song
+    is never in a folder removed behind the user's back), or, for the embedded sandbox, a temporary folder."""
     journal_path = getattr(client.journal, "path", None)
-    base = Path(journal_path).parent if journal_path else Path(tempfile.gettempdir())
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    folder = base / ("engine-audio" if journal_path else f"ipymusicgen-engine-audio-{uid}")
+    if journal_path:
+        folder = Path(journal_path).parent / "engine-audio"
+    elif client.settings.is_embedded_sandbox:
+        if not _SANDBOX_SPOOL:
+            _SANDBOX_SPOOL.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-engine-audio-")))
+            at_exit(_remove_sandbox_spool)
+        folder = _SANDBOX_SPOOL[0]
+    else:
+        import platformdirs
+
+        folder = Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False)) / "engine-audio"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder
 
