@@ -192,16 +192,16 @@ def test_a_budget_of_zero_refuses_every_paid_call_naming_whose_budget(
         sent = post(gateway.url, path, token, body)
         assert sent.status_code == 200, "the service's way: an error inside an HTTP 200"
         answer = sent.json()
-        assert answer == {
-            "status": 400,
-            "message": "Insufficient credits: no credits left in hal's budget",
-            "data": None,
-        }
+        assert answer["status"] == 400 and answer["data"] is None
+        assert answer["message"].startswith("Insufficient credits: no credits left in hal's budget (budget 0, spent 0;")
+        assert answer["message"].endswith("Only the gateway's admin can raise it (gateway user budget hal N).")
     assert cli("user", "budget", "hal", "50", "--database", database)[0] == 0
     assert cli("team", "budget", "0", "--database", database)[0] == 0
     for path, body, _ in PAID_CALLS:
         answer = post(gateway.url, path, token, body).json()
-        assert answer["message"] == "Insufficient credits: no credits left in the team budget", path
+        said = answer["message"]
+        assert said.startswith("Insufficient credits: no credits left in the team budget (budget 0, spent 0;"), path
+        assert said.endswith("(gateway team budget N)."), path
     assert paid_counts(upstream) == {}
     assert open_ledger(database).calls() == []
 

@@ -17,6 +17,35 @@ if TYPE_CHECKING:
     from .models.schema import TaskRecord, V2Song, ValidationErrorDetail
 
 KEY_HINT = "Set MUSICGEN_API_KEY in the environment, pass api_key= to the client, or run %musicgen_login in a notebook."
+ENV_KEY = "MUSICGEN_API_KEY"
+
+
+def mask_key(key: str | None) -> str:
+    """The one key mask: enough of a key to tell two apart, never enough to use it."""
+    if not key:
+        return "(not set)"
+    return "****" + key[-4:] if len(key) >= 16 else "****"
+
+
+def refused_key_hint(key: str | None) -> str:
+    """What to do about a key the service refused, by where the key came from: a key set in MUSICGEN_API_KEY is
+    checked and fixed there (a fresh `api_key=` would not help); one given in the code or by %musicgen_login is
+    entered again. The key is shown only masked."""
+    if not key:
+        return KEY_HINT
+    import os
+
+    if os.environ.get(ENV_KEY, "").strip() == key:
+        return (
+            f"The key in {ENV_KEY} ({mask_key(key)}) was refused: check it against your account's API keys (or, "
+            "through a team gateway, the token its admin gave you), then fix it where it is set (the environment "
+            "the notebook server or script starts from) and restart; or unset it and run %musicgen_login."
+        )
+    return (
+        f"The key given to the client (api_key= or %musicgen_login; {mask_key(key)}) was refused: check it against "
+        f"your account's API keys (or a team gateway's token) and pass or enter it again ({ENV_KEY} is not used "
+        "while one is given)."
+    )
 
 
 class MusicGenError(Exception):

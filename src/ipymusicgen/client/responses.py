@@ -22,7 +22,6 @@ import httpx
 from pydantic import ValidationError as PydanticValidationError
 
 from ..errors import (
-    KEY_HINT,
     APIConnectionError,
     APIResponseValidationError,
     APIStatusError,
@@ -40,6 +39,7 @@ from ..errors import (
     RedirectRefusedError,
     ServerAuthenticationError,
     UnprocessableEntityError,
+    refused_key_hint,
 )
 from ..models.schema import TaskRecord, V2Song, ValidationErrorBody
 from .retry import retry_after
@@ -177,6 +177,11 @@ def _mentions_key_problem(text: str) -> bool:
             "no api",
         )
     )
+
+
+def _mentions_budget(text: str) -> bool:
+    """A team gateway's refusal: its budgets (a user's or the team's), which the user cannot top up."""
+    return "budget" in text.lower()
 
 
 def _mentions_credits(text: str) -> bool:
@@ -386,15 +391,25 @@ class Responses:
         text = self.redact(_error_text(body) or response.reason_phrase) or "no message"
         kwargs: dict[str, Any] = {"response": response, "body": body, "status_code": code}
         prefix = f"{endpoint.name}: "
+
+        def hint() -> str:
+            return refused_key_hint(self._key())
+
         if envelope_status is not None:
             if _mentions_credits(text):
+                if _mentions_budget(text):  # a team gateway's budget: only its admin raises it, nothing to top up
+                    return InsufficientCreditsError(
+                        prefix + f"the team gateway refused the call ({text}). Ask the gateway's admin to raise "
+                        "the budget; %musicgen_key (or key_info()) shows what you have left.",
+                        **kwargs,
+                    )
                 return InsufficientCreditsError(
                     prefix + f"no credits left on this key ({text}). Check key_info() or %musicgen_key; "
                     "top up the key before generating again.",
                     **kwargs,
                 )
             if code in (401, 403) or _mentions_key_problem(text):
-                return EnvelopeAuthenticationError(prefix + f"the API key was refused ({text}). {KEY_HINT}", **kwargs)
+                return EnvelopeAuthenticationError(prefix + f"the API key was refused ({text}). {hint()}", **kwargs)
             if code == 429:
                 return RateLimitError(prefix + f"rate limited ({text}). Slow down and try again.", **kwargs)
             return EnvelopeError(prefix + f"the service said {code}: {text}", **kwargs)
@@ -407,9 +422,9 @@ class Responses:
                 prefix + f"the service refused the request: {lines}", detail=detail, **kwargs
             )
         if code == 401:
-            return AuthenticationError(prefix + f"the API key was refused ({text}). {KEY_HINT}", **kwargs)
+            return AuthenticationError(prefix + f"the API key was refused ({text}). {hint()}", **kwargs)
         if code == 403:
-            return PermissionDeniedError(prefix + f"the API key was refused here ({text}). {KEY_HINT}", **kwargs)
+            return PermissionDeniedError(prefix + f"the API key was refused here ({text}). {hint()}", **kwargs)
         if code == 429:
             wait = retry_after(response)
             hint = f" Try again in {wait:.0f} s." if wait is not None else " Slow down and try again."
@@ -417,7 +432,7 @@ class Responses:
         if code >= 500:
             if _mentions_key_problem(text):
                 return ServerAuthenticationError(
-                    prefix + f"HTTP {code}, the service says the API key was refused ({text}). {KEY_HINT}", **kwargs
+                    prefix + f"HTTP {code}, the service says the API key was refused ({text}). {hint()}", **kwargs
                 )
             return InternalServerError(prefix + f"HTTP {code}: {text}", **kwargs)
         kind: type[APIStatusError] = {400: BadRequestError, 404: NotFoundError}.get(code, APIStatusError)

@@ -70,10 +70,16 @@ def envelope(data: Any, status: int = 200, message: str = "Success") -> dict[str
     return {"status": status, "message": message, "data": data}
 
 
-def _no_credits(whose: str) -> JSONResponse:
-    """The service's own "no credits left" answer (an error inside an HTTP 200), naming whose budget ran out."""
-    where = "the team budget" if whose == "team budget" else whose
-    return JSONResponse(envelope(None, 400, f"Insufficient credits: no credits left in {where}"))
+def _no_credits(user: str, whose: str, standing: tuple[int | None, int] | None, needed: int) -> JSONResponse:
+    """The service's own "no credits left" answer (an error inside an HTTP 200), naming whose budget ran out, its
+    budget and spent, and who can raise it: the gateway's admin (a user cannot top up the team's key)."""
+    team = whose == "team budget"
+    said = f"Insufficient credits: no credits left in {'the team budget' if team else whose}"
+    if standing is not None:
+        budget, spent = standing
+        said += f" (budget {'none' if budget is None else budget}, spent {spent}; this call needs about {needed})"
+    command = "gateway team budget N" if team else f"gateway user budget {user} N"
+    return JSONResponse(envelope(None, 400, f"{said}. Only the gateway's admin can raise it ({command})."))
 
 
 def _validation_answer(exc: RequestValidationError) -> JSONResponse:
@@ -329,7 +335,9 @@ class Gateway:
         if reservation.kind == "conflict":
             return JSONResponse(envelope(None, 409, KEY_REUSED), status_code=409)
         if reservation.kind == "over":
-            return _no_credits(reservation.over or "team budget")
+            whose = reservation.over or "team budget"
+            standing = (await self.blocking(self.ledger.standing, user)).get(whose)
+            return _no_credits(user, whose, standing, estimated)
         if reservation.kind == "repeat":
             if reservation.state in (DONE, REFUSED) and reservation.status_code is not None:
                 return Response(reservation.body or b"", reservation.status_code, media_type="application/json")

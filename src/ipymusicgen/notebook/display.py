@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..errors import mask_key as mask_key  # the one key mask lives with the messages that show it
 from ..models.tasks import TaskState
 from ..safe_html import esc, http_url, link
 
@@ -27,13 +28,6 @@ CREDITS_API_TERM = "key_music_counts"
 """The service's own name for them, shown next to the number in the key report."""
 URL_COLUMNS = frozenset({"audio"})
 """Columns whose values come from URL fields; any other column is text, even if it looks like a URL."""
-
-
-def mask_key(key: str | None) -> str:
-    """The one key mask: enough of a key to tell two apart, never enough to use it."""
-    if not key:
-        return "(not set)"
-    return "****" + key[-4:] if len(key) >= 16 else "****"
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")

@@ -303,6 +303,15 @@ class Ledger:
         amount, whose = min(left)
         return max(amount, 0), whose
 
+    def standing(self, user: str) -> dict[str, tuple[int | None, int]]:
+        """Each budget as `reserve` names it ("team budget", "<user>'s budget"): (budget, spent), from the running
+        totals (two rows read): what a refusal tells the user, who cannot raise it themselves."""
+        with self._cursor(write=False) as cur:
+            team = cur.one("SELECT budget, spent FROM team WHERE id = 1")
+            mine = cur.one("SELECT budget, spent FROM users WHERE name = ?", (user,))
+        found = {"team budget": (team[0], int(team[1]))} if team else {}
+        return found | ({f"{user}'s budget": (mine[0], int(mine[1]))} if mine else {})
+
     def totals(self) -> dict[str, int]:
         """The running totals of what is charged: the team's under "", each user's under their name."""
         with self._cursor(write=False) as cur:
