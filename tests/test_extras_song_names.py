@@ -248,3 +248,24 @@ def test_a_wav_is_kept_when_the_archivers_store_closes_during_its_download(
     assert made.state == "made" and made.path is not None and made.path.is_file()
     with Library(client.journal.path) as library:  # type: ignore[union-attr]
         assert library.song(task_id).wav_path == str(made.path)
+
+
+def test_the_archive_wav_helper_is_the_same_paid_once_wav_under_any_name(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """`ipymusicgen.archive.archive_wav(id, client=...)` (docs/library.md) sent a new paid WAV request on every call;
+    it is the song's one WAV now, whatever the song is called."""
+    import ipymusicgen.archive
+
+    client = paid_clients()
+    task_id, song_id = finished_song(client, service, "helper hornpipe")
+    first = ipymusicgen.archive.archive_wav(song_id, client=client)
+    again = ipymusicgen.archive.archive_wav(task_id.upper(), client=paid_clients())
+    made = make_extra(client, task_id, "wav")
+    assert first == again == made.path and first.is_file() and made.state == "reused"
+    assert service.request_counts()[WAV] == 1
+    from ipymusicgen.app import build_client
+
+    with build_client(client.settings, archive=False) as unarchived, pytest.raises(RuntimeError, match="not archive"):
+        ipymusicgen.archive.archive_wav(task_id, client=unarchived)
+    assert service.request_counts()[WAV] == 1  # refused before anything is sent

@@ -256,3 +256,20 @@ def _keep(
         if library is not None:
             library.close()
     return placed
+
+
+def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) -> Path:
+    """The song's WAV archived beside its MP3, paid at most once under any of its names (`make_extra`); with a `url`
+    (one the service gave before), only downloaded: nothing is asked of the service."""
+    from .archiver import archive_wav as download_wav
+    from .archiver import archiver_of
+
+    archiver = archiver_of(client)
+    if archiver is None or archiver.directory is None or archiver.journal_path is None:
+        raise RuntimeError("This client does not archive (no journal or archive=False).")  # before anything is paid
+    if url is not None:
+        return download_wav(song_named(client, task_id).task_id, url, client=client)
+    result = make_extra(client, task_id, "wav")
+    if result.path is None:
+        raise RuntimeError("This client does not archive (no journal or archive=False).")
+    return result.path
