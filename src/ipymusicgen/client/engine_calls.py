@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +104,17 @@ class EngineCalls:
         self._client = client
         self._runs: dict[str, EngineRun] = {}
         self._lock = threading.Lock()
+        self._pool: httpx.Client | None = None
         self.timeout = ENGINE_TIMEOUT
+
+    def _http(self) -> httpx.Client:
+        """One connection pool for this client's engine calls (a new one per call costs a TLS context each time);
+        it never retries, never follows a redirect, and closes when this object is collected."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = httpx.Client(follow_redirects=False)
+                weakref.finalize(self, self._pool.close)
+            return self._pool
 
     def __repr__(self) -> str:
         return f"EngineCalls({len(self._runs)} song(s))"
@@ -195,16 +206,18 @@ class EngineCalls:
         limit = max(MAX_BODY_BYTES, int(settings.max_download_mb * 1024 * 1024 * 1.4))  # base64 audio in JSON
         timeout = httpx.Timeout(self.timeout, connect=settings.connect_timeout)
         try:
-            with httpx.Client(timeout=timeout, follow_redirects=False) as http:
-                request = http.build_request(wire.endpoint.method, url, json=dict(wire.json), headers=headers)
-                response = http.send(request, stream=True)
-                try:
-                    reader = BodyReader(response, deadline=time.monotonic() + self.timeout, limit=limit)
-                    for chunk in response.iter_bytes():
-                        reader.feed(chunk)
-                    response = reader.finish()
-                finally:
-                    response.close()
+            http = self._http()
+            request = http.build_request(
+                wire.endpoint.method, url, json=dict(wire.json), headers=headers, timeout=timeout
+            )
+            response = http.send(request, stream=True, follow_redirects=False)
+            try:
+                reader = BodyReader(response, deadline=time.monotonic() + self.timeout, limit=limit)
+                for chunk in response.iter_bytes():
+                    reader.feed(chunk)
+                response = reader.finish()
+            finally:
+                response.close()
         except NOT_SENT as exc:
             detail = scrub(str(exc), key)[:200] or type(exc).__name__
             raise _Ended(f"Could not reach {provider} at {base} ({detail}); nothing was sent, nothing charged.",
