@@ -38,6 +38,7 @@ from ..storage.ledger_sqlite import SqliteLedger
 from .backlog import Backlog, Unwritten, default_spill_folder
 from .admission import HostCheck, Limits, read_body, refusal
 from .cache import OwnerCache, RecentScans, TokenCache
+from .files import FOREIGN_FILE, FileOwners
 from .measurer import Measurer
 from .reconcile import Report as Reconciled
 from .reconcile import reconcile
@@ -63,6 +64,8 @@ KEY_REUSED = (
 log = logging.getLogger(__name__)
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 LEDGER_THREADS = 32
+INLINE_READS = frozenset({"user_by_token_hash", "owned", "tasks_of", "owns_song", "owns_singer", "remaining"})
+"""The ledger's reads that run on the event loop with SQLite (see `Gateway._inline`); everything else in threads."""
 """Worker threads for the ledger's blocking calls (each holds at most one of its connections at a time)."""
 
 
@@ -123,15 +126,18 @@ class Gateway:
         self.owners = OwnerCache()
         self.singers = OwnerCache()
         self.scans = RecentScans()
+        self.files = FileOwners(upstream, self._own_task_bodies)
         self.measurer = Measurer(self.measure)
         self.backlog = Backlog(ledger, default_spill_folder(ledger))
         """Paid answers the ledger could not take when they came: kept (memory, spill file) until it can."""
         self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="gateway-ledger")
         self._inline = isinstance(ledger, SqliteLedger)
-        """SQLite's calls run on the event loop itself: each is a local transaction of about 0.1 ms (WAL, writes
-        serialized by `BEGIN IMMEDIATE`, other writers' transactions as short), cheaper than the two thread
-        switches a hand-off costs, which on a loaded machine wait for the scheduler (figure 16 measured a paid
-        call 3-4 ms slower with them). PostgreSQL's go over the network, and may wait out a restart: threads."""
+        """SQLite's reads run on the event loop itself: each is a local transaction of about 0.1 ms that never
+        waits (WAL: readers beside a writer), cheaper than the two thread switches a hand-off costs, which on a
+        loaded machine wait for the scheduler. Its writes go to the threads: a write may wait out another
+        process's write lock (`BEGIN IMMEDIATE`, up to the busy timeout), and on the event loop that wait would
+        hold every request, polls that need no ledger too. PostgreSQL's calls go over the network, and may wait
+        out a restart: all in threads."""
 
     def close(self) -> None:
         """Stop the measurer and the ledger's threads, then let go of the upstream clients and the ledger."""
@@ -144,7 +150,7 @@ class Gateway:
     async def blocking(self, call: Callable[..., Any], *args: Any) -> Any:
         """`call(*args)`, a ledger call: in place for SQLite, else in one of the ledger's worker threads (asyncio's
         own executor hand-off: measured 25-50 us against anyio's 40-100 us here), its result on the event loop."""
-        if self._inline:
+        if self._inline and getattr(call, "__name__", "") in INLINE_READS:
             return call(*args)
         return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args))
 
@@ -165,9 +171,9 @@ class Gateway:
         return found[0]
 
     async def owned(self, user: str, ids: list[str]) -> list[str]:
-        """The ids among `ids` that are the caller's, in their order; the ledger is asked only about ids this
-        gateway has not yet seen owned."""
-        unknown = self.owners.unknown(ids)
+        """The ids among `ids` that are the caller's, in their order; the ledger is asked about every id not yet
+        seen as the caller's, so another user's id (seen here or not) takes the very path of a missing one."""
+        unknown = self.owners.not_mine(user, ids)
         if unknown:
             self.owners.learn(user, await self.blocking(self.ledger.owned, user, unknown))
         return self.owners.mine(user, ids)
@@ -200,12 +206,21 @@ class Gateway:
         gateway) and remembered here. A ledger that cannot be written now does not fail the answer carrying them:
         they are remembered here, and another gateway finds them in the caller's tasks upstream."""
         new = [s for s in song_ids if not self.owners.mine(user, [s])]
-        if new:
-            try:
-                await self.blocking(self.ledger.add_songs, user, new)
-            except Exception:
-                log.warning("could not record %d song id(s) in the ledger", len(new))
+        if new:  # written in a ledger thread, not waited for: the answer carrying them needs no ledger
             self.owners.learn(user, new)
+            self._threads.submit(self._record_songs, user, new)
+
+    def _record_songs(self, user: str, song_ids: list[str]) -> None:
+        try:
+            self.ledger.add_songs(user, song_ids)
+        except Exception:
+            log.warning("could not record %d song id(s) in the ledger", len(song_ids))
+
+    async def _own_task_bodies(self, user: str) -> list[bytes]:
+        """The caller's own task answers upstream, in chunks (for the file URLs their songs name)."""
+        mine = await self.blocking(self.ledger.tasks_of, user)
+        chunks = [",".join(mine[at : at + TASKS_PER_QUERY]) for at in range(0, len(mine), TASKS_PER_QUERY)]
+        return [(await self.upstream.aread("/v1/music/tasks", {"ids": ids})).body for ids in chunks]
 
     async def owns_singer(self, user: str, singer_id: str) -> bool:
         """Whether a singer voice named in a body is the caller's: made by one of their vibe calls (recorded from its
@@ -532,6 +547,9 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
         payload = model.to_payload()
         if not isinstance(payload, dict):
             return model, payload, None, None
+        audio = payload.get("audio_url")  # upload, upload_extend: a file the upstream fetches with the team's key
+        if audio and not await gateway.files.allows(user, str(audio)):
+            raise RequestValidationError([_problem("audio_url", FOREIGN_FILE)])
         for field, owns in (("continue_song_id", gateway.owns_song), ("singer_id", gateway.owns_singer)):
             named = payload.get(field)
             if named and not await owns(user, str(named)):

@@ -3,7 +3,8 @@
 Tokens: a live user's token, by its hash, for at most `TOKEN_TTL` seconds, so a revoked token is refused
 within that long (by every gateway on the database: each one asks the ledger again once its entry is old).
 Task owners: a task, once recorded as a user's, is theirs for ever (the ledger never gives it to another), so
-only positive answers are kept; an id not known here is asked of the ledger every time.
+only positive answers are kept; an id not known here as the caller's is asked of the ledger every time, another
+user's as well as a missing one, so both take one path (the same calls, in the same order).
 Song look-ups: a read through a user's own tasks upstream (for a song id neither here nor in the ledger), kept for
 `SCAN_TTL` seconds and shared by every look-up meanwhile, so made-up ids do not multiply upstream reads.
 """
@@ -42,8 +43,10 @@ class OwnerCache:
     def __init__(self) -> None:
         self._owners: dict[str, str] = {}
 
-    def unknown(self, ids: list[str]) -> list[str]:
-        return [i for i in ids if i not in self._owners]
+    def not_mine(self, user: str, ids: list[str]) -> list[str]:
+        """The ids not known here as `user`'s: unknown ones and other users' alike (both are asked of the ledger,
+        so another user's id takes the path of a missing one)."""
+        return [i for i in ids if self._owners.get(i) != user]
 
     def learn(self, user: str, ids: list[str]) -> None:
         if len(self._owners) + len(ids) > MAX_ENTRIES:
