@@ -6,7 +6,9 @@ team row) and how to create its tables. Every paid call reserves its estimate fr
 budget in the same transaction that claims its idempotency key, so two gateways on one database can neither
 overspend a budget nor send one key twice. What is charged is kept as running totals (`users.spent`, `team.spent`),
 moved by every transaction that changes a call's charge, so a budget check costs the same whatever the ledger's
-size. `ledger_engines.open_ledger(url)` picks the engine from the URL.
+size. Each call's window (reserved to answered) and each reading of the upstream's credits are stamped on the
+ledger's one clock, so the meter attributes a figure only to a call no other overlapped, on any replica. The
+schema goes through numbered steps (`ledger_migrations`). `ledger_engines.open_ledger(url)` picks the engine.
 """
 
 from __future__ import annotations
