@@ -36,6 +36,7 @@ TITLES = {
     14: "audio analysis: speed (x real time) and peak memory",
     15: "prompt grid: wall vs the same rows as a batch, view redraw cost",
     16: "team gateway: task query and paid create vs straight to the upstream, 200 concurrent queries",
+    17: "synchronous engine: an ElevenLabs song through the client vs the raw POST",
 }
 DEFAULT_JSON = ROOT / "artifacts" / "benchmarks.json"
 
@@ -70,6 +71,8 @@ def _figure(number: int) -> Callable[..., list[Row]]:
         from .bench_grid import run
     elif number == 16:
         from .bench_gateway import run
+    elif number == 17:
+        from .bench_engines import run
     else:
         from .bench_memory import run
     return lambda quick: run(quick=quick)

@@ -41,9 +41,10 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
     return json.loads(target.read_text()), done.stdout
 
 
-FIGURES = [1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16]
+FIGURES = [1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15, 16, 17]
 """1-7 the foundation's, 10 batches (issue 14), 11 the library (issue 15), 12 the front end in a browser (issue 16),
-13 the agent server (issue 21), 14 audio analysis and 15 prompt grids (issue 22), 16 the team gateway (issue 31)."""
+13 the agent server (issue 21), 14 audio analysis and 15 prompt grids (issue 22), 16 the team gateway (issue 31),
+17 a synchronous engine's song (issue 37)."""
 
 
 def test_quick_run_reports_every_figure(quick_run: tuple[dict, str]) -> None:
