@@ -24,7 +24,7 @@ SECONDS = 3.0
 
 
 def run(*, quick: bool = False) -> list[Row]:
-    rounds = 3 if quick else 9
+    rounds = 2 if quick else 9
     fields = {"provider": "elevenlabs", "prompt": "benchmark", "seconds": SECONDS}
     wire = el.build(build_engine_request(**fields))
     with Sandbox(stage_seconds=0.05, song_seconds=2, faults="") as sandbox:
