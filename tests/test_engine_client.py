@@ -350,3 +350,53 @@ def test_an_answers_audio_is_kept_beside_the_journal_or_in_the_user_data_folder_
         assert folder.name.startswith("ipymusicgen-engine-audio-") and folder.stat().st_mode & 0o077 == 0
     finally:
         played.close()
+
+
+KILLED_CHILD = textwrap.dedent(
+    """
+    import sys, threading
+    from pydantic import SecretStr
+    from ipymusicgen import MusicClient
+    from ipymusicgen.config import Settings
+    from ipymusicgen.storage.journal import Journal
+
+    url, journal_path, key = sys.argv[1:4]
+    settings = Settings.from_env().with_changes(elevenlabs_base_url=url, elevenlabs_api_key=SecretStr(key))
+    client = MusicClient("service-key-0000", base_url=url, settings=settings, journal=Journal(journal_path),
+                         archive=False)
+    print(client.generate(provider="elevenlabs", style="night drive", seconds=30).ids[0], flush=True)
+    threading.Event().wait()  # the call runs in the background until this process is killed
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_process_killed_while_its_engine_call_is_out_leaves_it_may_have_been_charged(
+    hostile_server: Callable[..., HostileServer], tmp_path: Path
+) -> None:
+    import signal
+
+    from tests.hostile_server import wait_for
+
+    server = hostile_server(lambda request, sock: server.hold(sock))
+    journal_path = tmp_path / "journal.sqlite3"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHILD, server.url, str(journal_path), KEY],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(server.received, "the engine call to arrive", timeout=120)
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    task_id = out.strip().splitlines()[0]
+    assert task_id.startswith("elevenlabs-") and KEY not in out + err
+    journal = Journal(journal_path)
+    try:
+        [attempt] = journal.attempts(outcome="unknown")  # a pending attempt of a dead process: maybe charged
+    finally:
+        journal.close()
+    assert attempt.endpoint == "elevenlabs compose" and attempt.payload["task_id"] == task_id
+    assert len(server.requests) == 1
