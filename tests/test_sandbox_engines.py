@@ -242,3 +242,28 @@ def test_the_elevenlabs_sdk_separates_a_song_into_stems(engines: Sandbox) -> Non
     with pytest.raises(ApiError) as refused:
         b"".join(eleven(engines, key="sk_wrong").music.separate_stems(file=("s.mp3", song)))
     assert refused.value.status_code == 401
+
+
+@pytest.mark.slow
+def test_python_m_ipymusicgen_sandbox_runs_the_sandbox_of_every_provider() -> None:
+    import signal
+
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ipymusicgen", "sandbox", "--stage-seconds", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None
+        lines = []
+        for line in child.stdout:  # until the banner is out: the sandbox is serving
+            lines.append(line)
+            if "Press Ctrl+C" in line:
+                break
+        child.send_signal(signal.SIGINT)
+        child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    shown = "".join(lines)
+    assert "ElevenLabs and Gemini (Lyria) base URL: http://127.0.0.1:" in shown
+    assert all(name in shown for name in ("MUSICGEN_ELEVENLABS_BASE_URL=", "GEMINI_API_KEY=sandbox-demo-key"))

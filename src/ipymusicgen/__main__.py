@@ -221,6 +221,14 @@ def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, e
     leaf.error(said if type(leaf) is not argparse.ArgumentParser else f"{said} (see {leaf.prog} --help)")
 
 
+def _sandbox(args: argparse.Namespace) -> int:
+    """`python -m ipymusicgen sandbox [options]`: the local sandbox of every provider, as `python -m
+    ipymusicgen.sandbox` runs it (its base URLs and demo keys printed, `--help` for its options)."""
+    from .sandbox.__main__ import main as serve
+
+    return serve(args.options)
+
+
 def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -> int:
     """The command line; `workspace`: the journal file and client to use (default: the session's current one)."""
     from .gateway.cli import add_gateway_parser, credits_arg, port_arg
@@ -277,9 +285,13 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
     )
     agent.add_argument("--budget", type=credits_arg, default=None, help="credits this server may spend in its lifetime")
     agent.set_defaults(run=_mcp)
+    local = commands.add_parser("sandbox", add_help=False, help="run the local sandbox of every provider (--help)")
+    local.set_defaults(run=_sandbox)
     add_gateway_parser(commands)
     args, extra = parser.parse_known_args(argv)
-    if extra:
+    if args.command == "sandbox":  # its options are the sandbox's own (python -m ipymusicgen.sandbox)
+        args.options = extra
+    elif extra:
         _refuse_unknown(parser, args, extra)
     args.workspace = workspace
     try:
