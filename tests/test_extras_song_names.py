@@ -269,3 +269,30 @@ def test_the_archive_wav_helper_is_the_same_paid_once_wav_under_any_name(
     with build_client(client.settings, archive=False) as unarchived, pytest.raises(RuntimeError, match="not archive"):
         ipymusicgen.archive.archive_wav(task_id, client=unarchived)
     assert service.request_counts()[WAV] == 1  # refused before anything is sent
+
+
+def test_the_agent_and_a_notebook_racing_under_two_names_send_one_request(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    task_id, song_id = finished_song(paid_clients(), service, "race reel")
+    desk, notebook = AgentDesk(paid_clients()), paid_clients()
+    start = threading.Barrier(2)
+    answers: dict[str, Any] = {}
+
+    def agent() -> None:
+        start.wait()
+        answers["agent"] = data(call(desk, "make_extra", {"task_id": song_id.upper(), "kind": "wav"}, asker=Asker()))
+
+    def kernel() -> None:
+        start.wait()
+        answers["kernel"] = make_extra(notebook, f" {task_id} ", "wav").as_dict()
+
+    threads = [threading.Thread(target=agent), threading.Thread(target=kernel)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert set(answers) == {"agent", "kernel"}, answers
+    assert sorted(a["sent"] for a in answers.values()) == [False, True]
+    assert {a["song"] for a in answers.values()} == {task_id}
+    assert service.request_counts()[WAV] == 1
