@@ -108,7 +108,7 @@ def test_demo_from_an_installed_wheel_says_where_everything_went(wheel: Path, tm
     )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = dict(re.findall(r"^(Service|Notebook|MP3|Open it): +(.*)$", done.stdout, flags=re.MULTILINE))
-    out = work / "artifacts" / "demo"
+    out = work / "artifacts" / "demo" / "quickstart"  # a folder per demo
     assert "local sandbox" in lines["Service"]
     assert lines["Notebook"].startswith(f"{out / 'quickstart.ipynb'} (")
     executed = nbformat.read(out / "quickstart.ipynb", as_version=4)

@@ -6,12 +6,16 @@ Runs against the service configured by MUSICGEN_* variables, or the embedded san
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import importlib.util
 import json
 import math
+import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -90,35 +94,56 @@ def _print_updates(records: list) -> None:
         print(f"  {_shown(record.id)}: {record.state.value}{duration} {_shown(record.title)}".rstrip())
 
 
+QUIET_FDS = ("--IPKernelApp.capture_fd_output=False",)
+"""The kernel's own file descriptors 1 and 2 stay kernel.log (not a pipe into the notebook that dies with the
+kernel), so a crash's dump and its shutdown's noise land there; cells' output reaches the notebook as always."""
+
+
 def _kernel_manager(folder: Path) -> Any:
     """A kernel of *this* interpreter, whatever kernelspecs are (or are not) installed.
 
     A plain `pip install .` in a venv that is not activated may find no `python3` kernelspec, or one
-    that starts whichever `python` is first on PATH; a spec written here runs `sys.executable`.
+    that starts whichever `python` is first on PATH; a spec written here runs `sys.executable`. The manager is
+    the asynchronous one nbclient is made for: with the blocking one, a wait for a cell's reply held the event loop,
+    so a dead kernel went unnoticed until the cell's timeout and SIGTERM's handler never ran.
     """
     from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
 
     spec_dir = folder / "kernels" / "python3"
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # -X faulthandler: a crash in native code leaves its last words (the Python stack) in kernel.log
+        "argv": [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            *QUIET_FDS,
+        ],
         "display_name": "Python 3 (ipykernel)",
         "language": "python",
     }
     (spec_dir / "kernel.json").write_text(json.dumps(spec), encoding="utf-8")
     specs = KernelSpecManager(kernel_dirs=[str(folder / "kernels")], ensure_native_kernel=False)
     # Local sockets in the private folder: nothing listens on TCP, and ipykernel has nothing to warn about.
-    return KernelManager(kernel_name="python3", kernel_spec_manager=specs, transport="ipc", ip=str(folder / "kernel"))
+    return AsyncKernelManager(
+        kernel_name="python3", kernel_spec_manager=specs, transport="ipc", ip=str(folder / "kernel")
+    )
 
 
 def _where_to_open(notebook: Path) -> str:
-    """The command that opens the executed notebook in JupyterLab (installing it first if needed)."""
+    """The command that opens the executed notebook in JupyterLab (installing it first if needed); as root it
+    needs --allow-root, without which JupyterLab exits at once."""
     jupyter = Path(sys.executable).with_name("jupyter")
+    root = " --allow-root" if hasattr(os, "geteuid") and os.geteuid() == 0 else ""
+    lab = f"{shlex.quote(str(jupyter))} lab{root} {shlex.quote(str(notebook))}"
     if importlib.util.find_spec("jupyterlab") is not None and jupyter.exists():
-        return f"{shlex.quote(str(jupyter))} lab {shlex.quote(str(notebook))}"
-    pip = f"{shlex.quote(sys.executable)} -m pip install jupyterlab"
-    return f"{pip} && {shlex.quote(str(jupyter))} lab {shlex.quote(str(notebook))}"
+        return lab
+    return f"{shlex.quote(sys.executable)} -m pip install jupyterlab && {lab}"
 
 
 def _service_in_use() -> str:
@@ -129,33 +154,134 @@ def _service_in_use() -> str:
 
 
 def fresh_downloads(out: Path) -> Path:
-    """The demo's `<output>/downloads/`, emptied: each run keeps its own songs, so a second run leaves one
-    `Songs of Lighthouse.mp3`, not a `(2)` beside the first (the folder is the demo's own)."""
+    """The demo's `<output>/<demo>/downloads/`, emptied: each run keeps its own songs, so a second run leaves one
+    `Songs of Lighthouse.mp3`, not a `(2)` beside the first (the folder is this demo's own: another demo's run
+    never touches it)."""
     downloads = out / "downloads"
     shutil.rmtree(downloads, ignore_errors=True)
     downloads.mkdir(parents=True, exist_ok=True)
     return downloads
 
 
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
+"""Terminal escape sequences (colours, titles): a traceback's colours are noise in a pipe or a log."""
+
+
+def plain(text: object) -> str:
+    """Kernel text on one line with no escape codes (a coloured traceback's last line, a crash's last words)."""
+    return _shown(_ESCAPES.sub("", str(text or ""))).strip()
+
+
+class DemoStopped(Exception):
+    """SIGTERM or SIGINT came while the demo ran: the kernel is shut down and the demo ends."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+async def _execute(runner: Any, out: Path, log: Any, at: list[int]) -> None:
+    """Run every cell; `at` gets each cell's index as it starts. SIGTERM/SIGINT cancel the run (DemoStopped): nbclient
+    would only shut the kernel down and wait on, so its handlers are replaced once the kernel has started."""
+    task = asyncio.current_task()
+    stopped: list[int] = []
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        if task is not None:
+            task.cancel()
+
+    def take_signals(**_: Any) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+                loop.add_signal_handler(signum, stop, signum)
+
+    runner.on_notebook_start = take_signals
+    runner.on_cell_execute = lambda cell_index, **_: at.append(cell_index)
+    try:  # the kernel's own stdout and stderr (a crash's last words, its shutdown's noise) go to kernel.log
+        await runner.async_execute(cwd=str(out), stdout=log, stderr=log)
+    except BaseException:
+        if stopped:
+            raise DemoStopped(stopped[0]) from None
+        raise
+
+
+async def _run_notebook(
+    runner: Any, kernel: Any, out: Path, log: Any, at: list[int]
+) -> tuple[BaseException | None, str]:
+    """Execute, then always shut the kernel down: (the error that ended the run or None, why the kernel died)."""
+    from nbclient.exceptions import CellControlSignal, DeadKernelError
+
+    try:
+        await _execute(runner, out, log, at)
+        return None, ""
+    except DeadKernelError as exc:  # how its process ended is known only until it is cleaned up
+        return exc, _kernel_death(kernel, Path(log.name))
+    except (CellControlSignal, DemoStopped) as exc:  # a cell's error or timeout, a signal
+        return exc, ""
+    finally:
+        if kernel.has_kernel:  # a kernel manager passed in is ours to shut down, not nbclient's
+            with contextlib.suppress(Exception):
+                await kernel.shutdown_kernel(now=True)
+
+
+def _kernel_death(kernel: Any, log_path: Path) -> str:
+    """Why the kernel died: how its process ended, and its last words in kernel.log."""
+    process = getattr(getattr(kernel, "provisioner", None), "process", None)
+    code = process.poll() if process is not None else None
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        how = f"killed by {name}" + (" (a crash in native code)" if name in ("SIGSEGV", "SIGBUS", "SIGABRT") else "")
+    else:
+        how = f"exited with code {code}" if code is not None else "stopped answering"
+    text = log_path.read_text(errors="replace")[-65536:] if log_path.exists() else ""  # a stack dump is long
+    words = [plain(line) for line in text.splitlines()]
+    fatal = [w for w in words if w.startswith("Fatal Python error")]  # faulthandler's first line says what
+    last = fatal[:1] or [w for w in words if w][-3:]
+    return how + (f"; its last words (in {log_path}): {' | '.join(last)}" if last else "")
+
+
+def _failure(failed: BaseException, cell: int | None, death: str) -> str:
+    """The one line that says what ended the run and what to do, with no escape codes."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    where = f"cell {cell + 1}" if cell is not None else "a cell"
+    if isinstance(failed, DemoStopped):
+        return f"stopped by {failed} while running {where}; the kernel was shut down"
+    if isinstance(failed, DeadKernelError):
+        return f"the kernel died while running {where} ({death or 'stopped answering'})"
+    if isinstance(failed, CellTimeoutError):
+        return f"{where} took longer than --timeout; the kernel was stopped"
+    ename, evalue = plain(getattr(failed, "ename", "")), plain(getattr(failed, "evalue", ""))
+    said = f"{ename}: {evalue}" if ename else (plain(str(failed).strip().splitlines()[-1:]) or type(failed).__name__)
+    missing = re.fullmatch(r"ModuleNotFoundError: No module named '([\w.]+)'", said)
+    if missing:
+        module = missing.group(1).split(".")[0]
+        said += f"; install it into this Python: {shlex.quote(sys.executable)} -m pip install {module}"
+    return f"{where} failed ({said})"
+
+
 def _demo(args: argparse.Namespace) -> int:
     """Execute a demo notebook (on the sandbox when no key is set) and say where everything went.
 
-    It runs in the output folder, so the songs it downloads land in `<output>/downloads/`, never in
-    the source tree; the executed copy is saved there too, even when a cell fails.
+    It runs in the demo's own folder, `<output>/<demo>/`, so the songs it downloads land in its `downloads/`
+    (never in the source tree, never in another demo's folder); the executed copy is saved there too, even when a
+    cell fails, and the kernel's own output in `kernel.log`.
     """
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
     source = notebook_source(args.notebook)
-    out = Path(args.output).resolve()
+    out = Path(args.output).resolve() / source.stem
     out.mkdir(parents=True, exist_ok=True)
     target = out / source.name
     downloads = fresh_downloads(out)
+    log_path = out / "kernel.log"
     notebook = nbformat.read(source, as_version=4)
     print(f"Running {source.name} (every cell, as in a fresh kernel) ...", flush=True)
-    failed: BaseException | None = None
-    with tempfile.TemporaryDirectory(prefix="ipymusicgen-kernel-") as kernels:
+    at: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="ipymusicgen-kernel-") as kernels, log_path.open("wb") as log:
         kernel = _kernel_manager(Path(kernels))
         runner = NotebookClient(
             notebook,
@@ -165,13 +291,10 @@ def _demo(args: argparse.Namespace) -> int:
             resources={"metadata": {"path": str(out)}},
         )
         try:
-            runner.execute(cwd=str(out))
-        except CellExecutionError as exc:
-            failed = exc
+            failed, death = asyncio.run(_run_notebook(runner, kernel, out, log, at))
         finally:
             nbformat.write(notebook, target)
-            if kernel.has_kernel:  # a kernel manager passed in is ours to shut down, not nbclient's
-                kernel.shutdown_kernel()
+        problem = _failure(failed, at[-1] if at else None, death) if failed is not None else ""
     songs = sorted(downloads.glob("*.mp3")) if downloads.is_dir() else []  # the folder is this run's alone
     print()
     print(f"Service:   {_service_in_use()}")
@@ -182,9 +305,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"MP3:       none saved in {downloads}")
     print(f"Open it:   {_where_to_open(target)}")
     if failed is not None:
-        first_line = str(failed).strip().splitlines()[-1] if str(failed).strip() else type(failed).__name__
-        print(f"error: a cell failed ({first_line}); the executed notebook shows where.", file=sys.stderr)
-        return 1
+        print(f"error: {problem}; the executed notebook shows where.", file=sys.stderr)
+        return 128 + failed.signum if isinstance(failed, DemoStopped) else 1
     return 0
 
 
@@ -263,8 +385,8 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
     demo.add_argument(
         "--output",
         default="artifacts/demo",
-        help="the demo's own folder for the executed notebook and downloads/ (default: artifacts/demo); "
-        "each run replaces downloads/",
+        help="the demos' folder (default: artifacts/demo): each demo writes into its own <output>/<demo>/ (the "
+        "executed notebook, downloads/, kernel.log); each run replaces that demo's downloads/ only",
     )
     demo.add_argument("--timeout", type=float, default=600, help="seconds a cell may take (default 600)")
     demo.set_defaults(run=_demo)
