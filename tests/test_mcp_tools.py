@@ -30,6 +30,8 @@ GENERATE = "/v1/music/generate"
 SUBMIT = "/v2/submit"
 PAID_TOOLS = {"generate_song", "generate_song_v2", "write_lyrics", "run_batch", "make_extra"}
 ALL_TOOLS = PAID_TOOLS | {"wait_for_songs", "get_songs", "search_library", "account", "batch_status", "unfinished"}
+APP_ONLY = {"confirm_quote"}
+"""Called by the consent card only (MCP Apps `_meta.ui.visibility: ["app"]`): see tests/test_mcp_consent_card.py."""
 MODES = ("auto", "legacy")
 """The 2026-07-28 protocol (a paid tool returns its question as InputRequiredResult) and the handshake-era one
 (the server sends elicitation/create mid-call): a user is asked either way."""
@@ -123,9 +125,10 @@ def test_the_tools_carry_the_specs_bounds_and_read_only_hints(make_desk: Callabl
             return (await client.list_tools()).tools
 
     tools = {tool.name: tool for tool in anyio.run(listing)}
-    assert set(tools) == ALL_TOOLS
+    assert set(tools) == ALL_TOOLS | APP_ONLY
     for name, tool in tools.items():
-        assert tool.annotations is not None and tool.annotations.read_only_hint is (name not in PAID_TOOLS), name
+        paid = name in PAID_TOOLS | APP_ONLY
+        assert tool.annotations is not None and tool.annotations.read_only_hint is (not paid), name
     song = tools["generate_song"].input_schema["properties"]
     assert song["title"]["anyOf"][0]["maxLength"] == TITLE_MAX
     assert song["action"]["enum"][0] == "auto" and "artist_consistency" in song["action"]["enum"]

@@ -212,6 +212,28 @@ class AgentDesk:
         credits_left = None if replay is not None else self.credits_left()
         return Plan(kind, request, estimate, credits_left, name, replay)
 
+    def replan(self, plan: Plan) -> Plan:
+        """The same call priced again now, under the same name: the cost table, the journal (sent meanwhile: its
+        replay) and the credits left of now. A consent card's Confirm pays this, never the agent's numbers."""
+        if plan.kind == "lyrics":
+            return Plan("lyrics", plan.request, costs.estimate_credits(plan.request), self.credits_left(), None)
+        assert plan.name is not None and plan.kind in ("v1", "v2")
+        replay = self._replay(plan.name, plan.request, plan.kind == "v2")
+        if replay is not None:
+            replay = {**replay, "repeat": True}
+        estimate = costs.estimate_credits(plan.request)
+        return Plan(plan.kind, plan.request, estimate, None if replay else self.credits_left(), plan.name, replay)
+
+    def record(self, plan: Plan) -> None:
+        """Record a quoted v1/v2 call under its name before anyone confirms it (nothing sent yet): its attempt is in
+        the journal's batch tables from the quote on, as a derived name's is."""
+        if plan.name is None or plan.free or plan.kind not in ("v1", "v2"):
+            return
+        v2 = plan.kind == "v2"
+        row = [(request_hash(plan.request, v2), json.dumps(plan.request.to_payload()), v2)]
+        with contextlib.suppress(ValueError, StorageError):  # recorded again when sent; a locked file says so there
+            self.store.open_batch(plan.name, row)
+
     def _derived_name(self, request: Any, v2: bool) -> str:
         """The name a call without a key is recorded under: the latest one of the same request whose first call
         is less than the window old, else a new one stamped now. Recorded at once (nothing sent yet), so a

@@ -106,3 +106,14 @@ class UnfinishedOutput(TypedDict):
     running_task_ids: list[str]
     unknown_attempts: list[dict[str, Any]]
     note: str
+
+
+@with_config(OPEN)
+class ConfirmOutput(TypedDict):
+    """confirm_quote (the consent card's Confirm): the paid tool's own answer once sent (its fields kept), or a new
+    quote (state requoted) when the price changed."""
+
+    state: str
+    note: NotRequired[str]
+    quote_id: NotRequired[str]
+    quote: NotRequired[dict[str, Any]]

@@ -17,9 +17,8 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -45,9 +44,11 @@ from pydantic import BaseModel, Field, ValidationError
 from ..archive.archived_audio import ArchivedAudioError, audio_type, read_archived_audio
 from ..client.waiting import check_id
 from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
-from ..models.schema import ACTIONS, PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request, field_descriptions
+from ..models.schema import PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
 from ..models.tasks import TaskSet
 from ..storage.errors import StorageError
+from .consent import CARD_URI, QuoteBook
+from .consent_card import Answer, ConsentCard
 from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan
 from .outputs import (
     AccountOutput,
@@ -62,6 +63,7 @@ from .outputs import (
 )
 from .songs import SERVICE_TEXT, stage, state_of
 from .text import service_text
+from .tool_params import bounds_of, model_schema, v1_schema, with_request_fields
 
 T = TypeVar("T")
 AUDIO_MAX_BYTES = 8 * 1024 * 1024
@@ -154,30 +156,45 @@ class _MusicServer(MCPServer):
 class AgentServer:
     """The MCP server over one `AgentDesk`: tool wrappers that price, ask, send and redact."""
 
-    def __init__(self, desk: AgentDesk) -> None:
+    def __init__(self, desk: AgentDesk, quotes: QuoteBook | None = None) -> None:
         self.desk = desk
+        self.card = ConsentCard(self, quotes if quotes is not None else QuoteBook())
+        """A host with MCP Apps gets a quote and the consent card (`consent_card`) instead of a question."""
         v1_shapes = tuple(V1_SHAPES.values())
         tools = [
             self._tool(
-                with_request_fields(self.generate_song, v1_shapes, {"action": "auto"}), PAID, v1_schema(), REISSUE
+                with_request_fields(self.generate_song, v1_shapes, {"action": "auto"}),
+                PAID,
+                v1_schema(),
+                REISSUE,
+                card=True,
             ),
             self._tool(
                 with_request_fields(self.generate_song_v2, (V2Request,), V2_DEFAULTS),
                 PAID,
                 model_schema(V2Request),
                 REISSUE,
+                card=True,
             ),
-            self._tool(with_request_fields(self.write_lyrics, (LyricsRequest,)), PAID, model_schema(LyricsRequest)),
+            self._tool(
+                with_request_fields(self.write_lyrics, (LyricsRequest,)), PAID, model_schema(LyricsRequest), card=True
+            ),
             self._tool(self.wait_for_songs, READ_ONLY),
             self._tool(self.get_songs, READ_ONLY),
             self._tool(self.search_library, READ_ONLY),
             self._tool(self.account, READ_ONLY),
-            self._tool(self.run_batch, PAID),
-            self._tool(self.make_extra, EXTRA),
+            self._tool(self.run_batch, PAID, card=True),
+            self._tool(self.make_extra, EXTRA, card=True),
             self._tool(self.batch_status, READ_ONLY),
             self._tool(self.unfinished, READ_ONLY),
         ]
-        self.mcp = _MusicServer("ipymusicgen", instructions=instructions(desk), tools=tools, log_level="WARNING")
+        self.mcp = _MusicServer(
+            "ipymusicgen",
+            instructions=instructions(desk),
+            tools=tools,
+            log_level="WARNING",
+            extensions=[self.card.apps],
+        )
         self.mcp.resource("song://{task_id}", mime_type="application/json", description="A song's record")(
             self.song_resource
         )
@@ -185,13 +202,19 @@ class AgentServer:
 
     @staticmethod
     def _tool(
-        fn: Callable[..., Any], annotations: ToolAnnotations, schema: dict[str, Any] | None = None, note: str = ""
+        fn: Callable[..., Any],
+        annotations: ToolAnnotations,
+        schema: dict[str, Any] | None = None,
+        note: str = "",
+        *,
+        card: bool = False,
     ) -> Tool:
         description = " ".join((fn.__doc__ or "").split()) + note
-        tool = Tool.from_function(fn, annotations=annotations, description=description)
+        meta = {"ui": {"resourceUri": CARD_URI}} if card else None  # MCP Apps: a host with Apps shows the card
+        tool = Tool.from_function(fn, annotations=annotations, description=description, meta=meta)
         if schema is not None:  # the bounds of the spec, from the request models (validation also goes through them)
             declared = tool.parameters.get("properties", {})
-            bounds = {name: _bounds(prop) for name, prop in schema["properties"].items()}
+            bounds = {name: bounds_of(prop) for name, prop in schema["properties"].items()}
             properties = {name: {**prop, **bounds.get(name, {})} for name, prop in declared.items()}
             tool.parameters = {**tool.parameters, "properties": properties, "required": schema.get("required", [])}
         return tool
@@ -224,6 +247,31 @@ class AgentServer:
             return await anyio.to_thread.run_sync(call)
         except Exception as exc:  # a locked journal, a bug: one redacted line for the agent, never a traceback
             raise self._error(exc) from None
+
+    async def _gate(
+        self,
+        ctx: Context,
+        tool: str,
+        plan: Plan,
+        cap: float | None,
+        execute: Callable[[Plan], dict[str, Any]],
+        answer: Answer,
+        replan: Callable[[], Plan] | None = None,
+    ) -> Any:
+        """The strongest consent this host can show, then the call: the Apps card (a quote: nothing sent), else the
+        form question (elicitation), else `max_credits` (the agent decides: the weakest)."""
+        if self.card.shows(ctx, plan):
+            refusal = self.desk.refusal(plan, cap)
+            if refusal is not None:
+                raise ToolError(refusal)
+            again = replan if replan is not None else functools.partial(self.desk.replan, plan)
+            return self.card.quote(ctx, tool, plan, again, execute, answer)
+        declined = await self._consent(ctx, plan, cap)
+        if isinstance(declined, InputRequiredResult):
+            return declined
+        if declined is not None:
+            return self._clean(answer(plan, "declined", declined))
+        return self._clean(await self._blocking(lambda: execute(plan)))
 
     async def _consent(self, ctx: Context, plan: Plan, max_credits: float | None) -> str | InputRequiredResult | None:
         """None when the call may be sent; why not (declined); or, on a 2026-07-28 connection, the question
@@ -272,13 +320,13 @@ class AgentServer:
         self, ctx: Context, kind: str, fields: dict[str, Any], key: str | None, cap: float | None, again: bool
     ) -> Any:
         plan = await self._blocking(lambda: self.desk.plan(kind, fields, key, again=again))
-        declined = await self._consent(ctx, plan, cap)
-        if isinstance(declined, InputRequiredResult):
-            return declined
-        if declined is not None:
-            answer = {"task_ids": [], "credits_estimate": plan.estimate, "attempt": None, "state": "declined"}
-            return self._clean({**answer, "note": declined})
-        return self._clean(await self._blocking(lambda: self.desk.send(plan)))
+        tool = "generate_song_v2" if kind == "v2" else "generate_song"
+
+        def unsent(plan: Plan, state: str, note: str) -> dict[str, Any]:
+            attempt = plan.name if state == "quoted" else None
+            return {"task_ids": [], "credits_estimate": plan.estimate, "attempt": attempt, "state": state, "note": note}
+
+        return await self._gate(ctx, tool, plan, cap, self.desk.send, unsent)
 
     # -- paid tools ----------------------------------------------------------------------------------
 
@@ -312,14 +360,16 @@ class AgentServer:
         """Write lyrics from a prompt; returns {title, text}. Costs a credit: the user is asked first. Not
         deduplicated: each call writes (and pays for) new lyrics."""
         plan = await self._blocking(lambda: self.desk.plan("lyrics", fields))
-        declined = await self._consent(ctx, plan, max_credits)
-        if isinstance(declined, InputRequiredResult):
-            return declined
-        if declined is not None:
-            return {"title": None, "text": None, "state": "declined", "note": declined}
-        result = await self._blocking(lambda: self.desk.write_lyrics(plan))
-        written = {"title": service_text(result.title or ""), "text": service_text(result.text or "", lines=True)}
-        return self._clean({**written, "state": "written", "service_text": SERVICE_TEXT})
+
+        def write(plan: Plan) -> dict[str, Any]:
+            result = self.desk.write_lyrics(plan)
+            written = {"title": service_text(result.title or ""), "text": service_text(result.text or "", lines=True)}
+            return {**written, "state": "written", "service_text": SERVICE_TEXT}
+
+        def unsent(plan: Plan, state: str, note: str) -> dict[str, Any]:
+            return {"title": None, "text": None, "state": state, "note": note}
+
+        return await self._gate(ctx, "write_lyrics", plan, max_credits, write, unsent)
 
     async def run_batch(
         self,
@@ -340,17 +390,27 @@ class AgentServer:
     ) -> BatchOutput | InputRequiredResult:
         """Start a batch of songs and return at once; batch_status(name) reports on it. Costs credits. Safe to
         re-issue: a batch is known by its name, and running it again sends only rows never sent."""
-        estimate, left = await self._blocking(lambda: self.desk.plan_batch(rows, name))
-        if estimate:
-            plan = Plan("batch", BatchRequest(name, len(rows)), estimate, left, name)
-            declined = await self._consent(ctx, plan, max_credits)
-            if isinstance(declined, InputRequiredResult):
-                return declined
-            if declined is not None:
-                return {"name": name, "state": "declined", "note": declined, "credits_estimate": estimate}
-        batch = await self._blocking(lambda: self.desk.run_batch(rows, name, budget, concurrency, shown=estimate))
-        status = {"name": batch.name, "state": "started", "credits_estimate": estimate}
-        return self._clean({**status, "line": batch.progress_line()})
+
+        def priced() -> Plan:
+            estimate, left = self.desk.plan_batch(rows, name)
+            return Plan("batch", BatchRequest(name, len(rows)), estimate, left, name)
+
+        def start(plan: Plan) -> dict[str, Any]:
+            batch = self.desk.run_batch(rows, name, budget, concurrency, shown=plan.estimate)
+            return {
+                "name": batch.name,
+                "state": "started",
+                "credits_estimate": plan.estimate,
+                "line": batch.progress_line(),
+            }
+
+        def unsent(plan: Plan, state: str, note: str) -> dict[str, Any]:
+            return {"name": name, "state": state, "note": note, "credits_estimate": plan.estimate}
+
+        plan = await self._blocking(priced)
+        if not plan.estimate:  # every row was sent before: nothing to pay, nothing to ask
+            return self._clean(await self._blocking(lambda: start(plan)))
+        return await self._gate(ctx, "run_batch", plan, max_credits, start, unsent, priced)
 
     async def make_extra(
         self,
@@ -368,13 +428,16 @@ class AgentServer:
         again (here, from a notebook or another kernel, by its task id or song id) reuses what was made and pays
         nothing: the note then says it is already made."""
         plan = await self._blocking(lambda: self.desk.plan_extra(task_id, kind))
-        declined = await self._consent(ctx, plan, max_credits)
-        if isinstance(declined, InputRequiredResult):
-            return declined
-        if declined is not None:
-            answer = {"song": plan.request.song, "kind": plan.request.kind, "state": "declined", "value": None}
-            return self._clean({**answer, "path": None, "note": declined, "sent": False, "credits_estimate": 0})
-        return self._clean(await self._blocking(lambda: self.desk.make_extra(plan)))
+
+        def unsent(plan: Plan, state: str, note: str) -> dict[str, Any]:
+            answer = {"song": plan.request.song, "kind": plan.request.kind, "state": state, "value": None}
+            estimate = plan.estimate if state == "quoted" else 0
+            return {**answer, "path": None, "note": note, "sent": False, "credits_estimate": estimate}
+
+        def again() -> Plan:
+            return self.desk.plan_extra(plan.request.song, plan.request.kind)
+
+        return await self._gate(ctx, "make_extra", plan, max_credits, self.desk.make_extra, unsent, again)
 
     # -- reading tools -------------------------------------------------------------------------------
 
@@ -587,87 +650,9 @@ def _audio(path: str | None) -> AudioContent | None:
     return AudioContent(type="audio", data=base64.b64encode(data).decode("ascii"), mime_type=str(audio_type(data)))
 
 
-def _bounds(prop: dict[str, Any]) -> dict[str, Any]:
-    """A model field's schema without its own title and default (the tool's parameter keeps its own)."""
-    return {k: v for k, v in prop.items() if k not in ("title", "default", "description")}
-
-
-def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """A request model's JSON schema (every bound of the spec)."""
-    return model.model_json_schema()
-
-
-def v1_schema() -> dict[str, Any]:
-    """The v1 fields of every action's shape, each with its bounds; `action` names the shape."""
-    properties: dict[str, Any] = {}
-    for shape in V1_SHAPES.values():
-        for name, prop in shape.model_json_schema()["properties"].items():
-            properties.setdefault(name, prop)
-    properties["action"] = {"type": "string", "enum": list(ACTIONS), "default": "auto"}
-    return {"properties": properties, "required": []}
-
-
-_JSON_TYPES: dict[frozenset[str], Any] = {
-    frozenset({"string"}): str,
-    frozenset({"integer"}): int,
-    frozenset({"number"}): float,
-    frozenset({"integer", "number"}): float,
-    frozenset({"boolean"}): bool,
-}
-
-
-def _loose_type(prop: dict[str, Any]) -> Any:
-    """The plain type a tool parameter takes for a model field's schema: the models check the bounds (in the desk),
-    so an agent's mistake is one line naming the field, as in the notebook."""
-    kinds = {
-        part.get("type", "string" if "enum" in part or "const" in part else "") for part in prop.get("anyOf", [prop])
-    }
-    return _JSON_TYPES.get(frozenset(kinds - {"null", ""}), Any)
-
-
-def request_parameters(
-    models: tuple[type[BaseModel], ...], defaults: Mapping[str, Any] | None = None
-) -> list[inspect.Parameter]:
-    """One keyword parameter per field of the request `models` (the first to declare a field wins), described by
-    the model: a field added to a model is a tool parameter, with its description, without editing the server.
-    A field every model requires is required (unless `defaults` gives it one); the rest default to None (not sent)."""
-    defaults = defaults or {}
-    descriptions = field_descriptions(*models)
-    properties: dict[str, Any] = {}
-    for model in models:
-        for name, prop in model.model_json_schema()["properties"].items():
-            properties.setdefault(name, prop)
-    parameters = []
-    for name, description in descriptions.items():
-        required = all(name in m.model_fields and m.model_fields[name].is_required() for m in models)
-        default = defaults.get(name, inspect.Parameter.empty if required else None)
-        loose = _loose_type(properties[name])
-        annotation = Annotated[loose | None if default is None else loose, Field(description=description)]
-        parameters.append(
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-        )
-    return parameters
-
-
-def with_request_fields(
-    fn: Callable[..., Any], models: tuple[type[BaseModel], ...], defaults: Mapping[str, Any] | None = None
-) -> Callable[..., Any]:
-    """`fn` (which takes the request as `**fields`) as a tool whose parameters are the models' fields, then its own."""
-    signature = inspect.signature(fn, eval_str=True)
-    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    context = [p for p in own if p.default is inspect.Parameter.empty]
-    rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.default is not inspect.Parameter.empty]
-
-    @functools.wraps(fn)
-    async def tool(*args: Any, **kwargs: Any) -> Any:
-        return await fn(*args, **kwargs)
-
-    tool.__signature__ = signature.replace(parameters=[*context, *request_parameters(models, defaults), *rest])  # type: ignore[attr-defined]
-    return tool
-
-
-def build_server(desk: AgentDesk) -> MCPServer:
-    return AgentServer(desk).mcp
+def build_server(desk: AgentDesk, quotes: QuoteBook | None = None) -> MCPServer:
+    """The MCP server over `desk`; `quotes` (its TTL, its clock) for the consent card's quotes."""
+    return AgentServer(desk, quotes).mcp
 
 
 Transport = Literal["stdio", "streamable-http"]

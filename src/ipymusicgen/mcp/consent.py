@@ -1,0 +1,184 @@
+"""Consent a model cannot forge: a paid call is quoted, and only the user's press in the card (an app-only tool,
+MCP Apps' `_meta.ui.visibility: ["app"]`) pays it.
+
+A host that declares the Apps extension gets a quote instead of a paid call: the price is the server's own (the
+cost table over the request as validated), and the quote is single-use, bound to this server process and to the
+connection that asked, and short-lived (`QUOTE_TTL_S`). The quote names the journal attempt its call is recorded
+under (the batch tables' row the elicitation flow uses), so a call paid from the card is as durable and idempotent
+as any other. The extension itself (`mcp.server.apps`) is the official SDK's: this module only keeps the quotes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..errors import MusicGenError
+from ..models import costs
+from ..models.dollar_prices import service_dollars
+from .desk import SHOWN, AgentDesk, AgentError, Plan
+from .text import quoted
+
+CARD_URI = "ui://ipymusicgen/consent"
+QUOTE_TTL_S = 300.0
+"""A quote not confirmed within five minutes is refused (the user is asked again, at the price of then)."""
+PROVIDER = "musicful"
+"""The service the paid tools of this server call (an engine's compose is priced in dollars: not quoted yet)."""
+PROCESS = secrets.token_hex(6)
+"""This server process's mark in its quote ids: an id of another process (or of before a restart) says so."""
+KEEP_S = 3600.0
+"""How long a used or expired quote is remembered (to say which it was)."""
+SHAPE = re.compile(r"q-[0-9a-f]{12}-[A-Za-z0-9_-]{24}")
+"""Every quote id: `q-<process mark>-<18 random bytes>`; anything else was made up."""
+_CONNECTION = "ipymusicgen.consent.connection"
+"""The key of this connection's random mark in the SDK's per-connection state."""
+WAITING = "waiting for the user to confirm in the card: nothing was sent. Do not call this tool again for it."
+
+
+class QuoteRefused(AgentError):
+    """A quote id that pays nothing: made up, used, expired, of another process or connection."""
+
+
+@dataclass
+class Quote:
+    """A priced paid call waiting for the user's press. `plan` is what the user is shown and what is sent."""
+
+    id: str
+    connection: str
+    tool: str
+    plan: Plan
+    created: float
+    expires: float
+    replan: Callable[[], Plan]
+    """The same call priced again now (the cost table, the budget, the credits left, the journal)."""
+    execute: Callable[[Plan], dict[str, Any]]
+    """Sends it (blocking): what the tool would have answered after an elicited yes."""
+    used: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def connection_mark(ctx: Any) -> str:
+    """A random mark of the connection a request came on, kept in the SDK's per-connection state.
+
+    On a handshake-era connection (stdio, a streamable HTTP session) the mark lives as long as the connection. The
+    2026-07-28 protocol has no connection (each request stands alone): there a quote is bound to this process only."""
+    session = ctx.request_context.session
+    connection = getattr(session, "_connection", None)  # the SDK keeps its Connection private on the session
+    if connection is None or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return "stateless"
+    mark = connection.state.get(_CONNECTION)
+    if mark is None:
+        mark = connection.state.setdefault(_CONNECTION, secrets.token_hex(16))
+    return str(mark)
+
+
+class QuoteBook:
+    """The quotes of this server process; every check and the single use happen under one lock."""
+
+    def __init__(self, *, ttl: float | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.ttl = float(ttl if ttl is not None else os.environ.get("MUSICGEN_QUOTE_TTL_S", QUOTE_TTL_S))
+        if not 0 < self.ttl <= 3600:
+            raise AgentError(f"quote ttl: 0 to 3600 seconds, not {self.ttl:g}")
+        self.clock = clock
+        self._quotes: dict[str, Quote] = {}
+        self._lock = threading.Lock()
+
+    def issue(
+        self,
+        connection: str,
+        tool: str,
+        plan: Plan,
+        replan: Callable[[], Plan],
+        execute: Callable[[Plan], dict[str, Any]],
+        **extra: Any,
+    ) -> Quote:
+        now = self.clock()
+        quote = Quote(
+            f"q-{PROCESS}-{secrets.token_urlsafe(18)}",
+            connection, tool, plan, now, now + self.ttl, replan, execute, extra=extra,
+        )  # fmt: skip
+        with self._lock:
+            self._forget(now)
+            self._quotes[quote.id] = quote
+        return quote
+
+    def take(self, quote_id: object, connection: str) -> Quote:
+        """The quote, marked used; or `QuoteRefused` saying which kind of id it is (nothing is sent either way)."""
+        if not isinstance(quote_id, str) or not SHAPE.fullmatch(quote_id):
+            raise QuoteRefused("quote_id: not a quote of this server (made up): nothing was sent")
+        now = self.clock()
+        with self._lock:
+            quote = self._quotes.get(quote_id)
+            if quote is None:
+                if not quote_id.startswith(f"q-{PROCESS}-"):
+                    raise QuoteRefused(
+                        "quote_id: made by another server process (or before this server restarted): nothing was sent"
+                    )
+                raise QuoteRefused("quote_id: no such quote (made up, or long forgotten): nothing was sent")
+            if quote.connection != connection:
+                raise QuoteRefused("quote_id: made on another connection: nothing was sent")
+            if quote.used:
+                raise QuoteRefused("quote_id: already used: nothing was sent again")
+            if now >= quote.expires:
+                quote.used = True
+                raise QuoteRefused(
+                    f"quote_id: expired {now - quote.expires:.0f} s ago (a quote lasts {self.ttl:g} s): nothing was "
+                    "sent; ask again for a new quote"
+                )
+            quote.used = True
+            return quote
+
+    def _forget(self, now: float) -> None:
+        old = [k for k, q in self._quotes.items() if now - q.expires > KEEP_S]
+        for key in old:
+            del self._quotes[key]
+
+
+def quote_view(desk: AgentDesk, quote: Quote) -> dict[str, Any]:
+    """The quote as the card shows it: the price and the balance first, in the server's own numbers; then what the
+    agent wrote, each field quoted (`text.quoted`) and to be shown as text only."""
+    plan = quote.plan
+    payload = plan.request.to_payload()
+    words = [{"field": f, "text": quoted(payload[f])} for f in SHOWN if payload.get(f)]
+    price: dict[str, Any] = {"amount": plan.estimate, "unit": "credits", "dollars": None}
+    try:
+        price["dollars"] = str(service_dollars(plan.estimate).quantize(Decimal("0.01")))
+    except MusicGenError:  # no MUSICGEN_CREDIT_DOLLARS: the price stays in the table's unit only
+        price["dollars_note"] = "set MUSICGEN_CREDIT_DOLLARS to see dollars"
+    model = costs.model_of(plan.request) if plan.kind in ("v1", "v2") else None
+    return {
+        "id": quote.id,
+        "tool": quote.tool,
+        "kind": plan.kind,
+        "what": _what(plan),
+        "provider": PROVIDER,
+        "model": model,
+        "price": price,
+        "credits_left": plan.credits_left,
+        "budget_left": desk.budget_left(),
+        "attempt": plan.name,
+        "expires_at": dt.datetime.fromtimestamp(quote.expires, dt.timezone.utc).isoformat(timespec="seconds"),
+        "expires_in_s": round(quote.expires - quote.created),
+        "words": words,
+        "question": desk.client.redact(desk.question(plan)),
+    }
+
+
+def _what(plan: Plan) -> str:
+    if plan.kind == "batch":
+        return f"a batch of {plan.request.rows} row(s)"
+    if plan.kind == "extra":
+        return f"the {plan.request.to_payload()['kind']} of one song"
+    if plan.kind == "lyrics":
+        return "one set of lyrics"
+    return "songs (one paid call)"

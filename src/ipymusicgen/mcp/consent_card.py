@@ -1,0 +1,109 @@
+"""The consent card as MCP Apps (the official SDK's `mcp.server.apps`): the `ui://ipymusicgen/consent` resource,
+the paid tools' quote answer, and the app-only `confirm_quote` that pays a quote once.
+
+The card's HTML (`consent_card.html`) is one self-contained document; it shows the price and the balance first,
+then what the agent wrote (as text only), and calls `confirm_quote` when the user presses Confirm."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Annotated, Any
+
+from mcp.server.apps import Apps, client_supports_apps
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from .consent import CARD_URI, WAITING, Quote, QuoteBook, QuoteRefused, connection_mark, quote_view
+from .desk import Plan
+from .outputs import ConfirmOutput
+
+if TYPE_CHECKING:
+    from .server import AgentServer
+
+Answer = Callable[[Plan, str, str], dict[str, Any]]
+"""A paid tool's answer when nothing is sent (state and note): its output's shape, as a declined call's."""
+CONFIRM = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+
+def card_html() -> str:
+    return resources.files(__package__).joinpath("consent_card.html").read_text(encoding="utf-8")
+
+
+class ConsentCard:
+    """The Apps extension of one agent server and its quotes."""
+
+    def __init__(self, server: AgentServer, quotes: QuoteBook) -> None:
+        self.server = server
+        self.quotes = quotes
+        self.apps = Apps()
+        self.apps.tool(
+            resource_uri=CARD_URI,
+            visibility=["app"],
+            name="confirm_quote",
+            description="The consent card's Confirm (app-only): pays a quote once, at the server's price of now.",
+            annotations=CONFIRM,
+        )(self.confirm_quote)
+        self.apps.add_html_resource(
+            CARD_URI, card_html(), title="Confirm a paid call", description="Price, balance, and Confirm / Cancel"
+        )
+
+    def shows(self, ctx: Context, plan: Plan) -> bool:
+        """Whether this call is quoted for the card: a paid call (not a replay, not free) on a host with Apps."""
+        return not plan.free and not self.server.desk.free and client_supports_apps(ctx)
+
+    def quote(
+        self,
+        ctx: Context,
+        tool: str,
+        plan: Plan,
+        replan: Callable[[], Plan],
+        execute: Callable[[Plan], dict[str, Any]],
+        answer: Answer,
+    ) -> CallToolResult:
+        """Nothing is sent: the tool's answer says `quoted`, its `quote` is for the card, the text for the model."""
+        self.server.desk.record(plan)
+        quote = self.quotes.issue(connection_mark(ctx), tool, plan, replan, execute, answer=answer)
+        return self._quoted(quote, WAITING)
+
+    def _quoted(self, quote: Quote, note: str) -> CallToolResult:
+        plan = quote.plan
+        structured = self.server._clean({**quote.extra["answer"](plan, "quoted", note)})
+        structured["quote"] = self.server._clean(quote_view(self.server.desk, quote))
+        text = f"A quote of about {plan.estimate} credits is shown to the user in the consent card; {note}"
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+
+    async def confirm_quote(
+        self, ctx: Context, quote_id: Annotated[str, Field(max_length=100, description="the quote the card shows")]
+    ) -> Annotated[CallToolResult, ConfirmOutput]:
+        """Pay a quote the user confirmed in the card: once, on the connection that asked, before it expires, at the
+        price the server finds now (a changed price answers a new quote and pays nothing)."""
+        try:
+            quote = self.quotes.take(quote_id, connection_mark(ctx))
+        except QuoteRefused as exc:
+            raise ToolError(str(exc)) from None
+        blocking: Callable[[Callable[[], Any]], Awaitable[Any]] = self.server._blocking
+        plan = await blocking(quote.replan)
+        if not plan.free and plan.estimate != quote.plan.estimate:
+            again = self.quotes.issue(
+                quote.connection, quote.tool, plan, quote.replan, quote.execute, answer=quote.extra["answer"]
+            )
+            note = (
+                f"the price changed from about {quote.plan.estimate} to {plan.estimate} credits: nothing was sent; "
+                "confirm the new quote to pay it"
+            )
+            result = self._quoted(again, note)
+            assert result.structured_content is not None
+            result.structured_content["state"] = "requoted"
+            return result
+        refusal = None if plan.free else self.server.desk.refusal(plan, None)
+        if refusal is not None:
+            raise ToolError(refusal)
+        answer = self.server._clean(await blocking(lambda: quote.execute(plan)))
+        answer["quote_id"] = quote.id
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(answer, ensure_ascii=False))], structured_content=answer
+        )
