@@ -400,3 +400,17 @@ def test_a_process_killed_while_its_engine_call_is_out_leaves_it_may_have_been_c
         journal.close()
     assert attempt.endpoint == "elevenlabs compose" and attempt.payload["task_id"] == task_id
     assert len(server.requests) == 1
+
+
+@pytest.mark.slow
+def test_an_answer_slower_than_the_engine_timeout_may_have_been_charged_and_is_not_sent_again(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    service.set_faults("slow:seconds=5:path=/v1beta/models")  # the work is done at once, the answer comes late
+    client = engine_clients()
+    client.engine_calls.timeout = 0.5
+    [song] = client.wait(client.generate(provider="lyria", style="folk"), timeout=30, interval=0.05)
+    assert (song.state, song.charge) == (TaskState.FAILED, "may have been charged")
+    assert "NOT sent again" in song.fail_reason
+    assert sum(service.request_counts().values()) == 1
+    assert [a.outcome for a in attempts(tmp_path)] == ["unknown"]
