@@ -239,20 +239,54 @@ def redirect_refusal(source: str, target: str, inner: HostIsInner = host_is_inne
     return None
 
 
+def _next_hop(request: httpx.Request, following: httpx.Request, inner: HostIsInner) -> httpx.Request:
+    why = redirect_refusal(str(request.url), str(following.url), inner)
+    if why:
+        raise SongRedirectRefused(f"The song's host redirected the download: {why}.")
+    return following
+
+
+def _too_many(max_redirects: int) -> SongRedirectRefused:
+    return SongRedirectRefused(f"The song's host redirected more than {max_redirects} times; not followed.")
+
+
+def send_song_request(
+    http: httpx.Client,
+    request: httpx.Request,
+    *,
+    inner: HostIsInner = host_is_inner,
+    max_redirects: int = MAX_SONG_REDIRECTS,
+) -> httpx.Response:
+    """Send a song download's request (streamed), following its redirects one by one by `redirect_refusal` (at most
+    `max_redirects`); `SongRedirectRefused` otherwise. The caller closes the response."""
+    for _ in range(max_redirects + 1):
+        response = http.send(request, stream=True, follow_redirects=False)
+        if response.next_request is None:
+            return response
+        response.close()
+        request = _next_hop(request, response.next_request, inner)
+    raise _too_many(max_redirects)
+
+
+async def send_song_request_async(
+    http: httpx.AsyncClient,
+    request: httpx.Request,
+    *,
+    inner: HostIsInner = host_is_inner,
+    max_redirects: int = MAX_SONG_REDIRECTS,
+) -> httpx.Response:
+    """`send_song_request` for an async client."""
+    for _ in range(max_redirects + 1):
+        response = await http.send(request, stream=True, follow_redirects=False)
+        if response.next_request is None:
+            return response
+        await response.aclose()
+        request = _next_hop(request, response.next_request, inner)
+    raise _too_many(max_redirects)
+
+
 def open_song_url(
     http: httpx.Client, url: str, *, inner: HostIsInner = host_is_inner, max_redirects: int = MAX_SONG_REDIRECTS
 ) -> httpx.Response:
-    """A streamed GET of a song's URL whose redirects are followed one by one by `redirect_refusal` (at most
-    `max_redirects`); `SongRedirectRefused` otherwise. The caller closes the response."""
-    request = http.build_request("GET", url)
-    for _ in range(max_redirects + 1):
-        response = http.send(request, stream=True, follow_redirects=False)
-        following = response.next_request
-        if following is None:
-            return response
-        response.close()
-        why = redirect_refusal(str(request.url), str(following.url), inner)
-        if why:
-            raise SongRedirectRefused(f"The song's host redirected the download: {why}.")
-        request = following
-    raise SongRedirectRefused(f"The song's host redirected more than {max_redirects} times; not followed.")
+    """A streamed GET of a song's URL, its redirects followed by the rule (`send_song_request`)."""
+    return send_song_request(http, http.build_request("GET", url), inner=inner, max_redirects=max_redirects)

@@ -23,7 +23,14 @@ from ..models.schema import (
 )
 from ..models.tasks import TaskSet
 from .core import _MP4_NAMES, _VIBE_NAMES, _WAV_NAMES, IDS_QUERY_BUDGET, T, _Core, chunk_ids
-from .downloads import AtomicFile, SizeLimit, safe_filename, suffix_for
+from .downloads import (
+    AtomicFile,
+    SizeLimit,
+    safe_filename,
+    send_song_request,
+    send_song_request_async,
+    suffix_for,
+)
 from .flows import Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
 from .responses import (
     DOUBTFUL_STATUS,
@@ -192,7 +199,7 @@ class MusicClient(_Core):
         try:
             with bounded(self.settings.timeout):  # the status line and headers: within the HTTP timeout
                 request = self._http.build_request("GET", url, timeout=self._timeout())
-                response = self._http.send(request, stream=True, follow_redirects=True)
+                response = send_song_request(self._http, request)  # redirects by the one rule (downloads.py)
             try:
                 if not response.is_success:
                     raise self.responses.download_status_error(url, response)
@@ -353,7 +360,7 @@ class AsyncMusicClient(_Core):
         limit = SizeLimit(self._download_limit(), url, grace=self.settings.timeout)
         try:
             request = self._http.build_request("GET", url, timeout=self._timeout())
-            sent = self._http.send(request, stream=True, follow_redirects=True)
+            sent = send_song_request_async(self._http, request)  # redirects by the one rule (downloads.py)
             response = await _within(sent, self.settings.timeout + self.settings.connect_timeout, request)
             try:
                 if not response.is_success:
