@@ -31,6 +31,7 @@ from .text import quoted
 
 CARD_URI = "ui://ipymusicgen/consent"
 QUOTE_TTL_S = 300.0
+ENV_TTL = "MUSICGEN_QUOTE_TTL_S"
 """A quote not confirmed within five minutes is refused (the user is asked again, at the price of then)."""
 PROVIDER = "musicful"
 """The service the paid tools of this server call (an engine's compose is priced in dollars: not quoted yet)."""
@@ -86,9 +87,13 @@ class QuoteBook:
     """The quotes of this server process; every check and the single use happen under one lock."""
 
     def __init__(self, *, ttl: float | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.ttl = float(ttl if ttl is not None else os.environ.get("MUSICGEN_QUOTE_TTL_S", QUOTE_TTL_S))
-        if not 0 < self.ttl <= 3600:
-            raise AgentError(f"quote ttl: 0 to 3600 seconds, not {self.ttl:g}")
+        given = ttl if ttl is not None else os.environ.get(ENV_TTL, QUOTE_TTL_S)
+        try:
+            self.ttl = float(given)
+        except (TypeError, ValueError):
+            self.ttl = float("nan")
+        if not 0 < self.ttl <= 3600:  # a NaN fails this too
+            raise AgentError(f"{ENV_TTL}: a number of seconds above 0 and at most 3600, not {str(given)[:40]!r}")
         self.clock = clock
         self._quotes: dict[str, Quote] = {}
         self._lock = threading.Lock()
