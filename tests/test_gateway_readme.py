@@ -245,10 +245,12 @@ def test_an_admin_command_names_a_server_ledger_masked(capsys: pytest.CaptureFix
 
 
 def test_the_tls_proxy_example_serves_the_name_the_proxy_passes_on(
-    monkeypatch: pytest.MonkeyPatch, clean_env: None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_env: None
 ) -> None:
     from ipymusicgen.__main__ import main
     from ipymusicgen.gateway.app import Gateway
+    from ipymusicgen.gateway.upstream import Upstream
+    from ipymusicgen.storage.ledger_engines import open_ledger
 
     text = GATEWAY_PAGE.read_text(encoding="utf-8")
     caddy = re.search(r"```text\n# Caddyfile\n(\S+) \{\n\s+reverse_proxy (\S+)\n\}\n```", text)
@@ -264,6 +266,11 @@ def test_the_tls_proxy_example_serves_the_name_the_proxy_passes_on(
     argv = serve.group(1).split()
     assert main(argv[argv.index("ipymusicgen") + 1 :]) == 0
     assert started["host"] == "127.0.0.1" and started["port"] == DEFAULT_PORT
-    gateway = Gateway(None, None, host=started["host"], allow_hosts=started["allow_hosts"])  # type: ignore[arg-type]
-    assert gateway.host_allowed(site) and gateway.host_allowed(f"{site}:443"), "the Host Caddy passes on"
-    assert not gateway.host_allowed("evil.example")
+    upstream = Upstream("http://127.0.0.1:9", "http://127.0.0.1:9", "k-proxy")  # never called
+    ledger = open_ledger(str(tmp_path / "ledger.sqlite3"))
+    gateway = Gateway(ledger, upstream, host=started["host"], allow_hosts=started["allow_hosts"])
+    try:
+        assert gateway.host_allowed(site) and gateway.host_allowed(f"{site}:443"), "the Host Caddy passes on"
+        assert not gateway.host_allowed("evil.example")
+    finally:
+        gateway.close()
