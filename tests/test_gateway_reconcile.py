@@ -191,3 +191,22 @@ def test_an_answer_that_arrives_while_postgresql_is_down_reaches_its_user_and_th
     with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as other:  # another replica knows them too
         polled = httpx.get(f"{other.url}/v1/music/tasks?ids={','.join(ids)}", headers={"x-api-key": quin}, timeout=30)
         assert sorted(t["id"] for t in polled.json()) == sorted(ids)
+
+
+def test_an_answer_the_ledger_refuses_to_record_goes_to_its_user_and_answers_its_repeat_until_it_is_written(
+    database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upstream.reset()
+    uma = add_user(database, "uma", budget=9)
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as gateway:
+        ledger = gateway.gateway.ledger
+        with monkeypatch.context() as down:
+            down.setattr(ledger, "finish", DownLedger().finish)  # the ledger takes no call's end for now
+            first = post(gateway.url, GENERATE, uma, FIVE, **{"Idempotency-Key": "u"})
+            assert first.status_code == 200 and len(first.json()["data"]["ids"]) == 2, "the user gets their ids"
+            repeat = post(gateway.url, GENERATE, uma, FIVE, **{"Idempotency-Key": "u"})
+            assert repeat.json() == first.json(), "the kept answer, not 'it may have been charged'"
+            assert [c["state"] for c in ledger.calls()] == ["pending"]
+        wait_until(lambda: [c["state"] for c in ledger.calls()] == ["done"], "the kept answer written")
+        assert sorted(ledger.tasks_of("uma")) == sorted(first.json()["data"]["ids"])
+    assert paid_counts(upstream)[GENERATE] == 1

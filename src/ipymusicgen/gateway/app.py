@@ -35,8 +35,8 @@ from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
 from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
 from ..storage.ledger_sqlite import SqliteLedger
-from .backlog import Backlog, Unwritten, default_spill_folder
 from .admission import HostCheck, Limits, read_body, refusal
+from .backlog import Backlog, Unwritten, default_spill_folder
 from .cache import OwnerCache, RecentScans, TokenCache
 from .files import FOREIGN_FILE, FileOwners
 from .measurer import Measurer
@@ -56,7 +56,10 @@ MAY_HAVE_BEEN_CHARGED = (
 )
 NOT_SENT = "The upstream service could not be reached; nothing was sent or charged."
 TOO_DEEP = "the JSON body is nested too deeply"
-LEDGER_DOWN = "The gateway's ledger cannot be reached just now; nothing was sent or charged. Try again in a moment."
+LEDGER_DOWN = (
+    "The gateway's ledger cannot be reached just now: this request was not sent, and nothing was charged for it. "
+    "Try again in a moment."
+)
 KEY_REUSED = (
     "This Idempotency-Key was already used for another request (another endpoint or body). Nothing was sent "
     "or reserved; send a new request with a new key."
@@ -354,6 +357,9 @@ class Gateway:
             standing = (await self.blocking(self.ledger.standing, user)).get(whose)
             return _no_credits(user, whose, standing, estimated)
         if reservation.kind == "repeat":
+            kept = self.backlog.kept(reservation.call_id) if reservation.call_id is not None else None
+            if kept is not None and kept.status_code is not None:  # answered; the ledger has not taken it yet
+                return Response(kept.body or b"", kept.status_code, media_type="application/json")
             if reservation.state in (DONE, REFUSED) and reservation.status_code is not None:
                 return Response(reservation.body or b"", reservation.status_code, media_type="application/json")
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)

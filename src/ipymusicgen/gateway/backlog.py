@@ -94,6 +94,11 @@ class Backlog:
                 self._thread.start()
         self._wake.set()
 
+    def kept(self, call_id: int) -> Unwritten | None:
+        """This gateway's kept end of a call, if the ledger has not taken it yet (a repeat answers from it)."""
+        with self._lock:
+            return next((item for item in self._items if item.call_id == call_id), None)
+
     def take_spills(self) -> int:
         """Write what an earlier process spilled (its files in this folder), removing each once written; the number
         written. Only regular files of this user are taken, as the journal's spills."""

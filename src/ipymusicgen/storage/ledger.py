@@ -349,14 +349,14 @@ class Ledger:
             self._lock_for_reserve(cur, user)
             if idem_key:
                 row = cur.one(
-                    "SELECT state, status_code, body, fingerprint FROM calls WHERE user_name = ? AND idem_key = ?",
+                    "SELECT state, status_code, body, fingerprint, id FROM calls WHERE user_name = ? AND idem_key = ?",
                     (user, idem_key),
                 )
                 if row:
                     if row[3] is not None and fingerprint is not None and row[3] != fingerprint:
                         return Reservation("conflict")
                     body = bytes(row[2]) if row[2] is not None else None
-                    return Reservation("repeat", state=row[0], status_code=row[1], body=body)
+                    return Reservation("repeat", call_id=int(row[4]), state=row[0], status_code=row[1], body=body)
             left, whose = self._left(cur, user)
             if left is not None and left < estimated:
                 return Reservation("over", over=whose)
