@@ -65,9 +65,12 @@ def test_a_team_budget_spent_names_the_team_its_budget_and_what_was_spent(gatewa
 
 def test_the_service_out_of_credits_still_says_top_up_the_key(clean_env: None) -> None:
     empty = "sk-empty-0123456789abcdef"
-    with Sandbox(stage_seconds=0.05, faults="", keys={empty: 0}) as service, service.client() as client:
-        with pytest.raises(InsufficientCreditsError) as caught:
-            client.generate(action="auto", style="rain", mv="MFV3.0")
+    with (
+        Sandbox(stage_seconds=0.05, faults="", keys={empty: 0}) as service,
+        service.client() as client,
+        pytest.raises(InsufficientCreditsError) as caught,
+    ):
+        client.generate(action="auto", style="rain", mv="MFV3.0")
     said = str(caught.value)
     assert "top up the key" in said and "admin" not in said, said
 
@@ -76,9 +79,11 @@ def test_a_wrong_key_in_the_environment_is_named_there_masked(
     upstream: Sandbox, monkeypatch: pytest.MonkeyPatch, clean_env: None
 ) -> None:
     monkeypatch.setenv("MUSICGEN_API_KEY", f"  {WRONG_KEY}\n")  # pasted with spaces and a newline
-    with MusicClient(base_url=upstream.base_url, v2_base_url=upstream.v2_base_url, max_retries=0) as client:
-        with pytest.raises(AuthenticationError) as caught:
-            client.generate(action="auto", style="rain", mv="MFV3.0")
+    with (
+        MusicClient(base_url=upstream.base_url, v2_base_url=upstream.v2_base_url, max_retries=0) as client,
+        pytest.raises(AuthenticationError) as caught,
+    ):
+        client.generate(action="auto", style="rain", mv="MFV3.0")
     said = str(caught.value)
     assert "The key in MUSICGEN_API_KEY (****7QzX) was refused" in said, said
     assert "pass api_key=" not in said and WRONG_KEY not in said and "old-account" not in said
@@ -88,9 +93,11 @@ def test_a_wrong_key_given_to_the_client_is_named_as_given_not_as_the_environmen
     upstream: Sandbox, monkeypatch: pytest.MonkeyPatch, clean_env: None
 ) -> None:
     monkeypatch.setenv("MUSICGEN_API_KEY", GOOD_KEY)  # a good one in the environment, overridden by api_key=
-    with MusicClient(WRONG_KEY, base_url=upstream.base_url, v2_base_url=upstream.v2_base_url, max_retries=0) as client:
-        with pytest.raises(AuthenticationError) as caught:
-            client.key_info()
+    with (
+        MusicClient(WRONG_KEY, base_url=upstream.base_url, v2_base_url=upstream.v2_base_url, max_retries=0) as client,
+        pytest.raises(AuthenticationError) as caught,
+    ):
+        client.key_info()
     said = str(caught.value)
     assert "The key given to the client (api_key= or %musicgen_login; ****7QzX) was refused" in said, said
     assert "in MUSICGEN_API_KEY" not in said and WRONG_KEY not in said
