@@ -18,7 +18,7 @@ from pathlib import Path
 from ..lifecycle import add_worker, join_thread
 from ..storage.library import LibraryStore
 from .analysis import available
-from .analysis_worker import measure
+from .analysis_worker import measure as analyze_file  # in the worker process (tests replace this name)
 
 ENV_ANALYZE = "MUSICGEN_ANALYZE"
 OFF = frozenset({"0", "off", "false", "no"})
@@ -82,7 +82,7 @@ class Analyst:
                     if store is None:
                         store = LibraryStore(self.journal_path)
                     try:
-                        measures = measure(path)  # in the worker process: a crash there spares the kernel
+                        measures = analyze_file(path)  # in the worker process: a crash there spares the kernel
                     except Exception as exc:  # kept as the song's analysis error; the next song still runs
                         self.errors[task_id] = f"{type(exc).__name__}: {exc}"
                         store.analysis_failed(task_id, self.errors[task_id])
