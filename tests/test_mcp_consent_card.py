@@ -381,3 +381,29 @@ def test_over_stdio_a_quote_is_paid_once_from_the_card(service: Sandbox, tmp_pat
     quoted, first, second = run(body)
     assert quoted["state"] == "quoted" and ok(first)["state"] == "sent"
     assert "already used" in refused(second) and service.request_counts()[GENERATE] == 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_two_confirms_of_one_quote_at_once_pay_once(
+    desk: Callable[..., AgentDesk], service: Sandbox, mode: str
+) -> None:
+    service.set_faults([{"kind": "slow", "path": "/v1/get_api_key_info", "seconds": 0.3}])  # the re-check is slow
+    server = build_server(desk())
+
+    async def body() -> list[types.CallToolResult]:
+        results: list[types.CallToolResult] = []
+        async with session(server, mode) as client:
+            quote = ok(await client.call_tool("generate_song", {"style": "twice"}))["quote"]["id"]
+
+            async def confirm() -> None:
+                results.append(await client.call_tool("confirm_quote", {"quote_id": quote}))
+
+            async with anyio.create_task_group() as group:
+                for _ in range(4):
+                    group.start_soon(confirm)
+        return results
+
+    results = run(body)
+    assert sorted(r.is_error for r in results) == [False, True, True, True]
+    assert all("already used" in r.content[0].text for r in results if r.is_error)
+    assert service.request_counts()[GENERATE] == 1
