@@ -8,17 +8,23 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import StdioServerParameters, types
+from helpers import wait_until_serving
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client import Client, advertise
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
+from mcp.shared._httpx_utils import create_mcp_http_client
 from test_mcp_tools import Asker
+from test_mcp_transports import HTTP_TOKEN, free_port
 
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.mcp import AgentDesk, build_server
@@ -406,4 +412,51 @@ def test_two_confirms_of_one_quote_at_once_pay_once(
     results = run(body)
     assert sorted(r.is_error for r in results) == [False, True, True, True]
     assert all("already used" in r.content[0].text for r in results if r.is_error)
+    assert service.request_counts()[GENERATE] == 1
+
+
+# -- over streamable HTTP --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_over_streamable_http_a_quote_is_paid_once_and_only_by_its_own_session(
+    service: Sandbox, tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(service.env(), MUSICGEN_API_KEY=KEY, MUSICGEN_JOURNAL=str(tmp_path / "j.sqlite3"))
+    env["MUSICGEN_MCP_TOKEN"] = HTTP_TOKEN
+    command = [sys.executable, "-m", "ipymusicgen", "mcp", "--http", "--port", str(port)]
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    @asynccontextmanager
+    async def connected() -> Any:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {HTTP_TOKEN}"}) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write, extensions={EXTENSION_ID: {"mimeTypes": [APP_MIME_TYPE]}}) as client,
+        ):
+            await client.initialize()
+            yield client
+
+    async def body() -> tuple[Any, ...]:
+        async with connected() as asker, connected() as other:
+            quoted = ok(await asker.call_tool("generate_song", {"style": "over http"}))
+            qid = quoted["quote"]["id"]
+            foreign = await other.call_tool("confirm_quote", {"quote_id": qid})
+            first = await asker.call_tool("confirm_quote", {"quote_id": qid})
+            return quoted, foreign, first, await asker.call_tool("confirm_quote", {"quote_id": qid})
+
+    try:
+        wait_until_serving(url, process, 60.0, said=lambda: process.stderr.read().decode())
+        quoted, foreign, first, second = run(body)
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    assert quoted["state"] == "quoted" and "another connection" in refused(foreign)
+    assert ok(first)["state"] == "sent" and "already used" in refused(second)
     assert service.request_counts()[GENERATE] == 1
