@@ -460,3 +460,21 @@ def test_over_streamable_http_a_quote_is_paid_once_and_only_by_its_own_session(
     assert quoted["state"] == "quoted" and "another connection" in refused(foreign)
     assert ok(first)["state"] == "sent" and "already used" in refused(second)
     assert service.request_counts()[GENERATE] == 1
+
+
+def test_two_quotes_of_one_call_confirmed_both_pay_once(desk: Callable[..., AgentDesk], service: Sandbox) -> None:
+    """A host re-issuing a call gets a second quote for the same attempt; confirming both pays once, and the second
+    answers the first call's ids (the journal's row, as for any re-issue)."""
+    server = build_server(desk())
+
+    async def body() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with session(server) as client:
+            one = ok(await client.call_tool("generate_song", {"style": "re-issued"}))["quote"]
+            two = ok(await client.call_tool("generate_song", {"style": "re-issued"}))["quote"]
+            assert one["attempt"] == two["attempt"] and one["id"] != two["id"]
+            first = ok(await client.call_tool("confirm_quote", {"quote_id": one["id"]}))
+            return one, first, ok(await client.call_tool("confirm_quote", {"quote_id": two["id"]}))
+
+    _, first, second = run(body)
+    assert first["state"] == "sent" and second["state"] == "replayed" and second["task_ids"] == first["task_ids"]
+    assert service.request_counts()[GENERATE] == 1
