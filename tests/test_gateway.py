@@ -509,10 +509,13 @@ def test_after_postgresql_restarts_the_first_call_succeeds_and_nothing_is_lost_o
         assert second.status_code == 200 and second.json()["status"] == 200
         repeat = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "r1"})
         assert repeat.json() == first.json()
+        stranger = add_user(database, "quo", budget=20)  # a token this gateway never saw: checked in the ledger
         server.halt()
         try:
             down = post(gateway.url, "/v1/music/generate", token, GENERATE, **{"Idempotency-Key": "r3"})
             assert down.status_code == 503 and "was not sent, and nothing was charged" in down.json()["message"]
+            unchecked = post(gateway.url, "/v1/music/generate", stranger, GENERATE, **{"Idempotency-Key": "q"})
+            assert unchecked.status_code == 503 and "was not sent" in unchecked.json()["message"], unchecked.text
         finally:
             server.resume()
     assert paid_counts(upstream) == {"/v1/music/generate": 2}, "nothing sent while the ledger was down"

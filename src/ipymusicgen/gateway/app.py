@@ -605,16 +605,15 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
     return app
 
 
-UNFINISHED = (
-    "The gateway could not finish this request (its ledger or the upstream service failed). A paid call may "
-    "have been charged: check the task list before trying again."
-)
+UNFINISHED = "The gateway could not finish this request (its ledger or the upstream service failed): ask again."
 
 
 async def _failed(request: Request, exc: Exception) -> Response:
-    """A ledger or upstream failure: a clear 503 (a read is asked again; a paid call is recorded as unknown)."""
+    """A ledger or upstream failure that no step caught: a clear 503. A paid call never gets here once it may
+    have been sent (`Gateway._send_paid` answers for every send and records it), so a POST that fails here (its
+    token looked up while the ledger is down, say) was not sent and is said so."""
     log.warning("request failed: %s", type(exc).__name__)
-    return JSONResponse(envelope(None, 503, UNFINISHED), status_code=503)
+    return JSONResponse(envelope(None, 503, LEDGER_DOWN if request.method == "POST" else UNFINISHED), status_code=503)
 
 
 def _problem(field: str, message: str) -> FieldProblem:
