@@ -196,9 +196,27 @@ class SongRedirectRefused(DownloadError):
     """A song host redirected somewhere the kernel does not follow; the message names hosts only."""
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 form carries (mapped ::ffff:a.b.c.d, compatible ::a.b.c.d, NAT64 64:ff9b::a.b.c.d,
+    6to4 2002:aabb:ccdd::): a relay or translator may take the kernel there."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _inner_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    if isinstance(address, ipaddress.IPv6Address):
+        carried = _carried_ipv4(address)  # ::ffff:127.0.0.1, 64:ff9b::7f00:1, 2002:7f00:1:: are 127.0.0.1
+        if carried is not None and (not carried.is_global or carried.is_multicast):
+            return True
     return not address.is_global or address.is_multicast
 
 

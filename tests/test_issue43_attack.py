@@ -1,0 +1,173 @@
+"""A second hostile review of issue 43 with other names, kinds and values than its first tests: IPv6 forms that carry
+an IPv4 loopback or private address inside them (NAT64, 6to4, IPv4-compatible, Teredo), redirect chains and odd
+redirects on a song host, links and non-audio files planted in the archive read by the page and by the export, and
+a directory planted where the export writes a file. A keyed sandbox makes the songs the export reads."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+import ipymusicgen
+from ipymusicgen.archive.archived_audio import ArchivedAudioError, read_archived_audio
+from ipymusicgen.archive.export import SIDECAR
+from ipymusicgen.client.downloads import SongRedirectRefused, host_is_inner, redirect_refusal, send_song_request
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.song_library import Library
+
+KEY = "k-issue43-attack-71d0"
+PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 2}
+"""The paid sandbox (`conftest.paid_sandbox`): this module's own key and credits."""
+MP3 = b"ID3\x04\x00\x00\x00\x00\x00\x00" + b"\xff\xfb\x90\x00" * 300
+SECRET = b"MUSICGEN_API_KEY=k-attack-canary-0c51\n"
+PUBLIC = "http://93.184.215.14/song.mp3"
+
+
+# -- item 4: the redirect rule --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "::127.0.0.1",  # IPv4-compatible (deprecated form of ::ffff:)
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254, the cloud's metadata service
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "2002:c0a8:101::1",  # 6to4 of 192.168.1.1
+        "2002:a9fe:a9fe::",  # 6to4 of 169.254.169.254
+    ],
+)
+def test_ipv6_forms_that_carry_an_inner_ipv4_address_are_inner(host: str) -> None:
+    assert host_is_inner(host) is True, host
+    assert redirect_refusal(PUBLIC, f"http://[{host}]/status"), host
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://2130706433/status",  # 127.0.0.1 as one decimal number
+        "http://0x7f000001/status",
+        "http://127.1/status",
+        "http://0/status",
+        "http://localhost./status",
+        "http://LocalHost/status",
+        "http://[::ffff:127.0.0.1]/status",
+        "http://[::1]/status",
+        "http://[fe80::1]/status",
+        "http://93.184.215.14@127.0.0.1/status",  # user info that looks like the public host
+        "file:///etc/passwd",
+        "data:text/plain,hello",
+        "ftp://93.184.215.14/a.mp3",
+    ],
+)
+def test_every_spelling_of_an_inner_host_is_refused_after_a_public_one(target: str) -> None:
+    assert redirect_refusal(PUBLIC, str(httpx.URL(target)))
+
+
+def _hosts(routes: dict[str, httpx.Response], asked: list[str]) -> httpx.Client:
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(str(request.url))
+        return routes.get(str(request.url), httpx.Response(404))
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+def _public_only(host: str) -> bool | None:
+    """Names under .example are public here; everything else by the real rule."""
+    return False if host.endswith(".example") else host_is_inner(host)
+
+
+def test_a_chain_of_public_hosts_ending_inward_is_refused_at_the_inward_hop() -> None:
+    asked: list[str] = []
+    routes = {
+        "http://a.example/s.mp3": httpx.Response(302, headers={"Location": "http://b.example/t.mp3"}),
+        "http://b.example/t.mp3": httpx.Response(307, headers={"Location": "http://[::ffff:7f00:1]:9/status"}),
+    }
+    with _hosts(routes, asked) as http, pytest.raises(SongRedirectRefused):
+        send_song_request(http, http.build_request("GET", "http://a.example/s.mp3"), inner=_public_only)
+    assert asked == ["http://a.example/s.mp3", "http://b.example/t.mp3"]  # the inward hop never asked
+
+
+def test_a_redirect_loop_and_a_redirect_with_no_location_send_nothing_onward() -> None:
+    asked: list[str] = []
+    routes = {"http://a.example/s.mp3": httpx.Response(302, headers={"Location": "http://a.example/s.mp3"})}
+    with _hosts(routes, asked) as http, pytest.raises(SongRedirectRefused, match="more than"):
+        send_song_request(http, http.build_request("GET", "http://a.example/s.mp3"), inner=_public_only)
+    assert len(asked) == 6
+    with _hosts({"http://a.example/s.mp3": httpx.Response(302, content=b"<html>moved</html>")}, []) as http:
+        response = send_song_request(http, http.build_request("GET", "http://a.example/s.mp3"), inner=_public_only)
+        assert response.status_code == 302 and not response.is_success  # the callers refuse a non-2xx answer
+
+
+# -- item 3: what the archive holds, read for the page --------------------------------------------------------------
+
+
+def test_a_hard_link_to_a_secret_and_a_subfolder_link_in_the_archive_never_reach_the_page(tmp_path: Path) -> None:
+    archive = tmp_path / "songs"
+    archive.mkdir()
+    secret = tmp_path / "keys.env"
+    secret.write_bytes(SECRET)
+    os.link(secret, archive / "Stolen.mp3")  # a hard link is a regular file of the folder: the sniffer stops it
+    with pytest.raises(ArchivedAudioError):
+        read_archived_audio(archive / "Stolen.mp3", 1 << 20)
+    (archive / "sub").symlink_to(tmp_path)
+    with pytest.raises(ArchivedAudioError):
+        read_archived_audio(archive / "sub" / "keys.env", 1 << 20)
+    (archive / "Zero.mp3").symlink_to("/dev/zero")
+    with pytest.raises(ArchivedAudioError):
+        read_archived_audio(archive / "Zero.mp3", 1 << 20)
+    unicode = archive / "Ünïcödé ı İ ﬁ.mp3"
+    unicode.write_bytes(MP3)
+    assert read_archived_audio(unicode, 1 << 20) == MP3
+
+
+# -- items 3 and 5: what the export copies out of the archive -------------------------------------------------------
+
+
+def export(tmp_path: Path, ids: str | list[str], out: Path) -> list[Path]:
+    return ipymusicgen.export(ids, out, journal_path=tmp_path / "journal.sqlite3")
+
+
+def finished(client: MusicClient, service: Sandbox, title: str) -> tuple[str, Path]:
+    ids = list(client.generate(action="custom", title=title, style="folk", lyrics="la").ids)
+    service.clock.stages(10)  # type: ignore[attr-defined]
+    client.wait(ids, timeout=30, archived=True)
+    with Library(client.journal.path) as library:  # type: ignore[union-attr]
+        return ids[0], Path(library.song(ids[0]).archive_path)
+
+
+def test_a_hard_link_to_a_secret_planted_at_the_archived_mp3_is_not_exported_as_the_song(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    """An export is made to be shared: a file of the archive that is not audio (a hard link to a key file, a
+    regular file to every check but the sniffer's) must not land in it as the song."""
+    task_id, archived = finished(paid_clients(), service, "Ferryman")
+    secret = tmp_path / "secret.env"
+    secret.write_bytes(SECRET)
+    archived.unlink()
+    os.link(secret, archived)
+    (folder,) = export(tmp_path, task_id, tmp_path / "out")
+    assert all(SECRET not in p.read_bytes() for p in folder.iterdir() if p.is_file())
+    assert json.loads((folder / SIDECAR).read_text())["files"]["audio"] is None
+
+
+def test_a_directory_planted_at_an_export_files_name_does_not_stop_the_export(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    task_id, archived = finished(paid_clients(), service, "Millrace")
+    out = tmp_path / "out"
+    (folder,) = export(tmp_path, task_id, out)
+    (mp3,) = folder.glob("*.mp3")
+    (folder / "lyrics.txt").unlink()
+    (folder / "lyrics.txt").mkdir()  # a directory where the export writes a file
+    (folder / "lyrics.txt" / "mine.txt").write_text("not the export's")
+    (again,) = export(tmp_path, task_id, out)
+    assert again == folder and mp3.read_bytes() == archived.read_bytes()
+    assert (folder / "lyrics.txt" / "mine.txt").read_text() == "not the export's"  # never removed
+    assert json.loads((folder / SIDECAR).read_text())["id"] == task_id
