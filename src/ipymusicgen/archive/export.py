@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..client.downloads import safe_filename
 from .archiver import song_info
 from .export_folder import LYRICS, SIDECAR, SongFolder, drop_stale, settle, song_folder
+from .sniff import audio_suffix, image_suffix
 
 if TYPE_CHECKING:
     from ..song_library import Library, LibrarySong
@@ -110,11 +111,13 @@ def _export_one(context: _Context, song: LibrarySong, parent: Path) -> Path:
         raise ValueError(f"refusing to write outside the export folder: {path.name[:80]!r}")
     with SongFolder(path) as folder:
         files = {
-            "audio": folder.copy(song.archive_path, safe_filename(base, ".mp3")),
-            "wav": folder.copy(song.wav_path, safe_filename(base, ".wav")),
-            "mp4": folder.copy(_mp4_of(song), safe_filename(base, ".mp4")),
+            "audio": folder.copy(song.archive_path, safe_filename(base, ".mp3"), audio_suffix),
+            "wav": folder.copy(song.wav_path, safe_filename(base, ".wav"), audio_suffix),
+            "mp4": folder.copy(_mp4_of(song), safe_filename(base, ".mp4"), audio_suffix),  # MP4: its ftyp box
             "cover": folder.copy(
-                song.cover_path, safe_filename("cover", Path(song.cover_path).suffix if song.cover_path else "")
+                song.cover_path,
+                safe_filename("cover", Path(song.cover_path).suffix if song.cover_path else ""),
+                image_suffix,
             ),
             "lyrics": None,
         }

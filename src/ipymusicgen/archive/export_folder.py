@@ -9,16 +9,18 @@ target is never opened for writing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from ..client.downloads import unique_path
+from .sniff import HEAD_BYTES
 
 SIDECAR = "song.json"
 LYRICS = "lyrics.txt"
@@ -58,9 +60,26 @@ class SongFolder:
     def _where(self, name: str) -> str | Path:
         return name if self._fd is not None else self.path / name
 
+    def _not_a_folder(self, name: str) -> str:
+        """`name`, or `name (2)`... when a directory sits at it (never replaced nor written into); the sidecar keeps
+        its one name, so a directory there is an error."""
+        stem, suffix = os.path.splitext(name)
+        for number in range(1, 100):
+            candidate = name if number == 1 else f"{stem} ({number}){suffix}"
+            try:
+                info = os.stat(self._where(candidate), follow_symlinks=False, **self._at())
+            except FileNotFoundError:
+                return candidate
+            if not stat.S_ISDIR(info.st_mode):
+                return candidate
+            if name == SIDECAR:
+                raise IsADirectoryError(f"a folder named {SIDECAR} is in the song's export folder {self.path.name!r}")
+        raise IsADirectoryError(f"folders sit at {name[:80]!r} and its numbered names in {self.path.name!r}")
+
     def write(self, name: str, chunks: Iterable[bytes]) -> str:
-        """Put `chunks` at `name`: a new file (mode 0666 less the umask) renamed over whatever was there."""
-        name = _one_name(name)
+        """Put `chunks` at `name`: a new file (mode 0666 less the umask) renamed over whatever was there (a file or
+        a link; a directory there is left alone and the file takes `name (2)`). Returns the name written."""
+        name = self._not_a_folder(_one_name(name))
         temp = f".ipymusicgen-{secrets.token_hex(8)}.part"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
         fd = os.open(self._where(temp), flags, 0o666, **self._at())
@@ -78,9 +97,12 @@ class SongFolder:
             raise
         return name
 
-    def copy(self, source: str | Path | None, name: str) -> str | None:
+    def copy(
+        self, source: str | Path | None, name: str, sniff: Callable[[bytes], str | None] | None = None
+    ) -> str | None:
         """Copy an archived file in under `name`; its name, or None when there is no plain file there (a symlink
-        planted at the archived path is not followed, a FIFO not waited on)."""
+        planted at the archived path is not followed, a FIFO not waited on) or its first bytes are not what `sniff`
+        knows (an export is made to be shared: a hard link to a key file is a plain file, but not audio)."""
         if not source:
             return None
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
@@ -91,7 +113,10 @@ class SongFolder:
         with os.fdopen(fd, "rb") as read:
             if not stat.S_ISREG(os.fstat(read.fileno()).st_mode):
                 return None
-            return self.write(name, iter(lambda: read.read(CHUNK), b""))
+            head = read.read(HEAD_BYTES)
+            if sniff is not None and sniff(head) is None:
+                return None
+            return self.write(name, itertools.chain([head], iter(lambda: read.read(CHUNK), b"")))
 
     def remove(self, name: str) -> None:
         """Remove our file `name` (a link is removed, never what it points at); gone already is fine."""
