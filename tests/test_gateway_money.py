@@ -255,3 +255,24 @@ def test_a_deeply_nested_body_is_refused_as_a_bad_request_not_as_maybe_charged(
             assert 400 <= answer.status_code < 500 or answer.json()["status"] == 200, answer.text[:300]
             assert "may have been charged" not in answer.text
     assert all(c["state"] != "pending" for c in calls(database)), "no reservation left behind"
+
+
+def test_an_answer_that_cannot_be_read_is_maybe_charged_never_not_sent(
+    database: str, hostile_server: Callable[..., HostileServer]
+) -> None:
+    def answer(request: RawRequest, sock: socket.socket) -> None:
+        if request.path == "/v1/get_api_key_info":
+            respond(sock, 200, {"status": 200, "message": "Success", "data": {"key_music_counts": 50}})
+        else:  # a paid call, taken (and charged), answered with JSON nested past any parser's depth
+            respond(sock, 200, raw=b'{"status": 200, "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+    server = hostile_server(answer)
+    token = add_user(database, "rue", budget=9)
+    with GatewayThread(database, server.url, server.url) as gateway:
+        sent = post(gateway.url, "/v1/music/generate", token, FIVE, **{"Idempotency-Key": "deep"})
+        repeat = post(gateway.url, "/v1/music/generate", token, FIVE, **{"Idempotency-Key": "deep"})
+    assert sent.status_code == 503 and "may have been charged" in sent.json()["message"], sent.text
+    assert repeat.status_code == 503 and "may have been charged" in repeat.json()["message"]
+    assert [c["state"] for c in calls(database)] == ["unknown"]
+    with open_ledger(database) as ledger:
+        assert ledger.remaining("rue") == 4, "its reservation kept"

@@ -382,13 +382,20 @@ class Gateway:
                 log.warning("a paid send failed: %s", type(exc).__name__)
             await self._finish(user, Unwritten(call_id, UNKNOWN, None, None))
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
-        state = _outcome(answer)
-        created = _created_ids(answer.body) if state == DONE else []
+        try:
+            state = _outcome(answer)
+            created = _created_ids(answer.body) if state == DONE else []
+        except Exception:  # an answer that cannot be read (nested too deeply, say): sent, so maybe charged
+            log.warning("a paid answer could not be read: its outcome is unknown")
+            await self._finish(user, Unwritten(call_id, UNKNOWN, None, None))
+            return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
         recorded = await self._finish(user, Unwritten(call_id, state, answer.status_code, answer.body, created))
-        response = _relay(answer, swap)
         if state == DONE and recorded:
-            self.measurer.after(call_id)
-        return response
+            try:
+                self.measurer.after(call_id)
+            except Exception:  # a measurement missed leaves the estimate standing
+                log.warning("could not start measuring call %s", call_id)
+        return _relay(answer, swap)
 
     async def _finish(self, user: str, end: Unwritten) -> bool:
         """Record how a call ended; a ledger that cannot take it now gets it later (`Backlog`), and meanwhile
@@ -399,7 +406,10 @@ class Gateway:
             await self.blocking(self.ledger.finish, end.call_id, end.state, end.status_code, end.body, end.task_ids)
         except Exception:
             log.warning("the ledger could not record call %s now: its answer is kept until it can", end.call_id)
-            await asyncio.get_running_loop().run_in_executor(self._threads, self.backlog.keep, end)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._threads, self.backlog.keep, end)
+            except Exception:
+                log.error("could not keep call %s's end: the ledger will not know it", end.call_id)
             return False
         return True
 
