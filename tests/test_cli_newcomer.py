@@ -62,6 +62,7 @@ def _own_notebook(cwd: Path, name: str, *cells: str) -> None:
 
 
 @pytest.mark.slow  # three notebook runs in kernels
+@pytest.mark.timeout(1200)  # each run is a minute or more beside a CPU hog: three can pass the default 300 s
 def test_each_demo_keeps_its_own_folder_and_ends_without_tracebacks(tmp_path: Path) -> None:
     for run in ("first", "second"):
         done = _demo(tmp_path, "--timeout", "300")
