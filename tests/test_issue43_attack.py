@@ -171,3 +171,55 @@ def test_a_directory_planted_at_an_export_files_name_does_not_stop_the_export(
     assert again == folder and mp3.read_bytes() == archived.read_bytes()
     assert (folder / "lyrics.txt" / "mine.txt").read_text() == "not the export's"  # never removed
     assert json.loads((folder / SIDECAR).read_text())["id"] == task_id
+
+
+# -- item 1: one song, one price, under names the first tests did not use -------------------------------------------
+
+
+def song_ids(client: MusicClient, service: Sandbox, style: str) -> tuple[str, str]:
+    """(task id, service song id) of a finished, archived v1 song."""
+    ids = client.generate(action="auto", style=style).ids
+    service.clock.stages(10)  # type: ignore[attr-defined]
+    client.wait(ids, timeout=30, archived=True)
+    with Library(client.journal.path) as library:  # type: ignore[union-attr]
+        return ids[0], str(library.song(ids[0]).song_id)
+
+
+def test_without_a_journal_the_song_id_first_then_the_task_id_pays_once(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """The reverse order of the first tests: the song id (which the service's task query may not know) first."""
+    from ipymusicgen.app import build_client
+    from ipymusicgen.archive.extras import make_extra
+
+    task_id, song_id = song_ids(paid_clients(), service, "no journal reel")
+    settings = paid_clients().settings
+    clients = [build_client(settings, journal=False, archive=False) for _ in range(2)]
+    try:
+        first = make_extra(clients[0], f"{song_id}\n\t", "vibe")
+        again = make_extra(clients[1], f"\t{task_id.upper()}\n", "vibe")
+    finally:
+        for client in clients:
+            client.close()
+    assert first.sent and (again.state, again.sent, again.value) == ("reused", False, first.value)
+    assert service.request_counts()["/v1/music/generate-vibe"] == 1
+
+
+def test_a_song_id_equal_to_another_songs_task_id_does_not_hand_that_song_its_extra(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """Two songs whose names cross (one's song id is the other's task id, as another tool may record): each song
+    gets its own WAV, never the other's as 'already made'."""
+    import sqlite3
+    from contextlib import closing
+
+    from ipymusicgen.archive.extras import make_extra
+
+    client = paid_clients()
+    first, _ = song_ids(client, service, "crossed names one")
+    second, _ = song_ids(client, service, "crossed names two")
+    made = make_extra(client, first, "wav")
+    with closing(sqlite3.connect(Path(client.journal.path))) as db, db:  # type: ignore[union-attr]
+        db.execute("UPDATE tasks SET song_id = ? WHERE id = ?", (first, second))
+    other = make_extra(paid_clients(), second, "wav")
+    assert other.song == second and not (other.state == "reused" and other.value == made.value), other

@@ -134,7 +134,10 @@ def song_named(client: MusicClient, name: str) -> SongName:
         return SongName(typed, typed, (typed,))
     task_id, song_id = found[0]
     service_id = song_id or task_id  # the service takes either; its song id where the journal knows it
-    return SongName(task_id, service_id, tuple(dict.fromkeys((task_id, service_id, typed))))
+    names = tuple(dict.fromkeys((task_id, service_id, typed)))
+    with ExtrasStore(_journal_path(client)) as store:  # another song's own task id is that song's name, not ours
+        names = tuple(n for n in names if n == task_id or all(t == task_id for t, _ in store.songs_named(n)))
+    return SongName(task_id, service_id, names)
 
 
 def _asked_of_the_service(client: MusicClient, name: str) -> list[tuple[str, str | None]]:
