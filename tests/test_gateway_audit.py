@@ -54,7 +54,7 @@ PAID_CALLS = [
         "MFV1.5X",
     ),
     ("/v1/music/generate", {"action": "concat", "continue_song_id": SONG}, "*"),
-    ("/v1/music/generate", {"action": "upload", "audio_url": "http://127.0.0.1:1/a.mp3"}, "*"),
+    ("/v1/music/generate", {"action": "upload", "audio_url": "https://files.example.net/a.mp3"}, "*"),
     ("/v1/music/generate", {"action": "upload_extend", "continue_song_id": SONG, "mv": "MFV1.0"}, "MFV1.0"),
     ("/v1/music/generate", {"action": "artist_consistency", "singer_id": "singer", "mv": "MFV9.9"}, "*"),
     ("/v1/music/generate", {"action": "auto", "style": "no model named"}, "*"),
