@@ -223,3 +223,26 @@ def test_a_song_id_equal_to_another_songs_task_id_does_not_hand_that_song_its_ex
         db.execute("UPDATE tasks SET song_id = ? WHERE id = ?", (first, second))
     other = make_extra(paid_clients(), second, "wav")
     assert other.song == second and not (other.state == "reused" and other.value == made.value), other
+
+
+def test_a_song_host_whose_name_resolves_both_public_and_inward_may_not_send_the_kernel_inward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A name with one public and one loopback address is not 'a host on this machine' whose redirects go anywhere
+    (the sandbox's freedom): its redirect to the cloud's metadata service or loopback is refused, and as a target it
+    is refused after a public host."""
+    import socket
+
+    real = socket.getaddrinfo
+    answers = {"mixed.example": ["93.184.215.14", "127.0.0.1"], "inside.example": ["127.0.0.1", "::1"]}
+
+    def resolve(host: str, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        if host in answers:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in answers[host]]
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    assert redirect_refusal("http://mixed.example/s.mp3", "http://169.254.169.254/latest/meta-data/")
+    assert redirect_refusal("http://mixed.example/s.mp3", "http://127.0.0.1:8888/api/status")
+    assert redirect_refusal(PUBLIC, "http://mixed.example/s.mp3")
+    assert redirect_refusal("http://inside.example/s.mp3", "http://127.0.0.1:8888/s.mp3") is None  # all inward

@@ -222,8 +222,9 @@ def _inner_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bo
 
 def host_is_inner(host: str) -> bool | None:
     """True when `host` is this machine or a private network (loopback, private, link-local such as the cloud's
-    169.254.169.254, unspecified, reserved): an address as written, a name when any address it resolves to is;
-    False for a public host; None when the name does not resolve."""
+    169.254.169.254, unspecified, reserved): an address as written, a name when every address it resolves to is;
+    False for a public host (every address public); None when the name does not resolve or resolves both ways (a
+    name with one public and one loopback address is neither: not trusted as inner, refused as a target)."""
     name = host.strip("[]").rstrip(".").lower()
     try:
         return _inner_address(ipaddress.ip_address(name))
@@ -235,8 +236,8 @@ def host_is_inner(host: str) -> bool | None:
         found = {info[4][0] for info in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)}
     except (OSError, UnicodeError):
         return None
-    addresses = [ipaddress.ip_address(str(a).split("%")[0]) for a in found]
-    return any(_inner_address(a) for a in addresses) if addresses else None
+    kinds = {_inner_address(ipaddress.ip_address(str(a).split("%")[0])) for a in found}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def redirect_refusal(source: str, target: str, inner: HostIsInner = host_is_inner) -> str | None:
