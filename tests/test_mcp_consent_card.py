@@ -478,3 +478,20 @@ def test_two_quotes_of_one_call_confirmed_both_pay_once(desk: Callable[..., Agen
     _, first, second = run(body)
     assert first["state"] == "sent" and second["state"] == "replayed" and second["task_ids"] == first["task_ids"]
     assert service.request_counts()[GENERATE] == 1
+
+
+def test_a_host_without_apps_cannot_confirm_even_a_live_quote(desk: Callable[..., AgentDesk], service: Sandbox) -> None:
+    """On the 2026-07-28 protocol a quote is bound to the process only: a client that never declared Apps (its model
+    sees confirm_quote listed) still cannot pay one, and the card can afterwards."""
+    server = build_server(desk())
+
+    async def body() -> tuple[types.CallToolResult, types.CallToolResult]:
+        async with session(server, "auto") as card:
+            quote = ok(await card.call_tool("generate_song", {"style": "live"}))["quote"]["id"]
+            async with Client(server, mode="auto") as model:
+                forged = await model.call_tool("confirm_quote", {"quote_id": quote})
+            return forged, await card.call_tool("confirm_quote", {"quote_id": quote})
+
+    forged, own = run(body)
+    assert "consent card's" in refused(forged) and "nothing was sent" in refused(forged)
+    assert ok(own)["state"] == "sent" and service.request_counts()[GENERATE] == 1

@@ -81,6 +81,8 @@ class ConsentCard:
     ) -> Annotated[CallToolResult, ConfirmOutput]:
         """Pay a quote the user confirmed in the card: once, on the connection that asked, before it expires, at the
         price the server finds now (a changed price answers a new quote and pays nothing)."""
+        if not client_supports_apps(ctx):  # only a card calls this; a host without Apps would show it to the model
+            raise ToolError("quote_id: confirm_quote is the consent card's, on a host with MCP Apps: nothing was sent")
         try:
             quote = self.quotes.take(quote_id, connection_mark(ctx))
         except QuoteRefused as exc:
