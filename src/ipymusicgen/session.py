@@ -210,7 +210,22 @@ def analyze(song_or_path: Any) -> Analysis:
         raise
     if opened is not None and task_id is not None:
         opened.store.analysed(task_id, measures.as_dict())
+        measures = _with_asked(measures, opened, task_id)
     return measures
+
+
+def _with_asked(measures: Analysis, opened: Library, task_id: str) -> Analysis:
+    """The measures with what the song's request named ("128 bpm", "in D minor" in its style or prompt)."""
+    import dataclasses
+
+    from .lab.adherence import asked_of
+
+    try:
+        song = opened.song(task_id)
+    except KeyError:
+        return measures
+    asked = asked_of((song.style, song.prompt, song.title))
+    return dataclasses.replace(measures, asked=asked) if asked else measures
 
 
 def grid(

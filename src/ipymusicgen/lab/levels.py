@@ -1,9 +1,14 @@
-"""Loudness (ITU-R BS.1770-4, gated) and true peak (4x oversampled), measured on full-band float samples at
-the file's own rate, block by block, so memory stays a few blocks whatever the rate and length.
+"""Loudness as EBU R128 measures it, and true peak (4x oversampled), on full-band float samples at the file's
+own rate, block by block, so memory stays a few blocks whatever the rate and length.
 
-The K-weighting filters are `pyloudnorm`'s own (its Meter's two biquads), run with their state carried
-from block to block; the gating is BS.1770-4's, on the energies of 100 ms steps (a 400 ms block is four of
-them: 75% overlap). It reads what `pyloudnorm.Meter.integrated_loudness` reads on the whole signal.
+- Integrated loudness: ITU-R BS.1770-4 (gated), as `pyloudnorm.Meter.integrated_loudness` reads the whole signal.
+- Momentary (400 ms) and short-term (3 s) loudness, their maxima: EBU Tech 3341, on a 100 ms step.
+- Loudness range (LRA): EBU Tech 3342, the 10th to 95th percentile of the short-term loudness, gated at
+  -70 LUFS and 20 LU under the short-term blocks' own level.
+
+The K-weighting filters are `pyloudnorm`'s own (its Meter's two biquads), run with their state carried from
+block to block; every window is a sum of the energies of 100 ms steps (pyloudnorm has no LRA, momentary or
+short-term meter; pyebur128, which has, ships no wheel for every Python the project supports).
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ GATE_BLOCK_STEPS = 4
 """A 400 ms gating block is four 100 ms steps (75% overlap)."""
 ABSOLUTE_GATE = -70.0
 RELATIVE_GATE = -10.0
+SHORT_TERM_STEPS = 30
+"""A 3 s short-term window is thirty 100 ms steps (Tech 3341)."""
+LRA_RELATIVE_GATE = -20.0
+LRA_PERCENTILES = (10.0, 95.0)
 CHANNEL_WEIGHTS = (1.0, 1.0, 1.0, 1.41, 1.41)
 
 
@@ -29,20 +38,30 @@ CHANNEL_WEIGHTS = (1.0, 1.0, 1.0, 1.41, 1.41)
 class Levels:
     lufs: float | None
     """Integrated loudness; None for silence or under 0.4 s."""
+    max_momentary_lufs: float | None
+    """The loudest 400 ms (LUFS); None for silence or under 0.4 s."""
+    max_short_term_lufs: float | None
+    """The loudest 3 s (LUFS); None for silence or under 3 s."""
+    loudness_range_lu: float | None
+    """LRA (LU); None for silence or under 3 s."""
     true_peak_db: float | None
     """dBTP; None for digital silence."""
     sample_peak_db: float | None
 
 
-def measure_levels(blocks: Iterable[Any], rate: int, channels: int) -> Levels:
-    """Loudness and true peak of float blocks (frames x channels) at `rate`, in one pass."""
+def measure_levels(blocks: Iterable[Any], rate: int, channels: int, spectrum: Any = None) -> Levels:
+    """Loudness and true peak of float blocks (frames x channels) at `rate`, in one pass (also feeding
+    `spectrum`, a `lossy.LongTermSpectrum`, when given)."""
     loudness = LoudnessMeter(rate, channels)
     peak = TruePeakMeter(channels)
     for block in blocks:
         loudness.add(block)
         peak.add(block)
+        if spectrum is not None:
+            spectrum.add(block)
     true_peak, sample_peak = peak.result()
-    return Levels(loudness.result(), _db(true_peak), _db(sample_peak))
+    momentary, short_term, lra = loudness.ranges()
+    return Levels(loudness.result(), momentary, short_term, lra, _db(true_peak), _db(sample_peak))
 
 
 def _db(value: float) -> float | None:
@@ -85,16 +104,51 @@ class LoudnessMeter:
             self.energies.extend(squares)
         self.pending = pending[whole:]
 
+    def _steps(self) -> Any:
+        import numpy as np
+
+        steps = list(self.energies)
+        if len(self.pending):
+            steps.append(np.square(self.pending).sum(axis=0))
+        return np.asarray(steps).reshape(-1, self.channels)
+
+    def _windows(self, steps: int) -> Any:
+        """The loudness (LUFS, -inf for silence) of every window of `steps` 100 ms steps, one step apart."""
+        import numpy as np
+
+        energy = self._steps()
+        if len(energy) < steps:
+            return np.zeros(0)
+        window = np.lib.stride_tricks.sliding_window_view(energy, steps, axis=0).sum(axis=-1) / (steps * self.step)
+        with np.errstate(divide="ignore"):
+            return -0.691 + 10 * np.log10(window @ np.asarray(CHANNEL_WEIGHTS[: self.channels]))
+
+    def ranges(self) -> tuple[float | None, float | None, float | None]:
+        """(max momentary, max short-term, loudness range): Tech 3341 windows, Tech 3342 gating."""
+        import numpy as np
+
+        def loudest(values: Any) -> float | None:
+            top = float(values.max()) if len(values) else -math.inf
+            return round(top, 2) if top >= ABSOLUTE_GATE else None
+
+        momentary = self._windows(GATE_BLOCK_STEPS) if self.frames >= GATE_BLOCK_STEPS * self.step else np.zeros(0)
+        short = self._windows(SHORT_TERM_STEPS) if self.frames >= SHORT_TERM_STEPS * self.step else np.zeros(0)
+        lra = None
+        heard = short[short >= ABSOLUTE_GATE]
+        if len(heard):
+            level = 10 * np.log10(np.mean(np.power(10, heard / 10)))
+            kept = heard[heard >= level + LRA_RELATIVE_GATE]
+            low, high = np.percentile(kept, LRA_PERCENTILES)
+            lra = round(float(high - low), 2)
+        return loudest(momentary), loudest(short), lra
+
     def result(self) -> float | None:
         import numpy as np
 
         block = GATE_BLOCK_STEPS * self.step
         if self.frames < block + 1:
             return None
-        steps = list(self.energies)
-        if len(self.pending):
-            steps.append(np.square(self.pending).sum(axis=0))
-        energy = np.asarray(steps)
+        energy = self._steps()
         count = len(energy) - GATE_BLOCK_STEPS + 1
         if count < 1:
             return None

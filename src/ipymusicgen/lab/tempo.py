@@ -16,6 +16,7 @@ the answer is well inside 2% from 40 to 240 BPM (one 8 ms frame is 2.4% of a bea
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 RATE = 16_000
@@ -46,6 +47,15 @@ PREFERRED_FASTEST = 150.0
 """Over this tempo, beats less alike than `DOUBTFUL_EVENNESS` by every accent curve halve it: a sandbox song at
 82 BPM read at 164 has eighths 0.69 to 0.75 alike by flux and 0.31 to 0.48 by energy; a drum kit at 165 has
 its beats 0.85 alike by energy, a click track 1."""
+LOW_BAND_HZ = 1500.0
+"""The band whose energy rises decide the octave first: kicks, snares' bodies, bass notes and clicks, but little
+of a hi-hat's (drum kits at 60 to 180 BPM: beats 0.8 to 1.0 alike there, eighths at most 0.01)."""
+LOW_DOUBLE = 0.65
+"""Halfway points this strong against the beats (and beats this alike) in the low band double the tempo; a
+sandbox song's eighths are at most 0.5 as strong."""
+LOW_EMPTY = 0.1
+"""Every other beat this weak against the rest in the low band halves the tempo (kits read at their eighths:
+0.01); the low band keeps the tempo when its beats are alike and nothing hits halfway between them."""
 MULTIPLES = 6
 COMB_FRAMES = int(4.0 * RATE / HOP)
 """Lags up to 4 s take part in `comb`."""
@@ -54,8 +64,8 @@ FAMILY_MARGIN = 1.15
 """Autocorrelation peaks at 1..MULTIPLES beats refine the period."""
 
 
-def onsets(mono: Any) -> tuple[Any, Any, Any, Any]:
-    """Three curves on 8 ms frames from one spectrogram, computed `CHUNK_S` at a time with a window of context
+def onsets(mono: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """Five curves on 8 ms frames from one spectrogram, computed `CHUNK_S` at a time with a window of context
     on both sides of each chunk (so every frame is computed as in one pass):
 
     - librosa's onset strength (log-mel spectral flux): the tempo estimate's input;
@@ -63,14 +73,16 @@ def onsets(mono: Any) -> tuple[Any, Any, Any, Any]:
       steady spectrum, 1 from silence): the beat check's attacks;
     - the rise of linear magnitude over the previous frame: loud hits weigh more than quiet ones (a hi-hat's
       log-spectral flux is as large as a kick's), for the octave check;
-    - the rise of the frame's energy over two frames before: the loudest hits weigh most (octave check)."""
+    - the rise of the frame's energy over two frames before: the loudest hits weigh most (octave check);
+    - the same under `LOW_BAND_HZ`: kicks, snares and bass without the hi-hats (the octave's first check)."""
     import librosa
     import numpy as np
 
     chunk = CHUNK_S * RATE // HOP * HOP
     pad = WINDOW // HOP * HOP
-    strengths, rises, fluxes, energies = [], [], [], []
+    strengths, rises, fluxes, energies, lows = [], [], [], [], []
     mel_basis = librosa.filters.mel(sr=RATE, n_fft=WINDOW)
+    low_bins = int(np.count_nonzero(librosa.fft_frequencies(sr=RATE, n_fft=WINDOW) < LOW_BAND_HZ))
     for start in range(0, len(mono), chunk):
         lead = min(start, pad)
         piece = mono[start - lead : start + chunk + pad]
@@ -78,20 +90,28 @@ def onsets(mono: Any) -> tuple[Any, Any, Any, Any]:
         mel = librosa.power_to_db(mel_basis @ np.square(magnitude), ref=np.max)
         strength = librosa.onset.onset_strength(S=mel, sr=RATE, hop_length=HOP)
         flux = np.maximum(0.0, np.diff(magnitude, axis=1, prepend=magnitude[:, :1])).sum(axis=0)
-        energy = np.square(magnitude).sum(axis=0)
-        energy = np.maximum(0.0, energy - np.concatenate([energy[:1], energy[:1], energy[:-2]]))
+        power = np.square(magnitude)
+        energy, low = _energy_rise(power.sum(axis=0)), _energy_rise(power[:low_bins].sum(axis=0))
         frames = -(-min(chunk, len(mono) - start) // HOP)
         first = lead // HOP
         strengths.append(strength[first : first + frames])
         rises.append(linear_rise(magnitude)[first : first + frames])
         fluxes.append(flux[first : first + frames])
         energies.append(energy[first : first + frames])
+        lows.append(low[first : first + frames])
     if not strengths:
         empty = np.zeros(0, dtype=np.float32)
-        return empty, empty, empty, empty
+        return empty, empty, empty, empty, empty
     rise = np.concatenate(rises)
     rise[max(0, len(rise) - WINDOW // HOP) :] = 0.0  # the last window: the signal's end, not an attack
-    return np.concatenate(strengths), rise, np.concatenate(fluxes), np.concatenate(energies)
+    return np.concatenate(strengths), rise, np.concatenate(fluxes), np.concatenate(energies), np.concatenate(lows)
+
+
+def _energy_rise(energy: Any) -> Any:
+    """Each frame's energy rise over two frames before (0 where it falls)."""
+    import numpy as np
+
+    return np.maximum(0.0, energy - np.concatenate([energy[:1], energy[:1], energy[:-2]]))
 
 
 def linear_rise(magnitude: Any) -> Any:
@@ -105,20 +125,42 @@ def linear_rise(magnitude: Any) -> Any:
 
 
 def attacks(rise: Any) -> int:
-    """How many attacks (frames rising by `ATTACK` of themselves, at least 100 ms apart) the signal has."""
+    """How many attacks (peaks of the rise of at least `ATTACK`, at least 100 ms apart) the signal has. Peaks, not
+    runs of frames over the bar: in a dense beat (a kit at 172 BPM) the rise never falls back between hits."""
     import numpy as np
 
-    frames = np.flatnonzero(rise >= ATTACK)
-    if not len(frames):
-        return 0
     gap = int(0.1 * RATE / HOP)
-    return int(1 + np.count_nonzero(np.diff(frames) > gap))
+    if not len(rise):
+        return 0
+    padded = np.pad(rise, gap, constant_values=0.0)
+    window = np.lib.stride_tricks.sliding_window_view(padded, 2 * gap + 1).max(axis=1)
+    count, last = 0, -gap
+    for frame in np.flatnonzero((rise >= ATTACK) & (rise >= window)):
+        if frame - last >= gap:
+            count, last = count + 1, int(frame)
+    return count
+
+
+@dataclass(frozen=True)
+class Tempo:
+    """A tempo with how sure it is and its octave neighbours (a listener may count either)."""
+
+    bpm: float
+    confidence: float
+    """0 to 1: the onset strength's mean autocorrelation at 1, 2, 3... beats of this tempo (1 for a click track)."""
+    half: float
+    double: float
 
 
 def tempo(mono: Any) -> float | None:
     """Beats per minute, or None when nothing repeats (a held tone, noise)."""
+    found = measure_tempo(mono)
+    return found.bpm if found else None
 
-    envelope, rise, flux, energy = onsets(mono)
+
+def measure_tempo(mono: Any) -> Tempo | None:
+    """The tempo with its confidence and its half and double, or None when nothing repeats."""
+    envelope, rise, flux, energy, low = onsets(mono)
     if not len(envelope) or float(envelope.max()) < ONSET_FLOOR or attacks(rise) < MIN_ATTACKS:
         return None  # nothing starts: a held tone's envelope is a ripple, whatever its autocorrelation
     correlation = _autocorrelation(envelope)
@@ -131,9 +173,41 @@ def tempo(mono: Any) -> float | None:
     if first is None:
         return None
     period = refine(correlation, family(correlation, frames_per_minute / first))
-    period = octave((flux, energy), period, correlation)
+    decided = low_band_octave(low, period, correlation)
+    period = decided if decided is not None else octave((flux, energy), period, correlation)
     value = frames_per_minute / period
-    return round(value, 1) if math.isfinite(value) and SLOWEST * 0.98 <= value <= FASTEST * 1.02 else None
+    if not (math.isfinite(value) and SLOWEST * 0.98 <= value <= FASTEST * 1.02):
+        return None
+    confidence = min(1.0, max(0.0, comb(correlation, period)))
+    return Tempo(round(value, 1), round(confidence, 2), round(value / 2, 1), round(value * 2, 1))
+
+
+def low_band_octave(low: Any, period: float, correlation: Any) -> float | None:
+    """The octave the low band (under `LOW_BAND_HZ`: kick, snare body, bass; hi-hats have little energy there)
+    decides, or None when it does not: the beat is twice as fast when the points halfway between beats hit as
+    hard as the beats (`LOW_DOUBLE`), half as fast when every other beat is nearly empty (`LOW_EMPTY`) and the
+    beats of the slower grid are alike."""
+    frames_per_minute = 60 * RATE / HOP
+    faster, slower = period / 2, period * 2
+    if frames_per_minute / faster <= FASTEST:
+        midpoints, beats = halfway(low, period), evenness(low, faster)
+        if midpoints is not None and beats is not None and midpoints >= LOW_DOUBLE and beats >= LOW_DOUBLE:
+            return refine(correlation, faster)
+    if frames_per_minute / slower >= SLOWEST:
+        here, there = evenness(low, period), evenness(low, slower)
+        if here is not None and there is not None and here <= LOW_EMPTY and there >= LOW_DOUBLE:
+            return refine(correlation, slower)
+    here = evenness(low, period)
+    return period if here is not None and here >= LOW_DOUBLE and (halfway(low, period) or 0.0) <= LOW_EMPTY else None
+
+
+def halfway(accent: Any, period: float) -> float | None:
+    """The accent halfway between the beats of a grid of `period` frames against the accent on them (median
+    over segments): near 0 when only the beats hit, near 1 when the beat is really twice as fast."""
+    import numpy as np
+
+    ratios = [float(mid.mean()) / max(float(on.mean()), 1e-12) for on, mid in grid(accent, period)]
+    return float(np.median(ratios)) if ratios else None
 
 
 def _autocorrelation(envelope: Any) -> Any:

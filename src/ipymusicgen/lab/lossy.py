@@ -1,0 +1,80 @@
+"""Whether a lossless file (WAV, FLAC) was decoded from a lossy one: MP3 encoders low-pass the audio (LAME at
+128 kbps near 17 kHz, at 320 kbps near 20 kHz), so the long-term spectrum of a file made from an MP3 falls off
+a cliff there, while a file mixed or rendered at full band has content up to near the Nyquist frequency.
+
+The spectrum is averaged over the whole file (power, mono mix, 4096-point Hann frames) as the levels are
+measured, block by block, so it costs no second decode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LOSSLESS = frozenset({"wav", "flac"})
+"""Formats whose verdict means something (an MP3 or OGG is lossy by its own name)."""
+FRAME = 4096
+LOWEST_CUTOFF_HZ = 10_000.0
+"""Encoders low-pass no lower than this at the bit rates music is sold at (LAME at 64 kbps: about 14 kHz)."""
+NYQUIST_MARGIN_HZ = 1_000.0
+"""Content within this of the Nyquist frequency is full band (anti-alias filters start about here)."""
+CLIFF_DB = 25.0
+"""How far the spectrum must fall in the kilohertz just above the cutoff, against the kilohertz just below it
+(LAME at 96 kbps: 28 dB, at 128 to 320 kbps: more), and stay `REST_DB` down above that (some encoders leave
+a little noise over the low-pass: LAME at 96 kbps has a hump 15 dB down at 17 kHz)."""
+REST_DB = 12.0
+CLIFF_WIDTH_HZ = 300.0
+"""Within how many hertz it must fall: an encoder's low-pass is steep, a song's natural roll-off is not."""
+PRESENT_DB = 50.0
+"""The kilohertz below the cutoff must be within this of the loudest band: content up to the cliff."""
+BAND_HZ = 100.0
+
+
+class LongTermSpectrum:
+    """The file's average power spectrum, fed the same float blocks as the levels."""
+
+    def __init__(self, rate: int) -> None:
+        import numpy as np
+
+        self.rate = rate
+        self.window = np.hanning(FRAME)
+        self.power = np.zeros(FRAME // 2 + 1)
+        self.frames = 0
+        self.pending = np.zeros(0)
+
+    def add(self, block: Any) -> None:
+        import numpy as np
+
+        mono = np.asarray(block, dtype=float).mean(axis=1) if np.ndim(block) == 2 else np.asarray(block, dtype=float)
+        samples = np.concatenate([self.pending, mono]) if len(self.pending) else mono
+        whole = len(samples) // FRAME * FRAME
+        if whole:
+            frames = samples[:whole].reshape(-1, FRAME) * self.window
+            self.power += np.square(np.abs(np.fft.rfft(frames, axis=1))).sum(axis=0)
+            self.frames += len(frames)
+        self.pending = samples[whole:]
+
+    def lossy_cutoff(self) -> float | None:
+        """The frequency (Hz) where the spectrum stops as a lossy encoder stops it, or None (full band, silence,
+        too short, or nothing above `LOWEST_CUTOFF_HZ` to tell)."""
+        import numpy as np
+
+        nyquist = self.rate / 2
+        if not self.frames or nyquist - NYQUIST_MARGIN_HZ <= LOWEST_CUTOFF_HZ or not self.power.any():
+            return None
+        bin_hz = self.rate / FRAME
+        per_band = max(1, round(BAND_HZ / bin_hz))
+        count = len(self.power) // per_band
+        bands = self.power[: count * per_band].reshape(count, per_band).mean(axis=1)
+        level = 10 * np.log10(np.maximum(bands, 1e-30))
+        centre = (np.arange(count) + 0.5) * per_band * bin_hz
+        loudest = float(level.max())
+        below_bands = max(1, round(1000.0 / (per_band * bin_hz)))
+        cliff_bands = max(1, round(CLIFF_WIDTH_HZ / (per_band * bin_hz)))
+        for edge in np.flatnonzero((centre >= LOWEST_CUTOFF_HZ) & (centre <= nyquist - NYQUIST_MARGIN_HZ)):
+            below = float(level[max(0, edge - below_bands) : edge].mean())
+            above = level[edge + cliff_bands :]
+            if len(above) < below_bands or below < loudest - PRESENT_DB:
+                continue
+            if float(above[:below_bands].mean()) <= below - CLIFF_DB and float(above.max()) <= below - REST_DB:
+                return round(float(edge * per_band * bin_hz), -1)
+        return None
