@@ -103,3 +103,20 @@ def test_errors_in_the_worker_keep_their_kind_and_the_worker_serves_on(tmp_path:
         assert worker.stats()["pid"] != pid and worker.crashes == 0
     finally:
         worker.close()
+
+
+def test_a_worker_killed_from_outside_is_replaced_without_clearing_the_cache(tmp_path: Path, song: Path) -> None:
+    """SIGKILL is not a crash in librosa: the song is measured by a fresh worker and the compiled cache stays."""
+    import signal
+
+    cache = tmp_path / "numba-cache"
+    worker = AnalysisWorker(cache)
+    try:
+        assert worker.analyze(song).bpm == pytest.approx(96, rel=0.02)
+        kept = cache / "kept.marker"
+        kept.touch()
+        os.kill(worker.stats()["pid"], signal.SIGKILL)
+        assert worker.analyze(song).bpm == pytest.approx(96, rel=0.02)
+        assert kept.exists()  # not cleared
+    finally:
+        worker.close()

@@ -6,9 +6,9 @@ SIGSEGV inside librosa. So:
 
 - the worker runs with a numba cache of the project's own, per user and per numba/librosa/Python version
   (`NUMBA_CACHE_DIR`), and compiles (imports librosa and warms up) under a file lock beside that cache;
-- a worker that dies (a signal, a non-zero exit) is detected; its cache is cleared (under the same lock) and
-  the song is measured once more by a fresh worker; if that one dies too, `AnalysisCrashedError` says so in
-  one line;
+- a worker that dies (a signal, a non-zero exit) is detected and the song measured once more by a fresh
+  worker, after clearing the cache (under the same lock) when the death was a crash in native code (SIGSEGV,
+  SIGBUS...); if that one dies too, `AnalysisCrashedError` says so in one line;
 - one worker serves every song in turn (it stays up between songs, so librosa is imported and compiled once;
   benchmark figure 14) and leaves by itself after `IDLE_SECONDS` without work, or when its parent goes.
 
@@ -40,6 +40,9 @@ LOCK_SECONDS = 600.0
 """How long a worker waits for another process's compile before compiling anyway."""
 ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
 """Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed)."""
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE"})
+"""Deaths that clear the cache before the retry; a worker killed from outside (SIGTERM, SIGKILL) or exiting with
+an error is retried as it is (recompiling the cache costs a minute or more)."""
 _ERRORS: dict[str, type[Exception]] = {
     "AudioFileError": AudioFileError,
     "DecodeCapError": DecodeCapError,
@@ -107,7 +110,7 @@ class AnalysisWorker:
         return Analysis(**answer["analysis"])
 
     def stats(self, *, reset_peak: bool = False) -> dict[str, Any]:
-        """The worker's pid, memory now and at its peak (MB); `reset_peak` starts a new peak (benchmarks)."""
+        """The worker's pid, memory now and at its peak (MB), CPU seconds used; `reset_peak` starts a new peak."""
         return self.request({"op": "stats", "reset_peak": reset_peak}, name="stats")
 
     def request(self, message: dict[str, Any], *, name: str) -> dict[str, Any]:
@@ -116,14 +119,15 @@ class AnalysisWorker:
             if isinstance(died, dict):
                 return _answer(died)
             self.crashes += 1
-            clear_cache(self.cache_dir)
+            if died in CRASH_SIGNALS:  # a fault in native code: the compiled cache is the suspect
+                clear_cache(self.cache_dir)
             again = self._exchange(message)
             if isinstance(again, dict):
                 return _answer(again)
             self.crashes += 1
             raise AnalysisCrashedError(
-                f"analysis of {name} crashed its worker twice ({died}, then {again} after clearing the numba cache"
-                f" {self.cache_dir}); the kernel is fine, the song stays unmeasured"
+                f"analysis of {name} crashed its worker twice ({died}, then {again}; numba cache {self.cache_dir}"
+                f"{' cleared between' if died in CRASH_SIGNALS else ''}); the kernel is fine, the song stays unmeasured"
             )
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any] | str:
@@ -296,7 +300,7 @@ def _stats(reset_peak: bool) -> dict[str, Any]:
     if reset_peak:
         with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
             refs.write("5")
-    return {"pid": os.getpid(), "rss_mb": status("VmRSS"), "peak_mb": status("VmHWM")}
+    return {"pid": os.getpid(), "rss_mb": status("VmRSS"), "peak_mb": status("VmHWM"), "cpu_s": time.process_time()}
 
 
 if __name__ == "__main__":
