@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -246,3 +247,44 @@ def test_a_song_host_whose_name_resolves_both_public_and_inward_may_not_send_the
     assert redirect_refusal("http://mixed.example/s.mp3", "http://127.0.0.1:8888/api/status")
     assert redirect_refusal(PUBLIC, "http://mixed.example/s.mp3")
     assert redirect_refusal("http://inside.example/s.mp3", "http://127.0.0.1:8888/s.mp3") is None  # all inward
+
+
+@pytest.mark.slow
+def test_the_agent_is_offered_no_audio_link_to_what_a_link_or_a_non_audio_file_in_the_archive_holds(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """get_songs offers each archived song as a resource link with a size and a MIME type: a symlink planted at the
+    archived path must not tell the agent the size of the file it names, nor a hard link to a key file pass as
+    audio/mpeg; the song's own file still gets its link with its own size and type."""
+    import anyio
+    from mcp.client import Client
+
+    from ipymusicgen import Journal
+    from ipymusicgen.mcp import AgentDesk, build_server
+
+    secret = tmp_path / "private.env"
+    secret.write_bytes(b"TOKEN=" + b"s" * 31331)  # 31337 bytes: a size the agent must not learn
+    with sandbox.client(journal=Journal(tmp_path / "journal.sqlite3"), archive=tmp_path / "songs") as client:
+        ids: list[str] = []
+        for style in ("dulcimer, rain", "oud, noon"):
+            made = list(client.generate(action="auto", style=style).ids)
+            client.wait(made, timeout=60, archived=True)
+            ids += made
+        with Library(tmp_path / "journal.sqlite3") as library:
+            paths = [Path(str(library.archived_path(task_id))) for task_id in ids]
+        paths[0].unlink()
+        paths[0].symlink_to(secret)
+        paths[1].unlink()
+        os.link(secret, paths[1])
+        desk = AgentDesk(client)
+
+        async def links() -> list[Any]:
+            async with Client(build_server(desk)) as agent:
+                result = await agent.call_tool("get_songs", {"task_ids": ids})
+                return [block for block in result.content if getattr(block, "type", "") == "resource_link"]
+
+        found = {str(link.uri): link for link in anyio.run(links)}
+    assert f"song://{ids[0]}/audio" not in found and f"song://{ids[1]}/audio" not in found, found
+    assert all(link.size != secret.stat().st_size for link in found.values())
+    own = found[f"song://{ids[2]}/audio"]
+    assert own.size == paths[2].stat().st_size and own.mime_type == "audio/mpeg"

@@ -61,11 +61,8 @@ def audio_type(data: bytes) -> str | None:
     return MEDIA_TYPES.get(suffix) if suffix else None
 
 
-def read_archived_audio(path: str | Path | None, limit: int) -> bytes:
-    """The bytes of an archived song (see `archived_file`), at most `limit`, and only when they are audio.
-
-    `ArchivedTooLarge` when the file holds more than `limit` (counted while reading: a file whose size on disk
-    says 0 is read like any other); `ArchivedAudioError` when it is not an archive's file or not audio."""
+def _open_archived(path: str | Path | None) -> int:
+    """A descriptor of the archived file (see `archived_file`), opened without following a link, checked regular."""
     target = archived_file(path)
     if target is None:
         raise ArchivedAudioError("no archived file of this song is there (or it is a link, which is not followed)")
@@ -74,11 +71,33 @@ def read_archived_audio(path: str | Path | None, limit: int) -> bytes:
         fd = os.open(target, flags)  # a link swapped in since the check is refused here (ELOOP)
     except OSError:
         raise ArchivedAudioError("the archived file cannot be opened (or it became a link)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ArchivedAudioError("the archived file is not a regular file")
+    return fd
+
+
+def archived_audio_kind(path: str | Path | None) -> tuple[str, int] | None:
+    """(MIME type, size on disk) of an archived song's file when it is one (`archived_file`) and starts like audio;
+    None otherwise: what a link to the audio may say about it before anyone reads it (`read_archived_audio`)."""
+    try:
+        fd = _open_archived(path)
+    except ArchivedAudioError:
+        return None
+    with os.fdopen(fd, "rb", buffering=0) as file:
+        kind = audio_type(file.read(HEAD_BYTES))
+        return (kind, os.fstat(fd).st_size) if kind else None
+
+
+def read_archived_audio(path: str | Path | None, limit: int) -> bytes:
+    """The bytes of an archived song (see `archived_file`), at most `limit`, and only when they are audio.
+
+    `ArchivedTooLarge` when the file holds more than `limit` (counted while reading: a file whose size on disk
+    says 0 is read like any other); `ArchivedAudioError` when it is not an archive's file or not audio."""
+    fd = _open_archived(path)
     chunks: list[bytes] = []
     size = 0
     with os.fdopen(fd, "rb", buffering=0) as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ArchivedAudioError("the archived file is not a regular file")
         while True:
             chunk = file.read(min(BLOCK, limit + 1 - size))
             if not chunk:

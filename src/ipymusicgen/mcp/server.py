@@ -19,7 +19,6 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
@@ -41,7 +40,7 @@ from mcp.types import (
 from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field, ValidationError
 
-from ..archive.archived_audio import ArchivedAudioError, audio_type, read_archived_audio
+from ..archive.archived_audio import ArchivedAudioError, archived_audio_kind, audio_type, read_archived_audio
 from ..client.waiting import check_id
 from ..errors import MusicGenError, RequestValidationError, one_line, storage_reason
 from ..models.schema import PROMPT_MAX, V1_SHAPES, LyricsRequest, V2Request
@@ -629,14 +628,13 @@ def checked_ids(task_ids: list[str]) -> tuple[list[str], list[dict[str, Any]]]:
 
 def _audio_link(song: dict[str, Any]) -> ResourceLink | None:
     """A link to an archived song's audio (`song://{id}/audio`), read with resources/read when wanted."""
-    path = song.get("archived_path")
-    if not path or not Path(path).is_file():
+    found = archived_audio_kind(song.get("archived_path"))  # a real file of the archive that is audio, or no link
+    if found is None:
         return None
-    suffix = Path(path).suffix.lower()
-    mime = "audio/mpeg" if suffix == ".mp3" else f"audio/{suffix.lstrip('.') or 'mpeg'}"
+    mime, size = found
     return ResourceLink(
         type="resource_link", uri=f"song://{song['id']}/audio", name=song.get("title") or song["id"],
-        mime_type=mime, size=Path(path).stat().st_size,
+        mime_type=mime, size=size,
     )  # fmt: skip
 
 
