@@ -159,14 +159,16 @@ def _ledger(args: argparse.Namespace) -> Any:
 
     database = args.database or default_database()
     _needs_driver(database)
-    print(f"ledger: {ledger_shown(database)}", file=sys.stderr, flush=True)  # which one: a file, or a server
     try:
-        return open_ledger(database)
+        ledger = open_ledger(database)
     except Exception as exc:  # psycopg's and sqlite3's errors name the host or file, never a password
         reason = masked(str(exc), database).strip().splitlines()
         raise LedgerUnavailableError(
             f"could not open the ledger at {shown_database(database)}: {reason[0] if reason else type(exc).__name__}"
         ) from None
+    # which one it opened (a file, or a server); a ledger that could not be opened is named by the one error line
+    print(f"ledger: {ledger_shown(database)}", file=sys.stderr, flush=True)
+    return ledger
 
 
 NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")

@@ -140,7 +140,7 @@ def stanzas(lyrics: str) -> list[list[str]]:
 class EngineRequest(BaseModel):
     """A song for a synchronous engine, checked against its capability row before anything is sent."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # %load_ext stays cheap
 
     provider: Literal["elevenlabs", "lyria"]
     model: str | None = Field(default=None, description="The engine's model id; its default when not given.")
