@@ -193,7 +193,8 @@ def test_without_a_journal_the_song_id_first_then_the_task_id_pays_once(
     from ipymusicgen.app import build_client
     from ipymusicgen.archive.extras import make_extra
 
-    task_id, song_id = song_ids(paid_clients(), service, "no journal reel")
+    song_ids(paid_clients(), service, "a first call")  # the sandbox's ids repeat from test to test, and a process
+    task_id, song_id = song_ids(paid_clients(), service, "no journal reel")  # keeps one extras file: not the first
     settings = paid_clients().settings
     clients = [build_client(settings, journal=False, archive=False) for _ in range(2)]
     try:
@@ -288,3 +289,26 @@ def test_the_agent_is_offered_no_audio_link_to_what_a_link_or_a_non_audio_file_i
     assert all(link.size != secret.stat().st_size for link in found.values())
     own = found[f"song://{ids[2]}/audio"]
     assert own.size == paths[2].stat().st_size and own.mime_type == "audio/mpeg"
+
+
+def test_a_paid_wav_whose_download_answers_something_else_is_not_kept_as_the_wav(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """The WAV's URL answering 200 with something that is not audio (an expired link's page, a status page) is not
+    kept as the song's WAV (it would be 'already made' for good: the page and the export refuse it, and force pays
+    only when the file is missing): the ask says so, and the next ask downloads it again without paying."""
+    from ipymusicgen.archive.extras import make_extra
+    from ipymusicgen.archive.sniff import audio_suffix
+    from ipymusicgen.errors import MusicGenError
+
+    client = paid_clients()
+    task_id, _ = song_ids(client, service, "wax cylinder")
+    service.set_faults("malformed:count=1:path=/files")  # the next file download answers JSON, with a 200
+    first = None
+    with pytest.raises(MusicGenError):
+        first = make_extra(client, task_id, "wav")
+    assert first is None
+    again = make_extra(paid_clients(), task_id, "wav")
+    assert again.state == "reused" and not again.sent and again.path is not None
+    assert audio_suffix(again.path.read_bytes()[:64]) == ".wav"
+    assert service.request_counts()["/v1/music/generate-wav"] == 1

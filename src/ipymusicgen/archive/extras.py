@@ -29,6 +29,7 @@ from ..client.waiting import check_id
 from ..errors import DownloadError, MusicGenError, RequestValidationError
 from ..models import costs
 from ..storage.extras import Extra, ExtrasStore
+from .sniff import audio_suffix, head_of
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient
@@ -243,6 +244,8 @@ def _keep(
         try:
             try:
                 staged = client.download(value, staging)
+                if audio_suffix(head_of(staged)) is None:  # a 200 with a page, not the WAV or MP4: never kept as it
+                    raise DownloadError(f"The {spec.label}'s URL answered something that is not audio or video.")
             except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
                 raise DownloadError(
                     f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download "
