@@ -330,10 +330,13 @@ def _seconds(value: float | None) -> float:
     return float(value)
 
 
-def compare(songs_or_ids_or_call: Any, *, mode: str = "ab", seed: int | None = None) -> CompareView:
+def compare(
+    songs_or_ids_or_call: Any, *, mode: str = "ab", seed: int | None = None, min_listen_s: float | None = None
+) -> CompareView:
     """Blind A/B (or `mode="abx"`) of two takes, the vote kept in the library of the journal in use.
 
     Two songs or task ids; or one call: a `generate()` result, or one task id, meaning both takes of it.
+    `min_listen_s`: seconds each side must play before the page's vote counts (default: the settings', 5 s).
     """
     from ..session import library as open_library
 
@@ -344,4 +347,4 @@ def compare(songs_or_ids_or_call: Any, *, mode: str = "ab", seed: int | None = N
     if isinstance(given, str):
         given = [song.id for song in library.takes(given)]
     songs = [library.song(item) if isinstance(item, str) else item for item in given]
-    return CompareView(songs, library=library, mode=mode, seed=seed)
+    return CompareView(songs, library=library, mode=mode, seed=seed, min_listen_s=min_listen_s)
