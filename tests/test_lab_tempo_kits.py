@@ -79,3 +79,9 @@ def test_a_click_track_is_sure_of_its_tempo(tmp_path: Path) -> None:
 
     found = analyze_file(write_wav(tmp_path / "click.wav", click_track(107, 20)))
     assert found.bpm == pytest.approx(107, rel=0.02) and (found.bpm_confidence or 0) >= 0.8
+
+
+def test_a_long_song_reads_its_tempo_from_segments_spread_over_it(tmp_path: Path) -> None:
+    """150 s: eight 20 s segments, of which five (first and last included) give librosa's estimate."""
+    found = analyze_file(write_wav(tmp_path / "long.wav", song(118, seconds=150)))
+    assert found.bpm == pytest.approx(118, rel=0.02)
