@@ -312,3 +312,25 @@ def test_a_paid_wav_whose_download_answers_something_else_is_not_kept_as_the_wav
     assert again.state == "reused" and not again.sent and again.path is not None
     assert audio_suffix(again.path.read_bytes()[:64]) == ".wav"
     assert service.request_counts()["/v1/music/generate-wav"] == 1
+
+
+def test_archiving_a_wav_from_a_url_that_answers_a_page_keeps_the_songs_mp3(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """`archive_wav(task_id, url)` only downloads: a URL answering 200 with JSON must not be kept as the WAV, and
+    never in place of the song's archived MP3 (a URL ending in .mp3 named the download like the song's own file)."""
+    from ipymusicgen.archive import archive_wav
+    from ipymusicgen.errors import MusicGenError
+
+    client = paid_clients()
+    task_id, _ = song_ids(client, service, "gramophone")
+    with Library(client.journal.path) as library:  # type: ignore[union-attr]
+        song = library.song(task_id)
+        mp3, url = Path(str(song.archive_path)), str(song.audio_url)
+    kept = mp3.read_bytes()
+    service.set_faults("malformed:count=1:path=/files")
+    with pytest.raises((MusicGenError, ValueError)):
+        archive_wav(task_id, url, client=client)
+    assert mp3.read_bytes() == kept
+    with Library(client.journal.path) as library:  # type: ignore[union-attr]
+        assert library.song(task_id).wav_path is None

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..client.downloads import safe_filename, unique_path
 from ..lifecycle import add_worker, at_exit, join_thread
-from .sniff import check_audio, head_of, image_suffix
+from .sniff import NotAudioError, check_audio, head_of, image_suffix
 from .waveform import decode_cap
 
 if TYPE_CHECKING:
@@ -337,7 +337,9 @@ def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) ->
     staging = _staging_dir(archiver.directory)
     try:
         staged = client.download(url, staging)
-        placed = _place(staged, archiver.directory, song.file_name(staged.suffix or ".wav"), task_id)
+        if check_audio(staged) != ".wav":  # a page (NotAudioError), or other audio: never kept, never over the MP3
+            raise NotAudioError("the WAV's URL answered audio that is not a WAV; the song's files are left as they are")
+        placed = _place(staged, archiver.directory, song.file_name(".wav"), task_id)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     store.wav_archived(task_id, placed)
