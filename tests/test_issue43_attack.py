@@ -334,3 +334,32 @@ def test_archiving_a_wav_from_a_url_that_answers_a_page_keeps_the_songs_mp3(
     assert mp3.read_bytes() == kept
     with Library(client.journal.path) as library:  # type: ignore[union-attr]
         assert library.song(task_id).wav_path is None
+
+
+def test_without_a_journal_a_service_whose_task_query_knows_only_task_ids_still_pays_once(
+    paid_clients: Callable[..., MusicClient], service: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec does not say the task query takes a song id (the sandbox's does): a song's names learned when it was
+    first asked by its task id must still tell a later ask by its song id that the voice is made."""
+    from ipymusicgen.app import build_client
+    from ipymusicgen.archive.extras import make_extra
+
+    song_ids(paid_clients(), service, "a first call")  # not the first ids: a process keeps one extras file
+    song_ids(paid_clients(), service, "a second call")
+    task_id, song_id = song_ids(paid_clients(), service, "strict service jig")
+    everything = service.state.tasks_of  # type: ignore[attr-defined]
+
+    def by_task_id_only(owner: str, ids: list[str] | None = None) -> list[Any]:
+        return [t for t in everything(owner, ids) if ids is None or t.id in ids]
+
+    monkeypatch.setattr(service.state, "tasks_of", by_task_id_only)  # type: ignore[attr-defined]
+    settings = paid_clients().settings
+    clients = [build_client(settings, journal=False, archive=False) for _ in range(2)]
+    try:
+        voice = make_extra(clients[0], task_id, "vibe")
+        again = make_extra(clients[1], song_id, "vibe")
+    finally:
+        for client in clients:
+            client.close()
+    assert voice.sent and (again.state, again.sent, again.value) == ("reused", False, voice.value)
+    assert service.request_counts()["/v1/music/generate-vibe"] == 1

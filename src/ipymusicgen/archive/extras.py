@@ -124,6 +124,9 @@ def song_named(client: MusicClient, name: str) -> SongName:
         found = store.songs_named(typed)
     if not found:
         found = _asked_of_the_service(client, typed)
+        if len(found) == 1 and found[0][1] and getattr(client.journal, "path", None) is None:
+            with ExtrasStore(_journal_path(client)) as store:  # the service's task query may not take a song id
+                store.remember_names(found[0][0], str(found[0][1]))
     if len({task for task, _ in found}) > 1:
         from ..errors import FieldProblem
 

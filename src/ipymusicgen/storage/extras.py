@@ -116,6 +116,17 @@ class ExtrasStore(SharedStore):
                     return [(row["id"], row["song_id"] or None) for row in rows]
         return []
 
+    def remember_names(self, task_id: str, song_id: str) -> None:
+        """Keep a song's two names, learned from the service, where `songs_named` finds them: only for a file of
+        extras alone (a client without a journal), whose tasks table no library shows."""
+        now = time.time()
+        with damage_named(self.path), write_transaction(self.db, self.lock) as db:
+            db.execute(
+                "INSERT OR IGNORE INTO tasks (id, host, state, song_id, created_at, updated_at) "
+                "VALUES (?, '', 'learned', ?, ?, ?)",
+                (task_id, song_id, now, now),
+            )
+
     def get(self, song: str, kind: str, names: tuple[str, ...] = ()) -> Extra | None:
         """The row that speaks for (song, kind), also looking under the song's other `names` (any ASCII case)."""
         with self.lock, damage_named(self.path):
