@@ -25,7 +25,7 @@ from typing import Any
 from . import session
 from .app import Workspace
 from .client.waiting import archive_notes
-from .errors import MusicGenError, unknown_option
+from .errors import MusicGenError, dashed_option, options_meant, unknown_option
 from .models.tasks import TaskState
 from .safe_html import public_address
 
@@ -324,9 +324,12 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+def _refuse_unknown(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str], tokens: list[str]
+) -> None:
     """Exit 2 naming what was not understood, with the closest option of the command typed (`--instrumentl`:
-    did you mean `--instrumental`?), not argparse's bare list of leftovers."""
+    did you mean `--instrumental`?), not argparse's bare list of leftovers. An option typed with a typographic
+    dash (`—instrumental`) is refused too, even where argparse took it for the description (a paid call)."""
     leaf = parser
     while True:  # down the subcommands given (gateway -> user -> add)
         chosen = [
@@ -338,7 +341,14 @@ def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, e
             break
         leaf = chosen[0]
     options = [name for action in leaf._actions for name in action.option_strings if name.startswith("--")]
-    typed = next((token.split("=", 1)[0] for token in extra if token.startswith("-")), None)
+    dashed = [token.split("=", 1)[0] for token in tokens if dashed_option(token)]
+    typed = next((token for token in dashed if options_meant(token, options, cutoff=0.8)), None)
+    if typed is None:
+        typed = next((token.split("=", 1)[0] for token in extra if token.startswith("-")), None)
+    if typed is None and extra and dashed:
+        typed = dashed[0]  # `generate —title x hi`: the dash is what went wrong, not `x hi`
+    if typed is None and not extra:
+        return
     said = unknown_option(typed, options) if typed is not None else f"unrecognized arguments: {' '.join(extra)}"
     leaf.error(said if type(leaf) is not argparse.ArgumentParser else f"{said} (see {leaf.prog} --help)")
 
@@ -413,8 +423,8 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
     args, extra = parser.parse_known_args(argv)
     if args.command == "sandbox":  # its options are the sandbox's own (python -m ipymusicgen.sandbox)
         args.options = extra
-    elif extra:
-        _refuse_unknown(parser, args, extra)
+    else:
+        _refuse_unknown(parser, args, extra, list(sys.argv[1:] if argv is None else argv))
     args.workspace = workspace
     try:
         return args.run(args)

@@ -236,12 +236,35 @@ class JournalWriteWarning(UserWarning):
     """A paid answer arrived but could not be journalled yet; it is kept in memory and written later."""
 
 
+TYPOGRAPHIC_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"
+"""Dashes an editor or chat tool puts where `--` was typed (en and em dash, minus sign ...)."""
+
+
+def options_meant(given: str, known: Iterable[str], *, cutoff: float = 0.75) -> list[str]:
+    """The known `--options` a typed one could mean: itself written with a typographic dash (—title), the ones it
+    is the start of (--ti: --timeout, --timestamps, --title), else the closest one by spelling (difflib; 0.75, as
+    --titel is not close to --interval at 0.71, while a swapped or dropped letter scores over 0.85)."""
+    known = sorted({name for name in known if name.startswith("--")})
+    wanted = "--" + given.lstrip("-" + TYPOGRAPHIC_DASHES) if given[:1] in TYPOGRAPHIC_DASHES else given
+    if wanted in known:
+        return [wanted]
+    started = [name for name in known if name.startswith(wanted)] if len(wanted) > 2 else []
+    return started or difflib.get_close_matches(wanted, known, n=1, cutoff=cutoff)
+
+
+def dashed_option(token: str) -> bool:
+    """Whether a token reads as an option typed with a typographic dash: a dash, then a letter (—title, –style)."""
+    return token[:1] in TYPOGRAPHIC_DASHES and token.lstrip(TYPOGRAPHIC_DASHES)[:1].isalpha()
+
+
 def unknown_option(given: str, known: Iterable[str]) -> str:
-    """'unknown option --titel: did you mean --title?': the option as typed and the closest known one (difflib),
-    so a typo is named rather than blamed on the option after it."""
+    """'unknown option --titel: did you mean --title?': the option as typed and the known ones it could mean,
+    so a typo is named rather than blamed on the option after it (a typographic dash is said as such)."""
     shown = given if len(given) <= 40 else given[:40] + "..."
-    close = difflib.get_close_matches(given, sorted(set(known)), n=1, cutoff=0.6)
-    return f"unknown option {shown}: did you mean {close[0]}?" if close else f"unknown option {shown}"
+    if given[:1] in TYPOGRAPHIC_DASHES:
+        shown += " (a typographic dash: options start with two hyphens, --)"
+    meant = options_meant(given, known)
+    return f"unknown option {shown}: did you mean {' or '.join(meant)}?" if meant else f"unknown option {shown}"
 
 
 def one_line(message: object) -> str:

@@ -21,7 +21,14 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser, argument
 
-from ..errors import IgnoredFieldsWarning, RequestValidationError, one_line, unknown_option
+from ..errors import (
+    IgnoredFieldsWarning,
+    RequestValidationError,
+    dashed_option,
+    one_line,
+    options_meant,
+    unknown_option,
+)
 from ..models.schema import (
     ACTIONS,
     TITLE_MAX,
@@ -162,6 +169,8 @@ def split_line(line: str, options: Iterable[Option]) -> tuple[list[str], str]:
             continue
         if token == "--":
             return argv, line[match.end() :].strip()
+        if dashed_option(token) and options_meant(token.partition("=")[0], takes_value, cutoff=0.8):
+            raise UsageError(unknown_option(token.partition("=")[0], takes_value))  # —title, not text (—wistful is)
         if not token.startswith("-") or token == "-" or re.fullmatch(r"-\d.*", token):
             return argv, line[match.start() :].strip()
         name, _, given = token.partition("=")
