@@ -139,7 +139,7 @@ class PollingPart:
         """A followed batch changed: cards for newly submitted rows (fed, not polled), the header's line."""
         for row in batch.rows:
             if row.ids and any(task_id not in self._cards for task_id in row.ids):
-                self.add(row.ids, v2=row.v2, call=f"row {row.index}", polled=False, request=row.request)
+                self.add(row.ids, v2=row.v2, call=f"row {row.number}", polled=False, request=row.request)
         if self.batch_line_shown:
             self.batch_line = batch.progress_line()
         with self._fed:
