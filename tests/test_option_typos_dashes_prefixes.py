@@ -5,6 +5,7 @@ batch lines and the command line, never blamed on the option after them or match
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
@@ -76,3 +77,20 @@ def test_the_command_line_names_an_option_typed_with_a_typographic_dash(
     assert exited.value.code == 2 and f"unknown option {named}" in err and meant in err, err
     said = err.strip().splitlines()[-1]
     assert "--interval" not in said, "generate has no --title; --interval is not what --titel meant"
+
+
+@pytest.mark.parametrize(
+    ("cell", "said"),
+    [
+        ("%%musicgen_batch --concurency 2\n--style a\n", "unknown option --concurency: did you mean --concurrency?"),
+        ("%%musicgen_batch —budget 5\n--style a\n", "unknown option —budget"),
+        ("%%musicgen_grid --bugdet 5\nstyle: [a, b]\n", "unknown option --bugdet: did you mean --budget?"),
+    ],
+)
+def test_the_batch_and_grid_magic_lines_name_a_typo(cell: str, said: str, sandbox_shell: Any) -> None:
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as shown:
+        sandbox_shell.run_cell(cell)
+    out = shown.stdout + shown.stderr
+    assert said in out and "unrecognized arguments" not in out, out

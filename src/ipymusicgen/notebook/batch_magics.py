@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
+from IPython.utils.process import arg_split
 
 from .. import session
 from ..client.waiting import archive_notes
-from ..errors import MusicGenError, one_line
+from ..errors import MusicGenError, dashed_option, one_line, unknown_option
 from .args import unregister_magics
 from .batch_lines import parse_grid, parse_lines, rows_from_variable
 from .display import text as one_line_text
@@ -30,6 +31,19 @@ if TYPE_CHECKING:
     from ..batch.engine import Batch
 
 REGISTRY_NAME = "BatchMagics"
+
+
+def _parse_line(magic: Any, line: str) -> Any:
+    """The magic's own options (it takes no text): a typo (`--concurency`, `—budget`) is named with the closest
+    option, not listed by argparse as 'unrecognized arguments' with its value."""
+    parser = magic.parser
+    args, extra = parser.parse_known_args(arg_split(line))  # as parse_argstring splits
+    if extra:
+        typed = next((t.split("=", 1)[0] for t in extra if t.startswith("-") or dashed_option(t)), None)
+        options = [name for action in parser._actions for name in action.option_strings]
+        said = unknown_option(typed, options) if typed else f"unexpected text on the magic line: {' '.join(extra)}"
+        raise UsageError(said)
+    return args
 
 
 @magics_class
@@ -63,7 +77,7 @@ class BatchMagics(Magics):
         resending them.
         """
         try:
-            args = parse_argstring(self.musicgen_batch, line)
+            args = _parse_line(self.musicgen_batch, line)
         except ValueError as exc:  # shlex: "No closing quotation"
             raise UsageError(f"%%musicgen_batch: {one_line(exc)} (close the quote you opened)") from None
         if args.source and cell and cell.strip():
@@ -114,7 +128,7 @@ class BatchMagics(Magics):
         sends nothing twice. `_grid.to_pandas()` gives the results (cell, take, ids, state, stars).
         """
         try:
-            args = parse_argstring(self.musicgen_grid, line)
+            args = _parse_line(self.musicgen_grid, line)
         except ValueError as exc:
             raise UsageError(f"%%musicgen_grid: {one_line(exc)} (close the quote you opened)") from None
         base, axes = parse_grid(cell or "", self.shell.user_ns)
