@@ -242,6 +242,34 @@ def _kernel_death(kernel: Any, log_path: Path) -> str:
     return how + (f"; its last words (in {log_path}): {' | '.join(last)}" if last else "")
 
 
+_PACKAGE_OF = {
+    "sklearn": "scikit-learn",
+    "yaml": "pyyaml",
+    "cv2": "opencv-python",
+    "PIL": "pillow",
+    "bs4": "beautifulsoup4",
+}
+"""Import names that are not their package's (`pip install sklearn` or `yaml` does not install them)."""
+
+
+def _installs(module: str) -> str:
+    """What `pip install` needs for a missing module: the package's extra that has it (its whole pinned set, e.g.
+    filelock beside librosa), else the package that provides it."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    top = module.split(".")[0]
+    try:
+        needs = requires("ipymusicgen") or []
+    except PackageNotFoundError:
+        needs = []
+    for need in needs:
+        extra = re.search(r"extra == ['\"]([\w-]+)['\"]", need)
+        name = re.match(r"[\w.-]+", need)
+        if extra and extra[1] != "dev" and name and name[0].lower().replace("-", "_") == top.lower():
+            return shlex.quote(f"ipymusicgen[{extra[1]}]")
+    return _PACKAGE_OF.get(top, top)
+
+
 def _failure(failed: BaseException, cell: int | None, death: str) -> str:
     """The one line that says what ended the run and what to do, with no escape codes."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -257,8 +285,7 @@ def _failure(failed: BaseException, cell: int | None, death: str) -> str:
     said = f"{ename}: {evalue}" if ename else (plain(str(failed).strip().splitlines()[-1:]) or type(failed).__name__)
     missing = re.fullmatch(r"ModuleNotFoundError: No module named '([\w.]+)'", said)
     if missing:
-        module = missing.group(1).split(".")[0]
-        said += f"; install it into this Python: {shlex.quote(sys.executable)} -m pip install {module}"
+        said += f"; install it into this Python: {shlex.quote(sys.executable)} -m pip install {_installs(missing[1])}"
     return f"{where} failed ({said})"
 
 
