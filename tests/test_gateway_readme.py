@@ -44,7 +44,8 @@ def test_the_readme_jupyterhub_service_config_loads_and_starts_the_gateway_as_do
     service = Service(**{k: v for k, v in spec.items() if k != "name"}, name=spec["name"])
     assert service.managed and service.environment == {"MUSICGEN_UPSTREAM_KEY": "k-hub-canary"}
     command = service.command
-    assert command[:3] == ["python", "-m", "ipymusicgen"]
+    # the hub's own Python, which has the gateway installed; a bare `python` is whatever the hub's PATH finds first
+    assert command[:3] == [sys.executable, "-m", "ipymusicgen"]
     port = command[command.index("--port") + 1]
     spawner = hub.config.Spawner.environment
     assert spawner["MUSICGEN_BASE_URL"] == spawner["MUSICGEN_V2_BASE_URL"] == f"http://127.0.0.1:{port}"
