@@ -184,9 +184,11 @@ class Grid:
         return found
 
     def to_pandas(self, library: Library | None = None) -> Any:
+        """The results as a DataFrame whose index, `row`, counts from 1 as the list and the batch's table do."""
         import pandas as pd
 
-        return pd.DataFrame(self.results(library))
+        index = pd.Index([cell.index + 1 for cell in self.cells], name="row")
+        return pd.DataFrame(self.results(library), index=index)
 
     def __repr__(self) -> str:
         axes = " × ".join(f"{field} ({len(values)})" for field, values in self.axes.items())
@@ -194,9 +196,9 @@ class Grid:
                  f"{self.estimate} credits"]  # fmt: skip
         if self.resend_note:
             lines.append(self.resend_note)
-        for number, cell in enumerate(self.cells, 1):
+        for cell in self.cells:  # numbered by batch row (an extended grid appends its new cells' rows)
             shown = ", ".join(f"{k}={v!r}" for k, v in cell.params.items())
-            lines.append(f"  {number:>3}. {shown} (take {cell.take}): about {cell.estimate}")
+            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
