@@ -5,6 +5,7 @@ and its relative minor alike. `python tests/key_benchmark.py` prints the table d
 from __future__ import annotations
 
 import numpy as np
+from signals import drum_kit
 
 RATE = 16_000
 PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
@@ -31,23 +32,8 @@ def chord(root: int, quality: str, seconds: float, rng: np.random.Generator) -> 
 
 
 def kit(seconds: float, bpm: float, rng: np.random.Generator) -> np.ndarray:
-    """Kick on every beat, snare on 2 and 4, hi-hat on the eighths."""
-    beat = 60 / bpm
-    t = np.arange(int(0.25 * RATE)) / RATE
-    kick = np.sin(2 * np.pi * (45 + 120 * np.exp(-t * 40)) * t) * np.exp(-t * 18)
-    snare = rng.normal(0, 0.6, len(t)) * np.exp(-t * 30) + 0.4 * np.sin(2 * np.pi * 200 * t) * np.exp(-t * 20)
-    short = np.arange(int(0.04 * RATE)) / RATE
-    hat = np.diff(rng.normal(0, 1, len(short)) * np.exp(-short * 120), prepend=0)
-    out = np.zeros(int((seconds + 1) * RATE))
-    for number in range(int(seconds / beat)):
-        start = int(number * beat * RATE)
-        out[start : start + len(kick)] += 0.9 * kick
-        if number % 2:
-            out[start : start + len(snare)] += 0.8 * snare
-        for half in (0.0, 0.5):
-            at = int((number + half) * beat * RATE)
-            out[at : at + len(hat)] += 0.3 * hat
-    return out[: int(seconds * RATE)]
+    """Kick on every beat, snare on 2 and 4, hi-hat on the eighths, at the analysis rate."""
+    return drum_kit(seconds, bpm, rng, rate=RATE)
 
 
 def song(tonic: int, mode: str, numerals: list[str], *, drums: bool, seed: int) -> np.ndarray:

@@ -74,3 +74,25 @@ def sine(freq: float, seconds: float, dbfs: float, *, channels: int = 1) -> np.n
     t = np.arange(int(seconds * RATE)) / RATE
     tone = 10 ** (dbfs / 20) * np.sin(2 * np.pi * freq * t)
     return tone if channels == 1 else np.stack([tone] * channels, axis=1)
+
+
+def drum_kit(
+    seconds: float, bpm: float, rng: np.random.Generator, *, hats: float = 0.3, rate: int = RATE
+) -> np.ndarray:
+    """Kick on every beat, snare on 2 and 4, hi-hat on the eighths (the tempo and key benchmarks' kit)."""
+    beat = 60 / bpm
+    t = np.arange(int(0.25 * rate)) / rate
+    kick = np.sin(2 * np.pi * (45 + 120 * np.exp(-t * 40)) * t) * np.exp(-t * 18)
+    snare = rng.normal(0, 0.6, len(t)) * np.exp(-t * 30) + 0.4 * np.sin(2 * np.pi * 200 * t) * np.exp(-t * 20)
+    short = np.arange(int(0.04 * rate)) / rate
+    hat = np.diff(rng.normal(0, 1, len(short)) * np.exp(-short * 120), prepend=0)
+    out = np.zeros(int((seconds + 1) * rate))
+    for number in range(int(seconds / beat)):
+        start = int(number * beat * rate)
+        out[start : start + len(kick)] += 0.9 * kick
+        if number % 2:
+            out[start : start + len(snare)] += 0.8 * snare
+        for half in (0.0, 0.5):
+            at = int((number + half) * beat * rate)
+            out[at : at + len(hat)] += hats * hat
+    return out[: int(seconds * rate)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from signals import RATE, write_wav
+from signals import RATE, drum_kit, write_wav
 
 from ipymusicgen.lab.analysis import analyze_file
 
@@ -17,23 +17,7 @@ pytestmark = pytest.mark.slow  # librosa per song
 
 
 def kit(bpm: float, seconds: float = 24, *, hats: float = 0.35, seed: int = 1) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    beat = 60 / bpm
-    t = np.arange(int(0.25 * RATE)) / RATE
-    kick = np.sin(2 * np.pi * (45 + 120 * np.exp(-t * 40)) * t) * np.exp(-t * 18)
-    snare = rng.normal(0, 0.6, len(t)) * np.exp(-t * 30) + 0.4 * np.sin(2 * np.pi * 200 * t) * np.exp(-t * 20)
-    short = np.arange(int(0.04 * RATE)) / RATE
-    hat = np.diff(rng.normal(0, 1, len(short)) * np.exp(-short * 120), prepend=0)
-    out = np.zeros(int((seconds + 1) * RATE))
-    for number in range(int(seconds / beat)):
-        start = int(number * beat * RATE)
-        out[start : start + len(kick)] += 0.9 * kick
-        if number % 2:
-            out[start : start + len(snare)] += 0.8 * snare
-        for half in (0.0, 0.5):
-            at = int((number + half) * beat * RATE)
-            out[at : at + len(hat)] += hats * hat
-    out = out[: int(seconds * RATE)]
+    out = drum_kit(seconds, bpm, np.random.default_rng(seed), hats=hats)
     return 0.9 * out / np.abs(out).max()
 
 
