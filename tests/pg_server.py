@@ -114,3 +114,12 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(name="database", params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server
+def ledger_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A gateway ledger on each engine: a SQLite file in the test's folder, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "gateway.sqlite3")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.new_database()

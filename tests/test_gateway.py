@@ -17,7 +17,7 @@ import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
 from helpers import wait_until
 from hostile_server import HostileServer, RawRequest, respond
-from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.batch.rows import BatchBudgetError
 from ipymusicgen.client.faces import MusicClient
@@ -38,14 +38,6 @@ def upstream() -> Iterator[Sandbox]:
     """The service the gateway fronts: a sandbox that knows only the canary key."""
     with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
         yield server
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server process
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "gateway.sqlite3")
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.new_database()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.storage import ledger as ledger_module
 from ipymusicgen.storage.ledger import VIBE, Ledger
@@ -18,14 +18,6 @@ from ipymusicgen.storage.ledger_engines import open_ledger
 from ipymusicgen.storage.ledger_sqlite import SqliteLedger
 
 USERS = ("ann", "ben", "cy")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server process
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "gateway.sqlite3")
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.new_database()
 
 
 def recomputed(ledger: Ledger) -> dict[str, int]:

@@ -16,7 +16,7 @@ import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post
 from helpers import wait_until
 from hostile_server import HostileServer, RawRequest, respond
-from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.ledger_engines import open_ledger
@@ -29,14 +29,6 @@ FIVE = {"action": "auto", "style": "five credits", "mv": "MFV3.0"}
 @pytest.fixture(autouse=True)
 def prices(monkeypatch: pytest.MonkeyPatch, clean_env: None) -> None:
     monkeypatch.setenv("MUSICGEN_CREDIT_COSTS", PRICES)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server process
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "gateway.sqlite3")
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.new_database()
 
 
 @pytest.fixture(scope="module")

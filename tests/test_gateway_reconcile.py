@@ -18,7 +18,7 @@ import httpx
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayProcess, GatewayThread, add_user, cli, paid_counts, post
 from helpers import wait_until
-from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.gateway.backlog import Backlog, Unwritten
 from ipymusicgen.gateway.reconcile import reconcile
@@ -33,14 +33,6 @@ GENERATE = "/v1/music/generate"
 @pytest.fixture(autouse=True)
 def prices(monkeypatch: pytest.MonkeyPatch, clean_env: None) -> None:
     monkeypatch.setenv("MUSICGEN_CREDIT_COSTS", "MFV2.0=2,MFV3.0=5")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])  # slow: a server process
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "gateway.sqlite3")
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return server.new_database()
 
 
 @pytest.fixture(scope="module")
