@@ -71,7 +71,7 @@ def test_a_body_without_a_live_token_is_refused_before_it_is_read(
     with _gateway(tmp_path, upstream, slow) as gateway:
         head = (
             "POST /v1/music/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: mgw_not-a-token\r\n"
-            "Content-Type: application/json\r\nContent-Length: 7000\r\n\r\n{\"action\""
+            'Content-Type: application/json\r\nContent-Length: 7000\r\n\r\n{"action"'
         )
         sock = _open(gateway.port, head)
         answer = _until_closed(sock)
@@ -87,7 +87,7 @@ def test_a_body_sent_too_slowly_is_cut_at_its_deadline_and_nothing_is_reserved(
     with _gateway(tmp_path, upstream, QUICK) as gateway:
         head = (
             f"POST /v1/music/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: {token}\r\n"
-            "Content-Type: application/json\r\nContent-Length: 90\r\n\r\n{\"action\": \"auto\""
+            'Content-Type: application/json\r\nContent-Length: 90\r\n\r\n{"action": "auto"'
         )
         sock = _open(gateway.port, head)
         _until_closed(sock)  # the rest never comes: the gateway hangs up at the body deadline
