@@ -159,14 +159,14 @@ def kernel_ready(page: Page, url: str, name: str) -> None:
 
 
 @contextmanager
-def marimo_server(app: str, home: Path, log_name: str) -> Iterator[str]:
+def marimo_server(app: str, home: Path, log_name: str, **extra_env: str) -> Iterator[str]:
     """`marimo run app.py --headless` of the app's source on a free port; its URL. Log kept in artifacts/browser."""
     (home / "app.py").write_text(app)
     port = free_port()
     log = home / "marimo.log"
     marimo = str(Path(sys.executable).with_name("marimo"))
     command = [marimo, "run", "app.py", "--headless", "--no-token", "--host", "127.0.0.1", "--port", str(port)]
-    env = sandbox_env(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), MARIMO_SKIP_UPDATE_CHECK="1")
+    env = sandbox_env(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), MARIMO_SKIP_UPDATE_CHECK="1", **extra_env)
     url = f"http://127.0.0.1:{port}"
     try:
         with serving(command, env, home, log, url, "marimo"):

@@ -68,6 +68,8 @@ MARIMO_APP = textwrap.dedent(
         app.run()
     """
 )
+VOTE_AT_ONCE = {"MUSICGEN_MIN_LISTEN_S": "0"}
+"""The vote here counts at once: the listening minimum is tested on its own (tests/test_compare_browser.py)."""
 POSITION_KEPT = "([a, at]) => a.readyState >= 1 && Math.abs(a.currentTime - at) < 0.3"
 """Checked on the element (marimo draws in shadow roots, which `document.querySelector` does not enter)."""
 
@@ -80,13 +82,13 @@ def jupyter(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     root = home / "root"
     root.mkdir()
     nbformat.write(one_cell_notebook(GRID_CELL), root / "grid.ipynb")
-    with jupyter_server(front_end, home, root, f"{front_end}-lab-server.log") as url:
+    with jupyter_server(front_end, home, root, f"{front_end}-lab-server.log", **VOTE_AT_ONCE) as url:
         yield front_end, url
 
 
 @pytest.fixture(scope="module")
 def marimo_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with marimo_server(MARIMO_APP, tmp_path_factory.mktemp("marimo-lab"), "marimo-lab.log") as url:
+    with marimo_server(MARIMO_APP, tmp_path_factory.mktemp("marimo-lab"), "marimo-lab.log", **VOTE_AT_ONCE) as url:
         yield url
 
 
