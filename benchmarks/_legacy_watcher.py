@@ -23,7 +23,7 @@ from ipymusicgen.client.retry import retry_after as _retry_after
 from ipymusicgen.errors import MusicGenError, WaitTimeoutError
 from ipymusicgen.models.schema import PROMPT_MAX, TITLE_MAX, TaskRecord, V2Song
 from ipymusicgen.safe_html import error_html, esc, http_url, note_html, pre
-from ipymusicgen.session import register_watcher, unregister_watcher
+from ipymusicgen.workspace.session import register_watcher, unregister_watcher
 from ipymusicgen.models.tasks import TaskSet, TaskState
 from ipymusicgen.widgets.text import TextRepr
 
@@ -423,7 +423,7 @@ class TaskWatcher(TextRepr, w.VBox):
         autostart: bool = True,
     ) -> None:
         if client is None:
-            from ipymusicgen.session import get_client
+            from ipymusicgen.workspace.session import get_client
 
             client = get_client()
         self._client = client

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 
@@ -30,7 +30,7 @@ KEY = "bench-batch-key"
 CHILD = """
 import json, time
 from ipymusicgen import MusicClient
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 client = MusicClient(max_retries=2, timeout=60)
 rows = [{"style": f"bench row {n}", "mv": "MFV2.0"} for n in range(ROWS)]
 wall, cpu = time.perf_counter(), time.process_time()

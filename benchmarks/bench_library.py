@@ -47,8 +47,8 @@ def measure_waveform(runs: int = 3, seconds: float = AUDIO_SECONDS) -> dict[str,
 
 def fill_journal(path: Path, songs: int, seed: int = 1) -> None:
     """A journal file with `songs` finished songs (two per paid call) and their library rows."""
-    from ipymusicgen.storage.db import open_db
     from ipymusicgen.storage.journal import Journal
+    from ipymusicgen.storage.journal_file import open_db
     from ipymusicgen.storage.library import LibraryStore
 
     Journal(path).close()

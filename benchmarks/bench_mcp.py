@@ -27,10 +27,10 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client import Client
 from mcp.client.stdio import stdio_client
 
-from ipymusicgen.app import build_client
 from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace.workspace import build_client
 
 from ._common import Row, child_env, median, ratio, spread
 

@@ -95,7 +95,7 @@ def hostile_server() -> Iterator[Callable[[Handler], HostileServer]]:
 @pytest.fixture
 def short_locks(monkeypatch: pytest.MonkeyPatch) -> float:
     """A journal lock held by "another kernel" is waited for 0.5 s, not 10: the same path, taken sooner."""
-    from ipymusicgen.storage import db
+    from ipymusicgen.storage import journal_file as db
 
     monkeypatch.setattr(db, "DEFAULT_BUSY_TIMEOUT", 0.5)
     return 0.5
@@ -144,8 +144,8 @@ def service(paid_sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 def paid_clients(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
     """Clients of the module's paid sandbox (`service`, its key), each a kernel of its own on one journal file and
     one archive under the test's folder, polling fast; `paid_clients(**changes)` changes their settings."""
-    from ipymusicgen.app import build_client
     from ipymusicgen.config import Settings
+    from ipymusicgen.workspace.workspace import build_client
 
     made: list[MusicClient] = []
 
@@ -190,8 +190,8 @@ def _shell_on(server: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from ipymusicgen import session
     from ipymusicgen.archive.archiver import archiver_of
+    from ipymusicgen.workspace import session
 
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
     session.shutdown()

@@ -183,7 +183,8 @@ def test_the_async_client_archives_too(sandbox: Sandbox, tmp_path: Path) -> None
 @pytest.mark.slow
 def test_library_open_retries_a_failed_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A keyed session (a sandbox with its own key stands in for the real service): opening the library retries."""
-    from ipymusicgen import library, session
+    from ipymusicgen import library
+    from ipymusicgen.workspace import session
 
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
     with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"mg-live-key-for-test": 20}) as server:

@@ -12,7 +12,7 @@ import pytest
 from helpers import ManualClock, advance_until_done, wait_until
 
 from ipymusicgen import MusicClient
-from ipymusicgen.batch.engine import Batch, BatchBudgetError, BatchError, BatchFailedError, run_batch, run_batch_async
+from ipymusicgen.batch.drivers import Batch, BatchBudgetError, BatchError, BatchFailedError, run_batch, run_batch_async
 from ipymusicgen.models import costs
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore

@@ -13,7 +13,7 @@ from browser_utils import blank_page, mount
 from helpers import HOSTILE
 from playwright.sync_api import Browser, Page
 
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets.batch import BatchView
@@ -99,7 +99,7 @@ def test_patches_change_only_what_they_say_and_a_missed_one_asks_for_the_whole(p
 
 def test_a_planned_batch_offers_send_then_its_question_with_confirm_and_cancel(page: Page, client: MusicClient) -> None:
     """A `%%musicgen_batch` cell on a paid key shows its rows unsent: Send, then the question PaidAsk asked."""
-    from ipymusicgen.batch.engine import validate_rows
+    from ipymusicgen.batch.drivers import validate_rows
     from ipymusicgen.widgets.batch import PricedBatch
 
     rows = validate_rows([{"style": HOSTILE, "mv": "MFV2.0"}, {"style": "waltz", "mv": "MFV2.0"}])

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # kills processes mid-run
 SCRIPT = """
 import json, sys
 from ipymusicgen import MusicClient
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 
 client = MusicClient(max_retries=0, timeout=120)
 rows = [{"style": f"album song {n}", "mv": "MFV2.0"} for n in range(ROWS)]

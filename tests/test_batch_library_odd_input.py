@@ -10,7 +10,7 @@ import pytest
 
 from ipymusicgen import Journal, MusicClient
 from ipymusicgen.archive.archiver import archiver_of
-from ipymusicgen.batch.engine import BatchError, run_batch, run_batch_async
+from ipymusicgen.batch.drivers import BatchError, run_batch, run_batch_async
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 from ipymusicgen.storage.batches import BatchStore

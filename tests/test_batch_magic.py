@@ -11,12 +11,12 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from ipymusicgen import session
-from ipymusicgen.batch.engine import Batch
+from ipymusicgen.batch.drivers import Batch
 from ipymusicgen.models.schema import V2Request
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.batch import BatchView
 from ipymusicgen.widgets.studio import Studio
+from ipymusicgen.workspace import session
 
 RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models"))
 CREATING = ("/v1/music/generate", "/v2/submit")

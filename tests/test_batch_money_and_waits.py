@@ -14,9 +14,9 @@ from helpers import wait_until
 from hostile_server import HostileServer, RawRequest, respond
 
 from ipymusicgen import MusicClient
-from ipymusicgen.batch import engine as batch_engine
+from ipymusicgen.batch import drivers as batch_engine
 from ipymusicgen.batch import scheduler as batch_scheduler
-from ipymusicgen.batch.engine import BatchBudgetError, run_batch, run_batch_async
+from ipymusicgen.batch.drivers import BatchBudgetError, run_batch, run_batch_async
 from ipymusicgen.client.retry import MAX_RETRY_AFTER, RATE_LIMIT_CAP, rate_limit_delay, retry_after
 from ipymusicgen.models import costs
 from ipymusicgen.sandbox import Sandbox

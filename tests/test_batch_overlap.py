@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import ManualClock, advance_until_done, wait_until
 
-from ipymusicgen.batch.engine import BatchError, run_batch
+from ipymusicgen.batch.drivers import BatchError, run_batch
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import Grid
 from ipymusicgen.sandbox import Sandbox

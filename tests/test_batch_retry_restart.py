@@ -7,8 +7,8 @@ from pathlib import Path
 
 from helpers import ManualClock, advance_until_done
 
-from ipymusicgen.batch.engine import run_batch
-from ipymusicgen.batch.retry import retry_name
+from ipymusicgen.batch.drivers import run_batch
+from ipymusicgen.batch.retry_failed import retry_name
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal

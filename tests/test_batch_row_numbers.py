@@ -8,7 +8,7 @@ import re
 import pytest
 
 from ipymusicgen import MusicClient
-from ipymusicgen.batch.engine import BatchError, BatchFailedError, run_batch
+from ipymusicgen.batch.drivers import BatchError, BatchFailedError, run_batch
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets.batch import BatchView
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from helpers import ManualClock, advance_until_done
 
 from ipymusicgen import MusicClient
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 

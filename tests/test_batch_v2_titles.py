@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from ipymusicgen import MusicClient
-from ipymusicgen.batch.engine import Batch, run_batch, run_batch_async
+from ipymusicgen.batch.drivers import Batch, run_batch, run_batch_async
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 

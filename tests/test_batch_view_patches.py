@@ -11,7 +11,7 @@ import comm
 import pytest
 from helpers import ManualClock, advance_until_done
 
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore

@@ -11,13 +11,14 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from ipymusicgen import MusicClient, session
-from ipymusicgen.batch.engine import Batch, run_batch
+from ipymusicgen import MusicClient
+from ipymusicgen.batch.drivers import Batch, run_batch
 from ipymusicgen.models.tasks import TaskSet
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.widgets import TaskWatcher
 from ipymusicgen.widgets.batch import BatchView
+from ipymusicgen.workspace import session
 
 TASKS = "/v1/music/tasks"
 V2_QUERY = "/v2/query"

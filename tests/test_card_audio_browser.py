@@ -46,7 +46,8 @@ SOURCE = """\
 import urllib.request, urllib.error
 import ipymusicgen
 from IPython.display import display
-from ipymusicgen import MusicClient, session
+from ipymusicgen import MusicClient
+from ipymusicgen.workspace import session
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.widgets.library import LibraryView
 from ipymusicgen.widgets.watcher import TaskWatcher
@@ -218,7 +219,8 @@ def _():
     import marimo as mo
 
     import ipymusicgen
-    from ipymusicgen import MusicClient, session
+    from ipymusicgen import MusicClient
+    from ipymusicgen.workspace import session
     from ipymusicgen.archive.archiver import archiver_of
     from ipymusicgen.widgets.library import LibraryView
     from ipymusicgen.widgets.watcher import TaskWatcher

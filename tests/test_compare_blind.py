@@ -25,7 +25,7 @@ from mutagen.id3 import ID3, TIT2, TXXX
 from ipymusicgen.archive.waveform import waveform
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library, LibrarySong
-from ipymusicgen.storage import db
+from ipymusicgen.storage import journal_file as db
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets.compare import CompareView
 from ipymusicgen.widgets.song_data import song_card

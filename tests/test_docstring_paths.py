@@ -83,14 +83,14 @@ def test_every_module_a_docstring_names_exists() -> None:
 @pytest.mark.parametrize(
     ("name", "exists"),
     [
-        ("ipymusicgen.batch.engine", True),
+        ("ipymusicgen.batch.drivers", True),
         ("ipymusicgen.batch.run_batch", True),
         ("ipymusicgen.notebook.magics.load_ipython_extension", True),
         ("ipymusicgen.magics.load_ipython_extension", False),
-        ("ipymusicgen.batch.engine.no_such_name", False),
-        ("batch/engine.py", True),
+        ("ipymusicgen.batch.drivers.no_such_name", False),
+        ("batch/drivers.py", True),
         ("docs/frontend.md", True),
-        ("batch/drivers.py", False),
+        ("batch/engine.py", False),
     ],
 )
 def test_the_checker_tells_a_real_module_from_a_missing_one(name: str, exists: bool) -> None:

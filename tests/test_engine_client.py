@@ -34,7 +34,7 @@ LYRICS = "rain on the roof\nsoft and slow\n\nmorning light\nlet it go"
 @pytest.fixture
 def engine_clients(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
     """Paid-style clients (a journal, an archive) whose engines are the module's sandbox, with its key."""
-    from ipymusicgen.app import build_client
+    from ipymusicgen.workspace.workspace import build_client
 
     made: list[MusicClient] = []
 

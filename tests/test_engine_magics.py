@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import pytest
 from IPython.core.error import UsageError
 
-from ipymusicgen import session
 from ipymusicgen.engines import elevenlabs as el
 from ipymusicgen.models.providers import EngineRequest
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.notebook.args import parse_musicgen
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace import session
 
 STANZAS = "rain on the roof\nsoft and slow\n\nmorning light\nlet it go"
 ENGINE_SETTINGS = ("elevenlabs_base_url", "gemini_base_url", "elevenlabs_api_key", "gemini_api_key")

@@ -16,7 +16,7 @@ import ipymusicgen
 from ipymusicgen import MusicClient, Settings
 from ipymusicgen.archive.archiver import archiver_of, song_info
 from ipymusicgen.archive.export import SIDECAR, export_songs, exports_dir_beside, task_ids
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.models.costs import estimate_credits
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library

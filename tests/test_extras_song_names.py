@@ -142,7 +142,7 @@ def magic_shell(
 ) -> Iterator[Any]:  # an InteractiveShell on the session configured like `paid_clients` (same journal, archive)
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
@@ -210,7 +210,7 @@ def test_clients_without_a_journal_learn_the_songs_names_from_the_service(
 ) -> None:
     """No journal to read the names from (journal=False: extras kept in a file of the process): the service's task
     query (free) says which song a name is, so the song id after the task id pays nothing again."""
-    from ipymusicgen.app import build_client
+    from ipymusicgen.workspace.workspace import build_client
 
     task_id, song_id = finished_song(paid_clients(), service, "no journal waltz")
     settings = paid_clients().settings
@@ -264,7 +264,7 @@ def test_the_archive_wav_helper_is_the_same_paid_once_wav_under_any_name(
     made = make_extra(client, task_id, "wav")
     assert first == again == made.path and first.is_file() and made.state == "reused"
     assert service.request_counts()[WAV] == 1
-    from ipymusicgen.app import build_client
+    from ipymusicgen.workspace.workspace import build_client
 
     with build_client(client.settings, archive=False) as unarchived, pytest.raises(RuntimeError, match="not archive"):
         ipymusicgen.archive.archive_wav(task_id, client=unarchived)

@@ -23,12 +23,12 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from pg_server import postgres_server  # noqa: F401  (the session fixture)
 
-from ipymusicgen import session
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.storage.ledger_engines import open_ledger
+from ipymusicgen.workspace import session
 
 BUDGET = 200
 UPSTREAM_SECRETS = (CANARY_KEY, "sandbox@example.invalid", "sandbox-member")

@@ -77,7 +77,7 @@ def test_grid_cards_carry_where_they_play_and_a_played_card_gets_its_bytes_once(
 def test_the_batch_views_songs_are_watcher_cards_that_play_the_same_way(
     sandbox: Sandbox, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ipymusicgen.batch.engine import run_batch
+    from ipymusicgen.batch.drivers import run_batch
     from ipymusicgen.storage.batches import BatchStore
     from ipymusicgen.widgets import TaskWatcher
     from ipymusicgen.widgets.batch import BatchView

@@ -11,7 +11,7 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from ipymusicgen.batch.engine import BatchError, validate_rows
+from ipymusicgen.batch.drivers import BatchError, validate_rows
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import MAX_CELLS, Grid
 from ipymusicgen.notebook.batch_lines import parse_grid

@@ -190,8 +190,8 @@ def test_without_a_journal_the_song_id_first_then_the_task_id_pays_once(
     paid_clients: Callable[..., MusicClient], service: Sandbox
 ) -> None:
     """The reverse order of the first tests: the song id (which the service's task query may not know) first."""
-    from ipymusicgen.app import build_client
     from ipymusicgen.archive.extras import make_extra
+    from ipymusicgen.workspace.workspace import build_client
 
     song_ids(paid_clients(), service, "a first call")  # the sandbox's ids repeat from test to test, and a process
     task_id, song_id = song_ids(paid_clients(), service, "no journal reel")  # keeps one extras file: not the first
@@ -341,8 +341,8 @@ def test_without_a_journal_a_service_whose_task_query_knows_only_task_ids_still_
 ) -> None:
     """The spec does not say the task query takes a song id (the sandbox's does): a song's names learned when it was
     first asked by its task id must still tell a later ask by its song id that the voice is made."""
-    from ipymusicgen.app import build_client
     from ipymusicgen.archive.extras import make_extra
+    from ipymusicgen.workspace.workspace import build_client
 
     song_ids(paid_clients(), service, "a first call")  # not the first ids: a process keeps one extras file
     song_ids(paid_clients(), service, "a second call")

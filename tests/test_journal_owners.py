@@ -25,8 +25,8 @@ from hostile_server import AnsweringServer, SilentServer
 
 from ipymusicgen import MusicClient
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.storage.db import DEFAULT_BUSY_TIMEOUT, open_db
 from ipymusicgen.storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
+from ipymusicgen.storage.journal_file import DEFAULT_BUSY_TIMEOUT, open_db
 from ipymusicgen.storage.owner import Owner, process_started
 
 KEY = "hardening-test-key"

@@ -17,7 +17,7 @@ import pytest
 USE_THE_SESSION = """
 import json, os, sys, tempfile
 from pathlib import Path
-from ipymusicgen import session
+from ipymusicgen.workspace import session
 
 temp = Path(tempfile.gettempdir())
 client = session.get_client()

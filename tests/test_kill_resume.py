@@ -145,7 +145,7 @@ KILL_STAGE_SECONDS = 4.0
 FIRST_KERNEL = """
 %load_ext ipymusicgen
 import json, ipymusicgen
-from ipymusicgen import session
+from ipymusicgen.workspace import session
 first = %musicgen a song the kernel will not live to hear
 second = %musicgen --v2 a v2 song submitted just before the crash
 client = session.get_client()

@@ -105,7 +105,7 @@ def _measured(song: LibrarySong) -> bool:
 def test_an_archived_song_is_measured_in_the_background_and_by_id(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     monkeypatch.setenv("MUSICGEN_ANALYZE", "on")
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))

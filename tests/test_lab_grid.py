@@ -12,7 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from ipymusicgen import grid
-from ipymusicgen.batch.engine import BatchError
+from ipymusicgen.batch.drivers import BatchError
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.lab.grid import MAX_CELLS, Grid
 from ipymusicgen.sandbox import Sandbox

@@ -233,9 +233,10 @@ def test_a_failed_analysis_leaves_no_stale_measures(sandbox, tmp_path: Path) -> 
 def test_analysing_a_song_by_id_whose_file_broke_records_the_error(tmp_path: Path, monkeypatch) -> None:
     from helpers import wait_until
 
-    from ipymusicgen import analyze, session
+    from ipymusicgen import analyze
     from ipymusicgen.sandbox import Sandbox
     from ipymusicgen.song_library import Library
+    from ipymusicgen.workspace import session
 
     monkeypatch.setenv("MUSICGEN_ANALYZE", "off")
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))

@@ -22,8 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("client", "engines"),  # engines: each engine's wire rules, for the client, the gateway and the sandbox
     ("storage",),
     ("batch", "archive", "song_library", "lab", "sandbox"),
-    ("app",),
-    ("session",),
+    ("workspace",),
     ("notebook", "widgets"),
     ("__init__", "__main__", "mcp", "gateway"),
 ]
@@ -166,7 +165,7 @@ def test_the_client_layer_imports_nothing_above_itself() -> None:
 
 def test_lazy_imports_are_seen() -> None:
     """A function-level import counts: the session starts the sandbox lazily, and the graph knows it."""
-    assert "ipymusicgen.sandbox" in graph()["ipymusicgen.session"]
+    assert "ipymusicgen.sandbox" in graph()["ipymusicgen.workspace.session"]
 
 
 SCRIPT = textwrap.dedent(
@@ -204,8 +203,8 @@ def test_a_script_that_generates_waits_and_archives_loads_no_notebook_widget_or_
     assert not forbidden & loaded
     ours = {m for m in loaded if m.startswith("ipymusicgen.")}
     assert not {m for m in ours if m.split(".")[1] in ("notebook", "widgets")}
-    assert "ipymusicgen.sandbox.server" not in ours
-    assert {"ipymusicgen.app", "ipymusicgen.archive.archiver", "ipymusicgen.storage.journal"} <= ours
+    assert "ipymusicgen.sandbox.sandbox" not in ours
+    assert {"ipymusicgen.workspace.workspace", "ipymusicgen.archive.archiver", "ipymusicgen.storage.journal"} <= ours
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 
 from ipymusicgen import Journal, MusicClient
 from ipymusicgen.archive.archiver import archiver_of
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 

@@ -11,12 +11,13 @@ from helpers import HOSTILE
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipymusicgen import Journal, MusicClient, session
+from ipymusicgen import Journal, MusicClient
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.notebook.library_magics import parse_library_line
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 from ipymusicgen.widgets.library import LibraryView, files_path
+from ipymusicgen.workspace import session
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ LATER = (
     "ipymusicgen.widgets",
     "ipymusicgen.sandbox",
     "ipymusicgen.lab.grid",
-    "ipymusicgen.storage.connection",
+    "ipymusicgen.storage.shared_connection",
     "ipymusicgen.storage.database",
     "ipymusicgen.storage.songs",
 )

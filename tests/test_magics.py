@@ -10,8 +10,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from ipymusicgen import session
 from ipymusicgen.notebook.magics import MusicGen, load_ipython_extension
+from ipymusicgen.workspace import session
 
 SECRET = "sk-test-secret-key-0123456789"
 UNREACHABLE = "http://127.0.0.1:9"

@@ -13,10 +13,10 @@ from helpers import WAIT
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from ipymusicgen import session
 from ipymusicgen.archive import archiver as archiver_module
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace import session
 
 pytestmark = pytest.mark.slow  # a sandbox's stages and a real archive: real time
 
@@ -106,9 +106,9 @@ def test_generate_on_the_command_line_returns_with_the_songs_archived(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ipymusicgen.__main__ import main
-    from ipymusicgen.app import Workspace
     from ipymusicgen.config import Settings
     from ipymusicgen.song_library import Library
+    from ipymusicgen.workspace.workspace import Workspace
 
     _slow_archive(monkeypatch, 1.5)
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))

@@ -15,12 +15,12 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
-from ipymusicgen import session
 from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.notebook.args import parse_musicgen
 from ipymusicgen.notebook.display import Songs
 from ipymusicgen.notebook.magics import service_line
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace import session
 
 RESET = dict.fromkeys(("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models"))
 

@@ -16,12 +16,12 @@ from mcp.client import Client
 import ipymusicgen.archive.archiver as archiver_module
 import ipymusicgen.lab.analyst as analyst
 import ipymusicgen.song_library as song_library
-from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.lab.analysis import available
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace.workspace import build_client
 
 pytestmark = pytest.mark.skipif(not available(), reason="the analysis extra is not installed")
 

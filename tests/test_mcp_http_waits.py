@@ -17,9 +17,9 @@ import httpx
 import pytest
 from helpers import wait_until_serving
 
-from ipymusicgen.app import build_client
 from ipymusicgen.config import Settings
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace.workspace import build_client
 
 pytestmark = pytest.mark.slow
 

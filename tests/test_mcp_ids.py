@@ -14,11 +14,11 @@ import pytest
 from mcp import types
 from mcp.client import Client
 
-from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.workspace.workspace import build_client
 
 KEY = "k-agent-ids-41d0"
 PAID_SANDBOX = {"keys": {KEY: 100}, "stage_seconds": 0.05, "song_seconds": 2}

@@ -20,12 +20,12 @@ from mcp import types
 from mcp.client import Client
 from test_mcp_tools import GENERATE, KEY, MODES, PAID_SANDBOX, SUBMIT, Asker, call, data, error, make_desk, service
 
-from ipymusicgen.app import build_client
 from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.models.schema import build_v2_request
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.storage import db as storage_db
+from ipymusicgen.storage import journal_file as storage_db
+from ipymusicgen.workspace.workspace import build_client
 
 __all__ = ["PAID_SANDBOX", "make_desk", "service"]  # the tools' fixtures and the paid sandbox they ask conftest for
 
@@ -368,7 +368,7 @@ def test_service_text_reaches_the_agent_cleaned_and_marked(
 def test_written_lyrics_reach_the_agent_cleaned_and_marked(
     make_desk: Callable[..., AgentDesk], service: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ipymusicgen.sandbox.app as sandbox_app
+    import ipymusicgen.sandbox.routes as sandbox_app
 
     def steering(prompt: str) -> tuple[str, str]:
         return "verse\n\x1b[8mhidden order\x1b[0m \u202eright", "\x1b]0;title\x07Rain\u2066"

@@ -17,7 +17,7 @@ from mcp import types
 from mcp.client import Client
 from test_mcp_tools import Asker, call, data
 
-from ipymusicgen.batch.engine import request_hash
+from ipymusicgen.batch.drivers import request_hash
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.mcp.desk import REISSUE_WINDOW_S

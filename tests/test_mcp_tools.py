@@ -15,13 +15,13 @@ from hostile_server import respond
 from mcp import types
 from mcp.client import Client
 
-from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.models.schema import PROMPT_MAX, TITLE_MAX
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
+from ipymusicgen.workspace.workspace import build_client
 
 KEY = "k-agent-secret-7f3a9c"
 PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 4}

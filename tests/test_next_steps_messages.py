@@ -108,7 +108,7 @@ def test_musicgen_login_with_a_wrong_key_says_so_in_a_real_shell(
 ) -> None:
     from IPython.utils.capture import capture_output
 
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     session.configure(base_url=upstream.base_url, v2_base_url=upstream.v2_base_url, max_retries=0)
     monkeypatch.setattr("getpass.getpass", lambda prompt="": WRONG_KEY)

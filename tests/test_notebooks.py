@@ -20,8 +20,8 @@ import pytest
 from jupyter_utils import NOTEBOOK_NAMES, notebook_path
 from notebook_runs import NotebookRuns
 
-from ipymusicgen.session import SANDBOX_NOTICE
 from ipymusicgen.storage.journal import Journal
+from ipymusicgen.workspace.session import SANDBOX_NOTICE
 
 pytestmark = pytest.mark.slow  # notebooks in kernels
 

@@ -149,9 +149,9 @@ def test_the_package_functions_named_like_modules_stay_functions() -> None:
     import sys
 
     code = (
-        "import ipymusicgen, ipymusicgen.session\n"
+        "import ipymusicgen, ipymusicgen.workspace.session\n"
         "from ipymusicgen import library\n"
-        "ipymusicgen.session.library  # the session's own\n"
+        "ipymusicgen.workspace.session.library  # the session's own\n"
         "import ipymusicgen.song_library\n"
         "from ipymusicgen import library as again\n"
         "assert callable(library) and callable(again) and callable(ipymusicgen.analyze), (library, again)\n"

@@ -208,7 +208,7 @@ def test_panes_reach_their_studio_only_through_its_public_interface() -> None:
 
 def test_a_retry_asked_for_one_batch_is_asked_again_for_another(client: MusicClient, service: Sandbox) -> None:
     """The second press sends only the failed rows the question priced: a view now on another batch asks again."""
-    from ipymusicgen.batch.engine import run_batch
+    from ipymusicgen.batch.drivers import run_batch
     from ipymusicgen.storage.batches import BatchStore
     from ipymusicgen.widgets.batch import BatchView
 

@@ -178,7 +178,7 @@ def test_the_magics_ask_first_then_send_once_and_python_reuses(
     from IPython.utils.capture import capture_output
 
     import ipymusicgen
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     song = finished_song(paid_clients(), service)
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
@@ -249,7 +249,7 @@ def test_another_process_on_the_journal_reuses_the_wav(
     made = make_extra(client, song, "wav")
     code = (
         "import json, sys\n"
-        "from ipymusicgen.app import build_client\n"
+        "from ipymusicgen.workspace.workspace import build_client\n"
         "from ipymusicgen.archive.extras import make_extra\n"
         "from ipymusicgen.config import Settings\n"
         "base, journal, archive, song = sys.argv[1:]\n"

@@ -13,12 +13,12 @@ from mcp import types
 from mcp.client import Client
 from pydantic import Field
 
-from ipymusicgen.app import build_client
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.config import Settings
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.models import schema
 from ipymusicgen.widgets.studio import Studio
+from ipymusicgen.workspace.workspace import build_client
 
 MOOD = "how the song should feel, e.g. wistful"
 
@@ -107,7 +107,7 @@ class TempoV2Request(schema.V2Request):
 def test_a_new_v2_field_is_a_described_tool_parameter_and_studio_field(
     client: MusicClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in ("ipymusicgen.mcp.server", "ipymusicgen.widgets.studio"):
+    for name in ("ipymusicgen.mcp.tools", "ipymusicgen.widgets.studio"):
         module = importlib.import_module(name)
         monkeypatch.setattr(module, "V2Request", TempoV2Request)  # where each reads the v2 model
     bpm = tools(client)["generate_song_v2"].input_schema["properties"]["bpm"]

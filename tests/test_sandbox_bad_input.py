@@ -79,7 +79,7 @@ def test_a_sandbox_refuses_non_finite_timings_when_made(value: float) -> None:
 
 
 def test_session_says_which_sandbox_timing_is_bad(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     for bad in ("abc", "nan", "-1", "inf"):
         monkeypatch.setenv("MUSICGEN_SANDBOX_STAGE_SECONDS", bad)

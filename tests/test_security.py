@@ -33,7 +33,6 @@ from jupyter_utils import NOTEBOOK_NAMES
 from notebook_runs import CANARY as NOTEBOOK_CANARY
 from notebook_runs import NotebookRuns
 
-from ipymusicgen import session
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import MusicGenError
 from ipymusicgen.models.schema import KeyInfo, TaskRecord, V2Song
@@ -41,6 +40,7 @@ from ipymusicgen.models.tasks import TaskState
 from ipymusicgen.notebook.magics import KeyReport, Lyrics, Table, mask_key, record_row
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets import Studio, TaskCard, TaskWatcher, studio
+from ipymusicgen.workspace import session
 
 CANARY = NOTEBOOK_CANARY
 NEEDLES = (CANARY, CANARY[7:19], CANARY[-12:])

@@ -11,7 +11,7 @@ import pytest
 from helpers import wait_until
 
 from ipymusicgen import MusicClient, Settings
-from ipymusicgen.batch.engine import run_batch
+from ipymusicgen.batch.drivers import run_batch
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 from ipymusicgen.storage.journal import Journal

@@ -60,7 +60,7 @@ COUNT_CONNECTIONS = """
 import json, os, sys, warnings
 from pathlib import Path
 warnings.simplefilter("ignore")
-from ipymusicgen import session
+from ipymusicgen.workspace import session
 from ipymusicgen.song_library import Library
 from ipymusicgen.storage.database import Database
 
@@ -221,7 +221,7 @@ def test_threads_opening_one_file_share_one_connection_closed_by_its_last_user(t
     import sqlite3
     import threading
 
-    from ipymusicgen.storage.connection import acquire, open_connections
+    from ipymusicgen.storage.shared_connection import acquire, open_connections
 
     path = tmp_path / "journal.sqlite3"
     start = threading.Barrier(8)

@@ -21,7 +21,7 @@ from ipymusicgen import MusicClient
 from ipymusicgen.errors import JournalUnavailableError, JournalWriteWarning
 from ipymusicgen.mcp.desk import AgentDesk
 from ipymusicgen.song_library import Library
-from ipymusicgen.storage import db as storage_db
+from ipymusicgen.storage import journal_file as storage_db
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.storage.library import LibraryStore, LibraryWriteError

@@ -16,8 +16,8 @@ from ipymusicgen.config import Settings
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage import migrations
 from ipymusicgen.storage.batches import BatchStore
-from ipymusicgen.storage.db import open_db
 from ipymusicgen.storage.journal import Journal
+from ipymusicgen.storage.journal_file import open_db
 from ipymusicgen.storage.library import LibraryStore
 from ipymusicgen.storage.migrations import LATEST, JournalVersionError, migrate, version_of
 

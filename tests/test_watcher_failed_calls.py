@@ -152,7 +152,7 @@ def test_the_studio_gives_the_watcher_the_request_it_sent(
 def test_a_followed_batchs_failed_row_offers_retry_with_that_rows_request(
     client: MusicClient, sandbox: Sandbox, clock: ManualClock, made: list[TaskWatcher]
 ) -> None:
-    from ipymusicgen.batch.engine import run_batch
+    from ipymusicgen.batch.drivers import run_batch
     from ipymusicgen.storage.batches import BatchStore
 
     sandbox.set_faults([{"kind": "task_fail", "path": GENERATE, "count": 1}])

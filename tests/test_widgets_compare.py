@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipymusicgen import session
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library, LibrarySong
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets.compare import CompareView, compare
+from ipymusicgen.workspace import session
 
 
 @pytest.fixture

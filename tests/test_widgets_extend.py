@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from ipymusicgen import session
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.widgets.studio import SongPane, Studio
 from ipymusicgen.widgets.watcher import TaskWatcher
+from ipymusicgen.workspace import session
 
 
 def test_importing_the_studio_changes_nothing_in_the_watchers_modules() -> None:

@@ -55,8 +55,8 @@ def test_the_key_tab_never_shows_secrets_of_the_service_address() -> None:
 
 
 def test_the_demo_line_never_shows_secrets_of_the_service_address(monkeypatch: Any) -> None:
-    from ipymusicgen import session
     from ipymusicgen.__main__ import _service_in_use
+    from ipymusicgen.workspace import session
 
     key = "sk-canary-0123456789abcdef"
     monkeypatch.setenv("MUSICGEN_API_KEY", key)
@@ -70,7 +70,7 @@ def test_musicgen_key_never_shows_secrets_of_the_service_address(sandbox: Sandbo
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     address = sandbox.base_url.replace("http://", f"http://user:{sandbox.api_key}@")
     session.shutdown()
@@ -143,7 +143,7 @@ def test_an_unclosed_quote_in_an_option_value_is_one_line_and_sends_nothing(sand
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     session.shutdown()
     session.configure(
@@ -177,8 +177,8 @@ def test_an_unclosed_quote_in_an_option_value_is_one_line_and_sends_nothing(sand
 def test_the_command_line_refuses_a_bad_interval_before_paying(sandbox: Sandbox, tmp_path: Any) -> None:
     import pytest
 
-    from ipymusicgen import session
     from ipymusicgen.__main__ import main
+    from ipymusicgen.workspace import session
 
     for interval in ("nan", "-1", "0", "inf"):
         session.configure(
@@ -264,7 +264,7 @@ def test_a_failed_songs_line_after_wait_is_one_line_without_control_codes(sandbo
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     session.shutdown()
     session.configure(

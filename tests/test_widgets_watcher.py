@@ -23,7 +23,6 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.lib.pretty import pretty
 from IPython.utils.capture import capture_output
 
-from ipymusicgen import session
 from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.errors import MusicGenError, WaitTimeoutError
 from ipymusicgen.models.schema import TaskRecord, V2Song
@@ -33,6 +32,7 @@ from ipymusicgen.widgets import TaskCard, TaskWatcher, song_card
 from ipymusicgen.widgets._static import STATIC, css, esm
 from ipymusicgen.widgets.studio import SongPane, Studio, extend_studio
 from ipymusicgen.widgets.watcher import MAX_BACKOFF, backoff
+from ipymusicgen.workspace import session
 
 
 class Wire:
@@ -629,7 +629,10 @@ def test_shutdown_closes_every_registered_watcher(client: MusicClient, clock: Ma
 
 
 def test_the_session_does_not_import_the_ui() -> None:
-    code = "import sys, ipymusicgen.session; print(any(m.startswith('ipymusicgen.widgets') for m in sys.modules))"
+    code = (
+        "import sys, ipymusicgen.workspace.session;"
+        " print(any(m.startswith('ipymusicgen.widgets') for m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
     import ipymusicgen

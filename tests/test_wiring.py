@@ -47,7 +47,7 @@ def test_a_grid_made_in_the_lab_without_a_view_shows_its_table() -> None:
         """
         import ipymusicgen
         from ipymusicgen.lab.grid import Grid
-        from ipymusicgen.session import get_client
+        from ipymusicgen.workspace.session import get_client
         plan = Grid(get_client(), {"action": "auto"}, {"style": ["lo-fi", "jazz"]}, name="bare")
         import ipymusicgen.widgets.grid  # loading the widgets installs nothing
         assert plan.view is None and plan._repr_mimebundle_() is None
@@ -61,8 +61,8 @@ def test_a_grid_made_in_the_lab_without_a_view_shows_its_table() -> None:
 
 
 def test_a_workspace_owns_its_file_and_wires_its_client_to_it(tmp_path: Path) -> None:
-    from ipymusicgen.app import Workspace
     from ipymusicgen.config import Settings
+    from ipymusicgen.workspace.workspace import Workspace
 
     folder = tmp_path / "throwaway"
     folder.mkdir()
@@ -85,9 +85,9 @@ def test_a_workspace_owns_its_file_and_wires_its_client_to_it(tmp_path: Path) ->
 def test_a_workspaces_batches_keep_their_rows_in_its_database_and_open_no_store_of_their_own(
     sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ipymusicgen.app import Workspace
     from ipymusicgen.batch import prepare
     from ipymusicgen.config import Settings
+    from ipymusicgen.workspace.workspace import Workspace
 
     def no_store(path: object) -> None:
         raise AssertionError(f"a workspace's batch opened its own store ({path})")
@@ -107,7 +107,7 @@ def test_a_workspaces_batches_keep_their_rows_in_its_database_and_open_no_store_
 
 
 def test_the_session_is_the_current_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from ipymusicgen import session
+    from ipymusicgen.workspace import session
 
     monkeypatch.setenv("MUSICGEN_API_KEY", "sk-session-workspace")
     monkeypatch.setenv("MUSICGEN_BASE_URL", "http://127.0.0.1:9")
@@ -128,10 +128,10 @@ def test_the_session_is_the_current_workspace(monkeypatch: pytest.MonkeyPatch, t
 
 def test_the_command_line_uses_the_workspace_it_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from ipymusicgen.__main__ import main
-    from ipymusicgen.app import Workspace
     from ipymusicgen.config import Settings
     from ipymusicgen.sandbox import Sandbox
     from ipymusicgen.song_library import Library
+    from ipymusicgen.workspace.workspace import Workspace
 
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
     with Sandbox(stage_seconds=0.05, song_seconds=2, faults="", keys={"cli-key": 100}) as service:
@@ -166,7 +166,7 @@ def test_waveform_looks_songs_up_in_the_workspaces_own_library_without_opening_o
     said = run_fresh(
         """
         import ipymusicgen
-        from ipymusicgen import session
+        from ipymusicgen.workspace import session
         from ipymusicgen.song_library import Library
 
         opened = []

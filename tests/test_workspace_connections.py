@@ -26,7 +26,7 @@ sqlite3.connect = counting  # before ipymusicgen is imported: storage calls sqli
 warnings.simplefilter("ignore")
 
 import ipymusicgen
-from ipymusicgen import session
+from ipymusicgen.workspace import session
 
 client = ipymusicgen.get_client()
 path = Path(session.current_workspace().path).resolve()

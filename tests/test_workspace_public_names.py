@@ -104,7 +104,8 @@ MODULE_NAMES = {
 }
 """The widgets' and the client package's `__all__` before the workspace."""
 MODULES = ("ipymusicgen.journal", "ipymusicgen.library", "ipymusicgen.costs", "ipymusicgen.tasks",
-           "ipymusicgen.batch.engine", "ipymusicgen.session", "ipymusicgen.song_library", "ipymusicgen.app",
+           "ipymusicgen.batch.drivers", "ipymusicgen.workspace.session", "ipymusicgen.song_library",
+           "ipymusicgen.workspace.workspace",
            "ipymusicgen.lab.grid", "ipymusicgen.archive.export", "ipymusicgen.widgets.studio",
            "ipymusicgen.widgets.watcher", "ipymusicgen.sandbox")  # fmt: skip
 """Modules a notebook may have imported from."""

@@ -43,8 +43,8 @@ from .errors import (
 )
 from .models.schema import TaskRecord, V2Song
 from .models.tasks import TaskState
-from .session import analyze, library, waveform
 from .storage.journal import Journal, JournalUnavailableError, JournalWriteWarning
+from .workspace.session import analyze, library, waveform
 
 install_finder()  # `import ipymusicgen.journal` and other removed paths say what replaced them
 
@@ -119,8 +119,8 @@ _LAZY = {
     "compare": ("ipymusicgen.widgets.compare", "compare"),
     "CompareView": ("ipymusicgen.widgets.compare", "CompareView"),
     "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),
-    "get_client": ("ipymusicgen.session", "get_client"),
-    "get_async_client": ("ipymusicgen.session", "get_async_client"),
+    "get_client": ("ipymusicgen.workspace.session", "get_client"),
+    "get_async_client": ("ipymusicgen.workspace.session", "get_async_client"),
     "watch_unfinished": ("ipymusicgen.widgets", "watch_unfinished"),
 }
 
@@ -145,7 +145,7 @@ def grid(
     """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
     "MFV3.0"], repeat=2)`. Each cell priced and the total; `.run()` sends it as one named batch; `.to_pandas()`
     gives the results. Shown in a notebook it is drawn as rows × columns of song cards (Run, compare blind)."""
-    from .session import grid as plan
+    from .workspace.session import grid as plan
 
     return plan(base, repeat=repeat, name=name, client=client, view=_grid_view, **axes)
 
@@ -163,7 +163,7 @@ def export(song_or_ids: Any, folder: str | Path, *, journal_path: str | Path | N
     read from the library in use (or the journal at `journal_path`). `song_or_ids`: a song, a task id or a list
     of them. Returns the song folders; nothing is asked of the service."""
     from .archive.export import export_songs
-    from .session import library
+    from .workspace.session import library
 
     opened = library(journal_path)
     try:
@@ -179,7 +179,7 @@ def make_extra(song_or_id: Any, kind: str, *, force: bool = False, client: Music
     the consent (as `generate()` is); the card's button and `%musicgen_wav` ask first. Returns an `ExtraResult`
     (.state, .path, .value, .sent)."""
     from .archive.extras import make_extra as make
-    from .session import get_client
+    from .workspace.session import get_client
 
     task_id = song_or_id if isinstance(song_or_id, str) else getattr(song_or_id, "id", song_or_id)
     return make(client or get_client(), task_id, kind, force=force)

@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import session
-from .app import Workspace
 from .client.waiting import archive_notes
 from .errors import MusicGenError, dashed_option, options_meant, unknown_option
 from .models.tasks import TaskState
 from .safe_html import public_address
+from .workspace import session
+from .workspace.workspace import Workspace
 
 
 def notebook_source(name: str) -> Path:

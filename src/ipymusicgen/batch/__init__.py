@@ -2,7 +2,7 @@
 `scheduler` decides, `prepare` checks and records it first, `rows` validates the rows, `result` is what a user
 holds, `overlap` and `retry` what runs on one key share. Built on the client and the storage layer's batch store."""
 
-from .engine import (
+from .drivers import (
     Batch,
     BatchBudgetError,
     BatchError,

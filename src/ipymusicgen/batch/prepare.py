@@ -1,5 +1,5 @@
-"""Before a batch run's first call (shared by both faces in `batch/engine.py`): its options checked, its rows
-validated and recorded in the batch store (or refused whole), what a re-run knows loaded into a new `Engine`, and
+"""Before a batch run's first call (shared by both faces in `batch/drivers.py`): its options checked, its rows
+validated and recorded in the batch store (or refused whole), what a re-run knows loaded into a new `Scheduler`, and
 the estimate checked against the budget and the key's counts left."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..storage.errors import StorageError
 from . import overlap
 from .result import Batch
 from .rows import BatchBudgetError, BatchError, derive_name, validate_rows
-from .scheduler import Engine
+from .scheduler import Scheduler
 
 MAX_CONCURRENCY = 1000
 
@@ -64,7 +64,7 @@ def _prepare(
     return batch, stored
 
 
-def check_budget(batch: Batch, engine: Engine, counts_left: int | None) -> None:
+def check_budget(batch: Batch, engine: Scheduler, counts_left: int | None) -> None:
     estimate = costs.estimate_total(r.request for r in engine.to_send())
     batch.estimate = estimate
     batch.counts_before = counts_left  # this run's: a re-run is measured on its own
@@ -105,7 +105,7 @@ def start(
     stall_timeout: float,
     retry_unknown: bool,
     clock: Callable[[], float],
-) -> Engine:
+) -> Scheduler:
     """What both faces do before the first call: validate and store the rows, and load what a re-run knows."""
     if (
         isinstance(stall_timeout, bool)
@@ -118,7 +118,7 @@ def start(
     batch.client = client
     if on_update is not None:
         batch.add_listener(on_update)
-    engine = Engine(
+    engine = Scheduler(
         batch,
         stall_timeout=stall_timeout,
         retry_unknown=retry_unknown,

@@ -1,6 +1,6 @@
 """`Batch`: what a user holds while a batch runs and after: its rows, their states, its spend and its progress.
 
-Partial success is reported, not raised; the engine (`batch/engine.py`) changes it through the public methods
+Partial success is reported, not raised; the engine (`batch/drivers.py`) changes it through the public methods
 under "what the engine tells the batch", views follow it through listeners.
 """
 
@@ -97,7 +97,7 @@ class Batch:
         (and a v2 row's submit answer), on the batch's thread: a watcher shows them without polling again."""
         self._record_listeners.append(callback)
 
-    # -- what the engine tells the batch (`batch/engine.py` calls these; a user has no need to) ----------
+    # -- what the engine tells the batch (`batch/drivers.py` calls these; a user has no need to) ----------
 
     def changed(self) -> None:
         """Tell the listeners a row changed (on the batch's thread); a view's bug never stops paid work."""

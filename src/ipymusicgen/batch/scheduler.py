@@ -1,4 +1,4 @@
-"""The engine of a batch run: every decision, no I/O of its own (the faces in `batch/engine.py` do the calls).
+"""The engine of a batch run: every decision, no I/O of its own (the faces in `batch/drivers.py` do the calls).
 
 It keeps at most `concurrency` rows in flight, claims each row in the batch store before its create, backs off on
 429s (per key, across batches), follows every row's songs in one `TaskSet`, and fails a row as `stalled` when none
@@ -36,10 +36,10 @@ _ACTIVE: set[tuple[int, str, int]] = set()
 """(store, batch name, row) whose create a batch in this process is sending right now."""
 
 
-class Engine:
+class Scheduler:
     """A batch run's decisions: which row to send next (concurrency, budget, 429 pauses, claims in the store), what
     each create's outcome makes of its row, and when a row is complete, failed or stalled. No I/O of its own: the
-    faces in `batch/engine.py` make the calls and hand it what came back."""
+    faces in `batch/drivers.py` make the calls and hand it what came back."""
 
     def __init__(
         self,

@@ -1,8 +1,8 @@
 """Where the features above the client plug into it, so the client imports nothing above itself.
 
 A client journals paid work, hands finished songs to an archive and runs batches, but the journal
-(storage), the archive and the batch engine live in higher layers. A `Workspace` (`ipymusicgen.app`) passes
-its own `Wiring` to each client it builds (`MusicClient(wiring=...)`); a client made by hand gets the default
+(storage), the archive and the batch engine live in higher layers. A `Workspace` (`ipymusicgen.workspace`) passes its
+own `Wiring` to each client it builds (`MusicClient(wiring=...)`); a client made by hand gets the default
 the composition root installs here when the package is imported. The client asks it when it is made
 (`attach`), when it first needs its journal (`open_journal`) and in `batch()`.
 """

@@ -300,7 +300,7 @@ def _serve_on_sandbox(args: argparse.Namespace) -> int:
     the team set-up with no account). The real upstream's key and addresses are never used."""
     from ..config import DEFAULT_BASE_URL, DEFAULT_V2_BASE_URL, env_float
     from ..sandbox import Sandbox
-    from ..session import ENV_SONG_SECONDS, ENV_STAGE_SECONDS
+    from ..workspace.session import ENV_SONG_SECONDS, ENV_STAGE_SECONDS
 
     if (args.upstream, args.upstream_v2) != (DEFAULT_BASE_URL, DEFAULT_V2_BASE_URL):
         print("error: --sandbox is the upstream: leave out --upstream and --upstream-v2", file=sys.stderr)

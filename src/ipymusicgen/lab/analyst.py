@@ -1,6 +1,6 @@
 """Archived songs measured in the background: one daemon thread per journal, one song at a time.
 
-The archiver tells its followers each file it keeps (`Archiver.followers`); the wiring (`app.py`) makes this
+The archiver tells its followers each file it keeps (`Archiver.followers`); the wiring (`workspace/`) makes this
 module one of them when the analysis extra is installed. A song's measures land in the library (`bpm`,
 `musical_key`, `lufs`, ...); a failure is kept as its `analysis_error`. The measuring itself happens in the
 shared worker process (`analysis_worker`): a crash in librosa costs one song's measures, never the kernel.

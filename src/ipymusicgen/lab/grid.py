@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..batch.engine import Batch, BatchError, validate_rows
+from ..batch.drivers import Batch, BatchError, validate_rows
 from ..models import costs
 from ..storage.batches import NEVER_SENT, store_for
 from ..storage.errors import StorageError

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .desk import AgentDesk, AgentError
-from .server import AgentServer, build_server
 from .shutdown import Ending
 from .stdio import run_stdio
+from .tools import AgentServer, build_server
 
 if TYPE_CHECKING:
-    from ..app import Workspace
+    from ..workspace.workspace import Workspace
 
 __all__ = ["AgentDesk", "AgentError", "AgentServer", "build_server", "serve"]
 
@@ -38,7 +38,7 @@ def serve(
     """Run the server until its transport closes: stdio by default, or streamable HTTP on `host:port`
     (bearer token required; see `mcp.http`). `workspace`: the journal file and client the agent's songs go
     to (default: the session's current one, as a notebook's)."""
-    from .. import session
+    from ..workspace import session
 
     token = made = None
     if http:

@@ -22,7 +22,7 @@ from .desk import Plan
 from .outputs import ConfirmOutput
 
 if TYPE_CHECKING:
-    from .server import AgentServer
+    from .tools import AgentServer
 
 Answer = Callable[[Plan, str, str], dict[str, Any]]
 """A paid tool's answer when nothing is sent (state and note): its output's shape, as a declined call's."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..archive.extras import extra_price, held, kind_of, make_extra, song_named
-from ..batch.engine import Batch, BatchError, request_hash, validate_rows
+from ..batch.drivers import Batch, BatchError, request_hash, validate_rows
 from ..client.faces import MusicClient
 from ..client.responses import create_may_have_landed
 from ..client.waiting import check_id
@@ -31,7 +31,7 @@ from ..models.tasks import TaskSet
 from ..song_library import Library
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
 from ..storage.errors import StorageError, StorageUnavailableError
-from .ledger import Ledger, OverBudget, Spend
+from .agent_budget import Ledger, OverBudget, Spend
 from .songs import song_view
 from .text import quoted
 

@@ -18,9 +18,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from IPython.utils.process import arg_split
 
-from .. import session
 from ..client.waiting import archive_notes
 from ..errors import MusicGenError, dashed_option, one_line, unknown_option
+from ..workspace import session
 from .args import unregister_magics
 from .batch_lines import parse_grid, parse_lines, rows_from_variable
 from .display import text as one_line_text
@@ -28,7 +28,7 @@ from .display import text as one_line_text
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ..batch.engine import Batch
+    from ..batch.drivers import Batch
 
 REGISTRY_NAME = "BatchMagics"
 
@@ -86,7 +86,7 @@ class BatchMagics(Magics):
             requests = rows_from_variable(args.source, self.shell.user_ns)
         else:
             requests = parse_lines(cell or "", self.shell)
-        from ..batch.engine import run_batch
+        from ..batch.drivers import run_batch
 
         if self._planned(requests, args):
             return None
@@ -164,7 +164,7 @@ class BatchMagics(Magics):
     def _planned(self, requests: Any, args: Any) -> bool:
         """With a key that may cost money and neither --budget nor --yes (the `PaidAsk` rule, the grid cell's
         too): show the rows and their cost unsent in a batch view whose Send asks, then sends; True when shown."""
-        from ..batch.engine import run_batch, validate_rows
+        from ..batch.drivers import run_batch, validate_rows
         from ..models import costs
         from ..widgets.batch import PricedBatch
         from ..widgets.paid_ask import PaidAsk

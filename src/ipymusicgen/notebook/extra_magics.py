@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from .. import session
 from ..errors import MusicGenError
+from ..workspace import session
 from .args import unregister_magics
 
 if TYPE_CHECKING:

@@ -23,12 +23,12 @@ from IPython.core.magic_arguments import magic_arguments
 from IPython.display import display
 from traitlets import Bool, Float, TraitError, Unicode, observe, validate
 
-from .. import session
 from ..client.waiting import archive_notes
 from ..errors import CreateOutcomeUnknownError, IgnoredFieldsWarning, MusicGenError, RequestValidationError
 from ..models.providers import EngineRequest
 from ..models.tasks import TaskState
 from ..safe_html import public_address
+from ..workspace import session
 from .args import (
     MUSICGEN_OPTIONS,
     OUTPUT_OPTIONS,

@@ -11,12 +11,12 @@ from ..config import DEMO_KEY
 
 if TYPE_CHECKING:
     from .faults import FaultPlan, FaultRule
-    from .server import Sandbox
+    from .sandbox import Sandbox
 
 __all__ = ["DEMO_KEY", "FaultPlan", "FaultRule", "Sandbox"]
 
 _LAZY = {
-    "Sandbox": ".server",
+    "Sandbox": ".sandbox",
     "FaultPlan": ".faults",
     "FaultRule": ".faults",
     "parse_faults": ".faults",

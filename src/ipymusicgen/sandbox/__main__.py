@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
     except ValueError as exc:
         print(f"error: --faults: {exc}", file=sys.stderr)
         return 2
-    from .server import Sandbox
+    from .sandbox import Sandbox
 
     sandbox = Sandbox(
         stage_seconds=args.stage_seconds,

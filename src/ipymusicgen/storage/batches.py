@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import JournalWriteWarning
-from .connection import Shared, acquire
-from .db import busy_timeout_or_default, damage_named, write_transaction
+from .journal_file import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import migrate
 from .owner import Owner
+from .shared_connection import Shared, acquire
 
 T = TypeVar("T")
 NEVER_SENT = ("pending", "rejected", "skipped")

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .connection import Shared, SharedStore, acquire
-from .db import damage_named, write_transaction
+from .journal_file import damage_named, write_transaction
 from .migrations import migrate
 from .owner import Owner
+from .shared_connection import Shared, SharedStore, acquire
 
 STATES = ("sending", "made", "unknown", "rejected")
 _RANK = {"made": 0, "sending": 1, "unknown": 2, "rejected": 3}

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 from ..config import service_address
 from ..errors import JournalUnavailableError, JournalWriteWarning, storage_reason
 from ..lifecycle import at_exit
-from .db import PRIVATE_FILE, busy_timeout_or_default, damaged, is_damage, write_transaction
+from .journal_file import PRIVATE_FILE, busy_timeout_or_default, damaged, is_damage, write_transaction
 from .migrations import migrate
 from .owner import Owner
 
 if TYPE_CHECKING:
     from ..models.schema import TaskRecord, V2Song
-    from .connection import Shared
+    from .shared_connection import Shared
 
 FINISHED_STATES = ("complete", "failed")
 QUICK_BUSY_MS = 100
@@ -236,7 +236,7 @@ class Journal:
         self._backlog: list[_Unwritten] = []
         self._warned_episode = False
         self._owner = Owner.current()
-        from .connection import acquire  # the file's connection machinery loads when a journal opens, not at import
+        from .shared_connection import acquire  # the connection machinery loads when a journal opens
 
         try:
             self._shared: Shared | None = acquire(self.path, busy_timeout=busy_timeout)

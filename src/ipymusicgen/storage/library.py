@@ -19,9 +19,9 @@ from typing import Any
 from ..config import service_address
 from ..errors import MusicGenError
 from ..models.costs import model_of
-from .connection import Shared, SharedStore, acquire
-from .db import busy_timeout_or_default, damage_named, write_transaction
+from .journal_file import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import LATEST, migrate, version_of
+from .shared_connection import Shared, SharedStore, acquire
 from .songs import Row, SongQueries
 
 TEXT_LIMIT = 50_000

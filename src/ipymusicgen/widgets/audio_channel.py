@@ -61,7 +61,7 @@ class AudioSource:
 
 def download_cap() -> int:
     """The most bytes a player is handed: the download cap of the settings in use."""
-    from ..session import settings
+    from ..workspace.session import settings
 
     return int(settings().max_download_mb * 1024 * 1024)
 
@@ -97,7 +97,7 @@ def _fetch(url: str, limit: int, inner: HostIsInner) -> bytes:
     import httpx
 
     from ..errors import DownloadError
-    from ..session import settings
+    from ..workspace.session import settings
 
     timeout = settings().timeout
     bound = SizeLimit(limit, url, grace=timeout)

@@ -24,7 +24,7 @@ from .paid_ask import PaidAsk
 from .text import TextRepr
 
 if TYPE_CHECKING:
-    from ..batch.engine import Batch
+    from ..batch.drivers import Batch
 
 ROWS_SHOWN = 200
 
@@ -148,7 +148,7 @@ class BatchView(TextRepr, anywidget.AnyWidget):
         rule, with this view's `confirm` choice) the first press only says what it costs ("press again to send"),
         as a card's paid button does; the next press sends those rows, or asks again if they changed.
         """
-        from ..batch.retry import retry_failed
+        from ..batch.retry_failed import retry_failed
 
         batch = self.batch
         failed = [r for r in batch.rows if r.state == "failed"] if batch is not None and batch.done else []

@@ -19,7 +19,7 @@ from .fields import parse_number
 from .pane import FieldSpec, Pane, plural
 
 if TYPE_CHECKING:
-    from ..batch.engine import Batch
+    from ..batch.drivers import Batch
     from .pane import PaneHost
 
 NO_VARIABLE = (("none: the lines above", ""),)
@@ -120,7 +120,7 @@ class BatchPane(Pane):
 
     def price(self) -> PricedBatch:
         """Every row validated and priced (no network): what a confirm shows and then sends; or `BatchProblem`."""
-        from ..batch.engine import validate_rows
+        from ..batch.drivers import validate_rows
         from ..notebook.batch_lines import parse_lines, rows_from_variable
 
         concurrency = parse_number(str(self.typed["concurrency"]))
@@ -171,7 +171,7 @@ class BatchPane(Pane):
 
     def _call(self, priced: PricedBatch) -> Batch:
         """Start the batch in the background; its view follows it under the form."""
-        from ..batch.engine import run_batch
+        from ..batch.drivers import run_batch
 
         batch = run_batch(
             self.client,

@@ -322,7 +322,7 @@ class CompareView(TextRepr, anywidget.AnyWidget):
 def _seconds(value: float | None) -> float:
     """The minimum listening time: the value given, else the settings' (`MUSICGEN_MIN_LISTEN_S`)."""
     if value is None:
-        from ..session import settings
+        from ..workspace.session import settings
 
         value = settings().min_listen_s
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 3600:
@@ -338,7 +338,7 @@ def compare(
     Two songs or task ids; or one call: a `generate()` result, or one task id, meaning both takes of it.
     `min_listen_s`: seconds each side must play before the page's vote counts (default: the settings', 5 s).
     """
-    from ..session import library as open_library
+    from ..workspace.session import library as open_library
 
     library = open_library()
     given = songs_or_ids_or_call

@@ -28,7 +28,7 @@ from .song_data import Record, plain, song_card
 from .text import TextRepr
 
 if TYPE_CHECKING:
-    from ..batch.engine import Batch
+    from ..batch.drivers import Batch
     from ..song_library import Library
 
 PICKS = 2
@@ -380,7 +380,7 @@ def _cell_state(states: list[str]) -> str:
 def grid_view(grid: Grid) -> GridView:
     """How a grid shown in a notebook is drawn (given as `Grid(view=...)` by `ipymusicgen.grid()` and the grid
     magic): its library keeps the votes."""
-    from ..session import library
+    from ..workspace.session import library
 
     try:
         opened = library()

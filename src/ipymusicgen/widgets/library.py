@@ -150,7 +150,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         self.confirm_required: bool | None = None
         self.paid_ask = PaidAsk(lambda: self._extras_client().settings.needs_confirm(self.confirm_required))
         if library is None:
-            from ..session import library as open_library
+            from ..workspace.session import library as open_library
 
             path = getattr(getattr(client, "journal", None), "path", None)
             library = open_library(path) if path else open_library()
@@ -299,7 +299,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
 
     def _extras_client(self) -> Any:
         if self._client is None:
-            from ..session import get_client
+            from ..workspace.session import get_client
 
             self._client = get_client()
         return self._client

@@ -362,7 +362,7 @@ class Studio(TextRepr, w.VBox):
     ) -> None:
         """`watcher=` makes this studio send into an existing watcher (a card's extend does that)."""
         if client is None:
-            from ..session import get_client
+            from ..workspace.session import get_client
 
             client = get_client()
         self._client = client

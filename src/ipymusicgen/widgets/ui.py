@@ -16,9 +16,9 @@ from .watcher import TaskWatcher
 from .watcher import watch_unfinished as unfinished_watcher
 
 if TYPE_CHECKING:
-    from ..app import Workspace
     from ..client.faces import MusicClient
     from ..lab.grid import Grid
+    from ..workspace.workspace import Workspace
     from .batch import BatchView
     from .grid import GridView
 
@@ -33,7 +33,7 @@ class UI:
     @property
     def workspace(self) -> Workspace:
         if self._workspace is None:
-            from ..session import current_workspace
+            from ..workspace.session import current_workspace
 
             self._workspace = current_workspace()
         return self._workspace

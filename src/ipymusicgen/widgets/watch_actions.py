@@ -179,7 +179,7 @@ class ActionsPart:
 
             opened = Library(path)
         else:
-            from ..session import library
+            from ..workspace.session import library
 
             opened = library()
         with opened:  # closed again: a press must not leave a connection open
@@ -210,7 +210,7 @@ class ActionsPart:
         if self.on_keep is not None:
             self.on_keep(task_id)
             return True
-        from ..session import library
+        from ..workspace.session import library
 
         try:
             with library() as opened:  # closed again: a press must not leave a connection open

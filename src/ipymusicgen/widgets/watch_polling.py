@@ -21,7 +21,7 @@ from ..models.tasks import TaskSet
 from .song_data import Record
 
 if TYPE_CHECKING:
-    from ..batch.engine import Batch
+    from ..batch.drivers import Batch
     from .card import TaskCard
 
 MAX_BACKOFF = MAX_POLL_BACKOFF

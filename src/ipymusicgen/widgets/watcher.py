@@ -20,7 +20,7 @@ from ..archive.archiver import add_archive_listener, archive_label
 from ..client.faces import MusicClient
 from ..models.schema import V2Song
 from ..models.tasks import TaskSet
-from ..session import register_watcher, unregister_watcher
+from ..workspace.session import register_watcher, unregister_watcher
 from ._static import front_end
 from .card import TaskCard
 from .card_audio import CardAudio
@@ -33,7 +33,7 @@ from .watch_paging import PAGE_SIZE, PagingPart
 from .watch_polling import MAX_BACKOFF, PollingPart, backoff
 
 if TYPE_CHECKING:
-    from ..batch.engine import Batch
+    from ..batch.drivers import Batch
 
 ANNOTATIONS = frozenset({"peaks", "archived_path_label", "archived_path", "model"})
 """Card fields `annotate()` accepts from other parts (the library's waveform and file, the model name)."""
@@ -68,7 +68,7 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         `open_extend_studio`: how a card's Extend opens a studio whose panes send here (given by whoever builds a
         lone watcher, e.g. `widgets.studio.extend_studio`; a studio gives its own watcher its panes instead)."""
         if client is None:
-            from ..session import get_client
+            from ..workspace.session import get_client
 
             client = get_client()
         self._client = client
@@ -398,7 +398,7 @@ def watch_unfinished(
     """A watcher over every unfinished task in the journal for the current hosts (after a restart);
     `open_extend_studio` as `TaskWatcher`'s (the public `ipymusicgen.watch_unfinished()` gives the studio's)."""
     if client is None:
-        from ..session import get_client
+        from ..workspace.session import get_client
 
         client = get_client()
     found = client.unfinished()  # the shared client's journal is the session's journal

@@ -16,20 +16,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .app import Workspace
-from .archive.archiver import archiver_of
-from .archive.waveform import DEFAULT_POINTS, song_path, task_id_of
-from .archive.waveform import waveform as archive_waveform
-from .client.faces import AsyncMusicClient, MusicClient
-from .config import Settings, env_float
-from .lifecycle import at_exit
+from ..archive.archiver import archiver_of
+from ..archive.waveform import DEFAULT_POINTS, song_path, task_id_of
+from ..archive.waveform import waveform as archive_waveform
+from ..client.faces import AsyncMusicClient, MusicClient
+from ..config import Settings, env_float
+from ..lifecycle import at_exit
+from .workspace import Workspace
 
 if TYPE_CHECKING:
-    from .lab.analysis import Analysis
-    from .lab.grid import Grid
-    from .sandbox import Sandbox
-    from .song_library import Library
-    from .storage.journal import Journal
+    from ..lab.analysis import Analysis
+    from ..lab.grid import Grid
+    from ..sandbox import Sandbox
+    from ..song_library import Library
+    from ..storage.journal import Journal
 
 SANDBOX_NOTICE = "sandbox mode: songs are synthesized locally; set MUSICGEN_API_KEY for the real service"
 ENV_STAGE_SECONDS = "MUSICGEN_SANDBOX_STAGE_SECONDS"
@@ -78,7 +78,7 @@ def in_sandbox() -> bool:
 
 
 def _start_sandbox() -> Sandbox:
-    from .sandbox import Sandbox
+    from ..sandbox import Sandbox
 
     if _session.sandbox is None:
         stage = env_float(ENV_STAGE_SECONDS) or 3.0  # a bad value is one line naming the variable
@@ -183,7 +183,7 @@ def current_client() -> MusicClient | None:
 def library(journal_path: str | Path | None = None) -> Library:
     """Open the library over the journal in use, and retry any song whose archiving failed before."""
     if journal_path is not None:
-        from .song_library import Library  # the library and its song queries load on first use (figure 3)
+        from ..song_library import Library  # the library and its song queries load on first use (figure 3)
 
         return Library(journal_path)
     opened = current_workspace().library()
@@ -197,7 +197,7 @@ def analyze(song_or_path: Any) -> Analysis:
     A file path, or a record or task id the library has archived (its measures are then kept in the library,
     where `songs(bpm=(110, 130), key="A minor", lufs=(-16, -8))` finds them). Needs `ipymusicgen[analysis]`.
     """
-    from .lab.analysis_worker import measure  # in a worker process: a crash in librosa spares the kernel
+    from ..lab.analysis_worker import measure  # in a worker process: a crash in librosa spares the kernel
 
     task_id = task_id_of(song_or_path)
     opened = _songs() if task_id is not None else None
@@ -218,7 +218,7 @@ def _with_asked(measures: Analysis, opened: Library, task_id: str) -> Analysis:
     """The measures with what the song's request named ("128 bpm", "in D minor" in its style or prompt)."""
     import dataclasses
 
-    from .lab.adherence import asked_of
+    from ..lab.adherence import asked_of
 
     try:
         song = opened.song(task_id)
@@ -240,7 +240,7 @@ def grid(
     """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
     "MFV3.0"], repeat=2)`. Shows each cell's estimate and the total; `.run()` sends it as one named batch; `view`
     draws it in a notebook (the layers above give one)."""
-    from .lab.grid import Grid
+    from ..lab.grid import Grid
 
     return Grid(client or get_client(), base, axes, repeat=repeat, name=name, view=view)
 

@@ -16,7 +16,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from ..lifecycle import at_exit
-from .db import _create_if_missing, busy_timeout_or_default, open_db
+from .journal_file import _create_if_missing, busy_timeout_or_default, open_db
 
 Key = tuple[Path, int, int]
 _registry: dict[Key, Shared] = {}

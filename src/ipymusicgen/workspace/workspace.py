@@ -15,29 +15,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .client import wiring
-from .client.faces import AsyncMusicClient, MusicClient
+from ..client import wiring
+from ..client.faces import AsyncMusicClient, MusicClient
 
 if TYPE_CHECKING:
-    from .batch import Batch
-    from .client.core import _Core
-    from .config import Settings
-    from .song_library import Library
-    from .storage.database import Database
-    from .storage.journal import Journal
+    from ..batch import Batch
+    from ..client.core import _Core
+    from ..config import Settings
+    from ..song_library import Library
+    from ..storage.database import Database
+    from ..storage.journal import Journal
 
 
 class ClientWiring:
     """What every client gets from the layers above it: the SQLite journal, an archiver, the batch engine."""
 
     def open_journal(self, settings: Settings) -> Journal:
-        from .storage.journal import Journal
+        from ..storage.journal import Journal
 
         return Journal(settings.journal_path)
 
     def attach(self, client: _Core, archive: Any) -> None:
-        from .archive.archiver import attach
-        from .lab.analyst import analyse_after_archive
+        from ..archive.archiver import attach
+        from ..lab.analyst import analyse_after_archive
 
         if archive is False:
             return
@@ -52,7 +52,7 @@ class ClientWiring:
             archiver.followers.append(analyse_after_archive)  # each kept song measured (when the extra is there)
 
     def wait_archived(self, client: _Core, records: list[Any], timeout: float) -> dict[str, Any] | None:
-        from .archive.archiver import archiver_of
+        from ..archive.archiver import archiver_of
 
         archiver = archiver_of(client)
         if archiver is None or archiver.journal_path is None or archiver.directory is None:
@@ -60,12 +60,12 @@ class ClientWiring:
         return archiver.wait_archived(records, timeout)
 
     def run_batch(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch:
-        from .batch import run_batch
+        from ..batch import run_batch
 
         return run_batch(client, requests, **options)
 
     async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch:
-        from .batch import run_batch_async
+        from ..batch import run_batch_async
 
         return await run_batch_async(client, requests, **options)
 
@@ -129,7 +129,7 @@ class Workspace:
         folder: str | Path | None = None,
         client_settings: Callable[[], Settings] | None = None,
     ) -> None:
-        from .storage.database import Database  # loads with the first workspace, not at `%load_ext` (figure 3)
+        from ..storage.database import Database  # loads with the first workspace, not at `%load_ext` (figure 3)
 
         self.settings = settings
         self._client_settings = client_settings
@@ -184,7 +184,7 @@ class Workspace:
 
     def library(self) -> Library:
         """A library over this file for the caller to keep and close (the file's one connection is shared)."""
-        from .song_library import Library
+        from ..song_library import Library
 
         return Library(self.db.path)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..storage.batches import BatchStore
-    from .engine import Batch
+    from .drivers import Batch
 
 
 def retry_name(store: BatchStore, name: str) -> str:

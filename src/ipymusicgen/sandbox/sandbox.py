@@ -134,8 +134,8 @@ class Sandbox:
             return self
         import uvicorn
 
-        from .app import create_apps
         from .engine_routes import create_engines_app
+        from .routes import create_apps
 
         self._error = None
         self._sockets = [_bind(port) for port in self._ports]
