@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MusicGenError
 from ..storage.batches import BatchStore
+from . import on_gateway
 from .prepare import check_budget, start
 from .result import STATES, Batch
 from .rows import BatchBudgetError, BatchError, BatchFailedError, BatchRow, request_hash, validate_rows
@@ -102,7 +103,10 @@ def run_batch(
     """
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
-    counts_left = client.key_info().key_music_counts if engine.to_send() else None
+    info = client.key_info() if engine.to_send() else None
+    if on_gateway.runs_batches(info):  # a team gateway runs the batch itself: handed over whole, followed here
+        return on_gateway.hand_off(client, engine, wait=wait)
+    counts_left = info.key_music_counts if info is not None else None
     check_budget(batch, engine, counts_left)
 
     wake = _Wake()
@@ -185,7 +189,10 @@ async def run_batch_async(
 
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
-    counts_left = (await client.key_info()).key_music_counts if engine.to_send() else None
+    info = (await client.key_info()) if engine.to_send() else None
+    if on_gateway.runs_batches(info):
+        return await on_gateway.hand_off_async(client, engine, wait=wait)
+    counts_left = info.key_music_counts if info is not None else None
     check_budget(batch, engine, counts_left)
 
     woken = asyncio.Event()

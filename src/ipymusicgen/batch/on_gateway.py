@@ -1,0 +1,256 @@
+"""A batch sent through a team gateway runs there: handed over whole, followed here by its name.
+
+A gateway says what it is in the caller's key info (`"gateway": "ipymusicgen"`), which a batch reads before its
+first create anyway, so a batch sent straight to the service costs no extra request. The gateway records the batch
+and its rows in its ledger and its workers send them (the user's budget reserved per row, each row's create sent
+upstream at most once), so a closed laptop, a culled server or kill -9 of the kernel stops nothing; running the
+same batch again attaches to it and sends nothing twice. Here the `Batch` follows the gateway's rows (their states,
+ids, errors and credits) and polls their songs through the client (the journal, the archive and the views see them
+as they see any batch's); `batch.stop()` stops the batch at the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any
+
+from ..client.responses import Endpoint
+from ..errors import APIStatusError, MusicGenError
+from ..models import costs
+from ..models.tasks import TaskSet
+from .result import Batch
+from .rows import BatchBudgetError, BatchError, BatchRow
+from .scheduler import BACKFILL_ROUNDS, Scheduler
+
+GATEWAY_MARK = "ipymusicgen"
+SUBMIT = Endpoint("gateway batch", "POST", "/gateway/v1/batches")
+STATUS = Endpoint("gateway batch", "GET", "/gateway/v1/batches")
+STOP = Endpoint("gateway batch stop", "POST", "/gateway/v1/batches/stop")
+STATES = {"queued": "pending", "sending": "pending", "sent": "submitted"}
+"""The gateway's row states as a batch's (the rest are the same words)."""
+FINISHED = ("complete", "failed", "unknown", "skipped")
+
+
+def runs_batches(info: Any) -> bool:
+    """Whether key info came from a gateway that runs batches (an extra field the service itself never sends)."""
+    extra = getattr(info, "model_extra", None) or {}
+    return extra.get("gateway") == GATEWAY_MARK
+
+
+def _submission(batch: Batch, engine: Scheduler) -> dict[str, Any]:
+    return {
+        "name": batch.name,
+        "rows": [{"v2": r.v2, "body": r.request.to_payload()} for r in batch.rows],
+        "concurrency": batch.concurrency,
+        "budget": batch.budget,
+        "stall_timeout": engine.stall_timeout,
+    }
+
+
+def _refusal(batch: Batch, exc: MusicGenError) -> MusicGenError:
+    """A refusal of the whole batch (a changed row, a bad row) as the batch's own error; others as they are."""
+    if isinstance(exc, APIStatusError) and exc.status_code in (409, 422):
+        body = getattr(exc, "body", None)
+        message = body.get("message") if isinstance(body, dict) else None
+        return BatchError(str(message or exc))
+    return exc
+
+
+def _accepted(batch: Batch, data: Any) -> dict[str, Any]:
+    """The gateway's answer to the hand-off: the batch's rows, or the budget refusal a local run would raise."""
+    if not isinstance(data, dict):
+        raise BatchError(f"The gateway's answer to batch {batch.name!r} could not be read; nothing more was sent.")
+    if data.get("refused") == "over":
+        estimate, left = int(data.get("estimate") or 0), data.get("left")
+        if data.get("whose") == "this batch's budget":
+            said = f"more than the budget of {batch.budget}"
+        else:
+            said = f"but the key has {left} left"
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about {estimate} credits, {said}; nothing was sent.",
+            estimate=estimate,
+            budget=batch.budget,
+            counts_left=left if isinstance(left, int) else None,
+        )
+    return data
+
+
+class Follower:
+    """What the gateway says of a batch, applied to the `Batch` a user holds (no I/O of its own)."""
+
+    def __init__(self, batch: Batch, engine: Scheduler) -> None:
+        self.batch = batch
+        self.clock = engine.clock
+        self.poll_interval = engine.poll_interval
+        self.stall_timeout = engine.stall_timeout
+        self.tasks = TaskSet()
+        self.state = "running"
+        self.stop_sent = False
+        self.rounds_after = 0
+        self.failing_since: float | None = None
+        batch.estimate = costs.estimate_total(r.request for r in batch.rows)
+
+    def apply(self, data: dict[str, Any]) -> None:
+        self.failing_since = None
+        self.state = str(data.get("state") or "running")
+        now = self.clock()
+        changed = False
+        rows = self.batch.rows
+        for shown in data.get("rows") or []:
+            index = shown.get("index") if isinstance(shown, dict) else None
+            if not isinstance(index, int) or not 0 <= index < len(rows):
+                continue
+            changed |= self._row(rows[index], shown, now)
+        self.batch.calls = sum(1 for r in rows if r.cost)
+        if changed:
+            self.batch.changed()
+
+    def _row(self, row: BatchRow, shown: dict[str, Any], now: float) -> bool:
+        state = STATES.get(str(shown.get("state")), str(shown.get("state")))
+        ids = [str(i) for i in shown.get("ids") or []]
+        cost = int(shown.get("cost") or 0)
+        error = shown.get("error")
+        before = (row.state, row.ids, row.cost, row.error)
+        if ids and ids != row.ids:
+            self.tasks.add(ids, v2=row.v2)
+            row.started_at = row.started_at or now
+        row.state, row.ids, row.cost, row.error = state, ids, cost, error if isinstance(error, str) else None
+        if row.finished and row.finished_at is None:
+            row.finished_at = now
+        return before != (row.state, row.ids, row.cost, row.error)
+
+    def polled(self, changed: list[Any]) -> None:
+        self.batch.records_changed(changed)
+        for row in self.batch.rows:
+            if row.ids:
+                row.records = [r for r in (self.tasks.get(i) for i in row.ids) if r is not None]
+        if changed:
+            self.batch.changed()
+
+    def failed_read(self, exc: BaseException) -> None:
+        """A status read that failed (after the client's retries): the batch runs on at the gateway; following
+        gives up only after `stall_timeout` seconds without an answer."""
+        now = self.clock()
+        self.failing_since = self.failing_since or now
+        if now - self.failing_since > self.stall_timeout:
+            raise exc
+
+    @property
+    def gateway_done(self) -> bool:
+        return self.state != "running" and all(r.finished for r in self.batch.rows)
+
+    @property
+    def to_poll(self) -> bool:
+        return bool(self.tasks.unfinished()[0] or self.tasks.unfinished()[1])
+
+    @property
+    def finished(self) -> bool:
+        if not self.gateway_done:
+            return False
+        if not self.to_poll:
+            return True
+        self.rounds_after += 1  # a song never read (gone upstream) does not hold the batch open
+        return self.rounds_after > BACKFILL_ROUNDS
+
+
+def _over(batch: Batch, follower: Follower) -> None:
+    for row in batch.rows:  # the gateway runs on; what this view knew stays as it was
+        row.finished_at = row.finished_at or follower.clock()
+    batch.mark_done()
+
+
+# -- the sync face ------------------------------------------------------------------------------------------------
+
+
+def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
+    """Hand the batch to the gateway and follow it (`wait=False`: in a thread); what `run_batch` returns."""
+    batch = engine.batch
+    try:
+        data = client._run(client._request_flow(SUBMIT, json=_submission(batch, engine)))
+    except MusicGenError as exc:
+        raise _refusal(batch, exc) from None
+    follower = Follower(batch, engine)
+    follower.apply(_accepted(batch, data))
+    woken = threading.Event()
+    batch.add_waker(woken.set)
+
+    def drive() -> None:
+        try:
+            while True:
+                if batch.stop_requested and not follower.stop_sent:
+                    follower.stop_sent = True
+                    follower.apply(client._run(client._request_flow(STOP, json={"name": batch.name})))
+                if follower.to_poll:
+                    with contextlib.suppress(MusicGenError):  # a failed read: the next round asks again
+                        follower.polled(client.poll(follower.tasks))
+                if follower.finished:
+                    break
+                woken.wait(follower.poll_interval)
+                woken.clear()
+                try:
+                    follower.apply(client._run(client._request_flow(STATUS, params={"name": batch.name})))
+                except MusicGenError as exc:
+                    follower.failed_read(exc)
+        except BaseException as exc:
+            batch.error = exc
+        _over(batch, follower)
+
+    if wait:
+        drive()
+        if batch.error is not None:
+            raise batch.error
+    else:
+        batch.run_in_thread(drive)
+    return batch
+
+
+# -- the async face -----------------------------------------------------------------------------------------------
+
+
+async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
+    """`hand_off` on an `AsyncMusicClient` (`wait=False`: `await batch` later)."""
+    batch = engine.batch
+    try:
+        data = await client._run(client._request_flow(SUBMIT, json=_submission(batch, engine)))
+    except MusicGenError as exc:
+        raise _refusal(batch, exc) from None
+    follower = Follower(batch, engine)
+    follower.apply(_accepted(batch, data))
+    woken = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    batch.add_waker(lambda: loop.call_soon_threadsafe(woken.set))
+
+    async def drive() -> Batch:
+        try:
+            while True:
+                if batch.stop_requested and not follower.stop_sent:
+                    follower.stop_sent = True
+                    follower.apply(await client._run(client._request_flow(STOP, json={"name": batch.name})))
+                if follower.to_poll:
+                    with contextlib.suppress(MusicGenError):
+                        follower.polled(await client.poll(follower.tasks))
+                if follower.finished:
+                    break
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                    await asyncio.wait_for(woken.wait(), follower.poll_interval)
+                woken.clear()
+                try:
+                    follower.apply(await client._run(client._request_flow(STATUS, params={"name": batch.name})))
+                except MusicGenError as exc:
+                    follower.failed_read(exc)
+        except BaseException as exc:
+            batch.error = exc
+            _over(batch, follower)
+            raise
+        _over(batch, follower)
+        return batch
+
+    if wait:
+        return await drive()
+    batch.run_as_task(drive())
+    return batch
+
+
+__all__ = ["hand_off", "hand_off_async", "runs_batches"]

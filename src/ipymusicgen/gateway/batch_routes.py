@@ -1,0 +1,182 @@
+"""The gateway's batch paths (the project's own, under /gateway/v1/): a notebook hands a batch over whole, follows it
+by name, and may stop it; each user sees only their own batches (another's name answers as a missing one).
+
+- `POST /gateway/v1/batches` {"name", "rows": [{"v2": bool, "body": {...}}], "concurrency", "budget",
+  "stall_timeout"}: recorded (or attached to: the same name and rows send nothing twice) and run by the replicas'
+  workers (`batch_worker.py`); refused whole, nothing recorded, for a bad row, a row that is not the one first
+  recorded under its index, or rows that would cost more than is left.
+- `GET /gateway/v1/batches?name=N`: the batch and each row's state; without `name`, the caller's batches.
+- `POST /gateway/v1/batches/stop` {"name"}: rows not yet sent are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..batch.rows import BatchError, validate_rows
+from ..models.costs import estimate_credits
+from .admission import Limits, read_body, refusal
+from .batch_store import NewRow, Submitted
+from .batch_worker import BatchWorker
+
+MAX_ROWS = 10_000
+MAX_NAME = 200
+BODY_BYTES = 32 << 20
+"""The largest batch body taken (a row is a few hundred bytes; lyrics make some rows a few KB)."""
+MISSING = "No batch of yours has that name."
+PATH = "/gateway/v1/batches"
+
+
+def _answer(data: Any, status: int = 200, message: str = "Success") -> JSONResponse:
+    return JSONResponse({"status": status, "message": message, "data": data}, status_code=status)
+
+
+def _refused(status: int, message: str) -> JSONResponse:
+    return _answer(None, status, message)
+
+
+class StartsWorker:
+    """ASGI middleware: the replica's batch worker starts on the serving loop with its first request (or with the
+    server's lifespan start, where it is on)."""
+
+    def __init__(self, app: ASGIApp, worker: BatchWorker) -> None:
+        self.app = app
+        self.worker = worker
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.worker.start()
+        await self.app(scope, receive, send)
+
+
+def _name_of(value: Any) -> str | None:
+    return value if isinstance(value, str) and 1 <= len(value) <= MAX_NAME and value.strip() else None
+
+
+def _whole(value: Any, low: int, high: int) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return value if ok else None
+
+
+def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Route], Middleware]:
+    """The batch routes and the middleware that starts this replica's worker (`create_app` adds both);
+    `invalid_key` is the service's answer to a missing or wrong token, as every other path gives it."""
+    worker = BatchWorker(gateway)
+    store = worker.store
+
+    def route(path: str, method: str, handler: Callable[[str, Request], Awaitable[Response]]) -> Route:
+        async def endpoint(request: Request) -> Response:
+            user = await gateway.user_of(request.headers.get("x-api-key"))
+            if user is None:  # before the body: a caller without a live token gets none of it read
+                return refusal(401, invalid_key)
+            return await handler(user, request)
+
+        return Route(path, endpoint, methods=[method])
+
+    async def body_of(request: Request) -> dict[str, Any] | Response:
+        raw = await read_body(request, max(BODY_BYTES, limits.max_body_bytes))
+        if isinstance(raw, Response):
+            return raw
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            return _refused(422, "the body is not a JSON object")
+        return body if isinstance(body, dict) else _refused(422, "the body is not a JSON object")
+
+    async def submit(user: str, request: Request) -> Response:
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        name = _name_of(body.get("name"))
+        rows = body.get("rows")
+        concurrency = _whole(body.get("concurrency", 3), 1, 1000)
+        budget = body.get("budget")
+        stall = body.get("stall_timeout", 900)
+        if name is None:
+            return _refused(422, f"name: 1 to {MAX_NAME} characters, not blank")
+        if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_ROWS:
+            return _refused(422, f"rows: a list of 1 to {MAX_ROWS} rows")
+        if concurrency is None:
+            return _refused(422, "concurrency: a whole number from 1 to 1000")
+        if budget is not None and _whole(budget, 0, 10**12) is None:
+            return _refused(422, "budget: a whole number of credits from 0, or null")
+        if isinstance(stall, bool) or not isinstance(stall, int | float) or not 0 < stall < math.inf:
+            return _refused(422, "stall_timeout: seconds, more than 0")
+        mappings = []
+        for row in rows:
+            if not isinstance(row, dict) or not isinstance(row.get("body"), dict):
+                return _refused(422, 'rows: each row is {"v2": true|false, "body": {...}}')
+            mappings.append({**row["body"], "v2": bool(row.get("v2"))})
+        try:
+            checked = validate_rows(mappings, allow_unknown_models=True)
+        except BatchError as exc:
+            return _refused(422, str(exc))
+        for row in checked:
+            problem = await _foreign(gateway, user, row.request.to_payload())
+            if problem:
+                return _refused(422, f"The batch was refused whole, nothing was sent: row {row.number}: {problem}")
+        new = [
+            NewRow(r.request_hash, json.dumps(r.request.to_payload()), r.v2, estimate_credits(r.request))
+            for r in checked
+        ]
+        decided: Submitted = await gateway.blocking(store.submit, user, name, new, concurrency, budget, float(stall))
+        if decided.kind == "conflict":
+            index = (decided.index or 0) + 1
+            return _refused(
+                409,
+                f"Row {index} of batch {name!r} is not the request first recorded under that name and row; nothing "
+                "was sent. Use a new name for a changed batch (or leave the name out).",
+            )
+        if decided.kind == "over":
+            return _answer(
+                {"refused": "over", "estimate": decided.estimate, "left": decided.left, "whose": decided.whose}
+            )
+        worker.wake()
+        return _answer(await gateway.blocking(store.status, user, name))
+
+    async def status(user: str, request: Request) -> Response:
+        name = request.query_params.get("name")
+        if name is None:
+            mine = await gateway.blocking(store.summaries, user)
+            return _answer([{"name": s.name, "state": s.state, "rows": s.rows, **s.counts} for s in mine])
+        found = await gateway.blocking(store.status, user, name)
+        return _refused(404, MISSING) if found is None else _answer(found)
+
+    async def stop(user: str, request: Request) -> Response:
+        body = await body_of(request)
+        if isinstance(body, Response):
+            return body
+        name = body.get("name")
+        if not isinstance(name, str) or not await gateway.blocking(store.stop, name, user, False):
+            return _refused(404, MISSING)
+        return _answer(await gateway.blocking(store.status, user, name))
+
+    routes = [route(PATH, "POST", submit), route(PATH, "GET", status), route(PATH + "/stop", "POST", stop)]
+    return routes, Middleware(StartsWorker, worker=worker)
+
+
+async def _foreign(gateway: Any, user: str, payload: Any) -> str | None:
+    """What a row names that is not the caller's (a song to continue, a singer, a file to upload from), as the
+    paid path checks a single call's: the same words for another user's and a missing one."""
+    if not isinstance(payload, dict):
+        return None
+    from .files import FOREIGN_FILE
+
+    audio = payload.get("audio_url")
+    if audio and not await gateway.files.allows(user, str(audio)):
+        return f"audio_url: {FOREIGN_FILE}"
+    song = payload.get("continue_song_id")
+    if song and not await gateway.owns_song(user, str(song)):
+        return "continue_song_id: not one of your songs"
+    singer = payload.get("singer_id")
+    if singer and not await gateway.owns_singer(user, str(singer)):
+        return "singer_id: not one of your singer voices"
+    return None
