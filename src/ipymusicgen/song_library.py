@@ -26,12 +26,13 @@ from .lifecycle import at_exit
 from .storage.errors import StorageUnavailableError
 from .storage.journal import JournalWriteWarning
 from .storage.library import LibraryStore, unpack_peaks
+from .storage.provider_spend import ProviderSpend, spend_rows
 from .storage.songs import ORDERS, SongFilter
 
 if TYPE_CHECKING:
     from .lab.ratings import Leaderboard
 
-SPEND_BY = ("day", "model", "batch")
+SPEND_BY = ("day", "model", "batch", "provider")
 LEADERBOARD_BY = ("provider", "model", "style", "batch", "song")
 OUTCOMES = ("a", "b", "tie", "both_bad")
 """What `Library.vote` takes: the first song preferred, the second, a tie, or both bad (Music Arena's four)."""
@@ -471,13 +472,17 @@ class Library:
 
     # -- spend ---------------------------------------------------------------------------------------
 
-    def spend(self, by: str = "day") -> Spend:
+    def spend(self, by: str = "day") -> Spend | ProviderSpend:
         """Calls, songs and credits per day, model or batch. Credits are estimated from the price table
-        (`costs.estimate_credits`) and, for batches that read the key's counts before and after, measured."""
+        (`costs.estimate_credits`) and, for batches that read the key's counts before and after, measured.
+        `by="provider"`: calls, unknowns, the service's credits and the engines' dollars, each in its own column."""
         from .models.costs import estimate_credits
+        from .models.providers import MUSICFUL
 
         if by not in SPEND_BY:
             raise ValueError(f"by must be one of {', '.join(SPEND_BY)} (got {by!r})")
+        if by == "provider":  # credits and dollars in their own columns (storage/provider_spend.py)
+            return ProviderSpend(spend_rows(self.store._rows, self._service_measured()))
         rows = self.store.spend(by)
         groups: dict[str, dict[str, Any]] = {}
         for r in rows:
@@ -486,10 +491,21 @@ class Library:
             )
             group["calls"] += int(r["calls"])
             group["songs"] += int(r["songs"] or 0)
-            group["credits_estimated"] += int(r["calls"]) * estimate_credits({"mv": r["m"]} if r["m"] else {})
+            if r["p"] == MUSICFUL:  # an engine's call is priced in dollars (spend(by="provider")), never credits
+                group["credits_estimated"] += int(r["calls"]) * estimate_credits({"mv": r["m"]} if r["m"] else {})
         for key_value, measured in self._measured(by, groups).items():
             groups[key_value]["credits_measured"] = measured
         return Spend(by, list(groups.values()))
+
+    def _service_measured(self) -> int | None:
+        """The service's credits measured on the key, when batch runs measured cleanly cover all of its calls."""
+        runs = self._runs()
+        from .models.providers import MUSICFUL
+
+        calls = sum(int(r["calls"]) for r in self.store.spend("day") if r["p"] == MUSICFUL)
+        if runs and all(run["spent"] is not None for run in runs) and sum(run["calls"] for run in runs) >= calls:
+            return sum(run["spent"] for run in runs)
+        return None
 
     def _runs(self) -> list[dict[str, Any]]:
         """Every batch run measured on the key: its spend, or None where it cannot be told (the run did not end,

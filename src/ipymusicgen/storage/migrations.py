@@ -288,6 +288,28 @@ def m013_vote_outcomes(db: sqlite3.Connection) -> None:
     )
 
 
+ATTEMPT_PROVIDER = (
+    "CASE WHEN json_valid(payload) AND json_extract(payload, '$.provider') IN ('musicful', 'elevenlabs', 'lyria')"
+    " THEN json_extract(payload, '$.provider') WHEN endpoint LIKE 'elevenlabs %' THEN 'elevenlabs'"
+    " WHEN endpoint LIKE 'lyria %' THEN 'lyria' ELSE 'musicful' END"
+)
+"""Step 14's rule for an attempt's provider: its payload's (a known name only), else its endpoint's engine, else
+the service. Part of a released step: never edited."""
+
+
+@migration
+def m014_attempt_providers(db: sqlite3.Connection) -> None:
+    """Each attempt's provider (issue 37): filled in for attempts journalled before, and by a trigger for every
+    new one (the journal's writer need not know the column), so spend and budgets group by it in SQL."""
+    _add_missing_columns(db, "attempts", (("provider", "TEXT"),))
+    db.execute(f"UPDATE attempts SET provider = {ATTEMPT_PROVIDER} WHERE provider IS NULL")
+    db.execute(
+        "CREATE TRIGGER IF NOT EXISTS attempts_provider AFTER INSERT ON attempts WHEN NEW.provider IS NULL BEGIN"
+        f" UPDATE attempts SET provider = {ATTEMPT_PROVIDER} WHERE id = NEW.id; END"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS attempts_provider ON attempts(provider)")
+
+
 LATEST = len(MIGRATIONS)
 
 

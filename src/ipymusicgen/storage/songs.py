@@ -100,6 +100,7 @@ class SpendRow(TypedDict):
 
     k: str
     m: str | None
+    p: str
     calls: int
     songs: int | None
     first: float
@@ -366,12 +367,14 @@ class SongQueries:
         return [r["id"] for r in rows]
 
     def spend(self, by: str) -> list[SpendRow]:
-        """Paid calls grouped by day, model or batch (`k`) and model (`m`): calls, complete songs, first call."""
+        """Paid calls grouped by day, model or batch (`k`), model (`m`) and provider (`p`): calls, complete songs, first
+        call."""
         return self._typed(  # grouped in SQLite (one pass), priced by the caller
-            f"SELECT {SPEND_KEYS[by]} AS k, request_model(a.payload) AS m, COUNT(*) AS calls,"
+            f"SELECT {SPEND_KEYS[by]} AS k, request_model(a.payload) AS m, COALESCE(a.provider, '{MUSICFUL}') AS p,"
+            " COUNT(*) AS calls,"
             " SUM((SELECT COUNT(*) FROM tasks t WHERE t.attempt_id = a.id AND t.state = 'complete')) AS songs,"
             f" MIN(a.created_at) AS first FROM attempts a WHERE a.outcome IN {PAID_OUTCOMES}"
-            " AND a.endpoint NOT LIKE '%lyric%' GROUP BY k, m ORDER BY first"
+            " AND a.endpoint NOT LIKE '%lyric%' GROUP BY k, m, p ORDER BY first"
         )
 
     def batch_runs(self) -> list[RunRow]:
