@@ -161,3 +161,28 @@ def test_spend_by_day_no_longer_prices_an_engine_call_in_credits(mixed: Path, mo
     with Library(mixed) as library:
         (day,) = library.spend(by="day").rows
     assert day["credits_estimated"] == 5  # the service's two calls; the engines' are dollars, not 3 credits each
+
+
+def test_gateway_spend_by_provider_lists_each_provider_in_its_own_unit(tmp_path: Path) -> None:
+    from gateway_helpers import cli
+
+    from ipymusicgen.storage.ledger_engines import open_ledger
+
+    database = str(tmp_path / "gateway.sqlite3")
+    with open_ledger(database) as ledger:
+        ledger.add_user("ann", "hash-of-ann", None)
+        done = ledger.reserve("ann", None, "/v1/music/generate", "MFV3.0", 3).call_id
+        ledger.finish(done, "done", 200, b"{}")
+        ledger.reserve("ann", None, "/v1/music/generate", "MFV2.0", 2)  # pending: unknown as yet
+        eleven = ledger.reserve("ann", None, "/v1/music", "music_v1", 1).call_id  # an engine path
+        ledger.finish(eleven, "unknown", None, None)
+        ledger.reserve("ann", None, "/v1beta/models/lyria-3-clip-preview:generateContent", "lyria", 1)
+    code, out = cli("spend", "--by", "provider", "--database", database)
+    assert code == 0, out
+    lines = [line.split("\t") for line in out.strip().splitlines()]
+    assert lines[0] == ["provider", "unit", "calls", "estimated", "measured", "unknown"]
+    rows = {line[0]: line[1:] for line in lines[1:]}
+    assert rows["musicful"] == ["credits", "2", "5", "-", "1"]
+    assert rows["elevenlabs"] == ["unpriced", "1", "-", "-", "1"]  # never added to credits
+    assert rows["lyria"] == ["unpriced", "1", "-", "-", "1"]
+    assert "/v1/music/generate" not in out and "elevenlabs" in out

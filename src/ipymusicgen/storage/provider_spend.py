@@ -125,3 +125,57 @@ class ProviderSpend:
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self.rows
         )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+# -- the gateway's ledger ---------------------------------------------------------------------------------
+
+
+def provider_of_path(path: str) -> str:
+    """The provider a gateway call's upstream path belongs to, by the engines' own paths (`engines`)."""
+    from ..engines import elevenlabs, lyria
+
+    clean = str(path or "").split("?")[0]
+    if clean in {e.path for e in elevenlabs.RULES.endpoints}:
+        return elevenlabs.RULES.provider
+    if lyria.model_of_path(clean) is not None:
+        return lyria.RULES.provider
+    return MUSICFUL
+
+
+LEDGER_UNITS = {MUSICFUL: "credits"}
+"""What a ledger call's `estimated`/`measured` count, per provider: the ledger prices the service's calls only, so
+an engine call it holds is listed with its calls and unknowns, its money unpriced (never added as credits)."""
+
+
+@dataclass(frozen=True)
+class LedgerProviderRow:
+    group: str
+    unit: str
+    calls: int
+    estimated: int | None
+    measured: int | None
+    unknown: int
+
+
+def ledger_spend(calls: Iterable[dict[str, Any]], charged: Iterable[str]) -> list[LedgerProviderRow]:
+    """`gateway spend --by provider` from the ledger's call rows (`Ledger.calls()`), as `Ledger.spend` counts:
+    estimates of calls in a charged state, measured wherever measured, unknown = pending or unknown."""
+    charging = set(charged)
+    found: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        provider = provider_of_path(call.get("endpoint") or "")
+        group = found.setdefault(provider, {"calls": 0, "estimated": 0, "measured": None, "unknown": 0})
+        group["calls"] += 1
+        if call.get("state") in charging:
+            group["estimated"] += int(call.get("estimated") or 0)
+        if call.get("measured") is not None:
+            group["measured"] = (group["measured"] or 0) + int(call["measured"])
+        group["unknown"] += 1 if call.get("state") in ("pending", "unknown") else 0
+    rows = []
+    for provider in sorted(found):
+        group, unit = found[provider], LEDGER_UNITS.get(provider)
+        priced = unit is not None
+        rows.append(LedgerProviderRow(provider, unit or "unpriced", group["calls"],
+                                      group["estimated"] if priced else None, group["measured"] if priced else None,
+                                      group["unknown"]))  # fmt: skip
+    return rows
