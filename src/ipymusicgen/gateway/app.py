@@ -39,7 +39,10 @@ from .admission import HostCheck, Limits, read_body, refusal
 from .backlog import Backlog, Unwritten, default_spill_folder
 from .cache import OwnerCache, RecentScans, TokenCache
 from .files import FOREIGN_FILE, FileOwners
+from .info import INFO_PATH, gateway_info
 from .measurer import Measurer
+from .queue_answers import queued_answer
+from .queue_pump import QUEUED_PATHS, FairQueue
 from .reconcile import Report as Reconciled
 from .reconcile import reconcile
 from .tokens import same_hash, token_hash
@@ -121,7 +124,16 @@ def _stand_in(user: str, song_id: str) -> str:
 class Gateway:
     """The gateway's rules over a ledger and an upstream; `create_app` wraps it in Starlette."""
 
-    def __init__(self, ledger: Ledger, upstream: Upstream, *, host: str = "127.0.0.1", allow_hosts: Iterable[str] = ()):
+    def __init__(
+        self,
+        ledger: Ledger,
+        upstream: Upstream,
+        *,
+        host: str = "127.0.0.1",
+        allow_hosts: Iterable[str] = (),
+        max_in_flight: int | None = None,
+        clock: Any = None,
+    ):
         self.ledger = ledger
         self.upstream = upstream
         self.allowed_hosts = LOOPBACK_HOSTS | {host.lower()} | {h.lower() for h in allow_hosts}
@@ -132,6 +144,8 @@ class Gateway:
         self.files = FileOwners(upstream, self._own_task_bodies)
         self.measurer = Measurer(self.measure)
         self.backlog = Backlog(ledger, default_spill_folder(ledger))
+        self.queue = FairQueue(self, max_in_flight, clock) if max_in_flight is not None else None
+        """`--max-in-flight`: the fair queue over the upstream key's seats (queue_pump.py); None: no cap."""
         """Paid answers the ledger could not take when they came: kept (memory, spill file) until it can."""
         self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="gateway-ledger")
         self._inline = isinstance(ledger, SqliteLedger)
@@ -145,6 +159,8 @@ class Gateway:
     def close(self) -> None:
         """Stop the measurer and the ledger's threads, then let go of the upstream clients and the ledger."""
         self.measurer.close()
+        if self.queue is not None:
+            self.queue.close()
         self.backlog.close()
         self._threads.shutdown(wait=True)
         self.upstream.close()
@@ -161,6 +177,8 @@ class Gateway:
         return header is not None and _host_of(header) in self.allowed_hosts
 
     async def user_of(self, token: str | None) -> str | None:
+        if self.queue is not None:
+            self.queue.start()  # the queue's pump runs on the serving loop, from its first request
         if not token:
             return None
         wanted = token_hash(token)
@@ -240,6 +258,10 @@ class Gateway:
     async def tasks(self, user: str, ids_text: str | None) -> Response:
         """The tasks asked for that are the caller's; no `ids` at all: every task of the caller's (as the
         service answers every task of the key), asked in chunks so no query grows too long."""
+        if self.queue is not None and ids_text is not None:
+            queued = await self.queue.tasks(user, [i for i in ids_text.split(",") if i])
+            if queued is not None:
+                return queued
         if ids_text is None:
             return await self._all_tasks(user, await self.blocking(self.ledger.tasks_of, user))
         ids = [i for i in ids_text.split(",") if i]
@@ -265,6 +287,9 @@ class Gateway:
         return _merged(answers)
 
     async def query_v2(self, user: str, song_id: str | None) -> Response:
+        queued = await self.queue.query_v2(user, song_id) if self.queue is not None and song_id else None
+        if queued is not None:
+            return queued
         if song_id is None:
             return JSONResponse(
                 {"detail": [{"loc": ["query", "song_id"], "msg": "Field required", "type": "missing"}]}, 422
@@ -344,8 +369,15 @@ class Gateway:
             return _validation_answer(RequestValidationError([_problem(exc.field, str(exc).split(": ", 1)[1])]))
         fingerprint = _fingerprint(path, payload, request) if idem_key else None
         try:
-            reservation = await self.blocking(
-                self.ledger.reserve, user, idem_key, path, model_of(request), estimated, fingerprint, sent
+            placed = None
+            if self.queue is not None and path in QUEUED_PATHS:  # a seat at once, or a place in line
+                placed = await self.queue.place(user, idem_key, path, model_of(request), estimated, fingerprint, sent)
+            reservation = (
+                placed.reservation
+                if placed is not None
+                else await self.blocking(
+                    self.ledger.reserve, user, idem_key, path, model_of(request), estimated, fingerprint, sent
+                )
             )
         except Exception:
             log.warning("the ledger could not reserve a paid call: nothing was sent")
@@ -356,6 +388,8 @@ class Gateway:
             whose = reservation.over or "team budget"
             standing = (await self.blocking(self.ledger.standing, user)).get(whose)
             return _no_credits(user, whose, standing, estimated)
+        if placed is not None and placed.shown:  # waiting, or a repeat of a call answered with its queue ids
+            return queued_answer(path, placed.ids, placed.position)
         if reservation.kind == "repeat":
             kept = self.backlog.kept(reservation.call_id) if reservation.call_id is not None else None
             if kept is not None and kept.status_code is not None:  # answered; the ledger has not taken it yet
@@ -366,11 +400,21 @@ class Gateway:
         call_id = reservation.call_id
         assert call_id is not None
         # Shielded: a caller hanging up does not stop the send half-way, nor the recording of its outcome.
+        if placed is not None:
+            return await asyncio.shield(self.queue.send(user, call_id, path, sent, swap, placed.ids))  # type: ignore[union-attr]
         return await asyncio.shield(self._send_paid(user, call_id, path, params, sent, swap))
 
     async def _send_paid(
-        self, user: str, call_id: int, path: str, params: dict[str, str] | None, sent: bytes | None, swap: Any
+        self,
+        user: str,
+        call_id: int,
+        path: str,
+        params: dict[str, str] | None,
+        sent: bytes | None,
+        swap: Any,
+        answered: Callable[[Answer], Awaitable[Response | None]] | None = None,
     ) -> Response:
+        """Send once and record the outcome; `answered` may take an answer over first (the queue's 429)."""
         try:
             answer = await self.upstream.apaid(path, params, sent)
         except NotSent:
@@ -382,6 +426,9 @@ class Gateway:
                 log.warning("a paid send failed: %s", type(exc).__name__)
             await self._finish(user, Unwritten(call_id, UNKNOWN, None, None))
             return JSONResponse(envelope(None, 503, MAY_HAVE_BEEN_CHARGED), status_code=503)
+        taken = await answered(answer) if answered is not None else None
+        if taken is not None:
+            return taken
         try:
             state = _outcome(answer)
             created = _created_ids(answer.body) if state == DONE else []
@@ -605,6 +652,7 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
         read_route("/v1/music/tasks", lambda user, r: gateway.tasks(user, r.query_params.get("ids"))),
         read_route("/v2/query", lambda user, r: gateway.query_v2(user, r.query_params.get("song_id"))),
         read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
+        read_route(INFO_PATH, lambda user, r: gateway_info(gateway, limits)),
     ]
     app = Starlette(
         routes=routes,

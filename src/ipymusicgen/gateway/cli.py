@@ -44,6 +44,17 @@ def cap_arg(text: str) -> int | None:
     return None if text.strip().lower() == NO_CAP else credits_arg(text)
 
 
+MAX_SEATS = 10_000
+
+
+def seats_arg(text: str) -> int:
+    """`--max-in-flight`: a whole number of seats, 1 to MAX_SEATS."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_SEATS:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise argparse.ArgumentTypeError(f"use a whole number of seats from 1 to {MAX_SEATS} (got {shown!r})")
+    return int(text)
+
+
 def port_arg(text: str) -> int:
     """A TCP port, 1 to 65535."""
     if not text.isdigit() or not 1 <= int(text) <= 65535:
@@ -80,6 +91,14 @@ def add_gateway_parser(commands: Any) -> None:
         "--allow-host", action="append", default=[], metavar="NAME", help="a Host name clients use (repeatable)"
     )
     serve.add_argument(
+        "--max-in-flight",
+        type=seats_arg,
+        default=None,
+        metavar="N",
+        help="paid creates in flight upstream at once, for every replica on the ledger; more wait in a fair queue "
+        "(default: no cap, no queue)",
+    )
+    serve.add_argument(
         "--sandbox",
         action="store_true",
         help="to try it with no account: start a local sandbox as the upstream and use its demo key "
@@ -108,9 +127,18 @@ def add_gateway_parser(commands: Any) -> None:
     team_budget.add_argument("credits", type=cap_arg, help="credits, or 'none': no team cap (the default)")
     team_budget.set_defaults(run=_team_budget)
 
-    spend = with_database(sub.add_parser("spend", help="calls and credits per user, day, model or provider"))
-    spend.add_argument("--by", choices=("user", "day", "model", "provider"), default="user")
+    spend = with_database(sub.add_parser("spend", help="calls and credits per user, day or model"))
+    spend.add_argument("--by", choices=("user", "day", "model"), default="user")
     spend.set_defaults(run=_spend)
+
+    queue = with_database(
+        sub.add_parser("queue", help="the fair queue (serve --max-in-flight): who waits, who is sent")
+    )
+    queue.set_defaults(run=_queue)
+    queues = queue.add_subparsers(dest="queue_command")
+    cancel = with_database(queues.add_parser("cancel", help="cancel a create still waiting (its price is given back)"))
+    cancel.add_argument("task_id", help="one of the ids the gateway answered it with")
+    cancel.set_defaults(run=_queue_cancel)
 
     reconcile = with_database(
         sub.add_parser("reconcile", help="settle calls left unknown (kill -9, a ledger outage); list what stays so")
@@ -249,28 +277,12 @@ def cell(text: object) -> str:
 
 
 def _spend(args: argparse.Namespace) -> int:
-    if args.by == "provider":
-        return _spend_by_provider(args)
     with _ledger(args) as ledger:
         rows = ledger.spend(args.by)
     print(f"{args.by}\tcalls\testimated\tmeasured\tunknown")
     for row in rows:
         measured = "-" if row.measured is None else str(row.measured)
         print(f"{cell(row.group)}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}")
-    return 0
-
-
-def _spend_by_provider(args: argparse.Namespace) -> int:
-    """Each provider in its own unit (the ledger prices the service's calls in credits; never added to others)."""
-    from ..storage.ledger import CHARGED
-    from ..storage.provider_spend import ledger_spend
-
-    with _ledger(args) as ledger:
-        rows = ledger_spend(ledger.calls(), CHARGED)
-    print("provider\tunit\tcalls\testimated\tmeasured\tunknown")
-    for row in rows:
-        shown = ["-" if v is None else str(v) for v in (row.estimated, row.measured)]
-        print(f"{cell(row.group)}\t{row.unit}\t{row.calls}\t{shown[0]}\t{shown[1]}\t{row.unknown}")
     return 0
 
 
@@ -307,6 +319,7 @@ def _serve_with(args: argparse.Namespace, key: str) -> int:
         upstream_v2=args.upstream_v2,
         key=key,
         allow_hosts=args.allow_host,
+        max_in_flight=args.max_in_flight,
     )
     return 0
 
@@ -330,6 +343,28 @@ def _serve_on_sandbox(args: argparse.Namespace) -> int:
         return _serve_with(args, sandbox.api_key)
     finally:
         sandbox.stop()
+
+
+def _queue(args: argparse.Namespace) -> int:
+    from ..storage.ledger_queue import load
+
+    with _ledger(args) as ledger:
+        rows = load(ledger)
+    print("user\twaiting\tseats")
+    for user, waiting, seats in rows:
+        print(f"{cell(user)}\t{waiting}\t{seats}")
+    return 0
+
+
+def _queue_cancel(args: argparse.Namespace) -> int:
+    from ..storage.ledger_queue import cancel
+
+    with _ledger(args) as ledger:
+        if not cancel(ledger, args.task_id):
+            print(f"error: no create waiting under {cell(args.task_id)} (sent already, or no such id)", file=sys.stderr)
+            return 2
+    print(f"cancelled {cell(args.task_id)}: never sent; its price is given back")
+    return 0
 
 
 def _reconcile(args: argparse.Namespace) -> int:

@@ -162,8 +162,10 @@ def build(
     host: str,
     allow_hosts: Iterable[str] = (),
     limits: Limits | None = None,
+    max_in_flight: int | None = None,
+    clock: Any = None,
 ) -> tuple[Gateway, Any]:
-    """The app and what it holds (closed by the caller)."""
+    """The app and what it holds (closed by the caller); `max_in_flight`: the queue's seats (None: no queue)."""
     check_upstream(upstream, upstream_v2)
     try:
         ledger = open_ledger(database)
@@ -172,7 +174,14 @@ def build(
         raise MusicGenError(
             f"could not open the ledger at {shown_database(database)}: {reason[0] if reason else type(exc).__name__}"
         ) from None
-    gateway = Gateway(ledger, Upstream(upstream, upstream_v2, key), host=host, allow_hosts=allow_hosts)
+    gateway = Gateway(
+        ledger,
+        Upstream(upstream, upstream_v2, key),
+        host=host,
+        allow_hosts=allow_hosts,
+        max_in_flight=max_in_flight,
+        clock=clock,
+    )
     gateway.upstream_counts()  # the meter's first reading: the next paid call can be measured against it
     recovered = gateway.recover()  # `gateway reconcile`: what an earlier gateway left (kill -9, a ledger outage)
     if recovered.written or recovered.settled or recovered.released or recovered.unknown:
@@ -188,9 +197,17 @@ def run_app(app: Any, host: str, port: int, limits: Limits | None = None) -> Non
 
 
 def serve(
-    *, database: str, host: str, port: int, upstream: str, upstream_v2: str, key: str, allow_hosts: Iterable[str] = ()
+    *,
+    database: str,
+    host: str,
+    port: int,
+    upstream: str,
+    upstream_v2: str,
+    key: str,
+    allow_hosts: Iterable[str] = (),
+    max_in_flight: int | None = None,
 ) -> None:
-    gateway, app = build(database, upstream, upstream_v2, key, host, allow_hosts)
+    gateway, app = build(database, upstream, upstream_v2, key, host, allow_hosts, max_in_flight=max_in_flight)
     print(f"ipymusicgen gateway on http://{host}:{port} (v1 and v2), ledger: {shown_database(database)}", flush=True)
     try:
         run_app(app, host, port)

@@ -28,7 +28,9 @@ from .owner import Owner
 
 PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
 """A call's states: sent (or being sent), answered, definitely refused (released), outcome unknown."""
-CHARGED = (PENDING, DONE, UNKNOWN)
+QUEUED = "queued"
+"""A call reserved and waiting for a seat (`gateway serve --max-in-flight`): charged, never sent yet."""
+CHARGED = (PENDING, DONE, UNKNOWN, QUEUED)
 """States whose credits count against a budget: a reservation is kept until the call is known refused."""
 GROUPS = {"user": "user_name", "day": "day", "model": "model"}
 VIBE = "/v1/music/generate-vibe"
@@ -99,7 +101,7 @@ class SpendRow:
 
 
 _CHARGE_SUM = "COALESCE(SUM(COALESCE(measured, estimated)), 0)"
-_CHARGED_IN = "state IN ('pending', 'done', 'unknown')"
+_CHARGED_IN = "state IN ('pending', 'done', 'unknown', 'queued')"
 
 
 def _charge(state: str, estimated: int, measured: int | None) -> int:
@@ -347,37 +349,54 @@ class Ledger:
         (kept for `gateway reconcile`); the call's window opens now, on the ledger's clock."""
         with self._cursor() as cur:
             self._lock_for_reserve(cur, user)
-            if idem_key:
-                row = cur.one(
-                    "SELECT state, status_code, body, fingerprint, id FROM calls WHERE user_name = ? AND idem_key = ?",
-                    (user, idem_key),
-                )
-                if row:
-                    if row[3] is not None and fingerprint is not None and row[3] != fingerprint:
-                        return Reservation("conflict")
-                    body = bytes(row[2]) if row[2] is not None else None
-                    return Reservation("repeat", call_id=int(row[4]), state=row[0], status_code=row[1], body=body)
-            left, whose = self._left(cur, user)
-            if left is not None and left < estimated:
-                return Reservation("over", over=whose)
+            return self.reserve_in(cur, user, idem_key, endpoint, model, estimated, fingerprint, request)
+
+    def reserve_in(
+        self,
+        cur: _Cursor,
+        user: str,
+        idem_key: str | None,
+        endpoint: str,
+        model: str | None,
+        estimated: int,
+        fingerprint: str | None,
+        request: bytes | None,
+        state: str = PENDING,
+    ) -> Reservation:
+        """`reserve` in the caller's transaction (which holds the team row); the new call's state is `state`
+        (`QUEUED`: reserved, waiting for a seat; `ledger_queue`)."""
+        if idem_key:
             row = cur.one(
-                "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day, "
-                f"fingerprint, owner, request) VALUES (?, ?, ?, ?, ?, 'pending', {self.now_sql}, ?, ?, ?, ?) "
-                "RETURNING id",
-                (
-                    user,
-                    idem_key,
-                    endpoint,
-                    model,
-                    estimated,
-                    time.strftime("%Y-%m-%d", time.gmtime()),
-                    fingerprint,
-                    self.owner,
-                    request,
-                ),
+                "SELECT state, status_code, body, fingerprint, id FROM calls WHERE user_name = ? AND idem_key = ?",
+                (user, idem_key),
             )
-            self._move(cur, user, _charge(PENDING, estimated, None))
-            return Reservation("new", call_id=int(row[0]))
+            if row:
+                if row[3] is not None and fingerprint is not None and row[3] != fingerprint:
+                    return Reservation("conflict")
+                body = bytes(row[2]) if row[2] is not None else None
+                return Reservation("repeat", call_id=int(row[4]), state=row[0], status_code=row[1], body=body)
+        left, whose = self._left(cur, user)
+        if left is not None and left < estimated:
+            return Reservation("over", over=whose)
+        row = cur.one(
+            "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day, "
+            f"fingerprint, owner, request) VALUES (?, ?, ?, ?, ?, ?, {self.now_sql}, ?, ?, ?, ?) "
+            "RETURNING id",
+            (
+                user,
+                idem_key,
+                endpoint,
+                model,
+                estimated,
+                state,
+                time.strftime("%Y-%m-%d", time.gmtime()),
+                fingerprint,
+                self.owner,
+                request,
+            ),
+        )
+        self._move(cur, user, _charge(state, estimated, None))
+        return Reservation("new", call_id=int(row[0]))
 
     def finish(
         self,
@@ -443,7 +462,8 @@ class Ledger:
             if last and last[0] is not None and last[1] is not None:
                 drop = int(last[0]) - counts
                 since = cur.all(
-                    "SELECT id, state, estimated, measured FROM calls WHERE created_at > ? AND state <> 'refused'",
+                    "SELECT id, state, estimated, measured FROM calls WHERE created_at > ? "
+                    "AND state NOT IN ('refused', 'queued')",
                     (last[1],),
                 )
                 if drop < 0:  # credits were added: nothing between these readings can be told apart

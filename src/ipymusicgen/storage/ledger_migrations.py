@@ -59,6 +59,33 @@ def m002_windows_and_reconcile(ledger: Any, cur: Any) -> None:
     cur.run("CREATE INDEX IF NOT EXISTS calls_ended ON calls (ended_at)")
 
 
+@migration
+def m003_fair_queue(ledger: Any, cur: Any) -> None:
+    """The fair queue over the upstream key's seats (`gateway serve --max-in-flight`, `ledger_queue`): rows waiting
+    for a seat (one per paid create, keyed by its call) and the ids the gateway answered them with; the seats and
+    the call each holds; each user's last turn (round-robin); the seats a 429 shrank the key to."""
+    t = ledger.types
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS queue (call_id {t['int']} PRIMARY KEY, user_name TEXT NOT NULL, "
+        "endpoint TEXT NOT NULL, ids TEXT NOT NULL, state TEXT NOT NULL, shown INTEGER NOT NULL DEFAULT 0, "
+        f"claimed_by TEXT, claimed_at {t['real']}, queued_at {t['real']} NOT NULL)"
+    )
+    cur.run("CREATE INDEX IF NOT EXISTS queue_waiting ON queue (state, user_name, call_id)")
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS queue_ids (task_id TEXT PRIMARY KEY, call_id {t['int']} NOT NULL, "
+        "idx INTEGER NOT NULL)"
+    )
+    cur.run(f"CREATE TABLE IF NOT EXISTS queue_turns (user_name TEXT PRIMARY KEY, turn {t['int']} NOT NULL)")
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS queue_seats (slot INTEGER PRIMARY KEY, call_id {t['int']}, holder TEXT, "
+        f"held_at {t['real']}, checked_at {t['real']})"
+    )
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS queue_limit (id INTEGER PRIMARY KEY, low INTEGER, shrunk_at {t['real']}, "
+        f"hold {t['real']})"
+    )
+
+
 LATEST = len(MIGRATIONS)
 
 

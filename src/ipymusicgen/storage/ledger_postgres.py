@@ -37,6 +37,8 @@ class PostgresLedger(Ledger):
         cur.one("SELECT budget FROM team WHERE id = 1 FOR UPDATE")
 
     types: ClassVar[dict[str, str]] = {"real": "DOUBLE PRECISION", "blob": "BYTEA", "int": "BIGINT", "text": "TEXT"}
+    claim_lock = " FOR UPDATE SKIP LOCKED"
+    """How a replica claims a queue row or a seat (`ledger_queue`): rows another replica holds are passed over."""
     now_sql = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
     """The ledger's clock: the database server's, one for every replica (their own clocks may differ)."""
 

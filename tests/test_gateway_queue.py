@@ -1,0 +1,208 @@
+"""The fair queue over the upstream key's seats (`gateway serve --max-in-flight N`), with two replicas on one real
+PostgreSQL ledger, eight users, an upstream that counts what is in flight, and the queue's clock moved by the test."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+from gateway_helpers import add_user, cli, post
+from helpers import wait_until
+from pg_server import PostgresServer, postgres_server  # noqa: F401  (the session fixture)
+from queue_fakes import MovedClock, Replica, SeatCountingUpstream, data_of
+
+from ipymusicgen.gateway.queue_seats import GROW_EVERY
+from ipymusicgen.storage import ledger_queue
+from ipymusicgen.storage.ledger_engines import open_ledger
+
+pytestmark = pytest.mark.slow  # a PostgreSQL server, two gateways and an upstream in threads
+GENERATE = "/v1/music/generate"
+WATCH = 6.0
+"""More than the queue's WATCH_EVERY: moving the clock by this lets each replica read its seats' songs again."""
+
+
+def body(style: str) -> dict[str, str]:
+    return {"action": "auto", "style": style, "mv": "MFV3.0"}
+
+
+@pytest.fixture
+def pg(postgres_server: PostgresServer) -> str:  # noqa: F811
+    return postgres_server.new_database()
+
+
+@pytest.fixture
+def upstream() -> Iterator[SeatCountingUpstream]:
+    with SeatCountingUpstream() as server:
+        yield server
+
+
+def _remaining(database: str, user: str) -> int | None:
+    ledger = open_ledger(database)
+    try:
+        return ledger.remaining(user)
+    finally:
+        ledger.close()
+
+
+def _waiting(database: str) -> int:
+    ledger = open_ledger(database)
+    try:
+        return sum(waiting for _, waiting, _ in ledger_queue.load(ledger))
+    finally:
+        ledger.close()
+
+
+def _until(clock: MovedClock, condition: Callable[[], bool], what: str) -> None:
+    """Wait on state, moving the queue's clock on now and then: a replica busy when the clock moved sleeps a whole
+    tick from the new time, so one move alone may pass it by."""
+    polls = itertools.count(1)
+    wait_until(lambda: condition() or (next(polls) % 25 == 0 and clock.advance(WATCH) and False), what)
+
+
+def _drain(clock: MovedClock, upstream: SeatCountingUpstream, database: str, total: int) -> None:
+    """Finish what runs upstream and let the replicas see it, until `total` creates were sent and none waits."""
+    for _ in range(total * 3):
+        if len(upstream.styles()) >= total and not _waiting(database):
+            return
+        sent = len(upstream.styles())
+        upstream.finish_all()
+        clock.advance(WATCH)
+        _until(clock, lambda s=sent: len(upstream.styles()) > s or not _waiting(database), "a freed seat to be used")
+    raise AssertionError(f"sent {len(upstream.styles())} of {total}")
+
+
+def test_seats_go_round_robin_across_eight_users_and_the_cap_holds_across_two_replicas(
+    pg: str, upstream: SeatCountingUpstream
+) -> None:
+    tokens = {f"user{n}": add_user(pg, f"user{n}") for n in range(8)}
+    clock = MovedClock()
+    with Replica(pg, upstream.url, 2, clock) as a, Replica(pg, upstream.url, 2, clock) as b:
+        replicas = (a, b)
+        hog = [post(a.url, GENERATE, tokens["user0"], body(f"user0-{i}")) for i in range(12)]
+        assert [r.status_code for r in hog] == [200] * 12
+        assert [data_of(r).get("state") for r in hog[:2]] == [None, None], "two seats: the first two go at once"
+        waiting = [data_of(r) for r in hog[2:]]
+        assert all(d["state"] == "queued" and len(d["ids"]) == 2 for d in waiting)
+        assert [d["position"] for d in waiting] == list(range(1, 11))
+        colleagues = [(f"user{n}", i) for i in range(2) for n in range(1, 8)]
+        for k, (user, i) in enumerate(colleagues):
+            answer = post(replicas[k % 2].url, GENERATE, tokens[user], body(f"{user}-{i}"))
+            assert data_of(answer)["state"] == "queued"
+        # user1's first row is next in line (user0 was served last), user0's third row is now behind 7 colleagues
+        asked = {"ids": ",".join(waiting[0]["ids"])}
+        first = data_of(httpx.get(f"{b.url}/v1/music/tasks", params=asked, headers={"x-api-key": tokens["user0"]}))
+        assert upstream.styles() == ["user0-0", "user0-1"] and upstream.peak == 2
+        _drain(clock, upstream, pg, 26)
+    assert upstream.peak == 2 and upstream.refused_429 == 0, "never more than two in flight, over both replicas"
+    sent = upstream.styles()
+    assert sorted(sent) == sorted(f"user0-{i}" for i in range(12)) + sorted(f"{u}-{i}" for u, i in colleagues)
+    assert len(set(sent)) == 26, "each row sent once"
+    queued = [s.split("-")[0] for s in sent[2:]]
+    assert set(queued[:7]) == {f"user{n}" for n in range(1, 8)}, "every colleague before the hog's third"
+    last_colleague = max(i for i, u in enumerate(queued) if u != "user0")
+    assert last_colleague < 17 and Counter(queued[:17])["user0"] <= 3, queued
+    assert [r["state"] for r in first] == ["queued", "queued"] and first[0]["position"] == 8
+
+
+def test_a_queued_id_polls_as_queued_with_its_place_then_as_the_upstreams_task_under_the_same_id(
+    pg: str, upstream: SeatCountingUpstream
+) -> None:
+    ann, bob = add_user(pg, "ann"), add_user(pg, "bob")
+    clock = MovedClock()
+    with Replica(pg, upstream.url, 1, clock) as a, Replica(pg, upstream.url, 1, clock) as b:
+        direct = data_of(post(a.url, GENERATE, ann, body("first")))
+        assert direct["ids"] == ["up-1-a", "up-1-b"]
+        mine = data_of(post(b.url, GENERATE, ann, body("second")))["ids"]
+        polled = data_of(
+            httpx.get(f"{a.url}/v1/music/tasks", params={"ids": ",".join(mine)}, headers={"x-api-key": ann})
+        )
+        assert [(r["id"], r["state"], r["status"], r["position"]) for r in polled] == [
+            (mine[0], "queued", 1, 1),
+            (mine[1], "queued", 1, 1),
+        ]
+        other = httpx.get(f"{a.url}/v1/music/tasks", params={"ids": mine[0]}, headers={"x-api-key": bob})
+        missing = httpx.get(f"{a.url}/v1/music/tasks", params={"ids": "gq-" + "0" * 24}, headers={"x-api-key": bob})
+        assert other.status_code == missing.status_code and data_of(other) == data_of(missing) == []
+        _drain(clock, upstream, pg, 2)
+        upstream.finish_all()
+        polled = data_of(
+            httpx.get(f"{b.url}/v1/music/tasks", params={"ids": ",".join(mine)}, headers={"x-api-key": ann})
+        )
+    assert [(r["id"], r["status"], r["style"]) for r in polled] == [(mine[0], 0, "second"), (mine[1], 0, "second")]
+    assert "up-2" not in str(polled), "the caller sees only the ids they hold"
+
+
+def test_a_429_puts_the_call_back_in_line_shrinks_the_seats_and_they_grow_back_on_the_clock(
+    pg: str, upstream: SeatCountingUpstream
+) -> None:
+    token = add_user(pg, "cam")
+    clock = MovedClock()
+    upstream.limit = 2  # the upstream allows two; the gateway was told three
+    upstream.retry_after = "300"
+    with Replica(pg, upstream.url, 3, clock) as a, Replica(pg, upstream.url, 3, clock) as b:
+        answers = [data_of(post(a.url, GENERATE, token, body(f"c{i}"))) for i in range(3)]
+        assert answers[2]["state"] == "queued", "the 429'd call waits in line, its ids in hand"
+        assert upstream.refused_429 == 1 and upstream.styles() == ["c0", "c1"]
+        ledger = open_ledger(pg)
+        assert ledger_queue.limit(ledger)[0] == 2
+        assert [c["state"] for c in ledger.calls()] == ["done", "done", "queued"], "not made, not charged: back in line"
+        upstream.limit = 3  # the upstream would take three now; the gateway keeps to two while shrunk
+        _drain(clock, upstream, pg, 3)
+        for i in range(3, 6):
+            post(b.url, GENERATE, token, body(f"c{i}"))
+        assert upstream.running() == 2 and upstream.peak == 2, "shrunk: two at once, though the cap is three"
+        clock.advance(300 + GROW_EVERY + 1)  # the Retry-After (300 s) passed, and one grow step: three seats again
+        upstream.finish_all()
+        post(a.url, GENERATE, token, body("c6"))
+        clock.advance(WATCH)
+        _until(clock, lambda: upstream.running() == 3, "three in flight again")
+        ledger.close()
+    assert upstream.refused_429 == 1
+    assert sorted(upstream.styles()) == [f"c{i}" for i in range(7)]
+
+
+def test_an_idempotency_key_answers_a_queued_call_with_its_ids_and_sends_it_once(
+    pg: str, upstream: SeatCountingUpstream
+) -> None:
+    token = add_user(pg, "dee", budget=30)
+    clock = MovedClock()
+    with Replica(pg, upstream.url, 1, clock) as a, Replica(pg, upstream.url, 1, clock) as b:
+        post(a.url, GENERATE, token, body("seat"))
+        first = post(a.url, GENERATE, token, body("twice"), **{"Idempotency-Key": "same"})
+        again = post(b.url, GENERATE, token, body("twice"), **{"Idempotency-Key": "same"})
+        assert data_of(first)["state"] == "queued" and data_of(again)["ids"] == data_of(first)["ids"]
+        other = post(b.url, GENERATE, token, body("another"), **{"Idempotency-Key": "same"})
+        assert other.status_code == 409
+        assert open_ledger(pg).remaining("dee") == 24, "two calls reserved, the repeat nothing"
+        _drain(clock, upstream, pg, 2)
+        late = post(a.url, GENERATE, token, body("twice"), **{"Idempotency-Key": "same"})
+    assert data_of(late)["ids"] == data_of(first)["ids"], "the caller keeps the ids they were given"
+    assert upstream.styles() == ["seat", "twice"]
+
+
+def test_a_queued_call_holds_its_price_and_gives_it_back_when_cancelled_or_refused(
+    pg: str, upstream: SeatCountingUpstream
+) -> None:
+    token = add_user(pg, "eve", budget=9)  # three calls of 3 credits
+    clock = MovedClock()
+    with Replica(pg, upstream.url, 1, clock) as a, Replica(pg, upstream.url, 1, clock) as b:
+        post(a.url, GENERATE, token, body("sent"))
+        dropped = data_of(post(a.url, GENERATE, token, body("dropped")))["ids"]
+        post(b.url, GENERATE, token, body("refuse me"))
+        over = post(b.url, GENERATE, token, body("one too many"))
+        assert "no credits left" in over.json()["message"], "queued calls hold their price"
+        code, out = cli("queue", "cancel", dropped[1], "--database", pg)
+        assert code == 0, out
+        assert open_ledger(pg).remaining("eve") == 3
+        assert cli("queue", "cancel", dropped[1], "--database", pg)[0] == 2, "only a row still waiting"
+        polled = data_of(httpx.get(f"{a.url}/v1/music/tasks", params={"ids": dropped[0]}, headers={"x-api-key": token}))
+        assert polled[0]["state"] == "failed" and "Cancelled" in polled[0]["fail_reason"]
+        upstream.finish_all()
+        clock.advance(WATCH)
+        _until(clock, lambda: _remaining(pg, "eve") == 6, "the refused call's price given back")
+    assert upstream.styles() == ["sent"]
+    states = sorted(c["state"] for c in open_ledger(pg).calls())
+    assert states == ["done", "refused", "refused"]
