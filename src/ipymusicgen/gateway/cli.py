@@ -127,8 +127,8 @@ def add_gateway_parser(commands: Any) -> None:
     team_budget.add_argument("credits", type=cap_arg, help="credits, or 'none': no team cap (the default)")
     team_budget.set_defaults(run=_team_budget)
 
-    spend = with_database(sub.add_parser("spend", help="calls and credits per user, day or model"))
-    spend.add_argument("--by", choices=("user", "day", "model"), default="user")
+    spend = with_database(sub.add_parser("spend", help="calls and credits per user, day, model or provider"))
+    spend.add_argument("--by", choices=("user", "day", "model", "provider"), default="user")
     spend.set_defaults(run=_spend)
 
     queue = with_database(
@@ -277,12 +277,28 @@ def cell(text: object) -> str:
 
 
 def _spend(args: argparse.Namespace) -> int:
+    if args.by == "provider":
+        return _spend_by_provider(args)
     with _ledger(args) as ledger:
         rows = ledger.spend(args.by)
     print(f"{args.by}\tcalls\testimated\tmeasured\tunknown")
     for row in rows:
         measured = "-" if row.measured is None else str(row.measured)
         print(f"{cell(row.group)}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}")
+    return 0
+
+
+def _spend_by_provider(args: argparse.Namespace) -> int:
+    """Each provider in its own unit (the ledger prices the service's calls in credits; never added to others)."""
+    from ..storage.ledger import CHARGED
+    from ..storage.provider_spend import ledger_spend
+
+    with _ledger(args) as ledger:
+        rows = ledger_spend(ledger.calls(), CHARGED)
+    print("provider\tunit\tcalls\testimated\tmeasured\tunknown")
+    for row in rows:
+        shown = ["-" if v is None else str(v) for v in (row.estimated, row.measured)]
+        print(f"{cell(row.group)}\t{row.unit}\t{row.calls}\t{shown[0]}\t{shown[1]}\t{row.unknown}")
     return 0
 
 
