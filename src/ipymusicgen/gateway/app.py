@@ -49,6 +49,8 @@ from .tokens import same_hash, token_hash
 from .upstream import Answer, MaybeSent, NotEncodable, NotSent, Upstream, encode_body
 
 INVALID_KEY = "Invalid or missing API key"
+GATEWAY_MARK = "ipymusicgen"
+"""In the caller's key info: a notebook's batch is handed to this gateway whole (`batch/on_gateway.py`)."""
 IDEMPOTENCY_HEADER = "idempotency-key"
 MAX_IDEMPOTENCY_KEY = 200
 TASKS_PER_QUERY = 50
@@ -314,6 +316,7 @@ class Gateway:
             "email": None,
             "member_id": None,
             "key_name": user,
+            "gateway": GATEWAY_MARK,
         }
         return JSONResponse(envelope(record))
 
@@ -654,9 +657,13 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
         read_route("/v1/get_api_key_info", lambda user, r: gateway.key_info(user)),
         read_route(INFO_PATH, lambda user, r: gateway_info(gateway, limits)),
     ]
+    from .batch_routes import batch_parts  # batches handed over whole: their routes and this replica's worker
+
+    batch_routes, starts_worker = batch_parts(gateway, limits, INVALID_KEY)
+    routes += batch_routes
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(HostCheck, allowed=gateway.host_allowed)],
+        middleware=[Middleware(HostCheck, allowed=gateway.host_allowed), starts_worker],
         exception_handlers={Exception: _failed},
     )
     app.router.redirect_slashes = False  # `/v1/music/generate/` is not found, never sent to another address

@@ -18,6 +18,7 @@ import logging
 import secrets
 from typing import Any
 
+from ..config import env_float
 from ..models.schema import TaskRecord, V2Song, build_generate_request, build_v2_request
 from ..models.tasks import TaskState
 from .batch_store import (
@@ -40,7 +41,9 @@ ROUND_S = 0.2
 IDLE_S = 1.0
 """Seconds between rounds with nothing to do (another replica's new batch is found within this)."""
 FOLLOW_S = 2.0
-"""Seconds between two polls of the songs of the rows this replica sent."""
+"""Seconds between two polls of the songs of the rows this replica sent (`MUSICGEN_GATEWAY_FOLLOW_S` sets it, from
+0.05: tests and a gateway in front of a fast engine)."""
+ENV_FOLLOW = "MUSICGEN_GATEWAY_FOLLOW_S"
 BEAT_S = 5.0
 """Seconds between heartbeats (a replica silent for `batch_store.LEASE` is taken for dead)."""
 MAX_ATTEMPTS = 8
@@ -106,7 +109,7 @@ class BatchWorker:
         """This replica's name on the rows it claims: its process (for a pid check on this machine) and a token
         of its own (two gateways in one process are two replicas)."""
         self.sends = sends
-        self.follow_s = FOLLOW_S
+        self.follow_s = max(0.05, env_float(ENV_FOLLOW) or FOLLOW_S)
         self._sending: set[asyncio.Task[None]] = set()
         self._seen: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None

@@ -147,6 +147,10 @@ def add_gateway_parser(commands: Any) -> None:
     reconcile.add_argument("--upstream-v2", default=DEFAULT_V2_BASE_URL, help="the service's v2 base URL")
     reconcile.set_defaults(run=_reconcile)
 
+    from .batch_cli import add_batches_parser  # `gateway batches`: the batches notebooks handed over; stop one
+
+    add_batches_parser(sub, with_database, name_arg=name_arg, ledger=_ledger, cell=cell)
+
 
 class LedgerUnavailableError(MusicGenError):
     """The ledger database cannot be opened (a server down, a folder not writable)."""

@@ -86,6 +86,30 @@ def m003_fair_queue(ledger: Any, cur: Any) -> None:
     )
 
 
+@migration
+def m004_gateway_batches(ledger: Any, cur: Any) -> None:
+    """Batches handed to the gateway whole (`gateway/batch_store.py`): each batch of a user by its name, its rows
+    by index with their request, state, the idempotency key of their create and the replica sending it, and each
+    replica's heartbeat (a row claimed by a replica that stopped beating is taken over by another)."""
+    serial = "BIGSERIAL PRIMARY KEY" if ledger.types["blob"] == "BYTEA" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+    real, text, num = ledger.types["real"], ledger.types["text"], ledger.types["int"]
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS batches (id {serial}, user_name {text} NOT NULL, name {text} NOT NULL, "
+        f"state {text} NOT NULL, concurrency {num} NOT NULL, budget_left {num}, stall_timeout {real} NOT NULL, "
+        f"note {text}, created_at {real} NOT NULL, updated_at {real} NOT NULL, last_claim_at {real}, "
+        f"paused_until {real}, UNIQUE (user_name, name))"
+    )
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS batch_rows (batch_id {num} NOT NULL, row_index {num} NOT NULL, "
+        f"request_hash {text} NOT NULL, request {text} NOT NULL, v2 {num} NOT NULL, estimate {num} NOT NULL, "
+        f"state {text} NOT NULL, idem_base {text} NOT NULL, attempt {num} NOT NULL DEFAULT 0, ids {text}, "
+        f"error {text}, cost {num} NOT NULL DEFAULT 0, claimed_by {text}, last_change {real}, "
+        "PRIMARY KEY (batch_id, row_index))"
+    )
+    cur.run("CREATE INDEX IF NOT EXISTS batch_rows_state ON batch_rows (state, batch_id)")
+    cur.run(f"CREATE TABLE IF NOT EXISTS batch_workers (owner {text} PRIMARY KEY, seen_at {real} NOT NULL)")
+
+
 LATEST = len(MIGRATIONS)
 
 

@@ -1,0 +1,239 @@
+"""Batches that outlive the notebook (issue 39): a batch sent through a gateway is handed over whole and runs there,
+on both ledgers (SQLite, and a real PostgreSQL the tests start). Re-running it attaches and sends nothing twice;
+kill -9 of the notebook's process stops nothing; a budget that runs out mid-batch skips the rest; an admin stops one;
+a user never sees or stops another's; `gateway batches` lists them with their names escaped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts
+from helpers import ManualClock, wait_until
+from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
+
+from ipymusicgen.batch.rows import BatchError
+from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
+from ipymusicgen.storage.ledger_engines import open_ledger
+
+GENERATE = "/v1/music/generate"
+BATCHES = "/gateway/v1/batches"
+pytestmark = pytest.mark.slow  # a gateway, its worker and songs in real time (seconds)
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Sandbox]:
+    with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={CANARY_KEY: 100_000}) as server:
+        yield server
+
+
+@pytest.fixture
+def gateway(
+    database: str, upstream: Sandbox, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GatewayThread]:
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
+    monkeypatch.setenv("MUSICGEN_GATEWAY_FOLLOW_S", "0.1")
+    upstream.reset()
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
+        yield running
+
+
+def client_for(gateway: GatewayThread, token: str, tmp_path: Path) -> MusicClient:
+    journal = Journal(tmp_path / f"journal-{token[-6:]}.sqlite3")
+    return MusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, journal=journal, timeout=20)
+
+
+def rows_of(n: int, word: str = "row") -> list[dict[str, str]]:
+    return [{"style": f"{word} {i}", "mv": "MFV2.0"} for i in range(n)]  # 2 credits each
+
+
+def status(gateway: GatewayThread, token: str, name: str) -> httpx.Response:
+    return httpx.get(gateway.url + BATCHES, params={"name": name}, headers={"x-api-key": token}, timeout=20)
+
+
+def row_states(gateway: GatewayThread, token: str, name: str) -> list[str]:
+    answer = status(gateway, token, name)
+    return [r["state"] for r in answer.json()["data"]["rows"]] if answer.status_code == 200 else []
+
+
+def test_a_batch_through_a_gateway_runs_there_and_a_rerun_attaches_without_sending_twice(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    token = add_user(database, "ada", budget=100)
+    name = "night drive ✓ «5»"
+    with client_for(gateway, token, tmp_path) as client:
+        first = client.batch(rows_of(5), name=name, concurrency=2, stall_timeout=60)
+        assert first.counts()["complete"] == 5 and len(first.records) == 10, first.progress_line()
+        assert paid_counts(upstream)[GENERATE] == 5
+        again = client.batch(rows_of(5), name=name, concurrency=2, stall_timeout=60)
+        assert again.counts()["complete"] == 5 and [r.ids for r in again.rows] == [r.ids for r in first.rows]
+        with pytest.raises(BatchError, match=r"Row 3 of batch .* is not the request first recorded"):
+            client.batch([*rows_of(2), {"style": "changed", "mv": "MFV2.0"}], name=name)
+    assert paid_counts(upstream)[GENERATE] == 5, "the rerun and the refused change sent nothing"
+    calls = open_ledger(database).calls()
+    assert len(calls) == 5 and all(c["idem_key"].startswith("gwbatch-") and c["user"] == "ada" for c in calls)
+    assert {c["state"] for c in calls} == {"done"}, "each row's budget reserved and settled by the gateway"
+
+
+def test_an_async_client_hands_its_batch_over_too(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    import asyncio
+
+    token = add_user(database, "abe", budget=100)
+
+    async def run() -> list[str]:
+        async with AsyncMusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, timeout=20) as client:
+            batch = await client.batch(rows_of(3, "async"), name="async one", concurrency=3, wait=False)
+            await batch
+            return [r.state for r in batch.rows]
+
+    assert asyncio.run(run()) == ["complete"] * 3
+    assert paid_counts(upstream)[GENERATE] == 3
+    assert all(c["idem_key"].startswith("gwbatch-") for c in open_ledger(database).calls())
+
+
+def test_a_user_can_neither_see_nor_stop_another_users_batch(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    alice, bob = add_user(database, "alice", budget=50), add_user(database, "bob", budget=50)
+    with client_for(gateway, alice, tmp_path) as client:
+        client.batch(rows_of(2, "alice's"), name="shared name", concurrency=2)
+    missing = status(gateway, bob, "never made")
+    theirs = status(gateway, bob, "shared name")
+    assert theirs.status_code == missing.status_code == 404 and theirs.content == missing.content
+    stop = [
+        httpx.post(gateway.url + BATCHES + "/stop", json={"name": n}, headers={"x-api-key": bob}, timeout=20)
+        for n in ("shared name", "never made")
+    ]
+    assert stop[0].status_code == stop[1].status_code == 404 and stop[0].content == stop[1].content
+    mine = httpx.get(gateway.url + BATCHES, headers={"x-api-key": bob}, timeout=20).json()["data"]
+    assert mine == []
+    assert row_states(gateway, alice, "shared name") == ["complete", "complete"], "alice's batch untouched"
+    for token in ("", "not-a-token"):
+        assert httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}).status_code == 401
+
+
+def test_gateway_batches_lists_each_users_batches_and_escapes_their_names(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    hostile = "\x1b[2J\x1b]0;pwned\x07 tab\there\nnew line \u202eevil"
+    eve, fay = add_user(database, "eve", budget=50), add_user(database, "fay", budget=50)
+    with client_for(gateway, eve, tmp_path) as client:
+        client.batch(rows_of(3, "eve"), name=hostile, concurrency=3)
+    with client_for(gateway, fay, tmp_path) as client:
+        client.batch(rows_of(1, "fay"), name="fay's", concurrency=1)
+    code, out = cli("batches", "--database", database)
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out and "\there" not in out
+    lines = out.strip().splitlines()
+    assert lines[0].split("\t")[:5] == ["user", "batch", "state", "rows", "done"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
+    assert rows["eve"][1] == json.dumps(hostile) and rows["eve"][2:5] == ["done", "3", "3"]
+    assert rows["eve"][-1] == "6", "credits its sent rows hold"
+    assert rows["fay"][1] == "fay's" and rows["fay"][3:5] == ["1", "1"]
+    code, out = cli("batches", "--user", "fay", "--database", database)
+    assert code == 0 and [line.split("\t")[0] for line in out.strip().splitlines()[1:]] == ["fay"]
+
+
+class Frozen:
+    """The sandbox's song clock held still (a row's songs stay unfinished, so a batch of concurrency 1 holds its next
+    row back) until `thaw()` gives it the wall clock again."""
+
+    def __init__(self, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.upstream, self.monkeypatch, self.real = upstream, monkeypatch, upstream.state.clock
+        monkeypatch.setattr(upstream.state, "clock", ManualClock(0.05))
+
+    def thaw(self) -> None:
+        self.monkeypatch.setattr(self.upstream.state, "clock", self.real)
+
+
+def test_an_admin_stops_a_batch_and_the_users_rerun_does_not_restart_it(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = add_user(database, "gus", budget=100)
+    frozen = Frozen(upstream, monkeypatch)
+    with client_for(gateway, token, tmp_path) as client:
+        batch = client.batch(rows_of(8, "gus"), name="long one", concurrency=1, wait=False)
+        wait_until(lambda: row_states(gateway, token, "long one") == ["sent"] + ["queued"] * 7, "row 1 sent")
+        assert cli("batches", "stop", "no such batch", "--user", "gus", "--database", database)[0] == 2
+        code, out = cli("batches", "stop", "long one", "--user", "gus", "--database", database)
+        assert code == 0 and "stopped gus's batch" in out
+        frozen.thaw()
+        batch.wait(60)
+        assert batch.counts()["complete"] == 1 and batch.counts()["skipped"] == 7, batch.progress_line()
+        assert paid_counts(upstream)[GENERATE] == 1
+        rerun = client.batch(rows_of(8, "gus"), name="long one", concurrency=1)
+        assert rerun.counts()["skipped"] == 7, "an admin's stop stands"
+    assert paid_counts(upstream)[GENERATE] == 1
+    _, out = cli("batches", "--database", database)
+    assert "stopped by the gateway's admin" in out
+
+
+def test_a_budget_that_runs_out_mid_batch_skips_the_rest_and_a_rerun_sends_only_those(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = add_user(database, "hal", budget=20)  # 7 rows x 2 credits = 14: the batch is taken whole
+    frozen = Frozen(upstream, monkeypatch)
+    with client_for(gateway, token, tmp_path) as client:
+        batch = client.batch(rows_of(7, "hal"), name="budgeted", concurrency=1, wait=False)
+        wait_until(lambda: row_states(gateway, token, "budgeted") == ["sent"] + ["queued"] * 6, "row 1 sent")
+        assert cli("user", "budget", "hal", "3", "--database", database)[0] == 0  # mid-batch: 1 credit left
+        frozen.thaw()
+        batch.wait(60)
+        assert batch.counts()["complete"] == 1 and batch.counts()["skipped"] == 6, batch.progress_line()
+        assert all("Insufficient credits" in (r.error or "") for r in batch.rows[1:])
+        assert paid_counts(upstream)[GENERATE] == 1
+        assert open_ledger(database).totals()["hal"] == 2, "nothing reserved past the budget"
+        assert cli("user", "budget", "hal", "100", "--database", database)[0] == 0
+        rerun = client.batch(rows_of(7, "hal"), name="budgeted", concurrency=2)
+        assert rerun.counts()["complete"] == 7, rerun.progress_line()
+    assert paid_counts(upstream)[GENERATE] == 7, "the rerun sent only the skipped rows"
+
+
+KILLED_CLIENT = """
+import sys
+from ipymusicgen import MusicClient
+
+client = MusicClient(sys.argv[1], base_url=sys.argv[2], v2_base_url=sys.argv[2], timeout=20)
+rows = [{"style": f"kill {i}", "mv": "MFV2.0"} for i in range(8)]
+client.batch(rows, name="outlives its kernel", concurrency=2, stall_timeout=60)
+print("finished in the notebook: the kill came too late")
+"""
+
+
+def test_kill_9_of_the_notebooks_process_stops_nothing_and_a_rerun_attaches(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = add_user(database, "ivy", budget=100)
+    frozen = Frozen(upstream, monkeypatch)
+    env = {**os.environ, "MUSICGEN_JOURNAL": str(tmp_path / "kernel-journal.sqlite3")}
+    kernel = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, token, gateway.url], env=env, text=True)
+    try:
+        wait_until(
+            lambda: row_states(gateway, token, "outlives its kernel") == ["sent"] * 2 + ["queued"] * 6, "2 rows sent"
+        )
+    finally:
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+    assert kernel.returncode == -signal.SIGKILL
+    frozen.thaw()
+    wait_until(
+        lambda: row_states(gateway, token, "outlives its kernel") == ["complete"] * 8, "the gateway finished it alone"
+    )
+    with client_for(gateway, token, tmp_path) as client:
+        rerun = client.batch(
+            [{"style": f"kill {i}", "mv": "MFV2.0"} for i in range(8)], name="outlives its kernel", concurrency=2
+        )
+    assert rerun.counts()["complete"] == 8 and len(rerun.records) == 16
+    assert paid_counts(upstream)[GENERATE] == 8, "every row sent once: nothing by the rerun"
