@@ -23,10 +23,9 @@ from typing import Any
 
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..errors import MusicGenError
 from ..models import costs
-from ..models.dollar_prices import service_dollars
 from .desk import SHOWN, AgentDesk, AgentError, Plan
+from .engine_songs import dollars_of, price_view
 from .text import quoted
 
 CARD_URI = "ui://ipymusicgen/consent"
@@ -34,7 +33,7 @@ QUOTE_TTL_S = 300.0
 ENV_TTL = "MUSICGEN_QUOTE_TTL_S"
 """A quote not confirmed within five minutes is refused (the user is asked again, at the price of then)."""
 PROVIDER = "musicful"
-"""The service the paid tools of this server call (an engine's compose is priced in dollars: not quoted yet)."""
+"""The service the paid tools call unless a song names an engine (`provider`: priced in dollars)."""
 PROCESS = secrets.token_hex(6)
 """This server process's mark in its quote ids: an id of another process (or of before a restart) says so."""
 KEEP_S = 3600.0
@@ -155,19 +154,16 @@ def quote_view(desk: AgentDesk, quote: Quote) -> dict[str, Any]:
     plan = quote.plan
     payload = plan.request.to_payload()
     words = [{"field": f, "text": quoted(payload[f])} for f in SHOWN if payload.get(f)]
-    price: dict[str, Any] = {"amount": plan.estimate, "unit": "credits", "dollars": None}
-    try:
-        price["dollars"] = str(service_dollars(plan.estimate).quantize(Decimal("0.01")))
-    except MusicGenError:  # no MUSICGEN_CREDIT_DOLLARS: the price stays in the table's unit only
-        price["dollars_note"] = "set MUSICGEN_CREDIT_DOLLARS to see dollars"
+    engine = plan.kind == "engine"
+    price = price_view(plan.kind, plan.estimate, plan_dollars(plan))  # dollars first, then the provider's own unit
     model = costs.model_of(plan.request) if plan.kind in ("v1", "v2") else None
     return {
         "id": quote.id,
         "tool": quote.tool,
         "kind": plan.kind,
         "what": _what(plan),
-        "provider": PROVIDER,
-        "model": model,
+        "provider": plan.request.provider if engine else PROVIDER,
+        "model": plan.request.engine.model_name if engine else model,
         "price": price,
         "credits_left": plan.credits_left,
         "budget_left": desk.budget_left(),
@@ -179,7 +175,23 @@ def quote_view(desk: AgentDesk, quote: Quote) -> dict[str, Any]:
     }
 
 
+def plan_dollars(plan: Plan) -> Decimal | None:
+    """A plan's price in dollars: an engine's as planned; a service call's at the user's credit rate of now."""
+    return plan.dollars if plan.kind == "engine" else dollars_of(plan.kind, plan.request, plan.estimate)
+
+
+def price_line(plan: Plan) -> str:
+    """`$1.50`, `$0.15 (3 credits)` or `3 credits`: dollars first."""
+    dollars = plan_dollars(plan)
+    credits = f"{plan.estimate} credit{'' if plan.estimate == 1 else 's'}"
+    if dollars is None:
+        return credits
+    return f"${dollars}" if plan.kind == "engine" else f"${dollars} ({credits})"
+
+
 def _what(plan: Plan) -> str:
+    if plan.kind == "engine":
+        return str(plan.request.describe())
     if plan.kind == "batch":
         return f"a batch of {plan.request.rows} row(s)"
     if plan.kind == "extra":

@@ -17,7 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
-from .consent import CARD_URI, WAITING, Quote, QuoteBook, QuoteRefused, connection_mark, quote_view
+from .consent import CARD_URI, WAITING, Quote, QuoteBook, QuoteRefused, connection_mark, price_line, quote_view
 from .desk import Plan
 from .outputs import ConfirmOutput
 
@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 Answer = Callable[[Plan, str, str], dict[str, Any]]
 """A paid tool's answer when nothing is sent (state and note): its output's shape, as a declined call's."""
 CONFIRM = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True)
+
+
+def _change(was: Plan, now: Plan) -> str:
+    """`3 to 7 credits`, or with dollars `$0.15 (3 credits) to $0.35 (7 credits)`."""
+    before, after = price_line(was), price_line(now)
+    if before.endswith(" credits") and after.endswith(" credits"):
+        return f"{was.estimate} to {after}"
+    return f"{before} to {after}"
 
 
 def card_html() -> str:
@@ -73,7 +81,7 @@ class ConsentCard:
         plan = quote.plan
         structured = self.server._clean({**quote.extra["answer"](plan, "quoted", note)})
         structured["quote"] = self.server._clean(quote_view(self.server.desk, quote))
-        text = f"A quote of about {plan.estimate} credits is shown to the user in the consent card; {note}"
+        text = f"A quote of about {price_line(plan)} is shown to the user in the consent card; {note}"
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
     async def confirm_quote(
@@ -89,12 +97,12 @@ class ConsentCard:
             raise ToolError(str(exc)) from None
         blocking: Callable[[Callable[[], Any]], Awaitable[Any]] = self.server._blocking
         plan = await blocking(quote.replan)
-        if not plan.free and plan.estimate != quote.plan.estimate:
+        if not plan.free and (plan.estimate, plan.dollars) != (quote.plan.estimate, quote.plan.dollars):
             again = self.quotes.issue(
                 quote.connection, quote.tool, plan, quote.replan, quote.execute, answer=quote.extra["answer"]
             )
             note = (
-                f"the price changed from about {quote.plan.estimate} to {plan.estimate} credits: nothing was sent; "
+                f"the price changed from about {_change(quote.plan, plan)}: nothing was sent; "
                 "confirm the new quote to pay it"
             )
             result = self._quoted(again, note)

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,14 @@ from ..client.responses import create_may_have_landed
 from ..client.waiting import check_id
 from ..errors import JournalUnavailableError, MusicGenError, RequestValidationError
 from ..models import costs
+from ..models.dollar_prices import DollarPriceError
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
 from ..song_library import Library
 from ..storage.batches import NEVER_SENT, BatchStore, store_for
 from ..storage.errors import StorageError, StorageUnavailableError
 from .agent_budget import Ledger, OverBudget, Spend
+from .engine_songs import dollars_of, engine_song, no_seconds, provider_of
 from .songs import song_view
 from .text import quoted
 
@@ -57,7 +60,7 @@ class Plan:
     """A priced paid call, not sent yet: what the consent question shows is what `send` sends."""
 
     kind: str
-    """"v1", "v2" or "lyrics"."""
+    """"v1", "v2", "lyrics", "engine" (a synchronous engine's song), "batch" or "extra"."""
     request: Any
     estimate: int
     credits_left: int | None
@@ -65,6 +68,9 @@ class Plan:
     """The batch name that records it (None for lyrics: nothing to follow or resend)."""
     replay: dict[str, Any] | None = None
     """The first call's answer when this idempotency key was sent before: nothing is paid again."""
+    dollars: Decimal | None = None
+    """The price in US dollars: an engine's always (its `estimate` is 0 credits), a service call's where the user
+    set a credit rate; consent shows it first."""
 
     @property
     def free(self) -> bool:
@@ -141,6 +147,11 @@ class AgentDesk:
         """Why this call may not be paid (budget, credits left, the caller's cap), or None."""
         if plan.free:
             return None
+        if plan.kind == "engine" and self.budget is not None:  # units are never added: dollars are not credits
+            return (
+                f"budget: this server's budget is {self.budget} credits and a {plan.request.provider} song is priced "
+                f"in dollars (about ${plan.dollars}); start the server without --budget to make one; nothing was sent"
+            )
         left = self.budget_left()
         if left is not None and plan.estimate > left:
             return (
@@ -167,8 +178,14 @@ class AgentDesk:
         }  # fmt: skip
         payload = plan.request.to_payload()
         words = "; ".join(f"{field} {quoted(payload[field])}" for field in SHOWN if payload.get(field))
-        what = f"{doing[plan.kind]}{f' of {plan.request.rows} row(s)' if plan.kind == 'batch' else ''}"
-        price = f"Pay about {plan.estimate} {unit} (the key has {left} credits left)?"
+        what = f"{doing.get(plan.kind, 'Make')}{f' of {plan.request.rows} row(s)' if plan.kind == 'batch' else ''}"
+        balance = f"the key has {left} credits left"
+        if plan.kind == "engine":  # dollars are its own unit; the server's words say what and how long
+            price, what = f"Pay about ${plan.dollars} (USD)?", f"Make {plan.request.describe()}"
+        elif (dollars := dollars_of(plan.kind, plan.request, plan.estimate)) is not None:  # then the own unit
+            price = f"Pay about ${dollars} ({plan.estimate} {unit}; {balance})?"
+        else:
+            price = f"Pay about {plan.estimate} {unit} ({balance})?"
         return f"{price} {what}, as the agent wrote it: {words}."
 
     # -- planning ------------------------------------------------------------------------------------
@@ -183,7 +200,15 @@ class AgentDesk:
         values = {k: v for k, v in fields.items() if v is not None}
         allow = self.client.settings.allow_unknown_models
         try:
-            if kind == "v1":
+            if kind in ("v1", "engine"):  # the song tool: `provider` names the engine (musicful: the service's v1)
+                provider = provider_of(values)
+                kind = "v1" if provider == "musicful" else "engine"
+                if kind == "v1" and values.pop("seconds", None) is not None:
+                    raise no_seconds(provider)
+                values.pop("provider", None)
+            if kind == "engine":
+                request: Any = engine_song(provider, values)
+            elif kind == "v1":
                 request = build_generate_request(values, allow_unknown_models=allow)
             elif kind == "v2":
                 request = build_v2_request(values, allow_unknown_models=allow)
@@ -208,26 +233,38 @@ class AgentDesk:
                     f"a repeat of the same call made within {REISSUE_WINDOW_S / 60:g} minutes: the first call's "
                     "songs, nothing paid again (pass again=true for new songs)"
                 )
-        estimate = costs.estimate_credits(request)
-        credits_left = None if replay is not None else self.credits_left()
-        return Plan(kind, request, estimate, credits_left, name, replay)
+        estimate = 0 if kind == "engine" else costs.estimate_credits(request)
+        credits_left = None if replay is not None or kind == "engine" else self.credits_left()
+        return Plan(kind, request, estimate, credits_left, name, replay, self._dollars(kind, request, estimate))
+
+    @staticmethod
+    def _dollars(kind: str, request: Any, credits: int) -> Decimal | None:
+        try:
+            return dollars_of(kind, request, credits)
+        except DollarPriceError as exc:
+            raise AgentError(f"{_one_line(exc)}; nothing was sent") from None
 
     def replan(self, plan: Plan) -> Plan:
         """The same call priced again now, under the same name: the cost table, the journal (sent meanwhile: its
         replay) and the credits left of now. A consent card's Confirm pays this, never the agent's numbers."""
         if plan.kind == "lyrics":
-            return Plan("lyrics", plan.request, costs.estimate_credits(plan.request), self.credits_left(), None)
-        assert plan.name is not None and plan.kind in ("v1", "v2")
+            estimate = costs.estimate_credits(plan.request)
+            dollars = self._dollars("lyrics", plan.request, estimate)
+            return Plan("lyrics", plan.request, estimate, self.credits_left(), None, None, dollars)
+        assert plan.name is not None and plan.kind in ("v1", "v2", "engine")
         replay = self._replay(plan.name, plan.request, plan.kind == "v2")
         if replay is not None:
             replay = {**replay, "repeat": True}
-        estimate = costs.estimate_credits(plan.request)
-        return Plan(plan.kind, plan.request, estimate, None if replay else self.credits_left(), plan.name, replay)
+        engine = plan.kind == "engine"
+        estimate = 0 if engine else costs.estimate_credits(plan.request)
+        left = None if replay or engine else self.credits_left()
+        dollars = self._dollars(plan.kind, plan.request, estimate)
+        return Plan(plan.kind, plan.request, estimate, left, plan.name, replay, dollars)
 
     def record(self, plan: Plan) -> None:
         """Record a quoted v1/v2 call under its name before anyone confirms it (nothing sent yet): its attempt is in
         the journal's batch tables from the quote on, as a derived name's is."""
-        if plan.name is None or plan.free or plan.kind not in ("v1", "v2"):
+        if plan.name is None or plan.free or plan.kind not in ("v1", "v2", "engine"):
             return
         v2 = plan.kind == "v2"
         row = [(request_hash(plan.request, v2), json.dumps(plan.request.to_payload()), v2)]
@@ -312,9 +349,12 @@ class AgentDesk:
         if not claimed:
             self.ledger.release(spend)
             raise AgentError("idempotency_key: this call is being sent by another request; nothing was sent")
-        before = self._counts_left()
+        engine = plan.kind == "engine"  # priced in dollars: the key's music counts do not measure it
+        before = None if engine else self._counts_left()
         try:
-            if v2:
+            if engine:  # checked, journalled before sending, composed in the client's background thread
+                ids = list(self.client.generate(plan.request.engine).ids)
+            elif v2:
                 ids = [song.id for song in self.client.submit_v2(plan.request)]
             else:
                 ids = list(self.client.generate(plan.request).ids)
@@ -330,7 +370,7 @@ class AgentDesk:
             if isinstance(exc, Exception) and landed:
                 return self._answer(plan, [], "unknown", f"{_one_line(exc)}; nothing was sent again")
             raise
-        self.ledger.settle(spend, before, self._counts_left())
+        self.ledger.settle(spend, before, None if engine else self._counts_left())
         with contextlib.suppress(StorageError):  # sent: the client's journal has the ids (or keeps them to write)
             self.store.set_state(plan.name, 0, "submitted", ids=ids)
         return self._answer(plan, ids, "sent", "started: call wait_for_songs with these ids")

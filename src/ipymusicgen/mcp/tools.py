@@ -98,6 +98,17 @@ MaxCredits = Annotated[
     Field(description="Consent to pay up to this many credits (needed when the host cannot ask the user)"),
 ]
 """A number above 0 and finite: `true` is not a credit, nor is "5"."""
+Provider = Annotated[
+    Annotated[str, Field(max_length=40)] | None,
+    Field(
+        description="musicful (the default: the service's v1 songs, priced in credits), elevenlabs (ElevenLabs Music) "
+        "or lyria (Google Lyria 3 clip, 30 s); an engine's song is priced in US dollars"
+    ),
+]
+Seconds = Annotated[
+    Annotated[float, Field(strict=True)] | None,
+    Field(description="the song's length for elevenlabs (3 to 600 s) or lyria (its clip is always 30 s)"),
+]
 
 
 V2_DEFAULTS = {"is_auto": 1, "model_version": "v4.5-plus"}
@@ -282,6 +293,11 @@ class AgentServer:
             return None
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
+            if plan.kind == "engine":  # priced in dollars: no credits cap stands for the user's consent
+                raise ToolError(
+                    f"provider: a {plan.request.provider} song costs about ${plan.dollars} and this host cannot ask "
+                    "the user (no MCP Apps, no elicitation); nothing was sent"
+                )
             if max_credits is None or max_credits < plan.estimate:
                 raise ToolError(
                     f"max_credits: this host cannot ask the user (no elicitation), so pass max_credits >= "
@@ -335,10 +351,14 @@ class AgentServer:
         idempotency_key: Key = None,
         again: Again = False,
         max_credits: MaxCredits = None,
+        provider: Provider = None,
+        seconds: Seconds = None,
         **fields: Any,
     ) -> PaidSongOutput | InputRequiredResult:
-        """Start a song (v1 endpoint); returns {task_ids, credits_estimate, attempt} at once, without waiting.
-        Costs credits: the user is asked first."""
+        """Start a song (the service's v1 endpoint, or provider elevenlabs / lyria); returns {task_ids,
+        credits_estimate, attempt} at once, without waiting. Costs money: the user is asked first (an engine's
+        price in dollars)."""
+        fields = {**fields, "provider": provider, "seconds": seconds}
         return await self._paid_song(ctx, "v1", fields, idempotency_key, max_credits, again)
 
     async def generate_song_v2(
