@@ -15,12 +15,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, free_port, paid_counts
 from helpers import ManualClock, wait_until
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.batch.rows import BatchError
 from ipymusicgen.client.faces import AsyncMusicClient, MusicClient
+from ipymusicgen.gateway.server import build, server_config
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.storage.ledger_engines import open_ledger
@@ -237,3 +238,36 @@ def test_kill_9_of_the_notebooks_process_stops_nothing_and_a_rerun_attaches(
         )
     assert rerun.counts()["complete"] == 8 and len(rerun.records) == 16
     assert paid_counts(upstream)[GENERATE] == 8, "every row sent once: nothing by the rerun"
+
+
+class QueuedGateway(GatewayThread):
+    """`GatewayThread` with the fair queue on (`gateway serve --max-in-flight seats`)."""
+
+    def __init__(self, database: str, upstream: Sandbox, seats: int) -> None:
+        import threading
+
+        import uvicorn
+
+        self.gateway, app = build(
+            database, upstream.base_url, upstream.v2_base_url, CANARY_KEY, "127.0.0.1", max_in_flight=seats
+        )
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+
+def test_a_batch_keeps_to_the_fair_queues_seats(
+    database: str, upstream: Sandbox, tmp_path: Path, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
+    monkeypatch.setenv("MUSICGEN_GATEWAY_FOLLOW_S", "0.1")
+    upstream.reset()
+    token = add_user(database, "jo", budget=100)
+    with QueuedGateway(database, upstream, seats=2) as gateway, client_for(gateway, token, tmp_path) as client:
+        batch = client.batch(rows_of(8, "seated"), name="eight rows, two seats", concurrency=8, stall_timeout=120)
+    assert batch.counts()["complete"] == 8, batch.progress_line()
+    assert paid_counts(upstream)[GENERATE] == 8, "each row sent once"
+    calls = open_ledger(database).calls()
+    assert [c["state"] for c in calls] == ["done"] * 8, "no 429: never more than the two seats upstream at once"

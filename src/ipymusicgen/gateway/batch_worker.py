@@ -249,13 +249,14 @@ class BatchWorker:
         rows = await self.gateway.blocking(self.store.following, self.me)
         if not rows:
             return False
-        states: dict[str, tuple[TaskState, str | None]] = {}
+        states: dict[str, tuple[TaskState, str | None, bool]] = {}
         by_user: dict[tuple[str, bool], list[str]] = {}
         for row in rows:
             by_user.setdefault((row.user, row.v2), []).extend(row.ids)
         for (user, v2), ids in by_user.items():
             for record in await self._read(user, v2, ids):
-                states[_song_id(record, v2)] = (record.state, record.fail_reason)
+                queued = (record.model_extra or {}).get("state") == "queued"  # in the gateway's fair queue
+                states[_song_id(record, v2)] = (record.state, record.fail_reason, queued)
         now = await self.gateway.blocking(self.store.clock)
         for row in rows:
             await self._judge(row, states, now)
@@ -274,14 +275,18 @@ class BatchWorker:
             log.warning("could not read a batch's songs: %s", type(exc).__name__)
         return found
 
-    async def _judge(self, row: Following, states: dict[str, tuple[TaskState, str | None]], now: float) -> None:
+    async def _judge(self, row: Following, states: dict[str, tuple[TaskState, str | None, bool]], now: float) -> None:
+        """A row whose songs all finished ends; one whose songs changed state (or left the fair queue) starts its
+        stall clock again; one with no change for its stall timeout fails (a song waiting in line never does)."""
         blocking, store = self.gateway.blocking, self.store
         seen = [states.get(i) for i in row.ids]
         moved = False
         for task_id, state in zip(row.ids, seen, strict=True):
-            if state is not None and self._seen.get(task_id) != state[0].value:
-                self._seen[task_id] = state[0].value
+            word = None if state is None else "queued" if state[2] else state[0].value
+            if word is not None and self._seen.get(task_id) != word:
+                self._seen[task_id] = word
                 moved = True
+        waiting = any(s is not None and s[2] for s in seen)
         if row.ids and all(s is not None and s[0].finished for s in seen):
             complete = any(s is not None and s[0] is TaskState.COMPLETE for s in seen)
             error = None if complete else "; ".join(str(s[1] or "failed") for s in seen if s is not None)
@@ -290,7 +295,7 @@ class BatchWorker:
                 self._seen.pop(task_id, None)
         elif moved:
             await blocking(store.moved, row.batch_id, row.index)
-        elif now - row.last_change > row.stall_timeout:
+        elif not waiting and now - row.last_change > row.stall_timeout:
             error = f"timed out: no song changed state for {row.stall_timeout:g} s"
             await blocking(store.ended, row.batch_id, row.index, FAILED, error, True)
 
