@@ -17,8 +17,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "ipymusicgen"
 DOTTED = re.compile(r"\bipymusicgen(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 SLASHED = re.compile(r"(?<![\w./-])((?:[A-Za-z_][\w-]*/)+[A-Za-z_]\w*\.(?:py|js|css|md))\b")
-NAMES_REMOVED_PATHS = {"_removed.py"}
-"""Its docstrings name the old import paths on purpose: it is what says what replaced them."""
 
 
 def docstrings(tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -60,8 +58,6 @@ def slashed_exists(path: str) -> bool:
 def named_in_docstrings() -> list[tuple[str, str]]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.name in NAMES_REMOVED_PATHS:
-            continue
         where = path.relative_to(ROOT)
         for line, text in docstrings(ast.parse(path.read_text(encoding="utf-8"))):
             found += [(f"{where}:{line}", m) for m in DOTTED.findall(text)]

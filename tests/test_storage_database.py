@@ -288,24 +288,26 @@ def test_writes_a_read_makes_on_the_side_wait_briefly_on_the_shared_connection(t
             journal._db.set_trace_callback(None)
 
 
-def test_each_concern_of_the_database_has_the_interface_a_second_engine_implements(tmp_path: Path) -> None:
-    import inspect
+def test_a_database_owns_its_concerns_and_closes_what_it_opened(tmp_path: Path) -> None:
+    """Each concern opens once and is the same object after (the batch store too: no registry by path hands it
+    out), two databases over one file own their own stores over its one connection, and `close()` closes only
+    what that database opened."""
+    import sqlite3
 
-    from ipymusicgen.storage import interface
     from ipymusicgen.storage.database import Database
 
-    with Database(tmp_path / "journal.sqlite3") as db:
-        concerns = {
-            interface.TaskConcern: db.journal,
-            interface.LibraryConcern: db.library,
-            interface.BatchConcern: db.batches,
-            interface.ExtrasConcern: db.extras,
-        }
-        assert db.tasks is db.attempts is db.journal and db.ratings is db.library
-        for protocol, concern in concerns.items():
-            assert isinstance(concern, protocol), protocol.__name__
-            for name, declared in vars(protocol).items():
-                if callable(declared) and not name.startswith("_"):
-                    wanted = [p for p in inspect.signature(declared).parameters if p != "self"]
-                    given = list(inspect.signature(getattr(concern, name)).parameters)
-                    assert [p for p in wanted if p not in ("extra",)] == [p for p in given if p in wanted], name
+    path = tmp_path / "journal.sqlite3"
+    first, second = Database(path), Database(path)
+    try:
+        assert first.batches is first.batches and first.library is first.library and first.extras is first.extras
+        assert first.batches is not second.batches and first.journal is not second.journal
+        assert not any(hasattr(first, alias) for alias in ("tasks", "attempts", "ratings"))
+        first.batches.open_batch("kept", [("digest", "{}", False)])
+        batches = first.batches
+        first.close()
+        with pytest.raises(sqlite3.ProgrammingError):
+            batches.names()
+        assert second.batches.names() == ["kept"]  # the other database's store still reads the file
+    finally:
+        first.close()
+        second.close()

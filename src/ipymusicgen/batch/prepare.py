@@ -11,10 +11,9 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ..models import costs
-from ..storage.batches import BatchStore, StoredRow, store_for
+from ..models.dollar_prices import DollarBudget, DollarPriceError, budget_charge, parse_budget
+from ..storage.batches import BatchStore, StoredRow
 from ..storage.errors import StorageError
-from . import overlap
 from .result import Batch
 from .rows import BatchBudgetError, BatchError, derive_name, validate_rows
 from .scheduler import Scheduler
@@ -28,11 +27,6 @@ def key_fingerprint(client: Any) -> str:
     return hashlib.sha256(f"{client.settings.base_url}|{key}".encode()).hexdigest()[:16]
 
 
-def _journal_path(client: Any) -> Any:
-    journal = client.journal
-    return getattr(journal, "path", None) if journal is not None else None
-
-
 def _prepare(
     client: Any, requests: Any, name: str | None, concurrency: int, budget: int | None, store: BatchStore | None
 ) -> tuple[Batch, dict[int, StoredRow]]:
@@ -42,14 +36,20 @@ def _prepare(
         or not 1 <= concurrency <= MAX_CONCURRENCY
     ):
         raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, a whole number (got {concurrency!r})")
+    try:  # '$5' (or a DollarBudget): dollars across providers; a number: the service's credits
+        budget = parse_budget(budget)
+    except DollarPriceError as exc:
+        raise BatchError(str(exc)) from None
     # a NaN budget would compare False against every cost and so never stop a paid row
-    if budget is not None and (
-        isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0
+    if (
+        budget is not None
+        and not isinstance(budget, DollarBudget)
+        and (isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0)
     ):
         raise BatchError(f"budget must be 0 or more credits (got {budget!r})")
     rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
     name = name or derive_name(rows)
-    store = store or store_for(_journal_path(client))
+    store = store or client.wiring.batch_store(client)  # the workspace's `Database` for its file
     try:
         stored = store.open_batch(name, [(r.request_hash, json.dumps(r.request.to_payload()), r.v2) for r in rows])
     except StorageError as exc:
@@ -64,11 +64,29 @@ def _prepare(
     return batch, stored
 
 
+def _check_budget_unit(batch: Batch, engine: Scheduler) -> None:
+    """Every row priced in the budget's unit (an engine's row cannot come from credits; a service row counts in
+    dollars only at the user's rate), and a dollar budget checked, before anything is sent."""
+    try:
+        charges = [budget_charge(r.request, batch.budget) for r in engine.to_send()]
+    except DollarPriceError as exc:
+        raise BatchError(f"Batch {batch.name!r}: {exc} Nothing was sent.") from None
+    if isinstance(batch.budget, DollarBudget) and sum(charges) > batch.budget.amount:
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about ${sum(charges):.2f}, more than the budget of {batch.budget}; "
+            "nothing was sent.",
+            estimate=sum(charges),  # type: ignore[arg-type]
+            budget=batch.budget,  # type: ignore[arg-type]
+            counts_left=None,
+        )
+
+
 def check_budget(batch: Batch, engine: Scheduler, counts_left: int | None) -> None:
-    estimate = costs.estimate_total(r.request for r in engine.to_send())
+    estimate = sum(budget_charge(r.request, None) for r in engine.to_send())  # the service's credits only
     batch.estimate = estimate
     batch.counts_before = counts_left  # this run's: a re-run is measured on its own
-    if batch.budget is not None and estimate > batch.budget:
+    _check_budget_unit(batch, engine)
+    if batch.budget is not None and not isinstance(batch.budget, DollarBudget) and estimate > batch.budget:
         raise BatchBudgetError(
             f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
             "nothing was sent.",
@@ -87,7 +105,7 @@ def check_budget(batch: Batch, engine: Scheduler, counts_left: int | None) -> No
     if counts_left is not None:
         batch.run_id = batch.store.start_run(batch.name, engine.host, counts_left)
     if engine.to_send():  # after every refusal: a refused run, or one with nothing to send, spends nothing
-        overlap.begin(engine.key, batch)
+        engine.activity.begin(engine.key, batch)
 
 
 def _stall_poll_interval(client: Any, stall_timeout: float) -> float:
@@ -124,6 +142,7 @@ def start(
         retry_unknown=retry_unknown,
         poll_interval=_stall_poll_interval(client, stall_timeout),
         clock=clock,
+        activity=client.wiring.keys,  # the workspace's: its other batches and its agent server's calls on the key
     )
     engine.key = key_fingerprint(client)
     engine.host = client.settings.base_url

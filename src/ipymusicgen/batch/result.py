@@ -39,7 +39,7 @@ class Batch:
         self.counts_after: int | None = None
         self.overlapped = False
         """Another batch ran on the key during this run: the counts moved for both, so this run's spend and price
-        are not measured (unknown), and its budget counts its own calls (`batch.overlap`)."""
+        are not measured (unknown), and its budget counts its own calls (`batch.key_activity`)."""
         self.calls = 0
         """Creates this run sent."""
         self.run_id: int | None = None

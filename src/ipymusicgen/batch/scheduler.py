@@ -1,8 +1,8 @@
 """The engine of a batch run: every decision, no I/O of its own (the faces in `batch/drivers.py` do the calls).
 
 It keeps at most `concurrency` rows in flight, claims each row in the batch store before its create, backs off on
-429s (per key, across batches), follows every row's songs in one `TaskSet`, and fails a row as `stalled` when none
-of its songs changed state within `stall_timeout`.
+429s (per key, across the workspace's batches: `KeyActivity`), follows every row's songs in one `TaskSet`, and fails
+a row as `stalled` when none of its songs changed state within `stall_timeout`.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Any
 from ..client.responses import create_may_have_landed
 from ..client.retry import rate_limit_delay
 from ..errors import AuthenticationError, CreateOutcomeUnknownError, InsufficientCreditsError, RateLimitError
-from ..models import costs
+from ..models.dollar_prices import DollarBudget, budget_charge
 from ..models.tasks import TaskSet, TaskState
 from ..storage.batches import StoredRow
 from ..storage.errors import StorageUnavailableError
-from . import overlap
+from .key_activity import KeyActivity
 from .result import Batch
 from .rows import BatchRow
 
@@ -28,12 +28,8 @@ MAX_RATE_LIMITED = 8
 """429s in a row on one key (with growing pauses: about 3 minutes in all) before a row answered 429 ends as
 "not sent (rate limited)": the batch finishes, and a re-run sends it. Any accepted create starts the count again."""
 RATE_LIMITED = "not sent (rate limited)"
-_RATE_LIMIT_STREAKS: dict[str, int] = {}
-"""429s in a row per key (a fingerprint, never the key): every batch on one key backs off together."""
 BACKFILL_ROUNDS = 3
 """Polling rounds a re-run spends reading the records of rows that finished in an earlier run."""
-_ACTIVE: set[tuple[int, str, int]] = set()
-"""(store, batch name, row) whose create a batch in this process is sending right now."""
 
 
 class Scheduler:
@@ -49,8 +45,11 @@ class Scheduler:
         retry_unknown: bool,
         poll_interval: float,
         clock: Callable[[], float],
+        activity: KeyActivity,
     ) -> None:
         self.batch = batch
+        self.activity = activity
+        """What runs on the key share in this workspace: overlapping runs, 429 streaks, rows being sent."""
         self.name = batch.name
         self.store = batch.store
         self.stall_timeout = stall_timeout
@@ -69,7 +68,8 @@ class Scheduler:
         self.elsewhere: list[BatchRow] = []
         """Rows another run is sending (`sent_elsewhere`), read from the store each round until they have ids."""
         self.backfill_rounds = 0
-        self.committed = 0  # estimated credits of rows sent or being sent in this run
+        self.committed: Any = 0  # estimated credits (dollars, for a DollarBudget) of rows sent or being sent
+        self.charges: dict[int, Any] = {}  # what each row sending counts against the budget, in its unit
         self.key = ""  # the key's fingerprint: 429 streaks are counted per key
         self.host = ""  # the service's v1 host: a run's window is checked against other paid calls there
 
@@ -88,7 +88,7 @@ class Scheduler:
                 if saved.owner_alive and not saved.mine:
                     self.sent_elsewhere(row, f"by process {saved.owner_pid}")
                     continue
-                if saved.mine and self._key(row) in _ACTIVE:
+                if saved.mine and self.activity.is_sending(self._key(row)):
                     self.sent_elsewhere(row, "by another run of this batch in this kernel")
                     continue
                 state = "unknown"
@@ -142,9 +142,12 @@ class Scheduler:
             self.lowered_until = now + RATE_LIMIT_WINDOW / max(1, self.batch.concurrency)
         while self.queue and now >= self.paused_until and self.in_flight < self.limit:
             row = self.queue.popleft()
-            cost = costs.estimate_credits(row.request)
-            if self.batch.budget is not None and self.committed + cost > self.batch.budget:
-                self._skip(row, f"budget of {self.batch.budget} credits reached")
+            budget = self.batch.budget  # credits, or a DollarBudget across providers (`dollar_prices`)
+            cost = budget_charge(row.request, None)  # the service's credits (an engine's row: none)
+            charge = budget_charge(row.request, budget) if budget is not None else cost  # in the budget's unit
+            if budget is not None and self.committed + charge > getattr(budget, "amount", budget):
+                said = budget if isinstance(budget, DollarBudget) else f"{budget} credits"
+                self._skip(row, f"budget of {said} reached")
                 continue
             try:
                 claimed = self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown)
@@ -156,12 +159,13 @@ class Scheduler:
             if not claimed:  # another run took it since this one loaded: followed from the store like the others
                 self.sent_elsewhere(row, "by another run of this batch")
                 continue
-            self.committed += cost
+            self.committed += charge
+            self.charges[row.index] = charge
             self.batch.calls += 1
             row.cost = cost
             row.started_at = now
             self.sending.add(row.index)
-            _ACTIVE.add(self._key(row))
+            self.activity.sending(self._key(row))
             return row
         return None
 
@@ -215,9 +219,9 @@ class Scheduler:
             self.create_failed(row, error)
 
     def created(self, row: BatchRow, result: Any) -> None:
-        _RATE_LIMIT_STREAKS.pop(self.key, None)
+        self.activity.accepted(self.key)
         self.sending.discard(row.index)
-        _ACTIVE.discard(self._key(row))
+        self.activity.sent(self._key(row))
         ids = list(result.ids) if hasattr(result, "ids") else [s.id for s in result]
         self.store.set_state(self.name, row.index, "submitted", ids=ids)
         self.watch(row, ids)
@@ -229,13 +233,13 @@ class Scheduler:
 
     def create_failed(self, row: BatchRow, exc: BaseException) -> None:
         self.sending.discard(row.index)
-        _ACTIVE.discard(self._key(row))
+        self.activity.sent(self._key(row))
         if not create_may_have_landed(exc):  # certainly not done (a 429, a refusal): it cost nothing
-            self.committed -= row.cost
+            self.committed -= self.charges.pop(row.index, row.cost)
             self.batch.calls -= 1
         if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
             now = self.clock()
-            streak = _RATE_LIMIT_STREAKS[self.key] = _RATE_LIMIT_STREAKS.get(self.key, 0) + 1
+            streak = self.activity.rate_limited(self.key)
             self.paused_until = max(self.paused_until, now + rate_limit_delay(streak, exc))
             self.limit = max(1, min(self.limit - 1, self.in_flight))
             self.lowered_until = now + RATE_LIMIT_WINDOW
@@ -314,6 +318,8 @@ class Scheduler:
         the estimate may be low, the key's own count is what was paid. Not when another run on the key overlapped
         this one: then the measure is unknown, and the budget counts this run's own calls at their price."""
         before, budget = self.batch.counts_before, self.batch.budget
+        if isinstance(budget, DollarBudget):  # the key's counts are credits: a dollar budget counts estimates
+            return
         if counts_left is None or before is None or budget is None or self.stop_reason or self.batch.overlapped:
             return  # overlapped: the key's counts moved for another run too; `next_row` counts this run's own calls
         spent = before - counts_left
@@ -339,7 +345,7 @@ class Scheduler:
         return self.poll_interval
 
     def finish(self, counts_after: int | None) -> None:
-        overlap.end(self.key, self.batch)
+        self.activity.end(self.key, self.batch)
         self.store.flush()  # row states a locked file refused earlier
         if counts_after is not None:
             self.batch.counts_after = counts_after

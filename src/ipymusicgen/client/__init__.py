@@ -8,11 +8,3 @@ batches plug in from the composition root (`ipymusicgen.workspace.workspace`) th
 - `responses`: reading, classifying and parsing answers; `retry`: the one retry policy;
 - `waiting`: wait, poll, resume; `transport`: bounded sync transport; `downloads`: files.
 """
-
-from typing import Any
-
-from .._removed import missing
-
-
-def __getattr__(name: str) -> Any:
-    raise missing(__name__, name)  # the faces' names live in `client.faces` (and `ipymusicgen` itself)

@@ -2,9 +2,10 @@
 
 A client journals paid work, hands finished songs to an archive and runs batches, but the journal
 (storage), the archive and the batch engine live in higher layers. A `Workspace` (`ipymusicgen.workspace`) passes its
-own `Wiring` to each client it builds (`MusicClient(wiring=...)`); a client made by hand gets the default
-the composition root installs here when the package is imported. The client asks it when it is made
-(`attach`), when it first needs its journal (`open_journal`) and in `batch()`.
+own `Wiring` to each client it builds (`MusicClient(wiring=...)`); a client made by hand gets the default the
+session module (`ipymusicgen.workspace.session`) installs here when it is imported: the one slot filled at import.
+The client asks it when it is made (`attach`), when it first needs its journal (`open_journal`) and in `batch()`;
+the batch engine asks it where the client's batch rows live (`batch_store`) and what runs on a key share (`keys`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,18 @@ class Wiring(Protocol):
 
     async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch: ...
 
+    def batch_store(self, client: Any) -> Any:
+        """The batch store of the client's journal file (owned by the wiring's workspace), or an in-memory one."""
+        ...
+
+    @property
+    def keys(self) -> Any:
+        """What the batches of this wiring's clients share on a key (`batch.key_activity.KeyActivity`)."""
+        ...
+
 
 _installed: list[Wiring] = []
+"""The default wiring: the one slot the session module fills at import (the package's allowed hook)."""
 
 
 def install(wiring: Wiring) -> None:
@@ -47,5 +58,5 @@ def install(wiring: Wiring) -> None:
 
 def installed() -> Wiring:
     if not _installed:
-        raise RuntimeError("ipymusicgen's client is not wired: import ipymusicgen (its package sets this up).")
+        raise RuntimeError("ipymusicgen's client is not wired: import ipymusicgen (its session module sets this up).")
     return _installed[0]

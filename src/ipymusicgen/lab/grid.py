@@ -16,11 +16,12 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ..batch.drivers import Batch, BatchError, validate_rows
-from ..models import costs
-from ..storage.batches import NEVER_SENT, store_for
+from ..models.dollar_prices import budget_charge, usd_estimate
+from ..storage.batches import NEVER_SENT
 from ..storage.errors import StorageError
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class GridCell:
     take: int
     request: dict[str, Any]
     estimate: int
+    """The service's credits (an engine's cell: 0; its price is in dollars)."""
+    estimate_usd: Decimal | None = None
+    """Its price in dollars: an engine's always, the service's at the user's credit rate (None without)."""
 
 
 class Grid:
@@ -88,7 +92,7 @@ class Grid:
             hashes = [r.request_hash for r in rows]
             name, order, self.resend_note = _derived_name_and_order(client, self.base, self.axes, repeat, hashes)
         self.cells = [
-            GridCell(order[i], params, take, request, costs.estimate_credits(row.request))
+            GridCell(order[i], params, take, request, budget_charge(row.request, None), usd_estimate(row.request))
             for i, ((params, take, request), row) in enumerate(zip(cells, rows, strict=True))
         ]
         self.name = name
@@ -176,6 +180,7 @@ class Grid:
                     **cell.params,
                     "take": cell.take,
                     "estimate": cell.estimate,
+                    "estimate_usd": cell.estimate_usd,
                     "state": row.state if row is not None else "not run",
                     "ids": ids,
                     "stars": round(sum(rated) / len(rated), 2) if rated else None,
@@ -192,13 +197,16 @@ class Grid:
 
     def __repr__(self) -> str:
         axes = " × ".join(f"{field} ({len(values)})" for field, values in self.axes.items())
+        usd = [c.estimate_usd for c in self.cells if c.estimate_usd is not None]
+        dollars = f"; ${sum(usd):.2f} in dollars (apart, never added to credits)" if usd else ""
         lines = [f"Grid {self.name!r}: {axes} × {self.repeat} take(s) = {len(self.cells)} rows, about "
-                 f"{self.estimate} credits"]  # fmt: skip
+                 f"{self.estimate} credits{dollars}"]  # fmt: skip
         if self.resend_note:
             lines.append(self.resend_note)
         for cell in self.cells:  # numbered by batch row (an extended grid appends its new cells' rows)
             shown = ", ".join(f"{k}={v!r}" for k, v in cell.params.items())
-            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}")
+            usd = f", ${cell.estimate_usd:.2f}" if cell.estimate_usd is not None else ""
+            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}{usd}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -250,7 +258,7 @@ def _derived_name_and_order(
     family = _derived_name(base, dict.fromkeys(axes), repeat)
     in_order = list(range(len(hashes)))
     try:
-        store = store_for(getattr(client.journal, "path", None) if client.journal is not None else None)
+        store = client.wiring.batch_store(client)  # where the client's batches keep their rows
         stored = store.rows(family)
     except StorageError:  # an unreadable store: the grid's own values name it
         return _derived_name(base, axes, repeat), in_order, ""

@@ -4,9 +4,10 @@ and counted as the service charged it wherever that can be told.
 A paid operation takes its estimate out of the budget under one lock before anything is sent (a batch takes
 its whole estimate), so two calls or two batches at once cannot both fit in the same credits. When it ends it
 counts what the key's music counts say it cost (before minus after), if no other paid operation of this
-server ran in its window and the charge has shown (a create that took nothing is not measured), and its
-estimate otherwise; a batch that sent fewer rows than it reserved gives the
-rest back. Lyrics are counted at their estimate: music counts do not say what they cost.
+server, nor a batch of its workspace, ran in its window (the workspace's `KeyActivity`, which its batches ask
+too) and the charge has shown (a create that took nothing is not measured), and its estimate otherwise; a batch
+that sent fewer rows than it reserved gives the rest back. Lyrics are counted at their estimate: music counts do
+not say what they cost.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ class Spend:
 
     def batch_measured(self) -> int | None:
         before, after = self.batch.counts_before, self.batch.counts_after
-        if self.window.overlapped or before is None or after is None or before < after:
+        overlapped = self.window.overlapped or self.batch.overlapped  # the batch's own: the workspace's other runs
+        if overlapped or before is None or after is None or before < after:
             return None
         if before == after and self.batch.calls:  # creates that cost nothing yet: the charge has not shown
             return None
@@ -84,23 +86,36 @@ class Spend:
 
 @dataclass
 class Ledger:
-    """The server's lifetime budget (None: no cap) and every paid operation it sent."""
+    """The server's lifetime budget (None: no cap) and every paid operation it sent. `activity` and `key`: the
+    workspace's per-key state (`batch.key_activity.KeyActivity`) and the key's fingerprint, where a single call's
+    window is opened too, so the workspace's batches and this server's calls see each other overlap (a batch
+    opens its own window there when it reads its counts)."""
 
     budget: int | None
+    activity: Any = None
+    key: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _spends: list[Spend] = field(default_factory=list)
+
+    def _close(self, spend: Spend) -> None:
+        spend.window.open = False
+        if self.activity is not None and not spend.is_batch:
+            self.activity.end(self.key, spend.window)
 
     def _close_finished(self) -> None:
         for spend in self._spends:
             if spend.window.open and not spend.running:
-                spend.window.open = False
+                self._close(spend)
 
-    def _open_window(self) -> Window:
+    def _open_window(self, *, batch: bool) -> Window:
         self._close_finished()
         others = [s.window for s in self._spends if s.window.open]
         for window in others:
             window.overlapped = True
-        return Window(overlapped=bool(others))
+        window = Window(overlapped=bool(others))
+        if self.activity is not None and not batch:
+            self.activity.begin(self.key, window)
+        return window
 
     def _counted(self) -> int:
         return sum(s.counted() for s in self._spends)
@@ -118,7 +133,7 @@ class Ledger:
                 left = max(0, self.budget - self._counted())
                 if estimate > left:
                     raise OverBudget(left, estimate)
-            spend = Spend(estimate, self._open_window(), is_batch=batch)
+            spend = Spend(estimate, self._open_window(batch=batch), is_batch=batch)
             self._spends.append(spend)
             return spend
 
@@ -130,7 +145,7 @@ class Ledger:
     def release(self, spend: Spend) -> None:
         """Nothing was sent: the reservation is given back whole."""
         with self._lock:
-            spend.window.open = False
+            self._close(spend)
             if spend in self._spends:
                 self._spends.remove(spend)
 
@@ -138,7 +153,7 @@ class Ledger:
         """A single call was sent (or may have been): it counts what the key's counts say, if they can tell."""
         with self._lock:
             spend.sent = spend.ended = True
-            spend.window.open = False
+            self._close(spend)
             # a create that took nothing off the key has not been charged *yet* (a service may charge late): the
             # estimate stands, so a late charge can never let the budget be passed
             known = before is not None and after is not None and before > after and not spend.window.overlapped

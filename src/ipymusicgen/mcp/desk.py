@@ -31,7 +31,7 @@ from ..models.dollar_prices import DollarPriceError
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
 from ..song_library import Library
-from ..storage.batches import NEVER_SENT, BatchStore, store_for
+from ..storage.batches import NEVER_SENT, BatchStore
 from ..storage.errors import StorageError, StorageUnavailableError
 from .agent_budget import Ledger, OverBudget, Spend
 from .engine_songs import dollars_of, engine_song, no_seconds, provider_of
@@ -126,8 +126,7 @@ class AgentDesk:
         self._naming = threading.Lock()
         """Held while a derived key is looked up and recorded: two re-issues at once share one name."""
         """The re-issue window's clock (a test gives it a fake one)."""
-        journal = client.journal
-        self.store: BatchStore = store_for(getattr(journal, "path", None) if journal is not None else None)
+        self.store: BatchStore = client.wiring.batch_store(client)  # the one its batches use (`client.batch`)
 
     # -- money ---------------------------------------------------------------------------------------
 

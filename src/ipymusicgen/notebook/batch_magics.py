@@ -134,7 +134,7 @@ class BatchMagics(Magics):
         base, axes = parse_grid(cell or "", self.shell.user_ns)
         try:
             view = None if args.no_watch else _grid_view  # the plan is drawn as its grid view (cards in cells)
-            plan = session.grid(base, repeat=args.repeat, name=args.name, view=view, **axes)
+            plan = session.current_workspace().grid(base, repeat=args.repeat, name=args.name, view=view, **axes)
         except MusicGenError as exc:
             raise UsageError(one_line(exc)) from None
         out = args.out or "_grid"

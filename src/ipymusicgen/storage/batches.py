@@ -302,21 +302,3 @@ class BatchStore:
         if shared is not None:
             shared.release()
 
-
-_memory: BatchStore | None = None
-_files: dict[Path, BatchStore] = {}
-_registry_lock = threading.Lock()
-
-
-def store_for(journal_path: str | Path | None) -> BatchStore:
-    """One store per journal file per process; the process's in-memory store when there is no journal."""
-    global _memory
-    with _registry_lock:
-        if journal_path is None:
-            if _memory is None:
-                _memory = BatchStore(None)
-            return _memory
-        key = Path(journal_path).resolve()
-        if key not in _files:
-            _files[key] = BatchStore(key)
-        return _files[key]

@@ -6,14 +6,14 @@ its own: every concern uses the file's one connection in this process (`connecti
 
 Concerns (each a query object with named methods; no SQL leaves `storage/`):
 
-- `db.journal` (also `db.tasks`, `db.attempts`): paid attempts and the tasks they made (`journal.Journal`);
-- `db.library` (also `db.ratings`): songs, search, favourites, notes, archive, measures, stars and votes,
-  spend (`library.LibraryStore`);
-- `db.batches`: batch rows and runs (`batches.BatchStore`);
+- `db.journal`: paid attempts and the tasks they made (`journal.Journal`), the workspace's clients' journal;
+- `db.library`: songs, search, favourites, notes, archive, measures, stars and votes, spend
+  (`library.LibraryStore`), what a `Library` given this database reads;
+- `db.batches`: batch rows and runs (`batches.BatchStore`), the one store every batch over the file uses;
 - `db.extras`: paid extras of a song (`extras.ExtrasStore`).
 
-A second engine (PostgreSQL) implements the same concerns (`interface`: one Protocol each) with the same method
-names and row types.
+Each concern is opened on first use and closed by `close()`: the `Database` is their one owner (there is no
+registry of stores by path). The journal is an SQLite file; no other engine implements these concerns.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Database:
         self._journal: Journal | None = None
         self._library: LibraryStore | None = None
         self._extras: ExtrasStore | None = None
+        self._batches: BatchStore | None = None
 
     def __repr__(self) -> str:
         return f"Database({str(self.path)!r})"
@@ -59,9 +60,6 @@ class Database:
                 self._journal = Journal(self.path, busy_timeout=self.busy_timeout)
             return self._journal
 
-    tasks = journal
-    attempts = journal
-
     @property
     def library(self) -> LibraryStore:
         """Songs as the library knows them: search, choices, archive, measures, ratings, spend."""
@@ -72,14 +70,15 @@ class Database:
                 self._library = LibraryStore(self.path)
             return self._library
 
-    ratings = library
-
     @property
     def batches(self) -> BatchStore:
-        """Batch rows and runs (one store per file per process, shared with every batch over it)."""
-        from .batches import store_for
+        """Batch rows and runs: this database's one store, given to every batch its workspace runs."""
+        with self._lock:
+            if self._batches is None:
+                from .batches import BatchStore
 
-        return store_for(self.path)
+                self._batches = BatchStore(self.path)
+            return self._batches
 
     @property
     def extras(self) -> ExtrasStore:
@@ -94,8 +93,8 @@ class Database:
     def close(self) -> None:
         """Close the concerns this object opened (the file's connection closes with its last user)."""
         with self._lock:
-            opened = [self._journal, self._library, self._extras]
-            self._journal = self._library = self._extras = None
+            opened = [self._journal, self._library, self._extras, self._batches]
+            self._journal = self._library = self._extras = self._batches = None
         for concern in opened:
             if concern is not None:
                 concern.close()

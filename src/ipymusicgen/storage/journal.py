@@ -23,7 +23,6 @@ import stat
 import time
 import uuid
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import service_address
 from ..errors import JournalUnavailableError, JournalWriteWarning, storage_reason
-from ..lifecycle import at_exit
+from ..lifecycle import close_at_exit
 from .journal_file import PRIVATE_FILE, busy_timeout_or_default, damaged, is_damage, write_transaction
 from .migrations import migrate
 from .owner import Owner
@@ -214,17 +213,6 @@ def _apply_saved(db: sqlite3.Connection, saved: Mapping[str, Any]) -> None:
         )
 
 
-_open_journals: weakref.WeakSet[Journal] = weakref.WeakSet()
-
-
-@at_exit
-def _close_at_exit() -> None:
-    """A journal still holding unwritten ids at exit writes them, or spills them beside the file."""
-    for journal in list(_open_journals):
-        with suppress(Exception):
-            journal.close()
-
-
 class Journal:
     """Thread-safe, process-safe journal of paid requests and their tasks."""
 
@@ -253,7 +241,7 @@ class Journal:
             self._shared, shared = None, self._shared
             shared.release()
             raise
-        _open_journals.add(self)
+        close_at_exit(self)  # still holding unwritten ids at exit, it writes them or spills them beside the file
 
     def __repr__(self) -> str:
         return f"Journal({str(self.path)!r})"
@@ -598,7 +586,6 @@ class Journal:
         (taken in when the journal next opens); a warning names the ids either way.
         """
         with self._lock:
-            _open_journals.discard(self)
             if not self.flush():
                 ids = self.backlog_ids
                 spill = self._spill()

@@ -3,9 +3,9 @@
 The journal, the library, the batch rows and the paid extras each used to open the file on their own, and
 `library()` opened it again on every call. Here a process-wide registry keyed by the file (its resolved path
 and identity on disk) hands every user the same `Shared` connection and its one lock; the connection closes
-when its last user releases it, or at exit. A file replaced on disk (moved aside, restored) is a new file and
-gets its own connection.
-"""
+when its last user releases it, or at exit (registered when the first file is opened, not at import). A file
+replaced on disk (moved aside, restored) is a new file and gets its own connection. One of the three modules
+allowed state of their own (with `lifecycle` and the session): the connections are the process's."""
 
 from __future__ import annotations
 
@@ -106,6 +106,7 @@ def acquire(path: str | Path, *, busy_timeout: float | None = None) -> Shared:
         if shared is None:
             shared = Shared(key, open_db(path, busy_timeout=seconds), seconds)
             _registry[key] = shared
+            at_exit(_close_all)  # registered by the first file opened, not by the import (once: at_exit says so)
         shared.users += 1
     return shared
 
@@ -116,7 +117,6 @@ def open_connections() -> list[Shared]:
         return list(_registry.values())
 
 
-@at_exit
 def _close_all() -> None:
     with _registry_lock:
         opened = list(_registry.values())

@@ -7,9 +7,6 @@ rules of their own (they show the request models' problems). The front end (anyw
 
 from __future__ import annotations
 
-from typing import Any
-
-from .._removed import missing
 from .card import TaskCard
 from .song_data import song_card
 from .studio import Studio
@@ -25,7 +22,3 @@ __all__ = [
     "studio",
     "watch_unfinished",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    raise missing(__name__, name)  # the old form names say which studio pane replaced them

@@ -12,21 +12,17 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..archive.archiver import archiver_of
-from ..archive.waveform import DEFAULT_POINTS, song_path, task_id_of
-from ..archive.waveform import waveform as archive_waveform
+from ..client import wiring
 from ..client.faces import AsyncMusicClient, MusicClient
 from ..config import Settings, env_float
 from ..lifecycle import at_exit
-from .workspace import Workspace
+from .workspace import ClientWiring, Workspace
 
 if TYPE_CHECKING:
     from ..lab.analysis import Analysis
-    from ..lab.grid import Grid
     from ..sandbox import Sandbox
     from ..song_library import Library
     from ..storage.journal import Journal
@@ -47,9 +43,15 @@ class _Session:
         self.sandbox: Sandbox | None = None
         self.notice_shown = False
         self.watchers: list[Closable] = []
+        self.archive_dir: str | Path | bool | None = None
+        """Where songs are archived (`set_archive_dir`), given to every workspace the session makes."""
 
 
 _session = _Session()
+DEFAULT_WIRING = ClientWiring()
+"""The wiring of a client made by hand (`MusicClient(...)`): the default journal, archive and batches, and what
+such clients' batches share on a key (the session's, apart from every workspace's own)."""
+wiring.install(DEFAULT_WIRING)  # the one hook: the client layer cannot import its default wiring from up here
 
 
 def settings() -> Settings:
@@ -81,6 +83,7 @@ def _start_sandbox() -> Sandbox:
     from ..sandbox import Sandbox
 
     if _session.sandbox is None:
+        at_exit(shutdown)  # the sandbox stops when the kernel or script ends
         stage = env_float(ENV_STAGE_SECONDS) or 3.0  # a bad value is one line naming the variable
         song = env_float(ENV_SONG_SECONDS) or 30.0
         sandbox = Sandbox(stage_seconds=stage, song_seconds=song)
@@ -102,6 +105,7 @@ def current_workspace() -> Workspace:
     """
     with _session.lock:
         if _session.workspace is None:
+            at_exit(shutdown)  # watchers, the client, the journal and the sandbox close when the process ends
             current = settings()
             if current.has_key:
                 _session.workspace = Workspace(current, client_settings=_client_settings)
@@ -111,7 +115,19 @@ def current_workspace() -> Workspace:
                 _session.workspace = Workspace(
                     current, journal_path=journal, folder=folder, client_settings=_client_settings
                 )
+            if _session.archive_dir is not None:
+                _session.workspace.archive.choose(_session.archive_dir)
         return _session.workspace
+
+
+def set_archive_dir(directory: str | Path | bool | None) -> None:
+    """Where this kernel archives songs (`%config MusicGen.archive_dir`): a path, False (off) or None (the default),
+    for the current workspace, the ones the session makes later and clients made by hand."""
+    with _session.lock:
+        _session.archive_dir = directory
+        DEFAULT_WIRING.archive.choose(directory)
+        if _session.workspace is not None:
+            _session.workspace.archive.choose(directory)
 
 
 def get_journal() -> Journal:
@@ -159,6 +175,7 @@ class Closable(Protocol):
 def register_watcher(watcher: Closable) -> None:
     """Remember a widget with background work so `shutdown()` can close it (the session never imports the UI)."""
     with _session.lock:
+        at_exit(shutdown)
         _session.watchers.append(watcher)
 
 
@@ -181,14 +198,15 @@ def current_client() -> MusicClient | None:
 
 
 def library(journal_path: str | Path | None = None) -> Library:
-    """Open the library over the journal in use, and retry any song whose archiving failed before."""
-    if journal_path is not None:
-        from ..song_library import Library  # the library and its song queries load on first use (figure 3)
+    """Open the library over the journal in use (or the one at `journal_path`), and retry any song whose archiving
+    failed before."""
+    return current_workspace().library() if journal_path is None else _library_at(journal_path)
 
-        return Library(journal_path)
-    opened = current_workspace().library()
-    retry_archives()
-    return opened
+
+def _library_at(journal_path: str | Path) -> Library:
+    from ..song_library import Library  # the library and its song queries load on first use (figure 3)
+
+    return Library(journal_path)
 
 
 def analyze(song_or_path: Any) -> Analysis:
@@ -197,98 +215,35 @@ def analyze(song_or_path: Any) -> Analysis:
     A file path, or a record or task id the library has archived (its measures are then kept in the library,
     where `songs(bpm=(110, 130), key="A minor", lufs=(-16, -8))` finds them). Needs `ipymusicgen[analysis]`.
     """
-    from ..lab.analysis_worker import measure  # in a worker process: a crash in librosa spares the kernel
-
-    task_id = task_id_of(song_or_path)
-    opened = _songs() if task_id is not None else None
-    path = song_path(song_or_path, find=_archived_finder(opened) if opened is not None else None)
-    try:
-        measures = measure(path)
-    except (ValueError, OSError) as exc:  # not audio, past the cap, unreadable: the old numbers must not stand
-        if opened is not None and task_id is not None:
-            opened.store.analysis_failed(task_id, f"{type(exc).__name__}: {exc}")
-        raise
-    if opened is not None and task_id is not None:
-        opened.store.analysed(task_id, measures.as_dict())
-        measures = _with_asked(measures, opened, task_id)
-    return measures
+    return current_workspace().analyze(song_or_path)
 
 
-def _with_asked(measures: Analysis, opened: Library, task_id: str) -> Analysis:
-    """The measures with what the song's request named ("128 bpm", "in D minor" in its style or prompt)."""
-    import dataclasses
-
-    from ..lab.adherence import asked_of
-
-    try:
-        song = opened.song(task_id)
-    except KeyError:
-        return measures
-    asked = asked_of((song.style, song.prompt, song.title))
-    return dataclasses.replace(measures, asked=asked) if asked else measures
-
-
-def grid(
-    base: dict[str, Any] | None = None,
-    *,
-    repeat: int = 1,
-    name: str | None = None,
-    client: MusicClient | None = None,
-    view: Callable[[Grid], Any] | None = None,
-    **axes: Any,
-) -> Grid:
-    """A prompt grid on the shared client: `grid({"action": "auto"}, style=["lo-fi", "jazz"], mv=["MFV2.0",
-    "MFV3.0"], repeat=2)`. Shows each cell's estimate and the total; `.run()` sends it as one named batch; `view`
-    draws it in a notebook (the layers above give one)."""
-    from ..lab.grid import Grid
-
-    return Grid(client or get_client(), base, axes, repeat=repeat, name=name, view=view)
-
-
-def waveform(song_or_path: Any, points: int = DEFAULT_POINTS) -> Any:
+def waveform(song_or_path: Any, points: int | None = None) -> Any:
     """Peak envelope of a song (`archive.waveform`): an audio file path, or a record or task id the library has
     archived. A numpy array of shape (points, 2), min and max per bucket, in [-1, 1]."""
-    return archive_waveform(song_or_path, points, find=lambda task_id: _archived_finder(_songs())(task_id))
+    return current_workspace().waveform(song_or_path, points)
 
 
-ARCHIVE_GRACE_SECONDS = 10.0
-"""How long `waveform(id)` / `analyze(id)` wait for a song whose archive is on its way (it lands a moment after
-the song finishes; longer on a busy machine) before saying there is no file."""
+def export(song_or_ids: Any, folder: str | Path, *, journal_path: str | Path | None = None) -> list[Path]:
+    """Export songs as folders under `folder`: per song the tagged MP3 (and WAV/MP4 when made), the cover, the
+    lyrics as text and `song.json` (request, lineage, cost estimated and measured apart, ratings, analysis), all
+    read from the library in use (or the journal at `journal_path`). `song_or_ids`: a song, a task id or a list
+    of them. Returns the song folders; nothing is asked of the service."""
+    return current_workspace().export(song_or_ids, folder, journal_path=journal_path)
 
 
-def _archived_finder(opened: Library) -> Callable[[str], Path | None]:
-    """The library's file for a song id; when there is none yet, wait (at most ARCHIVE_GRACE_SECONDS) for the shared
-    client's archiver to finish what it has in hand (`_songs()` just asked it to retry songs not kept), then look
-    again: a song being archived right now is found, an unknown id is refused once the archiver is idle."""
-
-    def find(task_id: str) -> Path | None:
-        found = opened.archived_path(task_id)
-        client = current_client() if found is None else None
-        archiver = archiver_of(client) if client is not None else None
-        if archiver is not None:
-            archiver.join(ARCHIVE_GRACE_SECONDS)
-            found = opened.archived_path(task_id)
-        return found
-
-    return find
-
-
-def _songs() -> Library:
-    """The current workspace's own library, to look songs up without opening one per call; a song whose archive
-    failed before is retried, as `library()` does."""
-    opened = current_workspace().songs
-    retry_archives()
-    return opened
+def make_extra(song_or_id: Any, kind: str, *, force: bool = False, client: MusicClient | None = None) -> Any:
+    """A finished song's paid extra, made at most once and kept beside the song: `kind` is "wav", "mp4" or
+    "vibe" (a singer id). Made before (any kernel on the journal, an agent): reused, nothing paid again. A
+    request that may have been charged without an answer is not sent again unless `force=True`. Calling it is
+    the consent (as `generate()` is); the card's button and `%musicgen_wav` ask first. Returns an `ExtraResult`
+    (.state, .path, .value, .sent)."""
+    return current_workspace().make_extra(song_or_id, kind, force=force, client=client)
 
 
 def retry_archives() -> None:
     """Ask the shared client's archiver to archive complete songs not archived yet (never starts a sandbox)."""
-    client = current_client()
-    if client is None and settings().has_key:
-        client = get_client()
-    archiver = archiver_of(client) if client is not None else None
-    if archiver is not None:
-        archiver.retry()
+    current_workspace().retry_archives()
 
 
 def shutdown() -> None:
@@ -304,6 +259,3 @@ def shutdown() -> None:
             _session.sandbox = None
         _close_journal()
         _session.notice_shown = False
-
-
-at_exit(shutdown)  # watchers, the client, the journal and the sandbox close when the kernel or script ends
