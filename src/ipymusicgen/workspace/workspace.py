@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Any
 from ..client.faces import AsyncMusicClient, MusicClient
 
 if TYPE_CHECKING:
-    from ..archive.workspace_archive import WorkspaceArchive
     from ..batch import Batch
     from ..batch.key_activity import KeyActivity
     from ..client.core import _Core
     from ..config import Settings
     from ..lab.analysis import Analysis
-    from ..lab.analyst import Analysts
     from ..lab.grid import Grid
     from ..song_library import Library
     from ..storage.batches import BatchStore
@@ -54,28 +52,6 @@ class ClientWiring:
         self._keys: KeyActivity | None = None
         self._running: list[Batch] = []
         """Batches this wiring started that had not ended when the last one started (stopped by `close()`)."""
-        self._archive: WorkspaceArchive | None = None
-        self._analysts: Analysts | None = None
-
-    @property
-    def archive(self) -> WorkspaceArchive:
-        """Where this wiring's clients archive, their archivers and the views' `events` (made on first need)."""
-        with self._lock:
-            if self._archive is None:
-                from ..archive.workspace_archive import WorkspaceArchive
-
-                self._archive = WorkspaceArchive()
-            return self._archive
-
-    @property
-    def analysts(self) -> Analysts:
-        """What measures the songs this wiring's archivers keep (made on first need)."""
-        with self._lock:
-            if self._analysts is None:
-                from ..lab.analyst import Analysts
-
-                self._analysts = Analysts()
-            return self._analysts
 
     @property
     def keys(self) -> KeyActivity:
@@ -107,15 +83,10 @@ class ClientWiring:
             return self._databases[key].batches
 
     def close(self) -> None:
-        """Stop its archivers and analysts (removing their throwaway folders) and close the stores it opened."""
+        """Close the stores this wiring opened."""
         with self._lock:
-            archive, analysts = self._archive, self._analysts
             opened, self._databases = list(self._databases.values()), {}
             memory, self._memory = self._memory, None
-        if archive is not None:
-            archive.close()
-        if analysts is not None:
-            analysts.close()
         for database in opened:
             database.close()
         if memory is not None:
@@ -127,20 +98,25 @@ class ClientWiring:
         return Journal(settings.journal_path)
 
     def attach(self, client: _Core, archive: Any) -> None:
+        from ..archive.archiver import attach
+        from ..lab.analyst import analyse_after_archive
+
         if archive is False:
             return
-        if isinstance(client, MusicClient):  # the client it was given downloads (any thread)
-            archiver = self.archive.attach(client, archive, downloader=client)
+        if isinstance(client, MusicClient):
+            archiver = attach(client, archive, downloader=client)  # the client it was given downloads (any thread)
         else:  # an async client belongs to its event loop: the archive's thread downloads with a sync twin
             settings = client.settings
-            archiver = self.archive.attach(
+            archiver = attach(
                 client, archive, downloader=lambda: MusicClient(settings=settings, journal=False, archive=False)
             )
         if archiver is not None:
-            archiver.followers.append(self.analysts.after_archive)  # each kept song measured (with the extra)
+            archiver.followers.append(analyse_after_archive)  # each kept song measured (when the extra is there)
 
     def wait_archived(self, client: _Core, records: list[Any], timeout: float) -> dict[str, Any] | None:
-        archiver = self.archive.archiver_of(client)
+        from ..archive.archiver import archiver_of
+
+        archiver = archiver_of(client)
         if archiver is None or archiver.journal_path is None or archiver.directory is None:
             return None
         return archiver.wait_archived(records, timeout)
@@ -254,16 +230,6 @@ class Workspace:
         return self.wiring.keys
 
     @property
-    def archive(self) -> WorkspaceArchive:
-        """Its archive: where its songs are kept, its clients' archivers, and the `events` its views subscribe to."""
-        return self.wiring.archive
-
-    @property
-    def analysts(self) -> Analysts:
-        """What measures the songs its archivers keep (stopped on `close()`)."""
-        return self.wiring.analysts
-
-    @property
     def client(self) -> MusicClient:
         """The shared sync client over this file, built on first use with the workspace's settings."""
         with self._lock:
@@ -357,20 +323,22 @@ class Workspace:
         from ..archive.waveform import song_path, task_id_of
         from ..lab.adherence import asked_of
         from ..lab.analysis_worker import measure  # in a worker process: a crash in librosa spares the kernel
-        from ..lab.song_analysis import analyse_song
 
         task_id = task_id_of(song_or_path)
         opened = self._found_songs() if task_id is not None else None
         path = song_path(song_or_path, find=self._archived(opened) if opened is not None else None)
+        try:
+            measures = measure(path)
+        except (ValueError, OSError) as exc:  # not audio, past the cap, unreadable: the old numbers must not stand
+            if opened is not None and task_id is not None:
+                opened.store.analysis_failed(task_id, f"{type(exc).__name__}: {exc}")
+            raise
         if opened is None or task_id is None:
-            return measure(path)
+            return measures
+        opened.store.analysed(task_id, measures.as_dict())
         try:  # with what the song's request named ("128 bpm", "in D minor" in its style or prompt)
             song = opened.song(task_id)
         except KeyError:
-            song = None
-        wav = song.wav_path if song is not None and song.wav_path and Path(song.wav_path).is_file() else None
-        measures = analyse_song(opened.store, task_id, path, wav=wav)  # kept whole: measured once per file
-        if song is None:
             return measures
         asked = asked_of((song.style, song.prompt, song.title))
         return dataclasses.replace(measures, asked=asked) if asked else measures
