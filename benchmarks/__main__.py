@@ -70,7 +70,10 @@ def _figure(number: int) -> Callable[..., list[Row]]:
     elif number == 15:
         from .bench_grid import run
     elif number == 16:
-        from .bench_gateway import run
+        from .bench_gateway import run as gateway_run
+        from .bench_gateway_batch import run as batch_run  # a 1,000-row batch at the gateway vs in the notebook
+
+        return lambda quick: [*gateway_run(quick=quick), *batch_run(quick=quick)]
     elif number == 17:
         from .bench_engines import run
     else:
