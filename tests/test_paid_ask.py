@@ -1,4 +1,4 @@
-"""One rule for asking before paying (`widgets/paid_ask.py`): every paid control of a studio, driven through the
+"""One rule for asking before paying (`PaidAsk` in `config.py`): every paid control of a studio, driven through the
 messages its browser sends, sends at once under `studio(confirm=False)` and asks first under
 `studio(confirm=True)`, even on a key that may cost money. A keyed sandbox plays the paid service; requests are
 counted where they arrive."""
@@ -13,8 +13,8 @@ import pytest
 from helpers import advance_until_done, wait_until
 
 from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.config import PaidAsk
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.widgets.paid_ask import PaidAsk
 from ipymusicgen.widgets.studio import Studio, studio
 
 KEY = "k-paid-ask-secret-7e21"

@@ -139,7 +139,7 @@ class BatchMagics(Magics):
             raise UsageError(one_line(exc)) from None
         out = args.out or "_grid"
         self.shell.user_ns[out] = plan
-        from ..widgets.paid_ask import PaidAsk
+        from ..config import PaidAsk
 
         cell = PaidAsk.of(plan.client.settings, False if args.yes or args.budget is not None else None)
         if not cell.press("cell", (plan.name, plan.estimate), lambda _changed: "not sent"):  # the batch cell's rule
@@ -165,9 +165,9 @@ class BatchMagics(Magics):
         """With a key that may cost money and neither --budget nor --yes (the `PaidAsk` rule, the grid cell's
         too): show the rows and their cost unsent in a batch view whose Send asks, then sends; True when shown."""
         from ..batch.drivers import run_batch, validate_rows
+        from ..config import PaidAsk
         from ..models import costs
         from ..widgets.batch import PricedBatch
-        from ..widgets.paid_ask import PaidAsk
 
         try:
             client = session.get_client()

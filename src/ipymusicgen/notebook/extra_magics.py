@@ -62,7 +62,7 @@ def run_extra(line: str, kind: str) -> ExtraResult | None:
                 "kept beside the song."
             )
 
-        from ..widgets.paid_ask import PaidAsk  # the one ask-before-paying rule, as the card's WAV/MP4 buttons
+        from ..config import PaidAsk  # the one ask-before-paying rule, as the card's WAV/MP4 buttons
 
         ask = PaidAsk.of(client.settings, False if yes else None)
         if not ask.press("extra", (task_id, kind), question):

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 import anywidget
 import traitlets
 
+from ..config import PaidAsk
 from ..errors import one_line
 from ..models import costs
 from ._static import front_end
 from .offered import Offers, allows, controls, target_of
-from .paid_ask import PaidAsk
 from .text import TextRepr
 
 if TYPE_CHECKING:

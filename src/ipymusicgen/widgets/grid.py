@@ -16,6 +16,7 @@ import anywidget
 import ipywidgets as w
 import traitlets
 
+from ..config import PaidAsk
 from ..errors import MusicGenError, one_line
 from ..lab.grid import Grid, GridCell
 from ..models.tasks import TaskState
@@ -23,7 +24,6 @@ from ._static import front_end
 from .card_audio import CardAudio
 from .compare import CompareView
 from .offered import Offers, allows, card_offers, controls, target_of
-from .paid_ask import PaidAsk
 from .song_data import Record, plain, song_card
 from .text import TextRepr
 

@@ -19,6 +19,7 @@ import traitlets
 
 from ..archive.archiver import archive_label
 from ..archive.extras import made_kinds
+from ..config import PaidAsk
 from ..errors import MusicGenError
 from ..models.tasks import STATE_WORDS
 from ..song_library import Library, LibrarySong
@@ -26,7 +27,6 @@ from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
 from .offered import REFUSED, Offers, allows, card_offers, controls, target_of
-from .paid_ask import PaidAsk
 from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
 from .text import TextRepr
 from .watch_actions import EXTRA_ACTIONS, extra_note, extra_question

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..config import PaidAsk
 from ..errors import RequestValidationError, UnprocessableEntityError
 from ..models.costs import CostTableError, estimate_credits
 from ..models.schema import field_descriptions
 from .fields import error_title, number_text, parse_number, problems_by_field, server_problems
-from .paid_ask import PaidAsk
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

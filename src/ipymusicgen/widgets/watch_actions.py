@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..client.faces import MusicClient
+from ..config import PaidAsk
 from ..errors import MusicGenError
 from ..models.schema import PROMPT_MAX, TITLE_MAX, V2Song
 from ..models.tasks import TaskSet, TaskState
-from .paid_ask import PaidAsk
 from .song_data import Record
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import anywidget
 
 from ..archive.archiver import add_archive_listener, archive_label
 from ..client.faces import MusicClient
+from ..config import PaidAsk
 from ..models.schema import V2Song
 from ..models.tasks import TaskSet
 from ..workspace.session import register_watcher, unregister_watcher
@@ -25,7 +26,6 @@ from ._static import front_end
 from .card import TaskCard
 from .card_audio import CardAudio
 from .offered import REFUSED, Offers, allows, card_offers, controls, target_of
-from .paid_ask import PaidAsk
 from .song_data import ALL_ACTIONS, Record, card_state, plain
 from .text import TextRepr
 from .watch_actions import ActionsPart, extend_fields
