@@ -46,7 +46,12 @@ WAITING = "waiting for the user to confirm in the card: nothing was sent. Do not
 
 
 class QuoteRefused(AgentError):
-    """A quote id that pays nothing: made up, used, expired, of another process or connection."""
+    """A quote id that pays nothing: made up, used, expired, of another process or connection. `unheld`: shaped
+    like a quote but not held by this server (made before a restart: the journal may know it)."""
+
+    def __init__(self, message: str, *, unheld: bool = False) -> None:
+        super().__init__(message)
+        self.unheld = unheld
 
 
 @dataclass
@@ -126,9 +131,12 @@ class QuoteBook:
             if quote is None:
                 if not quote_id.startswith(f"q-{PROCESS}-"):
                     raise QuoteRefused(
-                        "quote_id: made by another server process (or before this server restarted): nothing was sent"
+                        "quote_id: made by another server process (or before this server restarted): nothing was sent",
+                        unheld=True,
                     )
-                raise QuoteRefused("quote_id: no such quote (made up, or long forgotten): nothing was sent")
+                raise QuoteRefused(
+                    "quote_id: no such quote (made up, or long forgotten): nothing was sent", unheld=True
+                )
             if quote.connection != connection:
                 raise QuoteRefused("quote_id: made on another connection: nothing was sent")
             if quote.used:

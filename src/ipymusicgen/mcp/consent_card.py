@@ -6,8 +6,10 @@ then what the agent wrote (as text only), and calls `confirm_quote` when the use
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,6 +19,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ..storage.agent_quotes import note_confirmed, note_quote, quote_record
+from ..storage.errors import StorageError
 from .consent import CARD_URI, WAITING, Quote, QuoteBook, QuoteRefused, connection_mark, price_line, quote_view
 from .desk import Plan
 from .outputs import ConfirmOutput
@@ -75,7 +79,31 @@ class ConsentCard:
         """Nothing is sent: the tool's answer says `quoted`, its `quote` is for the card, the text for the model."""
         self.server.desk.record(plan)
         quote = self.quotes.issue(connection_mark(ctx), tool, plan, replan, execute, answer=answer)
-        return self._quoted(quote, WAITING)
+        result = self._quoted(quote, WAITING)
+        self._journal(quote, result)
+        return result
+
+    def _journal(self, quote: Quote, result: CallToolResult) -> None:
+        """The quote in the journal with its attempt's name and its price as shown (a locked file: kept to write)."""
+        assert result.structured_content is not None
+        price = result.structured_content["quote"]["price"]
+        with contextlib.suppress(StorageError):
+            note_quote(self.server.desk.store, quote.id, quote.tool, quote.plan.name, price, quote.expires)
+
+    def _past(self, quote_id: str) -> str | None:
+        """What the journal says of a quote this server does not hold (made before a restart), or None."""
+        store = self.server.desk.store
+        record = quote_record(store, quote_id)
+        if record is None:
+            return None
+        if record.state != "confirmed":
+            return (
+                "quote_id: made before this server restarted and never confirmed: nothing was sent; ask again for a "
+                "new quote"
+            )
+        row = store.rows(record.attempt).get(0) if record.attempt else None
+        songs = f"its songs are {', '.join(row.ids)} (wait_for_songs)" if row and row.ids else "see unfinished()"
+        return f"quote_id: confirmed before this server restarted ({record.tool}): {songs}; nothing was sent again"
 
     def _quoted(self, quote: Quote, note: str) -> CallToolResult:
         plan = quote.plan
@@ -94,7 +122,8 @@ class ConsentCard:
         try:
             quote = self.quotes.take(quote_id, connection_mark(ctx))
         except QuoteRefused as exc:
-            raise ToolError(str(exc)) from None
+            past = await self.server._blocking(lambda: self._past(quote_id)) if exc.unheld else None
+            raise ToolError(self.server._clean(past or str(exc))) from None
         blocking: Callable[[Callable[[], Any]], Awaitable[Any]] = self.server._blocking
         plan = await blocking(quote.replan)
         if not plan.free and (plan.estimate, plan.dollars) != (quote.plan.estimate, quote.plan.dollars):
@@ -112,7 +141,14 @@ class ConsentCard:
         refusal = None if plan.free else self.server.desk.refusal(plan, None)
         if refusal is not None:
             raise ToolError(refusal)
-        answer = self.server._clean(await blocking(lambda: quote.execute(plan)))
+        paying = replace(plan, quote=quote.id)
+
+        def pay() -> dict[str, Any]:
+            with contextlib.suppress(StorageError):  # the user's press, journalled before the call goes out
+                note_confirmed(self.server.desk.store, quote.id)
+            return quote.execute(paying)
+
+        answer = self.server._clean(await blocking(pay))
         answer["quote_id"] = quote.id
         return CallToolResult(
             content=[TextContent(type="text", text=json.dumps(answer, ensure_ascii=False))], structured_content=answer

@@ -31,6 +31,7 @@ from ..models.dollar_prices import DollarPriceError
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
 from ..song_library import Library
+from ..storage.agent_quotes import name_paying_quote
 from ..storage.batches import NEVER_SENT, BatchStore
 from ..storage.errors import StorageError, StorageUnavailableError
 from .agent_budget import Ledger, OverBudget, Spend
@@ -71,6 +72,8 @@ class Plan:
     dollars: Decimal | None = None
     """The price in US dollars: an engine's always (its `estimate` is 0 credits), a service call's where the user
     set a credit rate; consent shows it first."""
+    quote: str | None = None
+    """The consent quote the user confirmed for this call: its attempt row names it before the call goes out."""
 
     @property
     def free(self) -> bool:
@@ -348,6 +351,9 @@ class AgentDesk:
         if not claimed:
             self.ledger.release(spend)
             raise AgentError("idempotency_key: this call is being sent by another request; nothing was sent")
+        if plan.quote is not None:  # the journal says which quote pays this attempt, before it goes out
+            with contextlib.suppress(StorageError):
+                name_paying_quote(self.store, plan.name, plan.quote)
         engine = plan.kind == "engine"  # priced in dollars: the key's music counts do not measure it
         before = None if engine else self._counts_left()
         try:

@@ -310,6 +310,14 @@ def m014_attempt_providers(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS attempts_provider ON attempts(provider)")
 
 
+@migration
+def m015_agent_quotes(db: sqlite3.Connection) -> None:
+    """The agent server's consent quotes, and the attempt row's quote id (issue 40): `agent_quotes.py`."""
+    from .agent_quotes import create_tables
+
+    create_tables(db)
+
+
 LATEST = len(MIGRATIONS)
 
 
