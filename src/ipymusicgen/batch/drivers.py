@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import MusicGenError
 from ..storage.batches import BatchStore
 from . import on_gateway
-from .prepare import check_budget, start
+from .prepare import check_budget, either_budget, start
 from .result import STATES, Batch
 from .rows import BatchBudgetError, BatchError, BatchFailedError, BatchRow, request_hash, validate_rows
 from .scheduler import MAX_RATE_LIMITED, RATE_LIMITED
@@ -77,7 +77,8 @@ def run_batch(
     *,
     name: str | None = None,
     concurrency: int = 3,
-    budget: int | None = None,
+    budget: Any = None,
+    budget_usd: Any = None,
     wait: bool = True,
     stall_timeout: float = 900,
     retry_unknown: bool = False,
@@ -92,7 +93,8 @@ def run_batch(
     - `name`: re-running with it sends only rows never sent; without it, derived from the rows' hash.
     - `concurrency`: rows in flight at once, from their create until their songs finish.
     - `budget`: credits this run may spend; refused up front (nothing sent) when the estimate, or the
-      estimate against the key's counts left, is too much.
+      estimate against the key's counts left, is too much. In dollars across providers: `budget='$5'` or
+      `budget_usd=5` (a service row then counts at `MUSICGEN_CREDIT_DOLLARS`).
     - `wait=False`: returns at once (the batch runs in a thread); `batch.wait()` blocks, `batch.stop()` stops.
     - `stall_timeout`: a row fails only when none of its songs changed state for that many seconds.
     - `retry_unknown`: resend rows whose create may have reached the service (may charge twice).
@@ -101,6 +103,7 @@ def run_batch(
     Rows are kept in the client's journal file; a client with no journal (the embedded sandbox's) keeps
     them in this process's memory, so re-running in the same kernel is still safe but a restart forgets.
     """
+    budget = either_budget(budget, budget_usd)
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
     info = client.key_info() if engine.to_send() else None
@@ -176,7 +179,8 @@ async def run_batch_async(
     *,
     name: str | None = None,
     concurrency: int = 3,
-    budget: int | None = None,
+    budget: Any = None,
+    budget_usd: Any = None,
     wait: bool = True,
     stall_timeout: float = 900,
     retry_unknown: bool = False,
@@ -187,6 +191,7 @@ async def run_batch_async(
     """Run a batch on an `AsyncMusicClient`; same meaning as `run_batch`. `wait=False`: `await batch` later."""
     import asyncio
 
+    budget = either_budget(budget, budget_usd)
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
     info = (await client.key_info()) if engine.to_send() else None

@@ -11,7 +11,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from ..models import costs
+from ..models.dollar_prices import DollarBudget, DollarPriceError, budget_charge, dollar_budget, parse_budget
 from ..storage.batches import BatchStore, StoredRow
 from ..storage.errors import StorageError
 from .result import Batch
@@ -36,9 +36,15 @@ def _prepare(
         or not 1 <= concurrency <= MAX_CONCURRENCY
     ):
         raise BatchError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, a whole number (got {concurrency!r})")
+    try:  # '$5' (or a DollarBudget): dollars across providers; a number: the service's credits
+        budget = parse_budget(budget)
+    except DollarPriceError as exc:
+        raise BatchError(str(exc)) from None
     # a NaN budget would compare False against every cost and so never stop a paid row
-    if budget is not None and (
-        isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0
+    if (
+        budget is not None
+        and not isinstance(budget, DollarBudget)
+        and (isinstance(budget, bool) or not isinstance(budget, numbers.Real) or math.isnan(budget) or budget < 0)
     ):
         raise BatchError(f"budget must be 0 or more credits (got {budget!r})")
     rows = validate_rows(requests, allow_unknown_models=client.settings.allow_unknown_models)
@@ -58,11 +64,41 @@ def _prepare(
     return batch, stored
 
 
+def either_budget(budget: Any, budget_usd: Any) -> Any:
+    """`budget` (credits, or `'$5'`), or `budget_usd` (dollars) as a `DollarBudget`; both at once is refused."""
+    if budget_usd is None:
+        return budget
+    if budget is not None:
+        raise BatchError("give budget or budget_usd, not both")
+    try:
+        return dollar_budget(budget_usd, "budget_usd")
+    except DollarPriceError as exc:
+        raise BatchError(str(exc)) from None
+
+
+def _check_budget_unit(batch: Batch, engine: Scheduler) -> None:
+    """Every row priced in the budget's unit (an engine's row cannot come from credits; a service row counts in
+    dollars only at the user's rate), and a dollar budget checked, before anything is sent."""
+    try:
+        charges = [budget_charge(r.request, batch.budget) for r in engine.to_send()]
+    except DollarPriceError as exc:
+        raise BatchError(f"Batch {batch.name!r}: {exc} Nothing was sent.") from None
+    if isinstance(batch.budget, DollarBudget) and sum(charges) > batch.budget.amount:
+        raise BatchBudgetError(
+            f"Batch {batch.name!r} would cost about ${sum(charges):.2f}, more than the budget of {batch.budget}; "
+            "nothing was sent.",
+            estimate=sum(charges),  # type: ignore[arg-type]
+            budget=batch.budget,  # type: ignore[arg-type]
+            counts_left=None,
+        )
+
+
 def check_budget(batch: Batch, engine: Scheduler, counts_left: int | None) -> None:
-    estimate = costs.estimate_total(r.request for r in engine.to_send())
+    estimate = sum(budget_charge(r.request, None) for r in engine.to_send())  # the service's credits only
     batch.estimate = estimate
     batch.counts_before = counts_left  # this run's: a re-run is measured on its own
-    if batch.budget is not None and estimate > batch.budget:
+    _check_budget_unit(batch, engine)
+    if batch.budget is not None and not isinstance(batch.budget, DollarBudget) and estimate > batch.budget:
         raise BatchBudgetError(
             f"Batch {batch.name!r} would cost about {estimate} credits, more than the budget of {batch.budget}; "
             "nothing was sent.",

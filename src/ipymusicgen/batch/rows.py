@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FieldProblem, MusicGenError, RequestValidationError
+from ..models.providers import MUSICFUL, build_engine_request, check_provider
 from ..models.schema import V2Request, build_generate_request, build_v2_request
 
 
@@ -114,6 +115,10 @@ def _validate_row(raw: Any, allow_unknown_models: bool) -> tuple[Any, bool]:
         return build_v2_request(raw, allow_unknown_models=allow_unknown_models), True
     if isinstance(raw, Mapping):
         body = {k: v for k, v in ((str(k), _plain(v)) for k, v in raw.items()) if v is not None}
+        if "provider" in body:  # a row may name its engine: `musicful` (the service), `elevenlabs`, `lyria`
+            provider = check_provider(body.pop("provider"))
+            if provider != MUSICFUL:
+                return build_engine_request(provider=provider, **body), False
         v2 = bool(body.pop("v2", False)) or "is_auto" in body or "model_version" in body
         if v2:
             return build_v2_request(body, allow_unknown_models=allow_unknown_models), True

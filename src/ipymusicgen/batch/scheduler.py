@@ -14,7 +14,7 @@ from typing import Any
 from ..client.responses import create_may_have_landed
 from ..client.retry import rate_limit_delay
 from ..errors import AuthenticationError, CreateOutcomeUnknownError, InsufficientCreditsError, RateLimitError
-from ..models import costs
+from ..models.dollar_prices import DollarBudget, budget_charge
 from ..models.tasks import TaskSet, TaskState
 from ..storage.batches import StoredRow
 from ..storage.errors import StorageUnavailableError
@@ -68,7 +68,8 @@ class Scheduler:
         self.elsewhere: list[BatchRow] = []
         """Rows another run is sending (`sent_elsewhere`), read from the store each round until they have ids."""
         self.backfill_rounds = 0
-        self.committed = 0  # estimated credits of rows sent or being sent in this run
+        self.committed: Any = 0  # estimated credits (dollars, for a DollarBudget) of rows sent or being sent
+        self.charges: dict[int, Any] = {}  # what each row sending counts against the budget, in its unit
         self.key = ""  # the key's fingerprint: 429 streaks are counted per key
         self.host = ""  # the service's v1 host: a run's window is checked against other paid calls there
 
@@ -141,9 +142,12 @@ class Scheduler:
             self.lowered_until = now + RATE_LIMIT_WINDOW / max(1, self.batch.concurrency)
         while self.queue and now >= self.paused_until and self.in_flight < self.limit:
             row = self.queue.popleft()
-            cost = costs.estimate_credits(row.request)
-            if self.batch.budget is not None and self.committed + cost > self.batch.budget:
-                self._skip(row, f"budget of {self.batch.budget} credits reached")
+            budget = self.batch.budget  # credits, or a DollarBudget across providers (`dollar_prices`)
+            cost = budget_charge(row.request, None)  # the service's credits (an engine's row: none)
+            charge = budget_charge(row.request, budget) if budget is not None else cost  # in the budget's unit
+            if budget is not None and self.committed + charge > getattr(budget, "amount", budget):
+                said = budget if isinstance(budget, DollarBudget) else f"{budget} credits"
+                self._skip(row, f"budget of {said} reached")
                 continue
             try:
                 claimed = self.store.claim(self.name, row.index, cost, allow_unknown=self.retry_unknown)
@@ -155,7 +159,8 @@ class Scheduler:
             if not claimed:  # another run took it since this one loaded: followed from the store like the others
                 self.sent_elsewhere(row, "by another run of this batch")
                 continue
-            self.committed += cost
+            self.committed += charge
+            self.charges[row.index] = charge
             self.batch.calls += 1
             row.cost = cost
             row.started_at = now
@@ -230,7 +235,7 @@ class Scheduler:
         self.sending.discard(row.index)
         self.activity.sent(self._key(row))
         if not create_may_have_landed(exc):  # certainly not done (a 429, a refusal): it cost nothing
-            self.committed -= row.cost
+            self.committed -= self.charges.pop(row.index, row.cost)
             self.batch.calls -= 1
         if isinstance(exc, RateLimitError):  # definitely not done: back off, slow down, send it again
             now = self.clock()
@@ -313,6 +318,8 @@ class Scheduler:
         the estimate may be low, the key's own count is what was paid. Not when another run on the key overlapped
         this one: then the measure is unknown, and the budget counts this run's own calls at their price."""
         before, budget = self.batch.counts_before, self.batch.budget
+        if isinstance(budget, DollarBudget):  # the key's counts are credits: a dollar budget counts estimates
+            return
         if counts_left is None or before is None or budget is None or self.stop_reason or self.batch.overlapped:
             return  # overlapped: the key's counts moved for another run too; `next_row` counts this run's own calls
         spent = before - counts_left

@@ -16,10 +16,11 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ..batch.drivers import Batch, BatchError, validate_rows
-from ..models import costs
+from ..models.dollar_prices import budget_charge, usd_estimate
 from ..storage.batches import NEVER_SENT
 from ..storage.errors import StorageError
 
@@ -40,6 +41,9 @@ class GridCell:
     take: int
     request: dict[str, Any]
     estimate: int
+    """The service's credits (an engine's cell: 0; its price is in dollars)."""
+    estimate_usd: Decimal | None = None
+    """Its price in dollars: an engine's always, the service's at the user's credit rate (None without)."""
 
 
 class Grid:
@@ -88,7 +92,7 @@ class Grid:
             hashes = [r.request_hash for r in rows]
             name, order, self.resend_note = _derived_name_and_order(client, self.base, self.axes, repeat, hashes)
         self.cells = [
-            GridCell(order[i], params, take, request, costs.estimate_credits(row.request))
+            GridCell(order[i], params, take, request, budget_charge(row.request, None), usd_estimate(row.request))
             for i, ((params, take, request), row) in enumerate(zip(cells, rows, strict=True))
         ]
         self.name = name
@@ -113,12 +117,14 @@ class Grid:
     def run(
         self,
         *,
-        budget: int | None = None,
+        budget: Any = None,
+        budget_usd: Any = None,
         concurrency: int = 3,
         wait: bool = False,
         on_update: Callable[[Batch], None] | None = None,
     ) -> Batch:
-        """Send the grid as one named batch (`self.name`): a re-run sends only rows never sent."""
+        """Send the grid as one named batch (`self.name`): a re-run sends only rows never sent. `budget`: credits,
+        or dollars across providers (`'$5'`, or `budget_usd=5`)."""
         told: list[Batch] = []
         telling = threading.Lock()
 
@@ -135,7 +141,13 @@ class Grid:
                 on_update(batch)
 
         batch = self.client.batch(
-            self.rows, name=self.name, budget=budget, concurrency=concurrency, wait=wait, on_update=updated
+            self.rows,
+            name=self.name,
+            budget=budget,
+            budget_usd=budget_usd,
+            concurrency=concurrency,
+            wait=wait,
+            on_update=updated,
         )
         tell(batch)
         return batch
@@ -176,6 +188,7 @@ class Grid:
                     **cell.params,
                     "take": cell.take,
                     "estimate": cell.estimate,
+                    "estimate_usd": cell.estimate_usd,
                     "state": row.state if row is not None else "not run",
                     "ids": ids,
                     "stars": round(sum(rated) / len(rated), 2) if rated else None,
@@ -192,13 +205,16 @@ class Grid:
 
     def __repr__(self) -> str:
         axes = " × ".join(f"{field} ({len(values)})" for field, values in self.axes.items())
+        usd = [c.estimate_usd for c in self.cells if c.estimate_usd is not None]
+        dollars = f"; ${sum(usd):.2f} in dollars (apart, never added to credits)" if usd else ""
         lines = [f"Grid {self.name!r}: {axes} × {self.repeat} take(s) = {len(self.cells)} rows, about "
-                 f"{self.estimate} credits"]  # fmt: skip
+                 f"{self.estimate} credits{dollars}"]  # fmt: skip
         if self.resend_note:
             lines.append(self.resend_note)
         for cell in self.cells:  # numbered by batch row (an extended grid appends its new cells' rows)
             shown = ", ".join(f"{k}={v!r}" for k, v in cell.params.items())
-            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}")
+            usd = f", ${cell.estimate_usd:.2f}" if cell.estimate_usd is not None else ""
+            lines.append(f"  {cell.index + 1:>3}. {shown} (take {cell.take}): about {cell.estimate}{usd}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:

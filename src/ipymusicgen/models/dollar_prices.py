@@ -125,3 +125,102 @@ def credit_rate(value: str | None = None) -> Decimal:
 def service_dollars(credits: int, rate: Decimal | None = None) -> Decimal:
     """A service call's price in dollars, beside its credits (never added to them)."""
     return (rate if rate is not None else credit_rate()) * credits
+
+
+# -- budgets in dollars ------------------------------------------------------------------------------------
+
+MAX_BUDGET_DOLLARS = Decimal(1_000_000)
+"""The largest dollar budget taken: far above any real spend (1e30 is a typo, refused)."""
+
+
+@dataclass(frozen=True)
+class DollarBudget:
+    """A budget in US dollars across providers (`--budget '$5'`, `budget_usd=5`): an engine's song counts at its
+    dollar price, a service call at its credits times the user's rate (`MUSICGEN_CREDIT_DOLLARS`)."""
+
+    amount: Decimal
+
+    def __str__(self) -> str:
+        return f"${self.amount:.2f}"
+
+
+def dollar_budget(value: object, where: str = "budget") -> DollarBudget:
+    """`5`, `"5"`, `"$5"`, `"5 usd"` as a `DollarBudget` from $0 (send nothing) to `MAX_BUDGET_DOLLARS`."""
+    text = str(value).strip()
+    text = text.removeprefix("$").strip()
+    if text.lower().endswith("usd"):
+        text = text[:-3].strip()
+    try:
+        amount = Decimal(text) if not isinstance(value, bool) else Decimal("NaN")
+    except (InvalidOperation, ValueError):
+        amount = Decimal("NaN")
+    if not amount.is_finite() or amount < 0 or amount > MAX_BUDGET_DOLLARS:
+        shown = str(value)[:40].encode("unicode_escape").decode()
+        raise DollarPriceError(f"{where} must be dollars from $0 to ${MAX_BUDGET_DOLLARS} (got {shown!r})")
+    return DollarBudget(amount)
+
+
+def parse_budget(value: object, where: str = "budget") -> object:
+    """A budget as given: a `DollarBudget` when it is written in dollars (`"$5"`, `"5usd"`); any other text is
+    refused (`"10"` is no number of credits); a number is left as it is (credits, checked where credits are)."""
+    if isinstance(value, DollarBudget):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text.startswith("$") or text.endswith("usd"):
+            return dollar_budget(value, where)
+        shown = value[:40].encode("unicode_escape").decode()
+        raise DollarPriceError(f"{where} must be whole credits (30) or dollars ('$5') (got {shown!r})")
+    return value
+
+
+def budget_charge(request: object, budget: object, rate: Decimal | None = None) -> Decimal | int:
+    """What one request counts against `budget`, in the budget's unit: dollars for a `DollarBudget` (a service
+    call at its credits times the user's rate, refused in one line without one), else the service's credits (an
+    engine's song cannot be paid from credits: refused in one line saying to give the budget in dollars)."""
+    from .costs import estimate_credits
+
+    engine_song = isinstance(request, EngineRequest)
+    if isinstance(budget, DollarBudget):
+        return estimate(request) if engine_song else service_dollars(estimate_credits(request), rate)  # type: ignore[arg-type]
+    if engine_song:
+        if budget is None:
+            return 0  # no budget: an engine's song costs no credits (its dollars are in its price)
+        raise DollarPriceError(
+            f"A budget in credits cannot pay for a {request.provider} song (it is priced in dollars): give the "  # type: ignore[union-attr]
+            "budget in dollars (--budget '$5', budget='$5' or budget_usd=5)."
+        )
+    return estimate_credits(request)
+
+
+def usd_estimate(request: object) -> Decimal | None:
+    """A request's price in dollars where one is known: an engine's song always; a service call only at the rate
+    the user set (None without one; a bad rate is refused in one line)."""
+    from .costs import estimate_credits
+
+    if isinstance(request, EngineRequest):
+        return estimate(request)
+    if not os.environ.get(ENV_CREDIT_DOLLARS, "").strip():
+        return None
+    return service_dollars(estimate_credits(request))
+
+
+MAX_BUDGET_CREDITS = 10**12
+"""The largest credits budget a command line takes (as the gateway's and the agent server's)."""
+
+
+def budget_option(text: str) -> int | DollarBudget:
+    """`--budget 30` (whole credits, ASCII digits) or `--budget '$5'` / `5usd` (dollars across providers), as a
+    magic's line gives it; anything else (NaN, a sign, 1e30, escape codes) is refused in one line."""
+    import argparse
+
+    clean = text.strip()
+    if clean.isascii() and clean.isdigit() and int(clean) <= MAX_BUDGET_CREDITS:
+        return int(clean)
+    try:
+        budget = parse_budget(clean, "--budget")
+    except DollarPriceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not isinstance(budget, DollarBudget):  # pragma: no cover - parse_budget refuses every other text
+        raise argparse.ArgumentTypeError("--budget must be whole credits or dollars ('$5')")
+    return budget

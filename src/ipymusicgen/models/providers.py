@@ -158,6 +158,10 @@ class EngineRequest(BaseModel):
     def capability(self) -> Capability:
         return capability(self.provider, self.model)
 
+    def to_payload(self) -> dict[str, Any]:
+        """The request as a batch row records it (its provider included): what a re-run compares."""
+        return self.model_dump(exclude_none=True)
+
     @property
     def model_name(self) -> str:
         return self.model or DEFAULT_MODELS[self.provider]

@@ -20,6 +20,7 @@ from IPython.utils.process import arg_split
 
 from ..client.waiting import archive_notes
 from ..errors import MusicGenError, dashed_option, one_line, unknown_option
+from ..models.dollar_prices import budget_option
 from ..workspace import session
 from .args import unregister_magics
 from .batch_lines import parse_grid, parse_lines, rows_from_variable
@@ -55,7 +56,7 @@ class BatchMagics(Magics):
     @magic_arguments()
     @argument("--name", help="the batch's name: re-running with it sends only rows never sent")
     @argument("--concurrency", type=int, default=3, help="rows in flight at once (default 3)")
-    @argument("--budget", type=int, default=None, help="most credits the batch may spend (sends without asking)")
+    @argument("--budget", type=budget_option, default=None, help="most the batch may spend: credits, or dollars ('$5')")
     @argument("--yes", action="store_true", help="send without asking, even with a key that may cost money")
     @argument("--from", dest="source", metavar="VAR", help="a DataFrame or list of dicts, one row a request")
     @argument("--no-watch", action="store_true", help="no song cards (the progress view still shows)")
@@ -109,7 +110,7 @@ class BatchMagics(Magics):
     @argument("--name", help="the grid's batch name: re-running with it sends only rows never sent")
     @argument("--repeat", type=int, default=1, help="takes of each cell (default 1)")
     @argument("--concurrency", type=int, default=3, help="rows in flight at once (default 3)")
-    @argument("--budget", type=int, default=None, help="most credits the grid may spend (sends without asking)")
+    @argument("--budget", type=budget_option, default=None, help="most the grid may spend: credits, or dollars ('$5')")
     @argument("--yes", action="store_true", help="send without asking, even with a key that may cost money")
     @argument("--no-watch", action="store_true", help="no song cards (the progress view still shows)")
     @argument("--wait", action="store_true", help="block until every row is done")
