@@ -44,6 +44,8 @@ class SeatCountingUpstream:
                 Route("/v1/music/generate", self._generate, methods=["POST"]),
                 Route("/v1/music/tasks", self._tasks, methods=["GET"]),
                 Route("/v1/get_api_key_info", self._info, methods=["GET"]),
+                Route("/v2/submit", self._generate, methods=["POST"]),
+                Route("/v2/query", self._query, methods=["GET"]),
             ]
         )
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
@@ -84,14 +86,20 @@ class SeatCountingUpstream:
                 self.refused_429 += 1
                 message = {"status": 429, "message": "Too many generations running at once", "data": None}
                 return JSONResponse(message, status_code=429, headers={"Retry-After": self.retry_after})
+            v2 = request.url.path == "/v2/submit"
+            if v2:
+                body = {"style": body.get("prompt")}
             if body.get("style") == "refuse me":
                 return JSONResponse({"status": 400, "message": "style not allowed here", "data": None})
             number = next(self._numbers)
-            ids = [f"up-{number}-a", f"up-{number}-b"]
+            ids = [f"{'v2' if v2 else 'up'}-{number}-a", f"{'v2' if v2 else 'up'}-{number}-b"]
             self.calls.append({"style": body.get("style"), "ids": ids, "finished": False})
             self.peak = max(self.peak, running + 1)
         if self.hold:
             await asyncio.sleep(self.hold)
+        if v2:
+            songs = [{"song_id": i, "status": "RUNNING", "audio_duration": -1, "tags": body["style"]} for i in ids]
+            return JSONResponse({"status": 200, "message": "Success", "data": songs})
         return JSONResponse({"status": 200, "message": "Success", "data": {"ids": ids}})
 
     async def _tasks(self, request: Request) -> JSONResponse:
@@ -104,6 +112,17 @@ class SeatCountingUpstream:
                 if asked is None or i in asked.split(",")
             ]
         return JSONResponse({"status": 200, "message": "Success", "data": records})
+
+    async def _query(self, request: Request) -> JSONResponse:
+        asked = request.query_params.get("song_id")
+        with self.lock:
+            songs = [
+                {"song_id": i, "status": "FINISHED" if c["finished"] else "RUNNING", "tags": c["style"]}
+                for c in self.calls
+                for i in c["ids"]
+                if i == asked
+            ]
+        return JSONResponse({"status": 200, "message": "Success", "data": songs})
 
     async def _info(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": 200, "message": "Success", "data": {"key_music_counts": 100_000}})

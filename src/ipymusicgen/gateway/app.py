@@ -260,8 +260,9 @@ class Gateway:
     async def tasks(self, user: str, ids_text: str | None) -> Response:
         """The tasks asked for that are the caller's; no `ids` at all: every task of the caller's (as the
         service answers every task of the key), asked in chunks so no query grows too long."""
-        if self.queue is not None and ids_text is not None:
-            queued = await self.queue.tasks(user, [i for i in ids_text.split(",") if i])
+        if self.queue is not None:  # the caller's queue ids: waiting, or under the upstream's ids once sent
+            asked = [i for i in ids_text.split(",") if i] if ids_text is not None else None
+            queued = await self.queue.tasks(user, asked)
             if queued is not None:
                 return queued
         if ids_text is None:
@@ -392,7 +393,7 @@ class Gateway:
             standing = (await self.blocking(self.ledger.standing, user)).get(whose)
             return _no_credits(user, whose, standing, estimated)
         if placed is not None and placed.shown:  # waiting, or a repeat of a call answered with its queue ids
-            return queued_answer(path, placed.ids, placed.position)
+            return queued_answer(path, placed.ids, placed.position, placed.waiting)
         if reservation.kind == "repeat":
             kept = self.backlog.kept(reservation.call_id) if reservation.call_id is not None else None
             if kept is not None and kept.status_code is not None:  # answered; the ledger has not taken it yet

@@ -22,14 +22,17 @@ QUEUED_NOTE = "queued by the gateway: sent when one of the team key's seats free
 UNKNOWN_NOTE = "sent, but its outcome is not known yet (the gateway sending it stopped): it may have been made"
 
 
-def queued_answer(endpoint: str, ids: tuple[str, ...], position: int) -> JSONResponse:
-    """The create's answer while it waits: the service's shape, with the gateway's ids, its state and place."""
+def queued_answer(endpoint: str, ids: tuple[str, ...], position: int, waiting: bool = True) -> JSONResponse:
+    """The create's answer while it waits: the service's shape, with the gateway's ids, its state and place (a
+    repeat of its Idempotency-Key once it was sent: the same ids, sent; polling them tells the rest)."""
+    place = {"position": position} if waiting else {}
     if endpoint == V2_SUBMIT:
-        songs = [
-            {"song_id": i, "status": "QUEUED", "position": position, "audio": "", "audio_duration": -1} for i in ids
-        ]
+        status = "QUEUED" if waiting else "RUNNING"
+        songs = [{"song_id": i, "status": status, **place, "audio": "", "audio_duration": -1} for i in ids]
         return JSONResponse({"status": 200, "message": "Success", "data": songs})
-    data = {"ids": list(ids), "state": "queued", "position": position, "note": QUEUED_NOTE}
+    data = {"ids": list(ids), "state": "queued" if waiting else "sent", **place}
+    if waiting:
+        data["note"] = QUEUED_NOTE
     return JSONResponse({"status": 200, "message": "Success", "data": data})
 
 

@@ -133,10 +133,12 @@ class FairQueue:
         """Free the seats whose calls make nothing more: refused, finished songs, or held too long."""
         for seat in await self.gateway.blocking(lq.held, self.ledger):
             mine = seat.holder == self.ledger.owner or not _alive(seat.holder)
-            if not mine or seat.state == PENDING:
+            if not mine:
                 continue
             done = seat.state == REFUSED or now - seat.held_at > HOLD_MAX
-            if not done and seat.state == DONE:
+            if seat.state == PENDING and not done:
+                continue
+            if not done and seat.state == DONE:  # (a call still being sent is let be until HOLD_MAX)
                 if seat.checked_at is not None and now - float(seat.checked_at) < WATCH_EVERY:
                     continue
                 await self.gateway.blocking(lq.checked, self.ledger, seat.slot, now)
@@ -214,14 +216,18 @@ class FairQueue:
             await self.gateway.blocking(lq.after_send, self.ledger, call_id)
             self.wake()
 
-    async def tasks(self, user: str, ids: list[str]) -> Response | None:
-        """A v1 task query naming any of the caller's queue ids (None: it names none; the usual path answers)."""
-        if not any(i.startswith(ID_PREFIX) for i in ids):
+    async def tasks(self, user: str, ids: list[str] | None) -> Response | None:
+        """A v1 task query naming any of the caller's queue ids, or asking for all their tasks (`ids` None) while
+        they have some (None: the usual path answers). Sent rows read under the ids the caller holds."""
+        if ids is not None and not any(i.startswith(ID_PREFIX) for i in ids):
             return None
         self.start()
-        looked = await self.gateway.blocking(lq.look_up, self.ledger, user, [i for i in ids if i.startswith(ID_PREFIX)])
+        mine = [i for i in ids if i.startswith(ID_PREFIX)] if ids is not None else None
+        looked = await self.gateway.blocking(lq.look_up, self.ledger, user, mine)
         if not looked:
             return None
+        if ids is None:
+            return await self._every_task(user, looked)
         asked, names, records = [], {}, []
         for task_id in ids:
             found = looked.get(task_id)
@@ -239,6 +245,18 @@ class FairQueue:
         if not records and answer is not None:
             return answer
         return with_records(answer, records, ids, "id")
+
+    async def _every_task(self, user: str, looked: dict[str, lq.Looked]) -> Response:
+        """Every task of the caller's: the upstream's (those of sent rows under the queue ids), then the rows still
+        waiting or refused."""
+        v1 = {k: v for k, v in looked.items() if v.endpoint != V2_SUBMIT}
+        names = {theirs: k for k, v in v1.items() if (theirs := upstream_id(v)) is not None}
+        records = [record(v, v2=False) for k, v in v1.items() if upstream_id(v) is None]
+        mine = await self.gateway.blocking(self.ledger.tasks_of, user)
+        answer = await self.gateway._all_tasks(user, mine) if mine else None
+        if answer is not None and names:
+            answer = _rebodied(answer, renamed(bytes(answer.body), names))
+        return with_records(answer, records, [], "id") if records or answer is None else answer
 
     async def query_v2(self, user: str, song_id: str) -> Response | None:
         """A v2 query of one of the caller's queue ids (None: not one)."""

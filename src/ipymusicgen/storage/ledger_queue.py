@@ -38,6 +38,8 @@ class Placed:
     shown: bool = False
     position: int = 0
     slot: int | None = None
+    waiting: bool = True
+    """Whether it still waits (a repeat of one sent since answers its ids as sent)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Looked:
     call_state: str
     body: bytes | None
     position: int
+    endpoint: str = ""
 
 
 def _lock(ledger: Ledger) -> str:
@@ -135,9 +138,11 @@ def enqueue(
         state = PENDING if slot is not None else QUEUED
         found = ledger.reserve_in(cur, user, idem_key, endpoint, model, estimated, fingerprint, request, state)
         if found.kind == "repeat" and found.call_id is not None:
-            row = cur.one("SELECT ids, shown FROM queue WHERE call_id = ?", (found.call_id,))
+            row = cur.one("SELECT ids, shown, state FROM queue WHERE call_id = ?", (found.call_id,))
             if row and row[1]:
-                return Placed(found, tuple(json.loads(row[0])), True, _positions(cur, user, [found.call_id])[0])
+                ids, waiting = tuple(json.loads(row[0])), row[2] == WAITING
+                place = _positions(cur, user, [found.call_id])[0] if waiting else 0
+                return Placed(found, ids, True, place, waiting=waiting)
             return Placed(found)
         if found.kind != "new" or found.call_id is None:
             return Placed(found)
@@ -301,23 +306,32 @@ def cancel(ledger: Ledger, task_id: str, user: str | None = None) -> bool:
         return True
 
 
-def look_up(ledger: Ledger, user: str, ids: list[str]) -> dict[str, Looked]:
-    """The caller's own queue ids among `ids` (another user's read as absent), each with its row and call."""
-    if not ids:
+def look_up(ledger: Ledger, user: str, ids: list[str] | None) -> dict[str, Looked]:
+    """The caller's own queue ids among `ids` (another user's read as absent), each with its row and call; `ids`
+    None: every one of the caller's queue ids that they were answered with."""
+    if ids is not None and not ids:
         return {}
-    marks = ", ".join("?" for _ in ids)
+    marks = ", ".join("?" for _ in ids or ())
+    which = f"i.task_id IN ({marks})" if ids is not None else "q.shown = 1"
     with ledger._cursor(write=False) as cur:
         rows = cur.all(
-            "SELECT i.task_id, i.idx, q.call_id, q.state, c.state, c.body FROM queue_ids i "
+            "SELECT i.task_id, i.idx, q.call_id, q.state, c.state, c.body, q.endpoint FROM queue_ids i "
             "JOIN queue q ON q.call_id = i.call_id JOIN calls c ON c.id = q.call_id "
-            f"WHERE q.user_name = ? AND i.task_id IN ({marks})",
-            (user, *ids),
+            f"WHERE q.user_name = ? AND {which} ORDER BY q.call_id, i.idx",
+            (user, *(ids or ())),
         )
         waiting = sorted({int(r[2]) for r in rows if r[3] == WAITING})
         places = dict(zip(waiting, _positions(cur, user, waiting), strict=True))
     return {
         r[0]: Looked(
-            r[0], int(r[1]), int(r[2]), r[3], r[4], bytes(r[5]) if r[5] is not None else None, places.get(int(r[2]), 0)
+            r[0],
+            int(r[1]),
+            int(r[2]),
+            r[3],
+            r[4],
+            bytes(r[5]) if r[5] is not None else None,
+            places.get(int(r[2]), 0),
+            r[6],
         )
         for r in rows
     }
