@@ -204,6 +204,10 @@ class BatchStore:
                         now,
                     ),
                 )
+            if not to_send and not cur.one(  # nothing to send or follow: shown done at once, not after a round
+                "SELECT 1 FROM batch_rows WHERE batch_id = ? AND state IN ('queued', 'sending', 'sent')", (batch_id,)
+            ):
+                cur.run("UPDATE batches SET state = ? WHERE id = ? AND state = ?", (DONE, batch_id, RUNNING))
             return Submitted(kind, estimate=estimate, left=left)
 
     def _stopped_by_admin(self, cur: Any, batch_id: int) -> bool:
@@ -274,22 +278,26 @@ class BatchStore:
             else:
                 cur.run("INSERT INTO batch_workers (owner, seen_at) VALUES (?, ?)", (owner, now))
 
-    def dead_claims(self, me: str) -> list[DeadClaim]:
+    def dead_claims(self, me: str, sending: frozenset[tuple[int, int]] = frozenset()) -> list[DeadClaim]:
         """Rows being sent or followed by a replica that is gone (its process, on this machine; its heartbeat,
-        anywhere), with the call each row's current key reserved, if any."""
+        anywhere), and rows this replica claimed but is no longer sending (`sending`: the ones it is; a send whose
+        end the ledger could not take), with the call each row's current key reserved, if any."""
         with self._cursor(write=False) as cur:
             now = self._now(cur)
             found = cur.all(
                 "SELECT r.batch_id, r.row_index, r.claimed_by, r.state, b.user_name, r.idem_base, r.attempt, "
                 "w.seen_at FROM batch_rows r JOIN batches b ON b.id = r.batch_id "
                 "LEFT JOIN batch_workers w ON w.owner = r.claimed_by "
-                "WHERE r.state IN ('sending', 'sent') AND r.claimed_by IS NOT NULL AND r.claimed_by <> ?",
+                "WHERE r.state IN ('sending', 'sent') AND r.claimed_by IS NOT NULL "
+                "AND (r.claimed_by <> ? OR r.state = 'sending')",
                 (me,),
             )
             dead = []
             for batch_id, index, owner, state, user, base, attempt, seen in found:
-                beating = seen is not None and now - float(seen) <= LEASE
-                if beating and _alive(owner):
+                if owner == me:
+                    if (int(batch_id), int(index)) in sending:
+                        continue
+                elif seen is not None and now - float(seen) <= LEASE and _alive(owner):
                     continue
                 call = None
                 if state == SENDING:
@@ -313,24 +321,25 @@ class BatchStore:
         False when another replica took it first."""
         with self._cursor() as cur:
             now = self._now(cur)
+            lock = " FOR UPDATE" if self._postgres else ""  # SQLite's write transaction already holds the file
+            held = cur.one(
+                f"SELECT state, claimed_by FROM batch_rows WHERE batch_id = ? AND row_index = ?{lock}",
+                (claim.batch_id, claim.index),
+            )
+            if held is None or held[0] not in (SENDING, SENT) or held[1] != claim.owner:
+                return False  # another replica took it first
             owner = me if state == SENT else None
             sets = "state = ?, claimed_by = ?, error = ?, last_change = ?"
             params: tuple[Any, ...] = (state, owner, error, now)
             if ids is not None:
                 sets += ", ids = ?"
                 params += (json.dumps(ids),)
-            if state in (QUEUED,):
+            if state == QUEUED:
                 sets += ", cost = 0"
             cur.run(
-                f"UPDATE batch_rows SET {sets} WHERE batch_id = ? AND row_index = ? AND claimed_by = ?",
-                (*params, claim.batch_id, claim.index, claim.owner),
+                f"UPDATE batch_rows SET {sets} WHERE batch_id = ? AND row_index = ?",
+                (*params, claim.batch_id, claim.index),
             )
-            taken = cur.one(
-                "SELECT COALESCE(claimed_by, ''), state FROM batch_rows WHERE batch_id = ? AND row_index = ?",
-                (claim.batch_id, claim.index),
-            )
-            if taken is None or tuple(taken) != (owner or "", state):
-                return False
             if state == QUEUED:
                 self._give_back(cur, claim.batch_id, claim.index)
             return True

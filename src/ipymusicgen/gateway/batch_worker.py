@@ -111,6 +111,8 @@ class BatchWorker:
         self.sends = sends
         self.follow_s = max(0.05, env_float(ENV_FOLLOW) or FOLLOW_S)
         self._sending: set[asyncio.Task[None]] = set()
+        self._rows: set[tuple[int, int]] = set()
+        """(batch, row) this replica is sending now: a claim of its own outside it was lost (see `dead_claims`)."""
         self._seen: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
@@ -148,11 +150,12 @@ class BatchWorker:
         if loop.time() - self._last_beat >= BEAT_S:
             await blocking(self.store.beat, self.me)
             self._last_beat = loop.time()
-            for claim in await blocking(self.store.dead_claims, self.me):
+            for claim in await blocking(self.store.dead_claims, self.me, frozenset(self._rows)):
                 await self._take_over(claim)
         free = self.sends - len(self._sending)
         claimed = await blocking(self.store.claim, self.me, free) if free > 0 else []
         for row in claimed:
+            self._rows.add((row.batch_id, row.index))
             task = loop.create_task(self._send(row))
             self._sending.add(task)
             task.add_done_callback(self._sent)
@@ -172,8 +175,10 @@ class BatchWorker:
     async def _send(self, row: Claimed) -> None:
         try:
             await self._send_row(row)
-        except Exception as exc:  # the ledger failed while recording: the row stays claimed; a restart resolves it
+        except Exception as exc:  # the ledger failed while recording: the next heartbeat round settles the row
             log.warning("batch row %s of batch %s: %s", row.index + 1, row.batch_id, type(exc).__name__)
+        finally:
+            self._rows.discard((row.batch_id, row.index))
 
     async def _send_row(self, row: Claimed) -> None:
         blocking, store = self.gateway.blocking, self.store
