@@ -50,8 +50,8 @@ def test_a_price_that_would_switch_the_budget_off_is_refused_in_one_line(
     monkeypatch.delenv(costs.ENV_COSTS)
     for value in (0, -1, math.nan, math.inf, 2.5, True):
         with pytest.raises(costs.CostTableError):
-            costs.set_costs({"MFV2.0": value})
-    assert costs.set_costs(None)["MFV2.0"] == 2
+            costs.price(value, f"MFV2.0={value}")
+    assert costs.cost_table()["MFV2.0"] == 2
 
 
 def test_a_whole_positive_price_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:

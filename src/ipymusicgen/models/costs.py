@@ -3,7 +3,7 @@
 The service does not publish prices. Its sister service charges 2 credits per call for its older models
 and 3 for its newest (observed-behaviour.md), so that is the default table; a model missing from it, or a
 call that names no model, is charged the dearest known price, so an estimate never comes out low.
-Override with the environment (`MUSICGEN_CREDIT_COSTS="MFV3.0=3,MFV2.0=2,lyrics=1,*=3"`) or `set_costs()`.
+Override with the environment (`MUSICGEN_CREDIT_COSTS="MFV3.0=3,MFV2.0=2,lyrics=1,*=3"`), read at each estimate.
 
 Every price is a whole number of credits from 1 to `MAX_COST`: a price of 0, a negative or a non-number would
 switch off the budget and credits-left checks that stand between a user and a paid call, and one past `MAX_COST`
@@ -17,6 +17,7 @@ import math
 import numbers
 import os
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import BaseModel
@@ -32,24 +33,24 @@ MIN_COST = 1
 MAX_COST = 1_000_000
 """The dearest price taken: far above any real one, and a million calls of it stay inside 64-bit integers."""
 
-DEFAULT_COSTS: dict[str, int] = {
-    # v1 models: newest 3, older 2
-    "MFV3.0": 3,
-    "MFV2.0": 2,
-    "MFV1.5X": 2,
-    "MFV1.5": 2,
-    "MFV1.0": 2,
-    # v2 models: newest 3, older 2
-    "v4.5-plus": 3,
-    "v4.5": 2,
-    "v4.0": 2,
-    "v3.5": 2,
-    "v3.0": 2,
-    LYRICS: 1,
-    FALLBACK: 3,
-}
-
-_overrides: dict[str, int] = {}
+DEFAULT_COSTS: Mapping[str, int] = MappingProxyType(
+    {
+        # v1 models: newest 3, older 2
+        "MFV3.0": 3,
+        "MFV2.0": 2,
+        "MFV1.5X": 2,
+        "MFV1.5": 2,
+        "MFV1.0": 2,
+        # v2 models: newest 3, older 2
+        "v4.5-plus": 3,
+        "v4.5": 2,
+        "v4.0": 2,
+        "v3.5": 2,
+        "v3.0": 2,
+        LYRICS: 1,
+        FALLBACK: 3,
+    }
+)
 
 
 class CostTableError(MusicGenError, ValueError):
@@ -90,27 +91,14 @@ def parse_costs(text: str) -> dict[str, int]:
 
 
 def cost_table() -> dict[str, int]:
-    """The table in force: defaults, then the environment, then `set_costs()`."""
+    """The table in force: the defaults, then the environment's overrides (`MUSICGEN_CREDIT_COSTS="MFV3.0=4, *=5"`, read
+    each time: there is no table of overrides kept in the module)."""
     table = dict(DEFAULT_COSTS)
     env = os.environ.get(ENV_COSTS)
     if env:
         table.update(parse_costs(env))
-    table.update(_overrides)
     table[FALLBACK] = max(table.get(FALLBACK, MIN_COST), MIN_COST)
     return table
-
-
-def set_costs(table: Mapping[str, int] | None = None, /, **costs: int) -> dict[str, int]:
-    """Override prices for this process (`set_costs({"MFV3.0": 4})`); `set_costs(None)` forgets overrides."""
-    if table is None and not costs:
-        _overrides.clear()
-    else:
-        checked = {
-            str(model): price(credits, f"{model}={credits}", "set_costs")
-            for model, credits in {**dict(table or {}), **costs}.items()
-        }
-        _overrides.update(checked)
-    return cost_table()
 
 
 MODEL_FIELDS = ("mv", "model_version", "model")
