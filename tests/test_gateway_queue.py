@@ -193,6 +193,7 @@ def test_a_queued_call_holds_its_price_and_gives_it_back_when_cancelled_or_refus
         post(b.url, GENERATE, token, body("refuse me"))
         over = post(b.url, GENERATE, token, body("one too many"))
         assert "no credits left" in over.json()["message"], "queued calls hold their price"
+        assert cli("queue", "--database", database)[1].splitlines()[1:] == ["eve\t2\t1"], "two waiting, one seat"
         code, out = cli("queue", "cancel", dropped[1], "--database", database)
         assert code == 0, out
         assert open_ledger(database).remaining("eve") == 3

@@ -101,3 +101,14 @@ def test_the_info_route_tells_a_user_the_version_and_limits_and_nothing_of_the_u
         text = answer.text + str(answer.headers)
         assert upstream.url not in text and f":{upstream.port}" not in text and "upstream" not in text.lower()
         assert not any(CANARY_KEY[i : i + 5] in text for i in range(len(CANARY_KEY) - 4)), "no piece of the key"
+
+
+@pytest.mark.parametrize("seats", ["0", "-1", "1.5", "NaN", "١", "10001", ""])
+def test_max_in_flight_takes_a_whole_number_of_seats_or_refuses_in_one_line(
+    seats: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli("serve", "--max-in-flight", seats)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "whole number of seats from 1 to 10000" in err
