@@ -271,3 +271,42 @@ def test_a_batch_keeps_to_the_fair_queues_seats(
     assert paid_counts(upstream)[GENERATE] == 8, "each row sent once"
     calls = open_ledger(database).calls()
     assert [c["state"] for c in calls] == ["done"] * 8, "no 429: never more than the two seats upstream at once"
+
+
+def test_the_batch_magic_hands_its_batch_to_the_gateway_v2_rows_too(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    from ipymusicgen.workspace import session
+
+    token = add_user(database, "kit", budget=100)
+    for name, value in gateway.env(token).items():  # the notebook's three variables, nothing else
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MUSICGEN_JOURNAL", str(tmp_path / "journal.sqlite3"))
+    monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
+    monkeypatch.setenv("MUSICGEN_ANALYZE", "off")
+    session.shutdown()
+    ip = InteractiveShell.instance()
+    names = set(ip.user_ns)
+    try:
+        with capture_output():
+            ip.run_line_magic("load_ext", "ipymusicgen")
+        body = '--style "lo-fi" --title "First" la la la\n--v2 synthwave drive at night\n'
+        with capture_output() as out:
+            ip.run_cell_magic("musicgen_batch", "--name magic-made --no-watch --wait --yes -o made", body)
+        assert "made" in ip.user_ns, out.stdout + out.stderr
+        batch = ip.user_ns["made"]
+        assert [r.state for r in batch.rows] == ["complete", "complete"], out.stdout
+        assert "batch magic-made: 2/2 done" in out.stdout
+    finally:
+        ip.run_line_magic("unload_ext", "ipymusicgen")
+        for name in set(ip.user_ns) - names:
+            ip.user_ns.pop(name, None)
+        session.shutdown()
+    counts = paid_counts(upstream)
+    assert counts.get(GENERATE) == 1 and counts.get("/v2/submit") == 1
+    calls = open_ledger(database).calls()
+    assert sorted(c["endpoint"] for c in calls) == [GENERATE, "/v2/submit"]
+    assert all(c["idem_key"].startswith("gwbatch-") for c in calls), "sent by the gateway's worker"
