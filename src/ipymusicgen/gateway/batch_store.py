@@ -498,5 +498,8 @@ class BatchStore:
             )
 
     def has_work(self) -> bool:
+        """Whether any replica has something to do: a running batch, or a row being sent or followed."""
         with self._cursor(write=False) as cur:
-            return cur.one("SELECT 1 FROM batch_rows WHERE state IN ('queued', 'sending', 'sent') LIMIT 1") is not None
+            if cur.one("SELECT 1 FROM batches WHERE state = 'running' LIMIT 1") is not None:
+                return True
+            return cur.one("SELECT 1 FROM batch_rows WHERE state IN ('sending', 'sent') LIMIT 1") is not None

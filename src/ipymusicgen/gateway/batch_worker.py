@@ -147,6 +147,8 @@ class BatchWorker:
         """One round; whether there is work going on."""
         blocking = self.gateway.blocking
         loop = asyncio.get_running_loop()
+        if not self._sending and not await blocking(self.store.has_work):
+            return False  # no batch anywhere: one read, no write (an idle gateway leaves the ledger's lock alone)
         if loop.time() - self._last_beat >= BEAT_S:
             await blocking(self.store.beat, self.me)
             self._last_beat = loop.time()
