@@ -92,7 +92,7 @@ def test_fields_shown_and_required_follow_the_actions_shape(
     intent(made, kind="input", form="song", name="action", value=action)
     shape = shape_fields(action)
     state = fields(made, "song")
-    assert {name for name, f in state.items() if f["shown"]} == {"action", *shape}
+    assert {name for name, f in state.items() if f["shown"]} == {"provider", "action", *shape}  # the engine picker
     assert {name for name, f in state.items() if f["required"]} == {"action", *(n for n, r in shape.items() if r)}
 
 

@@ -7,9 +7,11 @@ card dict by `song_data.song_card`. Text-only front ends and tests read `summary
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Protocol
 
+from ..models.providers import SYNCHRONOUS
 from ..models.tasks import TaskState
 from ..safe_html import esc
 from .song_data import Record, card_summary, song_card
@@ -123,7 +125,7 @@ class TaskCard:
             and record.state is not TaskState.FAILED
         ):
             fields.update(audio.fields(self.task_id, path=fields.get("archived_path") or None, url=record.audio_url))
-        return song_card(self._record, **fields)
+        return engine_card(record, song_card(self._record, **fields))
 
     @property
     def text(self) -> str:
@@ -152,3 +154,52 @@ class TaskCard:
 
     def __repr__(self) -> str:
         return f"TaskCard({self.task_id}: {self.summary()})"
+
+
+LINES_MAX = 2000
+"""Lines a card times at most (the lyrics are bounded too): more is no song."""
+
+
+def engine_card(record: Record | None, card: dict[str, Any]) -> dict[str, Any]:
+    """A synchronous engine's song: "Composing" while its one call runs in the background (the badge adds the
+    elapsed time), and its lyrics' lines timed from the word timestamps the engine returned (`line_times`)."""
+    extra = (getattr(record, "__pydantic_extra__", None) or {}) if record is not None else {}
+    if extra.get("provider") in SYNCHRONOUS and card["state"] in ("queued", "writing"):
+        card["state_label"] = "Composing"
+    card["line_times"] = line_times(card["lyrics"], extra.get("timestamps"))
+    return card
+
+
+def _ms(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number / 1000 if math.isfinite(number) and 0 <= number < 1e9 else None
+
+
+def line_times(lyrics: str, timestamps: Any) -> list[list[float] | None]:
+    """For each line of `lyrics` (as the card shows them, split on newlines): `[start_s, end_s]` of its words,
+    taken in order from the engine's `(word, start_ms, end_ms)`; None for a blank line or one past the words.
+    Hostile entries (NaN, negative, huge, not numbers) end the timing there; nothing but numbers comes out."""
+    if not lyrics or not isinstance(timestamps, list | tuple):
+        return []
+    words: list[tuple[float, float]] = []
+    for item in timestamps[: LINES_MAX * 50]:
+        if not isinstance(item, list | tuple) or len(item) != 3:
+            break
+        start, end = _ms(item[1]), _ms(item[2])
+        if start is None or end is None or end < start:
+            break
+        words.append((start, end))
+    found: list[list[float] | None] = []
+    at = 0
+    for line in lyrics.split("\n")[:LINES_MAX]:
+        count = len(line.split())
+        if not count or at + count > len(words):
+            found.append(None)
+            at += count
+            continue
+        found.append([round(words[at][0], 3), round(words[at + count - 1][1], 3)])
+        at += count
+    return found if any(found) else []

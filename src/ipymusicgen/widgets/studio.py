@@ -20,6 +20,7 @@ import ipywidgets as w
 import traitlets
 
 from ..client.faces import MusicClient
+from ..models.providers import MUSICFUL, EngineRequest
 from ..models.schema import (
     ACTIONS,
     PROMPT_MAX,
@@ -41,6 +42,7 @@ from ..models.schema import (
 )
 from ..notebook.display import CREDITS_API_TERM, mask_key
 from ..safe_html import public_address
+from . import engine_fields
 from ._static import front_end
 from .batch_pane import BatchPane
 from .fields import error_title
@@ -98,43 +100,59 @@ class SongPane(Pane):
     def __init__(self, studio: Studio) -> None:
         super().__init__(
             studio,
-            described_specs(
-                V1_SHAPES.values(),
-                [
-                    FieldSpec("action", "What to do", "select", options=tuple((ACTION_LABELS[a], a) for a in ACTIONS)),
-                    FieldSpec("mv", "Model", "select", options=model_choices(V1_MODELS, "")),
-                    FieldSpec("title", "Title", "text", "a name for the song"),
-                    FieldSpec(
-                        "gender", "Voice", "select", options=(("any", ""), ("male", "male"), ("female", "female"))
-                    ),
-                    FieldSpec(
-                        "style",
-                        "Style",
-                        "textarea",
-                        "genre, mood, instruments — e.g. lo-fi piano, rainy night",
-                        wide=True,
-                    ),
-                    FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
-                    FieldSpec("instrumental", "Instrumental", "checkbox"),
-                    FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
-                    FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
-                    FieldSpec("audio_url", "Audio file URL", "text", "https://…"),
-                    FieldSpec("singer_id", "Singer", "text", "a singer id"),
-                ],
-            ),
+            [
+                engine_fields.PROVIDER_SPEC,
+                *described_specs(
+                    V1_SHAPES.values(),
+                    [
+                        FieldSpec(
+                            "action", "What to do", "select", options=tuple((ACTION_LABELS[a], a) for a in ACTIONS)
+                        ),
+                        FieldSpec("mv", "Model", "select", options=model_choices(V1_MODELS, "")),
+                        FieldSpec("title", "Title", "text", "a name for the song"),
+                        FieldSpec(
+                            "gender", "Voice", "select", options=(("any", ""), ("male", "male"), ("female", "female"))
+                        ),
+                        FieldSpec(
+                            "style",
+                            "Style",
+                            "textarea",
+                            "genre, mood, instruments — e.g. lo-fi piano, rainy night",
+                            wide=True,
+                        ),
+                        FieldSpec("lyrics", "Lyrics", "textarea", "[Verse]\n…", wide=True),
+                        FieldSpec("instrumental", "Instrumental", "checkbox"),
+                        FieldSpec("continue_song_id", "Song to continue", "text", "id of a finished song"),
+                        FieldSpec("continue_at", "Continue from (s)", "number", "seconds into the song"),
+                        FieldSpec("audio_url", "Audio file URL", "text", "https://…"),
+                        FieldSpec("singer_id", "Singer", "text", "a singer id"),
+                    ],
+                ),
+                *engine_fields.ENGINE_SPECS,
+            ],
         )
 
     def visible(self) -> list[str]:
+        """The provider picker first; then the fields its engine takes (the service's: its action's shape)."""
+        if engine_fields.is_engine(self.typed):
+            return engine_fields.visible(self.typed)
         shape = shape_fields(self.typed["action"])
-        return [name for name in self.specs if name == "action" or name in shape]
+        return ["provider", *(name for name in self.specs if name == "action" or name in shape)]
 
     def required(self) -> set[str]:
+        if engine_fields.is_engine(self.typed):
+            return {"provider"}
         return {"action"} | {name for name, needed in shape_fields(self.typed["action"]).items() if needed}
 
     def disabled(self) -> set[str]:
         return {"lyrics"} if self.typed["instrumental"] else set()
 
     def counts(self) -> dict[str, Count | str]:
+        if engine_fields.is_engine(self.typed):
+            return {
+                **engine_fields.count_words(self.typed),
+                "title": Count.of(len(self.typed["title"]), 200, "characters"),
+            }
         model = self.typed["mv"]
         limits = V1_MODELS.get(model) if model else None
         words_max = limits.max_lyrics_words if limits else max(m.max_lyrics_words for m in V1_MODELS.values())
@@ -145,12 +163,28 @@ class SongPane(Pane):
             "lyrics": "not sent: instrumental" if self.typed["instrumental"] else Count.of(words, words_max, "words"),
         }
 
+    def request_values(self) -> dict[str, Any]:
+        """The shown values; the service's song names no provider (its request is the service's, as before)."""
+        values = super().request_values()
+        if values.get("provider") == MUSICFUL:
+            del values["provider"]
+        return values
+
     def _build(self) -> Any:
+        values = self.request_values()
+        if engine_fields.is_engine(self.typed):
+            return engine_fields.build(values)
         allow = self.client.settings.allow_unknown_models
-        return build_generate_request(self.request_values(), allow_unknown_models=allow)
+        return build_generate_request(values, allow_unknown_models=allow)
+
+    def cost_words(self) -> str:
+        """An engine's song in US dollars; the service's in credits (the pane's words)."""
+        if isinstance(self.request, EngineRequest):
+            return engine_fields.cost_words(self.request)
+        return super().cost_words()
 
     def _call(self, request: Any) -> list[str]:
-        self.ids = list(self.client.generate(request).ids)
+        self.ids = list(self.client.generate(request).ids)  # an EngineRequest runs in the background
         return self.ids
 
     def _describe(self, result: list[str]) -> str:
@@ -383,9 +417,9 @@ class Studio(TextRepr, w.VBox):
         self.batch = BatchPane(self)
         self._panes: dict[str, Pane] = {"song": self.song, "v2": self.v2, "lyrics": self.lyrics, "batch": self.batch}
         # the request sent goes with its songs: a failed call's Retry sends it again
-        self.song.on_submitted(lambda ids: self.watcher.add(ids, request=self.song.request))
+        self.song.on_submitted(lambda ids: self.watcher.add(ids, request=_retryable(self.song.request)))
         self.v2.on_submitted(lambda songs: self.watcher.add(songs, v2=True, request=self.v2.request))
-        self.watcher._form_provider = self._pane_for_extend  # a card's extend opens this studio's pane
+        self.watcher.use_forms(self._pane_for_extend)  # a card's extend opens this studio's pane
         self.library = LibraryView(client=client, watcher=self.watcher)
         self.library.confirm_required = confirm  # its cards' WAV / MP4 are paid: they ask as the panes do
         self._view.batch_view = self.batch.view
@@ -587,6 +621,11 @@ class Studio(TextRepr, w.VBox):
     def __repr__(self) -> str:
         tabs = " | ".join(t["title"] for t in self._view.tabs)
         return f"Studio [{tabs}] (tab: {self.tab})\n{self._panes.get(self.tab, self.song)!r}\n{self.watcher!r}"
+
+
+def _retryable(request: Any) -> Any:
+    """What a failed card's Retry may send again: never an engine's song, which may have been charged."""
+    return None if isinstance(request, EngineRequest) else request
 
 
 def _when(value: datetime | None) -> str:

@@ -96,12 +96,17 @@ class ActionsPart:
     card: Callable[[str], TaskCard]
     _publish: Callable[..., None]
 
+    def use_forms(self, forms: Callable[[bool], Any] | None) -> None:
+        """Where a card's extend opens its form: `forms(v2)` gives a pane wired to this watcher (a studio that
+        owns or sends into this watcher says so; None: a lone watcher opens its own studio)."""
+        self._form_provider = forms
+
     def extend(self, task_id: str) -> Any:
         """A form prefilled to extend a finished song (the Studio's, or a new one that submits into this watcher)."""
         record = self._finished_record(task_id)
         v2 = isinstance(record, V2Song)
         if self._form_provider is None and self.open_extend_studio is not None:
-            self.extend_studio = self.open_extend_studio(self)  # it sets `_form_provider` to its own panes
+            self.extend_studio = self.open_extend_studio(self)  # it gives its own panes (`use_forms`)
         if self._form_provider is None:
             raise MusicGenError(NO_STUDIO)
         form = self._form_provider(v2)  # the Studio's pane, already wired to this watcher

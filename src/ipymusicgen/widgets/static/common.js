@@ -147,6 +147,46 @@ function imsBadgeText(card) {
   return data.state === "ready" && seconds >= 1 ? `${data.state_label} · made in ${elapsed}` : data.state_label;
 }
 
+/** The lyrics as one text line each (textContent only), so the line being sung can be marked (`line_times`:
+ * `[start_s, end_s]` per line, or null, from the engine's word timestamps); without times, one text. */
+function imsLyricLines(pre, lyrics, times) {
+  if (!Array.isArray(times) || !times.length) {
+    pre.textContent = lyrics;
+    return;
+  }
+  const parts = [];
+  lyrics.split("\n").forEach((line, index) => {
+    if (index) parts.push(document.createTextNode("\n"));
+    const span = imsEl("span", "ims-line");
+    span.textContent = line;
+    const at = times[index];
+    if (Array.isArray(at) && at.length === 2 && isFinite(at[0]) && isFinite(at[1])) {
+      span.dataset.start = String(at[0]);
+      span.dataset.end = String(at[1]);
+    }
+    parts.push(span);
+  });
+  pre.replaceChildren(...parts);
+}
+
+/** Mark the line being sung at the player's time (`aria-current`), and bring it into view inside the lyrics. */
+function imsSungLine(card) {
+  const ims = card._ims;
+  if (!ims || !ims.lyrics) return;
+  const now = ims.audio.currentTime || 0;
+  const playing = Boolean(ims.audio.getAttribute("src")) && now > 0;
+  for (const span of ims.lyrics.querySelectorAll("span.ims-line[data-start]")) {
+    const sung = playing && now >= Number(span.dataset.start) && now < Number(span.dataset.end) + 0.25;
+    if (sung === span.classList.contains("ims-sung")) continue;
+    span.classList.toggle("ims-sung", sung);
+    if (sung) {
+      span.setAttribute("aria-current", "true");
+      const pre = span.parentElement;
+      if (pre && ims.lyrics.open) pre.scrollTop = Math.max(0, span.offsetTop - pre.offsetTop - pre.clientHeight / 3);
+    } else span.removeAttribute("aria-current");
+  }
+}
+
 /** Refresh the elapsed time of every running card under `root` (views call it once a second). */
 function tickSongCards(root) {
   for (const card of root.querySelectorAll(".ipymusicgen-song")) {
@@ -359,6 +399,7 @@ function renderSongCard(container, data, send) {
     wave.setAttribute("aria-valuenow", String(duration ? Math.round((100 * audio.currentTime) / duration) : 0));
   };
   for (const name of ["timeupdate", "seeked", "loadedmetadata", "durationchange"]) audio.addEventListener(name, redraw);
+  for (const name of ["timeupdate", "seeked"]) audio.addEventListener(name, () => imsSungLine(card));
   audio.addEventListener("error", () => {
     // The URL Python offered does not load here (expired, 404, no files/ API): the kernel's bytes, on the same press.
     const src = audio.getAttribute("src") || "";
@@ -429,9 +470,10 @@ function updateSongCard(card, data, send) {
   if (changed("play_url") || changed("play_source") || followsAudioUrl) imsSetSource(card);
   imsPlayable(card);
   imsWaveState(card);
-  if (changed("lyrics")) {
-    ims.lyrics.querySelector("pre").textContent = data.lyrics || "";
+  if (changed("lyrics") || changed("line_times")) {
+    imsLyricLines(ims.lyrics.querySelector("pre"), data.lyrics || "", data.line_times);
     ims.lyrics.hidden = !data.lyrics;
+    imsSungLine(card);
   }
   if (changed("fail_reason")) {
     ims.failure.textContent = data.fail_reason || "";
