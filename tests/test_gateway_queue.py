@@ -198,6 +198,11 @@ def test_a_queued_call_holds_its_price_and_gives_it_back_when_cancelled_or_refus
         assert code == 0, out
         assert open_ledger(database).remaining("eve") == 3
         assert cli("queue", "cancel", dropped[1], "--database", database)[0] == 2, "only a row still waiting"
+        repeat = post(b.url, GENERATE, token, body("dropped again"), **{"Idempotency-Key": "gone"})
+        assert data_of(repeat)["state"] == "queued"
+        assert cli("queue", "cancel", data_of(repeat)["ids"][0], "--database", database)[0] == 0
+        again = post(a.url, GENERATE, token, body("dropped again"), **{"Idempotency-Key": "gone"})
+        assert "Cancelled while queued" in again.json()["message"], "its repeat says it was cancelled, never sent"
         polled = data_of(httpx.get(f"{a.url}/v1/music/tasks", params={"ids": dropped[0]}, headers={"x-api-key": token}))
         assert polled[0]["state"] == "failed" and "Cancelled" in polled[0]["fail_reason"]
         upstream.finish_all()
@@ -205,7 +210,7 @@ def test_a_queued_call_holds_its_price_and_gives_it_back_when_cancelled_or_refus
         _until(clock, lambda: _remaining(database, "eve") == 6, "the refused call's price given back")
     assert upstream.styles() == ["sent"]
     states = sorted(c["state"] for c in open_ledger(database).calls())
-    assert states == ["done", "refused", "refused"]
+    assert states == ["done", "refused", "refused", "refused"]
 
 
 def test_a_v2_submit_waits_in_the_same_line_and_its_songs_poll_under_the_queue_ids(

@@ -139,7 +139,7 @@ def enqueue(
         found = ledger.reserve_in(cur, user, idem_key, endpoint, model, estimated, fingerprint, request, state)
         if found.kind == "repeat" and found.call_id is not None:
             row = cur.one("SELECT ids, shown, state FROM queue WHERE call_id = ?", (found.call_id,))
-            if row and row[1]:
+            if row and row[1] and row[2] != CANCELLED:  # a cancelled one answers as its refused call
                 ids, waiting = tuple(json.loads(row[0])), row[2] == WAITING
                 place = _positions(cur, user, [found.call_id])[0] if waiting else 0
                 return Placed(found, ids, True, place, waiting=waiting)
