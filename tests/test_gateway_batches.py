@@ -310,3 +310,22 @@ def test_the_batch_magic_hands_its_batch_to_the_gateway_v2_rows_too(
     calls = open_ledger(database).calls()
     assert sorted(c["endpoint"] for c in calls) == [GENERATE, "/v2/submit"]
     assert all(c["idem_key"].startswith("gwbatch-") for c in calls), "sent by the gateway's worker"
+
+
+def test_the_notebooks_own_stop_stops_the_batch_at_the_gateway_and_a_rerun_sends_the_rest(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = add_user(database, "lou", budget=100)
+    frozen = Frozen(upstream, monkeypatch)
+    with client_for(gateway, token, tmp_path) as client:
+        batch = client.batch(rows_of(6, "lou"), name="stop me", concurrency=1, wait=False)
+        wait_until(lambda: row_states(gateway, token, "stop me") == ["sent"] + ["queued"] * 5, "row 1 sent")
+        batch.stop()
+        wait_until(lambda: row_states(gateway, token, "stop me") == ["sent"] + ["skipped"] * 5, "stopped there")
+        frozen.thaw()
+        batch.wait(60)
+        assert batch.counts()["complete"] == 1 and batch.counts()["skipped"] == 5, batch.progress_line()
+        assert paid_counts(upstream)[GENERATE] == 1
+        rerun = client.batch(rows_of(6, "lou"), name="stop me", concurrency=3)
+        assert rerun.counts()["complete"] == 6, "a user's own stop does not stand against their rerun"
+    assert paid_counts(upstream)[GENERATE] == 6
