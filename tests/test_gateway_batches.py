@@ -329,3 +329,38 @@ def test_the_notebooks_own_stop_stops_the_batch_at_the_gateway_and_a_rerun_sends
         rerun = client.batch(rows_of(6, "lou"), name="stop me", concurrency=3)
         assert rerun.counts()["complete"] == 6, "a user's own stop does not stand against their rerun"
     assert paid_counts(upstream)[GENERATE] == 6
+
+
+def test_the_agents_run_batch_hands_its_batch_to_the_gateway(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    import anyio
+    from mcp import types
+    from mcp.client import Client
+
+    from ipymusicgen.mcp import AgentDesk, build_server
+
+    token = add_user(database, "mia", budget=100)
+    questions: list[str] = []
+
+    async def consent(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        questions.append(params.message)
+        return types.ElicitResult(action="accept", content={"send": True})
+
+    with client_for(gateway, token, tmp_path) as client:
+        desk = AgentDesk(client, library_path=tmp_path / "library")
+
+        async def tool(name: str, arguments: dict[str, object]) -> dict[str, object]:
+            async with Client(build_server(desk), elicitation_callback=consent) as mcp:
+                result = await mcp.call_tool(name, arguments)
+            assert not result.is_error, result.content[0].text
+            return json.loads(result.content[0].text)
+
+        rows = [{"style": "agent one", "mv": "MFV2.0"}, {"style": "agent two", "mv": "MFV2.0"}]
+        started = anyio.run(tool, "run_batch", {"rows": rows, "name": "agent batch"})
+        assert started["state"] == "started" and questions, started
+        wait_until(lambda: anyio.run(tool, "batch_status", {"name": "agent batch"})["running"] is False, "it ends")
+        status = anyio.run(tool, "batch_status", {"name": "agent batch"})
+    assert len(status["ids"]) == 4 and status["complete"] == 2, status
+    assert paid_counts(upstream)[GENERATE] == 2
+    assert all(c["idem_key"].startswith("gwbatch-") for c in open_ledger(database).calls()), "sent by the gateway"
