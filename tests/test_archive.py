@@ -16,9 +16,9 @@ from ipymusicgen import Journal, MusicClient
 from ipymusicgen.archive.archiver import (
     SongInfo,
     archive_dir_for,
+    archive_of,
     archive_wav,
     archiver_of,
-    sandbox_archive_dir,
     write_tags,
 )
 from ipymusicgen.sandbox import Sandbox
@@ -115,7 +115,8 @@ def test_archive_off_and_sandbox_identity(sandbox: Sandbox, tmp_path: Path, monk
     with sandbox.client(archive=False) as off:
         assert archiver_of(off) is None
     with sandbox.client() as demo:  # the sandbox's demo key: its own temp directory, never the user's
-        assert archive_dir_for(demo) == sandbox_archive_dir()
+        home = archive_of(demo)  # its wiring's archive (a client made by hand: the default wiring's)
+        assert home is not None and archive_dir_for(demo) == home.sandbox_dir()
     real = MusicClient("a-real-looking-key", base_url="https://api.example.invalid")
     assert archive_dir_for(real) == tmp_path / "user-archive"
     monkeypatch.setenv("MUSICGEN_ARCHIVE", "off")

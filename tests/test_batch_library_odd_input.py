@@ -84,19 +84,20 @@ def test_a_sandbox_with_its_own_key_never_archives_into_the_users_folder(
     # the sandbox is known by identity (it made the client), not by its demo key alone
     monkeypatch.delenv("MUSICGEN_ARCHIVE", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
-    from ipymusicgen.archive.archiver import archive_dir_for, default_archive_dir, sandbox_archive_dir
+    from ipymusicgen.archive.archiver import archive_dir_for, archive_of, default_archive_dir
 
     assert str(default_archive_dir()).startswith(str(tmp_path / "xdg"))
     with Sandbox(stage_seconds=0.2, song_seconds=4, faults="", keys={"my-test-key": 50}) as own:
         with own.client(journal=Journal(tmp_path / "journal.sqlite3")) as client:
-            assert archive_dir_for(client) == sandbox_archive_dir()
+            home = archive_of(client)
+            assert home is not None and archive_dir_for(client) == home.sandbox_dir()
             ids = client.generate(action="auto", style="drone").ids
             client.wait(ids)
             archiver = archiver_of(client)
             assert archiver is not None and archiver.join(30)
             assert archiver.archived  # it archived, into its own temp folder
         async_client = own.async_client()
-        assert archive_dir_for(async_client) == sandbox_archive_dir()
+        assert archive_dir_for(async_client) == home.sandbox_dir()  # the same wiring's throwaway folder
     assert not (tmp_path / "xdg").exists() or not any((tmp_path / "xdg").rglob("*.mp3"))
 
 

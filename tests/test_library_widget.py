@@ -112,11 +112,9 @@ def test_magic_opens_the_library_of_the_session(monkeypatch: pytest.MonkeyPatch)
         assert view.status == "No songs match."
         view.close()
         shell.run_line_magic("config", "MusicGen.archive_dir = 'off'")
-        from ipymusicgen.archive.archiver import places
-
-        assert places.chosen is False
+        assert session.current_workspace().archive.chosen is False
         shell.run_line_magic("config", "MusicGen.archive_dir = ''")
-        assert places.chosen is None
+        assert session.current_workspace().archive.chosen is None
     finally:
         shell.run_line_magic("unload_ext", "ipymusicgen")
         shell.config.pop("MusicGen", None)
@@ -132,10 +130,10 @@ def test_watcher_cards_show_the_archive_and_favourites_reach_the_library(sandbox
     journal_path = tmp_path / "journal.sqlite3"
     with sandbox.client(journal=Journal(journal_path), archive=tmp_path / "songs") as client:
         library = Library(journal_path)
-        view = LibraryView(library)
+        view = LibraryView(library, client=client)  # hears its client's archive (its wiring's), no other's
         ids = client.generate(action="auto", style="glass harp").ids
         watcher = TaskWatcher(ids, client=client)
-        view_with_watcher = LibraryView(library, watcher=watcher)
+        view_with_watcher = LibraryView(library, watcher=watcher, client=client)
         try:
             wait_until(lambda: all((watcher.card(i).extra or {}).get("peaks") for i in ids), "peaks on watcher cards")
             labels = [watcher.card(i).extra["archived_path_label"] for i in ids]

@@ -4,6 +4,7 @@ nor measured again, however often an agent asks, in this process or in a new one
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from ipymusicgen.config import Settings
 from ipymusicgen.lab.analysis import available
 from ipymusicgen.mcp import AgentDesk, build_server
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.workspace.workspace import build_client
+from ipymusicgen.workspace.workspace import Workspace
 
 pytestmark = pytest.mark.skipif(not available(), reason="the analysis extra is not installed")
 
@@ -50,7 +51,10 @@ def measured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[Path]:
     return seen
 
 
-def client_for(sandbox: Sandbox, tmp_path: Path) -> MusicClient:
+@contextlib.contextmanager
+def workspace_for(sandbox: Sandbox, tmp_path: Path) -> Iterator[Workspace]:
+    """A workspace of the test's own on tmp_path's journal (a second one on the same file is a new process's);
+    closed after, which stops its archiver and its analyst."""
     settings = Settings.from_env().with_changes(
         api_key=KEY,
         base_url=sandbox.base_url,
@@ -58,7 +62,11 @@ def client_for(sandbox: Sandbox, tmp_path: Path) -> MusicClient:
         journal_path=tmp_path / "journal.sqlite3",
         poll_interval=0.05,  # the sandbox's stages take 0.05 s: a wait need not sleep the default 5 s between reads
     )
-    return build_client(settings)
+    workspace = Workspace(settings)
+    try:
+        yield workspace
+    finally:
+        workspace.close()
 
 
 def get_songs(desk: AgentDesk, ids: list[str], times: int) -> list[dict[str, Any]]:
@@ -74,19 +82,20 @@ def get_songs(desk: AgentDesk, ids: list[str], times: int) -> list[dict[str, Any
     return anyio.run(run)
 
 
-def settle(client: MusicClient, tmp_path: Path) -> None:
-    """The archive and the analysis have done all they were given."""
-    assert analyst.analyst_for(tmp_path / "journal.sqlite3").join(60)
+def settle(workspace: Workspace) -> None:
+    """The archive and the analysis of the workspace have done all they were given."""
+    assert workspace.analysts.join(60)
 
 
 def test_repeated_get_songs_measure_nothing_again(sandbox: Sandbox, tmp_path: Path, measured: list[Path]) -> None:
-    with client_for(sandbox, tmp_path) as client:
+    with workspace_for(sandbox, tmp_path) as workspace:
+        client = workspace.client
         ids = list(client.generate(action="auto", style="asked often").ids)
         client.wait(ids, timeout=60, archived=True)
-        settle(client, tmp_path)
+        settle(workspace)
         assert len(measured) == 2  # each song measured once, as it was archived
         answers = get_songs(AgentDesk(client), ids, 6)
-        settle(client, tmp_path)
+        settle(workspace)
     assert all(s["state"] == "ready" and s["archived_path"] for a in answers for s in a["songs"])
     assert len(measured) == 2
 
@@ -94,14 +103,16 @@ def test_repeated_get_songs_measure_nothing_again(sandbox: Sandbox, tmp_path: Pa
 def test_a_new_process_over_the_same_journal_measures_nothing_again(
     sandbox: Sandbox, tmp_path: Path, measured: list[Path]
 ) -> None:
-    with client_for(sandbox, tmp_path) as first:
+    with workspace_for(sandbox, tmp_path) as first_workspace:
+        first = first_workspace.client
         ids = list(first.generate(action="auto", style="asked later").ids)
         first.wait(ids, timeout=60, archived=True)
-        settle(first, tmp_path)
+        settle(first_workspace)
     assert len(measured) == 2
-    with client_for(sandbox, tmp_path) as second:  # a new client: its own archiver, as a new server process has
+    with workspace_for(sandbox, tmp_path) as second_workspace:  # its own archiver, as a new server process has
+        second = second_workspace.client
         answers = get_songs(AgentDesk(second), ids, 3)
-        settle(second, tmp_path)
+        settle(second_workspace)
     assert all(s["archived_path"] for a in answers for s in a["songs"])
     assert len(measured) == 2
 
@@ -110,14 +121,12 @@ def test_a_new_process_over_the_same_journal_measures_nothing_again(
 def archived_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     """Every song the archive worker is given to keep (a song kept already costs lookups and an announcement)."""
     monkeypatch.setenv("MUSICGEN_ARCHIVE", str(tmp_path / "archive"))
-    # no view of an earlier test may still be listening (a live one makes the archive announce every record)
-    monkeypatch.setattr(archiver_module, "_listeners", [])
     calls: list[str] = []
     real = archiver_module.archive_song
 
-    def counting(downloader: Any, store: Any, directory: Path, task_id: str) -> Path:
+    def counting(downloader: Any, store: Any, directory: Path, task_id: str, swept: Any = None) -> Path:
         calls.append(task_id)
-        return real(downloader, store, directory, task_id)
+        return real(downloader, store, directory, task_id, swept)
 
     monkeypatch.setattr(archiver_module, "archive_song", counting)
     return calls
@@ -131,7 +140,8 @@ def drained(client: MusicClient) -> None:
 def test_repeated_get_songs_hand_kept_songs_to_the_archive_once(
     sandbox: Sandbox, tmp_path: Path, archived_calls: list[str]
 ) -> None:
-    with client_for(sandbox, tmp_path) as client:
+    with workspace_for(sandbox, tmp_path) as workspace:
+        client = workspace.client
         ids = list(client.generate(action="auto", style="kept once").ids)
         client.wait(ids, timeout=60, archived=True)
         drained(client)
@@ -150,12 +160,13 @@ def test_a_listening_view_still_hears_of_a_kept_song_when_it_is_polled_again(
     def listener(task_id: str, path: Path | None, peaks: Any, error: str | None) -> None:
         heard.append(task_id)
 
-    with client_for(sandbox, tmp_path) as client:
+    with workspace_for(sandbox, tmp_path) as workspace:
+        client = workspace.client
         ids = list(client.generate(action="auto", style="heard again").ids)
         client.wait(ids, timeout=60, archived=True)
         get_songs(AgentDesk(client), ids, 2)
         drained(client)
-        archiver_module.add_archive_listener(listener)  # a watcher opened on old songs: its cards need the word
+        workspace.archive.events.subscribe(listener)  # a watcher opened on old songs: its cards need the word
         get_songs(AgentDesk(client), ids, 1)
         drained(client)
     assert sorted(set(heard)) == sorted(ids)
@@ -164,7 +175,8 @@ def test_a_listening_view_still_hears_of_a_kept_song_when_it_is_polled_again(
 def test_a_kept_song_whose_file_was_removed_is_archived_again_on_the_next_poll(
     sandbox: Sandbox, tmp_path: Path, archived_calls: list[str]
 ) -> None:
-    with client_for(sandbox, tmp_path) as client:
+    with workspace_for(sandbox, tmp_path) as workspace:
+        client = workspace.client
         ids = list(client.generate(action="auto", style="removed file").ids)
         client.wait(ids, timeout=60, archived=True)
         get_songs(AgentDesk(client), ids, 2)
@@ -181,7 +193,8 @@ def test_get_songs_views_decode_no_waveform(
     sandbox: Sandbox, tmp_path: Path, archived_calls: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An agent is shown no peaks: a view reads the song's row, never decodes its waveform."""
-    with client_for(sandbox, tmp_path) as client:
+    with workspace_for(sandbox, tmp_path) as workspace:
+        client = workspace.client
         ids = list(client.generate(action="auto", style="no peaks").ids)
         client.wait(ids, timeout=60, archived=True)
         drained(client)

@@ -1,11 +1,16 @@
-"""The archive layer: every finished song kept on disk, tagged (`archiver`, `tags`, `paths`) with its
-waveform peaks (`waveform`), off the polling thread. Built on the client and the storage layer."""
+"""The archive layer: every finished song kept on disk, tagged (`archiver`) with its waveform peaks (`waveform`),
+off the polling thread; each workspace's own (`WorkspaceArchive`: where, which archiver, and its `ArchiveEvents`
+that its views subscribe to). Built on the client and the storage layer."""
 
 from typing import Any
 
-from .archiver import Archiver, add_archive_listener, archive_label, set_archive_dir
+from .archiver import Archiver, archive_label, archive_of, archiver_of
+from .events import ArchiveEvents
+from .workspace_archive import WorkspaceArchive
 
-__all__ = ["Archiver", "add_archive_listener", "archive_label", "archive_wav", "set_archive_dir"]
+__all__ = [
+    "ArchiveEvents", "Archiver", "WorkspaceArchive", "archive_label", "archive_of", "archive_wav", "archiver_of",
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -1,10 +1,12 @@
 """Keep every finished song: download its final MP3 (and cover) to the archive, tagged, off the polling thread.
 
 A client's `Archiver` listens to its polling rounds (`add_record_listener`); records are handed to a worker
-thread that indexes them for the library and archives the ones that became complete. The journal's file
-holds what was archived (`library_store`), so archiving is idempotent and a failure is retried on the next
-polling round of a new client, every `resume()` (the client's resume hook, `add_resume_listener`) or library
-open. The embedded sandbox archives to a temp directory.
+thread (`lifecycle.QueueWorker`) that indexes them for the library and archives the ones that became complete.
+The journal's file holds what was archived (`library_store`), so archiving is idempotent and a failure is retried
+on the next polling round of a new client, every `resume()` (the client's resume hook, `add_resume_listener`) or
+library open. Each archiver belongs to a workspace's archive (`workspace_archive.WorkspaceArchive`, reached from a
+client through its wiring): where it archives (the embedded sandbox: a throwaway folder of the workspace's) and
+whom it tells (the workspace's `events`) are that workspace's.
 
 Files: `<title> [<first 8 of id>].mp3`, written to a hidden file and renamed when downloaded and tagged.
 Tags (ID3v2.4): TIT2 title, TCON style, USLT lyrics, TDRC date, APIC cover when it is a raster image (the
@@ -17,35 +19,31 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import re
 import shutil
 import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable, Iterator
+import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..client.downloads import safe_filename, unique_path
-from ..lifecycle import add_worker, at_exit, join_thread
+from ..lifecycle import QueueWorker
 from .sniff import NotAudioError, check_audio, head_of, image_suffix
 from .waveform import decode_cap
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient, _Core
     from ..storage.library import LibraryStore
+    from .workspace_archive import WorkspaceArchive
 
 ENV_ARCHIVE = "MUSICGEN_ARCHIVE"
-RASTER_IMAGES = {
-    ".png": "image/png",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".gif": "image/gif",
-    ".webp": "image/webp",
-}
+RASTER_IMAGES = types.MappingProxyType(
+    {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+)
 TAG_PREFIX = "ipymusicgen:"
 TITLE_CHARS, TITLE_BYTES = 100, 200
 """A title's share of a file name, so " [<id>].mp3" always fits after it (downloads.safe_filename bounds)."""
@@ -55,92 +53,28 @@ HANDED_MAX = 10_000
 """How many songs' last records an archiver remembers to know a poll's record as one it handled already."""
 
 
-@dataclass
-class ArchivePlaces:
-    """Where this process archives: the kernel's own choice, and the sandbox's temp folder once made."""
-
-    chosen: str | Path | Literal[False] | None = None
-    """Set by `set_archive_dir` / `%config MusicGen.archive_dir`: a path, False (off), or None (the default)."""
-    sandbox: Path | None = None
-    """One temp folder per process for sandbox songs, removed at exit."""
-
-
-places = ArchivePlaces()
-
-
-def set_archive_dir(directory: str | Path | bool | None) -> None:
-    """Where this kernel archives songs (as `%config MusicGen.archive_dir`): a path, False (off) or None (default)."""
-    if directory is None or directory is True or directory == "":
-        places.chosen = None
-    else:
-        places.chosen = directory
-
-
-def is_sandbox(client: _Core) -> bool:
-    """The embedded sandbox, known by identity (the one rule, `Settings.is_embedded_sandbox`)."""
-    return client.settings.is_embedded_sandbox
-
-
 def default_archive_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("ipymusicgen", appauthor=False)) / "songs"
 
 
-def sandbox_archive_dir() -> Path:
-    """One temp directory per process for sandbox songs: never the user's archive."""
-    if places.sandbox is None:
-        places.sandbox = Path(tempfile.mkdtemp(prefix="ipymusicgen-sandbox-songs-"))
-        at_exit(_remove_sandbox_dir)  # sandbox songs do not outlive the process
-    return places.sandbox
+def archive_of(client: _Core) -> WorkspaceArchive | None:
+    """The workspace archive a client was given by its wiring (its workspace's, or the default wiring's for a client
+    made by hand); None for a wiring that archives nothing."""
+    return getattr(client.wiring, "archive", None)
 
 
-_sandbox_dir_lock = threading.Lock()
-"""Held while a song is archived into the sandbox directory, and (for good) once it is removed at exit."""
-SANDBOX_EXIT_WAIT = 5.0
-
-
-def _remove_sandbox_dir() -> None:
-    """At exit: wait (bounded) for a song being archived there, then remove the folder; the worker (a daemon
-    thread still running until the interpreter stops) finds the lock taken and archives nothing more there."""
-    _sandbox_dir_lock.acquire(timeout=SANDBOX_EXIT_WAIT)
-    if places.sandbox is not None:
-        shutil.rmtree(places.sandbox, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _archiving_into(directory: Path) -> Iterator[bool]:
-    """Whether a song may be archived into `directory` now (False once the sandbox folder is gone at exit)."""
-    if places.sandbox is None or directory != places.sandbox:
-        yield True
-        return
-    if not _sandbox_dir_lock.acquire(timeout=SANDBOX_EXIT_WAIT):
-        yield False
-        return
-    try:
-        yield directory.is_dir()
-    finally:
-        _sandbox_dir_lock.release()
+def archiver_of(client: _Core) -> Archiver | None:
+    """The archiver following `client`, found through the client's own wiring (no registry of the process)."""
+    home = archive_of(client)
+    return home.archiver_of(client) if home is not None else None
 
 
 def archive_dir_for(client: _Core, choice: Any = True) -> Path | None:
-    """The directory a client archives to, or None when archiving is off.
-
-    `choice` (the client's `archive=`) wins: False is off, a path is used as given. Otherwise the sandbox
-    gets its temp directory, and a real service `set_archive_dir()`, then MUSICGEN_ARCHIVE, then the default.
-    """
-    if choice is False:
-        return None
-    if choice not in (True, None):
-        return Path(choice).expanduser()
-    if is_sandbox(client):
-        return sandbox_archive_dir()
-    if places.chosen is not None:
-        return None if places.chosen is False else Path(places.chosen).expanduser()
-    env = os.environ.get(ENV_ARCHIVE, "").strip()
-    if env.lower() in {"0", "false", "off", "no"}:
-        return None
-    return Path(env).expanduser() if env else default_archive_dir()
+    """The directory `client` archives to (`WorkspaceArchive.directory_for`), or None when archiving is off."""
+    home = archive_of(client)
+    return home.directory_for(client, choice) if home is not None else None
 
 
 @dataclass(frozen=True)
@@ -226,17 +160,18 @@ def task_id_tag(path: Path) -> str | None:
 
 STAGING_PREFIX = ".ipymusicgen-archive-"
 STAGING_OWNER = "owner.json"
-_swept: set[Path] = set()
 
 
-def _staging_dir(directory: Path) -> Path:
-    """A hidden folder for one song's download, naming its process; the first in a directory per process also
-    removes those a dead process left (kill -9 mid-download), so no half file outlives a re-run."""
+def _staging_dir(directory: Path, swept: set[Path] | None = None) -> Path:
+    """A hidden folder for one song's download, naming its process; the first in a directory per workspace
+    (`swept`: the folders done already; None: every time) also removes those a dead process left (kill -9
+    mid-download), so no half file outlives a re-run."""
     from ..storage.owner import Owner
 
     directory.mkdir(parents=True, exist_ok=True)
-    if directory not in _swept:
-        _swept.add(directory)
+    if swept is None or directory not in swept:
+        if swept is not None:
+            swept.add(directory)
         for old in directory.glob(STAGING_PREFIX + "*"):
             with contextlib.suppress(Exception):
                 owner = json.loads((old / STAGING_OWNER).read_text())
@@ -266,7 +201,9 @@ def fresh_url(downloader: MusicClient, song: SongInfo) -> str | None:
     return record.audio_url or None
 
 
-def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, task_id: str) -> Path:
+def archive_song(
+    downloader: MusicClient, store: LibraryStore, directory: Path, task_id: str, swept: set[Path] | None = None
+) -> Path:
     """Download, check, tag and place one complete song (and its cover); record path, size and peaks. Idempotent.
 
     What arrived is checked (`sniff.check_audio`): an HTML page or an empty body is an archive error, not the
@@ -282,7 +219,7 @@ def archive_song(downloader: MusicClient, store: LibraryStore, directory: Path, 
     if not url:
         raise ValueError(f"{task_id} has no audio URL to archive")
     directory.mkdir(parents=True, exist_ok=True)
-    staging = _staging_dir(directory)
+    staging = _staging_dir(directory, swept)
     try:
         staged = downloader.download(url, staging / "song")  # the client's download: its size limit holds
         suffix = check_audio(staged)
@@ -334,48 +271,57 @@ def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) ->
         raise LookupError(f"{task_id} is not in the journal")
     if url is None:
         url = client.generate_wav(store.service_song_id(task_id) or task_id)
-    staging = _staging_dir(archiver.directory)
+    directory = archiver.directory
+    if directory is None:
+        raise RuntimeError("This client does not archive (archiving is off).")
+    staging = _staging_dir(directory, archiver.home.swept)
     try:
         staged = client.download(url, staging)
         if check_audio(staged) != ".wav":  # a page (NotAudioError), or other audio: never kept, never over the MP3
             raise NotAudioError("the WAV's URL answered audio that is not a WAV; the song's files are left as they are")
-        placed = _place(staged, archiver.directory, song.file_name(".wav"), task_id)
+        placed = _place(staged, directory, song.file_name(".wav"), task_id)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     store.wav_archived(task_id, placed)
     return placed
 
 
-class Archiver:
-    """Archives a client's finished songs on a worker thread; the polling thread only enqueues."""
+class Archiver(QueueWorker):
+    """Archives a client's finished songs on a worker thread; the polling thread only enqueues. `home`: the
+    workspace archive it belongs to (where it archives, whom it tells)."""
+
+    thread_name = "ipymusicgen-archiver"
+    idle_seconds = IDLE_SECONDS
 
     def __init__(
-        self, client: _Core, choice: Any = True, downloader: MusicClient | Callable[[], MusicClient] | None = None
+        self,
+        client: _Core,
+        choice: Any = True,
+        downloader: MusicClient | Callable[[], MusicClient] | None = None,
+        *,
+        home: WorkspaceArchive,
     ) -> None:
+        super().__init__()
         self.client = client
         self.choice = choice
+        self.home = home
         self._download_with = downloader
         self.followers: list[Callable[[Path | None, str, Path], Any]] = []
         """Called (journal path, task id, file) after each song is kept: the wiring adds the analysis here."""
-        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self._store: LibraryStore | None = None
+        self._downloader_in_use: tuple[MusicClient, bool] | None = None
         self._retried = False
         self.errors: dict[str, str] = {}
         self.archived: dict[str, Path] = {}
         self._handed: dict[str, Any] = {}
         """The last record handed over for each song (oldest first, at most `HANDED_MAX`): see `_news`."""
         self._closed = False
-        self._stopping = threading.Event()
-        _live_archivers.add(self)
-        add_worker(self)
 
     def __repr__(self) -> str:
         return f"Archiver(directory={str(self.directory) if self.directory else None!r})"
 
-    def close(self) -> None:
-        """Close this archiver's connection to the journal file for good (at exit: no -wal/-shm left behind)."""
+    def _release(self) -> None:
+        """Close this archiver's connection to the journal file for good (no -wal/-shm left behind)."""
         with self._lock:
             self._closed = True
             if self._store is not None:
@@ -385,7 +331,7 @@ class Archiver:
 
     @property
     def directory(self) -> Path | None:
-        return archive_dir_for(self.client, self.choice)
+        return self.home.directory_for(self.client, self.choice)
 
     @property
     def journal_path(self) -> Path | None:
@@ -409,11 +355,9 @@ class Archiver:
         records = self._news(records)
         if not records or self.journal_path is None:
             return
-        if not self._retried:
-            self._retried = True
-            self._queue.put(("retry", None))
-        self._queue.put(("records", records))
-        self._ensure_worker()
+        first = not self._retried
+        self._retried = True
+        self._put(*([("retry", None)] if first else []), ("records", records))
 
     def _news(self, records: Iterable[Any]) -> list[Any]:
         """The records with something to do: not the same record again of a song this archiver has kept (its file
@@ -421,8 +365,9 @@ class Archiver:
         each finished song arrives on every call; re-indexing it, looking it up and re-reading its peaks only to
         announce it to no one was most of that call's cost."""
         records = list(records)
+        listening = self.home.events.listening
         with self._lock:
-            fresh = records if _listening() else [r for r in records if not self._handled_before(r)]
+            fresh = records if listening else [r for r in records if not self._handled_before(r)]
             for record in records:
                 self._handed.pop(record.id, None)
                 self._handed[record.id] = record
@@ -437,90 +382,46 @@ class Archiver:
     def retry(self) -> None:
         """Archive complete songs that are not yet (never tried, or failed before)."""
         if self.journal_path is not None:
-            self._queue.put(("retry", None))
-            self._ensure_worker()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait until everything queued so far is archived (or failed); True when idle."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._queue.unfinished_tasks:
-            if self._stopping.is_set() or (deadline is not None and time.monotonic() > deadline):
-                return False
-            time.sleep(0.02)
-        return True
+            self._put(("retry", None))
 
     def wait_archived(self, records: Iterable[Any], timeout: float) -> dict[str, Path | str | None]:
         """Archive these records' complete songs now (at once if they are already) and wait, at most `timeout`
         seconds, until each is kept or its archive failed: each id's file, why it failed, or None (not yet).
 
         The records go to the worker again, then a fence: once the worker passes the fence, every song before
-        it has been tried (archiving is idempotent, so a song already kept costs one lookup).
+        it has been tried (archiving is idempotent, so a song already kept costs one lookup). A stopped archiver
+        (its workspace closed) takes nothing: each id is None.
         """
         complete = [r for r in records if getattr(r.state, "value", r.state) == "complete"]
-        if complete and self.journal_path is not None and not self._stopping.is_set():
+        if complete and self.journal_path is not None:
             fence = threading.Event()
-            self._queue.put(("records", complete))
-            self._queue.put(("fence", fence))
-            self._ensure_worker()
+            if not self._put(("records", complete), fence):
+                return {r.id: None for r in complete}
             fence.wait(timeout)
             if not fence.is_set():
                 return {r.id: None for r in complete}
         return {r.id: self.archived.get(r.id) or self.errors.get(r.id) for r in complete}
 
-    def stop(self) -> None:
-        """Start no more songs (at exit): the one in hand is finished; the rest are retried by a later session."""
-        self._stopping.set()
-        self._queue.put(("stop", None))  # wakes an idle worker at once
-
-    def join_worker(self, timeout: float) -> bool:
-        """Wait (at most `timeout` s) for the worker thread to end; True when it has (or none runs)."""
-        with self._lock:
-            thread = self._thread
-        return join_thread(thread, timeout)
-
     # -- the worker ----------------------------------------------------------------------------------
 
-    def _ensure_worker(self) -> None:
-        with self._lock:
-            if self._stopping.is_set():
-                return
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="ipymusicgen-archiver", daemon=True)
-                self._thread.start()
+    def _failed(self, exc: Exception) -> None:
+        self.errors["*"] = self.client.redact(f"{type(exc).__name__}: {exc}")
 
-    def _work(self) -> None:
-        downloader: MusicClient | None = None
-        owned = False
-        try:
-            while True:
-                try:
-                    kind, payload = self._queue.get(timeout=IDLE_SECONDS)
-                except queue.Empty:
-                    with self._lock:  # exit only when nothing arrived meanwhile
-                        if self._queue.empty():
-                            self._thread = None
-                            return
-                    continue
-                try:
-                    if kind == "fence":
-                        payload.set()
-                        continue
-                    if self._stopping.is_set():
-                        return
-                    if downloader is None:
-                        downloader, owned = self._downloader()
-                    self._handle(kind, payload, downloader)
-                except Exception as exc:  # the worker must outlive any one round (a locked journal, say)
-                    self.errors["*"] = self.client.redact(f"{type(exc).__name__}: {exc}")
-                finally:
-                    self._queue.task_done()
-        finally:
-            if downloader is not None and owned:
-                downloader.close()
-            with self._lock:
-                if self._store is not None:
-                    self._store.close()
-                    self._store = None
+    def _ended(self) -> None:
+        """The thread ends (idle or stopped): the downloader it made and the journal connection close with it."""
+        made, self._downloader_in_use = self._downloader_in_use, None
+        if made is not None and made[1]:
+            made[0].close()
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def _handle(self, item: tuple[str, Any]) -> None:
+        if self._downloader_in_use is None:
+            self._downloader_in_use = self._downloader()
+        kind, payload = item
+        self._archive(kind, payload, self._downloader_in_use[0])
 
     def _downloader(self) -> tuple[MusicClient, bool]:
         """The client to download with, and whether this worker made it (and so closes it when idle).
@@ -544,7 +445,7 @@ class Archiver:
         known = song_info(store, task_id)
         return bool(known and known.archive_path and Path(known.archive_path).is_file())
 
-    def _handle(self, kind: str, payload: Any, downloader: MusicClient) -> None:
+    def _archive(self, kind: str, payload: Any, downloader: MusicClient) -> None:
         store = self.store
         if store is None:
             return
@@ -558,41 +459,29 @@ class Archiver:
         directory = self.directory
         if directory is None:
             return
+        events = self.home.events
         for task_id in ids:
             if self._stopping.is_set():
                 return
             kept_before = self._kept_before(store, task_id)
             try:
-                with _archiving_into(directory) as allowed:
+                with self.home.archiving_into(directory) as allowed:
                     if not allowed:
                         return
-                    self.archived[task_id] = archive_song(downloader, store, directory, task_id)
+                    self.archived[task_id] = archive_song(downloader, store, directory, task_id, self.home.swept)
                 self.errors.pop(task_id, None)
             except Exception as exc:  # recorded, shown and retried; never raised into polling
                 message = self.client.redact(f"{type(exc).__name__}: {exc}")
                 self.errors[task_id] = message
                 store.archive_failed(task_id, message)
-                _announce(task_id, None, None, message)
+                events.announce(task_id, None, None, message)
             else:
-                _announce(task_id, self.archived[task_id], *_stored(store, task_id))
+                events.announce(task_id, self.archived[task_id], *_stored(store, task_id))
                 if kept_before:
                     continue  # followed when it was kept (by whichever process kept it): not measured again
                 for follow in list(self.followers):
                     with contextlib.suppress(Exception):  # a follower's trouble never stops the archive
                         follow(self.journal_path, task_id, self.archived[task_id])
-
-
-ArchiveListener = Callable[[str, "Path | None", "list[list[float]] | None", "str | None"], None]
-_listeners: list[weakref.ref[Any]] = []
-_listeners_lock = threading.Lock()
-
-
-def add_archive_listener(listener: ArchiveListener) -> None:
-    """Call `listener(task_id, path, peaks, error)` after each song is archived (or fails to be), on the
-    archiver's thread. Held weakly (a bound method lives as long as its object), so views need not unsubscribe."""
-    ref = weakref.WeakMethod(listener) if hasattr(listener, "__self__") else weakref.ref(listener)
-    with _listeners_lock:
-        _listeners.append(ref)
 
 
 def _stored(store: LibraryStore, task_id: str) -> tuple[list[list[float]] | None, str | None]:
@@ -608,50 +497,3 @@ def archive_label(path: Path | None, error: str | None) -> str:
     if path is not None:
         return f"archived: {path.name}" + (f" ({error[:160]})" if error else "")
     return f"not archived yet ({(error or 'unknown error')[:160]}); retried on the next resume or library open"
-
-
-def _listening() -> bool:
-    """Whether any view listens for the archive's word (a watcher's card, the library view)."""
-    with _listeners_lock:
-        return any(ref() is not None for ref in _listeners)
-
-
-def _announce(task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
-    """Tell every listener (the watchers' cards show the waveform and the archive's word, the library view)."""
-    with _listeners_lock:
-        _listeners[:] = [ref for ref in _listeners if ref() is not None]
-        alive = [ref() for ref in _listeners]
-    for listener in alive:
-        with contextlib.suppress(Exception):  # a closed or foreign listener must not stop the archive
-            if listener is not None:
-                listener(task_id, path, peaks, error)
-
-
-_live_archivers: weakref.WeakSet[Archiver] = weakref.WeakSet()
-
-
-@at_exit
-def _close_archivers() -> None:
-    for archiver in list(_live_archivers):
-        archiver.close()
-
-
-_archivers: weakref.WeakKeyDictionary[Any, Archiver] = weakref.WeakKeyDictionary()
-"""The archive's own registry: which archiver follows which client (nothing is set on the client)."""
-
-
-def attach(
-    client: _Core, choice: Any = True, downloader: MusicClient | Callable[[], MusicClient] | None = None
-) -> Archiver | None:
-    """Give a client its archiver (a record listener). Cheap: nothing is opened until a song arrives."""
-    if choice is False:
-        return None
-    archiver = Archiver(client, choice, downloader)
-    client.add_record_listener(archiver)
-    client.add_resume_listener(archiver.retry)  # every resume(), whatever its face or `wait`, retries failures
-    _archivers[client] = archiver
-    return archiver
-
-
-def archiver_of(client: _Core) -> Archiver | None:
-    return _archivers.get(client)

@@ -15,10 +15,8 @@ service (a free task query) before it is taken as typed. A name that fits severa
 
 from __future__ import annotations
 
-import atexit
-import functools
 import shutil
-import tempfile
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,11 +41,13 @@ class Kind:
     """The file's suffix; None for an extra that is a value, not a file (the singer voice)."""
 
 
-KINDS = {
-    "wav": Kind("wav", "WAV", ".wav"),
-    "mp4": Kind("mp4", "MP4 video", ".mp4"),
-    "vibe": Kind("vibe", "singer voice", None),
-}
+KINDS = types.MappingProxyType(
+    {
+        "wav": Kind("wav", "WAV", ".wav"),
+        "mp4": Kind("mp4", "MP4 video", ".mp4"),
+        "vibe": Kind("vibe", "singer voice", None),
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,18 @@ def extra_price(kind: str) -> int:
     return costs.credits_for_model(kind_of(kind).name)
 
 
-@functools.cache
-def _process_extras_file() -> Path:
-    """A file of this process's own, made once and removed at exit, for clients that keep no journal."""
-    folder = Path(tempfile.mkdtemp(prefix="ipymusicgen-extras-"))
-    atexit.register(shutil.rmtree, folder, True)
-    return folder / "extras.sqlite3"
-
-
 def _journal_path(client: MusicClient) -> Path:
-    """The journal the client writes; a client without one (journal=False) records extras in a file of this process."""
+    """The journal the client writes; a client without one (journal=False) records extras in a throwaway file of its
+    workspace's archive (`WorkspaceArchive.extras_file`, removed when the workspace closes)."""
     path = getattr(client.journal, "path", None)
-    return Path(path) if path is not None else _process_extras_file()
+    if path is not None:
+        return Path(path)
+    from .archiver import archive_of
+
+    home = archive_of(client)
+    if home is None:
+        raise RuntimeError("This client keeps no journal and belongs to no archive: its extras cannot be recorded.")
+    return home.extras_file()
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ def _keep(
     library = LibraryStore(journal_path) if journal_path is not None else None
     try:
         song = song_info(library, task_id) if library is not None else None
-        staging = _staging_dir(directory)
+        staging = _staging_dir(directory, archiver.home.swept)
         try:
             try:
                 staged = client.download(value, staging)

@@ -18,6 +18,7 @@ import anywidget
 import traitlets
 
 from ..archive.archiver import archive_label
+from ..archive.events import ArchiveEvents
 from ..archive.extras import made_kinds
 from ..config import PaidAsk
 from ..errors import MusicGenError
@@ -158,9 +159,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         self._refresh_lock = threading.RLock()  # the archiver's thread refreshes too
         if watcher is not None:
             watcher.on_favourite = self._watcher_favourite
-        from ..archive.archiver import add_archive_listener
-
-        add_archive_listener(self._archived)  # held weakly: a new song shows once it is archived
+        self._archive_events(client).subscribe(self._archived)  # held weakly: a new song shows once it is archived
         self.audio = CardAudio(self)
         self._focus: str | None = None
         self.add_class("ipymusicgen-library-view")
@@ -224,6 +223,18 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
             return "No songs match." if self.text or any(self.filters.values()) else "No songs yet."
         first = self.page * self.page_size + 1
         return f"{first}–{min(self.total, first + self.page_size - 1)} of {self.total} song(s)"
+
+    @staticmethod
+    def _archive_events(client: Any) -> ArchiveEvents:
+        """The archive news of the view's workspace: its client's, else the session's (another's are not news)."""
+        from ..archive.archiver import archive_of
+
+        home = archive_of(client) if client is not None else None
+        if home is None:
+            from ..workspace.session import current_workspace
+
+            home = current_workspace().archive
+        return home.events
 
     def _archived(self, _task_id: str, _path: Any, _peaks: Any, _error: Any) -> None:
         if self.comm is not None:  # a closed view no longer queries

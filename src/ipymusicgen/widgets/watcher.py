@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anywidget
 
-from ..archive.archiver import add_archive_listener, archive_label
+from ..archive.archiver import archive_label, archive_of
 from ..client.faces import MusicClient
 from ..config import PaidAsk
 from ..models.schema import V2Song
@@ -136,7 +136,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
             self.comm.on_close(self._front_end_closed)
         register_watcher(self)  # so the session's shutdown() stops this thread
-        add_archive_listener(self._archived)  # held weakly: a song's card shows its file and waveform once archived
+        if (home := archive_of(client)) is not None:  # its client's workspace: another's songs are not news here
+            home.events.subscribe(self._archived)  # held weakly: a card shows its file and waveform once archived
         self.add(ids, request=request)
         self.add(v2_ids, v2=True, request=request)
 

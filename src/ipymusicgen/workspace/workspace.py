@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 from ..client.faces import AsyncMusicClient, MusicClient
 
 if TYPE_CHECKING:
+    from ..archive.workspace_archive import WorkspaceArchive
     from ..batch import Batch
     from ..batch.key_activity import KeyActivity
     from ..client.core import _Core
     from ..config import Settings
     from ..lab.analysis import Analysis
+    from ..lab.analyst import Analysts
     from ..lab.grid import Grid
     from ..song_library import Library
     from ..storage.batches import BatchStore
@@ -52,6 +54,28 @@ class ClientWiring:
         self._keys: KeyActivity | None = None
         self._running: list[Batch] = []
         """Batches this wiring started that had not ended when the last one started (stopped by `close()`)."""
+        self._archive: WorkspaceArchive | None = None
+        self._analysts: Analysts | None = None
+
+    @property
+    def archive(self) -> WorkspaceArchive:
+        """Where this wiring's clients archive, their archivers and the views' `events` (made on first need)."""
+        with self._lock:
+            if self._archive is None:
+                from ..archive.workspace_archive import WorkspaceArchive
+
+                self._archive = WorkspaceArchive()
+            return self._archive
+
+    @property
+    def analysts(self) -> Analysts:
+        """What measures the songs this wiring's archivers keep (made on first need)."""
+        with self._lock:
+            if self._analysts is None:
+                from ..lab.analyst import Analysts
+
+                self._analysts = Analysts()
+            return self._analysts
 
     @property
     def keys(self) -> KeyActivity:
@@ -83,10 +107,15 @@ class ClientWiring:
             return self._databases[key].batches
 
     def close(self) -> None:
-        """Close the stores this wiring opened."""
+        """Stop its archivers and analysts (removing their throwaway folders) and close the stores it opened."""
         with self._lock:
+            archive, analysts = self._archive, self._analysts
             opened, self._databases = list(self._databases.values()), {}
             memory, self._memory = self._memory, None
+        if archive is not None:
+            archive.close()
+        if analysts is not None:
+            analysts.close()
         for database in opened:
             database.close()
         if memory is not None:
@@ -98,25 +127,20 @@ class ClientWiring:
         return Journal(settings.journal_path)
 
     def attach(self, client: _Core, archive: Any) -> None:
-        from ..archive.archiver import attach
-        from ..lab.analyst import analyse_after_archive
-
         if archive is False:
             return
-        if isinstance(client, MusicClient):
-            archiver = attach(client, archive, downloader=client)  # the client it was given downloads (any thread)
+        if isinstance(client, MusicClient):  # the client it was given downloads (any thread)
+            archiver = self.archive.attach(client, archive, downloader=client)
         else:  # an async client belongs to its event loop: the archive's thread downloads with a sync twin
             settings = client.settings
-            archiver = attach(
+            archiver = self.archive.attach(
                 client, archive, downloader=lambda: MusicClient(settings=settings, journal=False, archive=False)
             )
         if archiver is not None:
-            archiver.followers.append(analyse_after_archive)  # each kept song measured (when the extra is there)
+            archiver.followers.append(self.analysts.after_archive)  # each kept song measured (with the extra)
 
     def wait_archived(self, client: _Core, records: list[Any], timeout: float) -> dict[str, Any] | None:
-        from ..archive.archiver import archiver_of
-
-        archiver = archiver_of(client)
+        archiver = self.archive.archiver_of(client)
         if archiver is None or archiver.journal_path is None or archiver.directory is None:
             return None
         return archiver.wait_archived(records, timeout)
@@ -228,6 +252,16 @@ class Workspace:
     def keys(self) -> KeyActivity:
         """What this workspace's batches and its agent server's calls share on a key (overlaps, 429s, rows sent)."""
         return self.wiring.keys
+
+    @property
+    def archive(self) -> WorkspaceArchive:
+        """Its archive: where its songs are kept, its clients' archivers, and the `events` its views subscribe to."""
+        return self.wiring.archive
+
+    @property
+    def analysts(self) -> Analysts:
+        """What measures the songs its archivers keep (stopped on `close()`)."""
+        return self.wiring.analysts
 
     @property
     def client(self) -> MusicClient:
