@@ -185,7 +185,7 @@ class MusicGen(Magics):
 
     @observe("archive_dir")
     def _push_archive_dir(self, change: Mapping[str, Any]) -> None:
-        from ..archive.archiver import set_archive_dir  # the archive decides what the value means (archive.py)
+        from ..workspace.session import set_archive_dir  # the session's workspaces and hand-made clients
 
         value = str(change["new"] or "").strip()
         set_archive_dir(False if value.lower() in {"off", "false", "0", "no"} else (value or None))
