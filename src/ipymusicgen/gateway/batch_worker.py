@@ -131,14 +131,16 @@ class BatchWorker:
 
     async def _run(self) -> None:
         assert self._wake is not None
+        failing = False
         while True:
             try:
                 busy = await self.round()
+                failing = False
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a ledger outage: the next round tries again
-                log.warning("the batch worker's round failed: %s", type(exc).__name__, exc_info=True)
-                busy = False
+            except Exception as exc:  # a ledger outage: the next round tries again (said once per outage)
+                (log.debug if failing else log.warning)("the batch worker's round failed: %s", type(exc).__name__)
+                failing, busy = True, False
             with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), ROUND_S if busy else IDLE_S)
             self._wake.clear()
