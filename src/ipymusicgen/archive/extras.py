@@ -1,4 +1,5 @@
-"""Paid extras of a song (its WAV, its MP4 video, a singer voice), made once and kept beside the song.
+"""Paid extras of a song (its WAV, its MP4 video, a singer voice, its ElevenLabs stems), made once and kept beside
+the song.
 
 The one rule every front end goes through (the card's buttons, `%musicgen_wav`, the agent's `make_extra`,
 `ipymusicgen.make_extra()`): the journal's `paid_extras` row for (song, kind) is claimed before the request
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..client.downloads import safe_filename
+from ..client.engine_stems import separate_stems
 from ..client.responses import create_may_have_landed
 from ..client.waiting import check_id
 from ..errors import DownloadError, MusicGenError, RequestValidationError
@@ -46,6 +48,7 @@ KINDS = types.MappingProxyType(
         "wav": Kind("wav", "WAV", ".wav"),
         "mp4": Kind("mp4", "MP4 video", ".mp4"),
         "vibe": Kind("vibe", "singer voice", None),
+        "stems": Kind("stems", "stems (ElevenLabs)", ".stems.zip"),
     }
 )
 
@@ -200,7 +203,10 @@ def _file_missing(found: Extra, spec: Kind) -> bool:
 
 
 def _send(client: MusicClient, store: ExtrasStore, song: SongName, spec: Kind) -> str:
-    send = {"wav": client.generate_wav, "mp4": client.generate_mp4, "vibe": client.generate_vibe}[spec.name]
+    if spec.name == "stems":  # the engine takes the song's audio itself: read (free), then the paid upload
+        send = lambda _id: _stems(client, song)  # noqa: E731
+    else:
+        send = {"wav": client.generate_wav, "mp4": client.generate_mp4, "vibe": client.generate_vibe}[spec.name]
     try:
         value = send(song.service_id)
     except BaseException as exc:
@@ -209,6 +215,25 @@ def _send(client: MusicClient, store: ExtrasStore, song: SongName, spec: Kind) -
         raise
     store.made(song.task_id, spec.name, value)
     return value
+
+
+def _stems(client: MusicClient, song: SongName) -> str:
+    """The song's stems (a ZIP kept with the engines' answers), as the URI its extras row keeps."""
+    audio, seconds = _audio_of(client, song)
+    return separate_stems(client, song.task_id, audio, seconds=seconds).as_uri()
+
+
+def _audio_of(client: MusicClient, song: SongName) -> tuple[bytes, float | None]:
+    """The finished song's audio (its archived file, an engine's kept answer, or a download) and its length: what
+    the stem separation uploads. Nothing paid is sent when it cannot be read."""
+    import tempfile
+
+    [record] = client.tasks([song.task_id]) or [None]
+    if record is None or not record.state.finished or not record.audio_url:
+        raise MusicGenError(f"Song {song.task_id} has no finished audio to separate into stems; nothing was sent.")
+    with tempfile.TemporaryDirectory(prefix="ipymusicgen-stems-") as folder:
+        path = client.download(record, folder)
+        return Path(path).read_bytes(), record.duration_seconds
 
 
 def _reuse(client: MusicClient, store: ExtrasStore, found: Extra, spec: Kind, song: SongName) -> ExtraResult:
@@ -247,7 +272,8 @@ def _keep(
         try:
             try:
                 staged = client.download(value, staging)
-                if audio_suffix(head_of(staged)) is None:  # a 200 with a page, not the WAV or MP4: never kept as it
+                zipped = spec.suffix.endswith(".zip") and head_of(staged).startswith(b"PK")  # stems: a ZIP
+                if not zipped and audio_suffix(head_of(staged)) is None:  # a page, not the WAV or MP4: never kept
                     raise DownloadError(f"The {spec.label}'s URL answered something that is not audio or video.")
             except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
                 raise DownloadError(
