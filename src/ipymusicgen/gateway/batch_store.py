@@ -497,6 +497,43 @@ class BatchStore:
                 (DONE, now, RUNNING),
             )
 
+    def settled_unknowns(self) -> list[tuple[int, int, str, bytes | None]]:
+        """Rows left unknown whose call has since been settled (`gateway reconcile`: its tasks found upstream, or
+        none): (batch, row, the call's state, its answer)."""
+        with self._cursor(write=False) as cur:
+            found = cur.all(
+                "SELECT r.batch_id, r.row_index, c.state, c.body FROM batch_rows r "
+                "JOIN batches b ON b.id = r.batch_id JOIN calls c ON c.user_name = b.user_name "
+                "AND c.idem_key = r.idem_base || '-' || CAST(r.attempt AS TEXT) "
+                "WHERE r.state = 'unknown' AND c.state IN ('done', 'refused')"
+            )
+        return [(int(b), int(i), str(state), bytes(body) if body is not None else None) for b, i, state, body in found]
+
+    def unknown_settled(self, batch_id: int, index: int, me: str, ids: list[str] | None) -> None:
+        """An unknown row whose call was settled: followed by this replica (`ids`: its songs), or queued again under
+        a new key (None: the call made nothing); its batch runs again until the row ends."""
+        with self._cursor() as cur:
+            now = self._now(cur)
+            if ids:
+                cur.run(
+                    "UPDATE batch_rows SET state = ?, ids = ?, claimed_by = ?, error = NULL, last_change = ? "
+                    "WHERE batch_id = ? AND row_index = ? AND state = ?",
+                    (SENT, json.dumps(ids), me, now, batch_id, index, UNKNOWN),
+                )
+            else:  # nothing was made: sent again, unless its batch was stopped meanwhile
+                stopped = cur.one("SELECT 1 FROM batches WHERE id = ? AND state = ?", (batch_id, STOPPED))
+                again, why = (SKIPPED, "not started: the batch was stopped") if stopped else (QUEUED, None)
+                cur.run(
+                    "UPDATE batch_rows SET state = ?, attempt = attempt + 1, claimed_by = NULL, cost = 0, error = ? "
+                    "WHERE batch_id = ? AND row_index = ? AND state = ?",
+                    (again, why, batch_id, index, UNKNOWN),
+                )
+                self._give_back(cur, batch_id, index)
+            cur.run(
+                "UPDATE batches SET state = ?, updated_at = ? WHERE id = ? AND state = ?",
+                (RUNNING, now, batch_id, DONE),
+            )
+
     def has_work(self) -> bool:
         """Whether any replica has something to do: a running batch, or a row being sent or followed."""
         with self._cursor(write=False) as cur:

@@ -118,6 +118,7 @@ class BatchWorker:
         self._wake: asyncio.Event | None = None
         self._last_follow = 0.0
         self._last_beat = -BEAT_S
+        self._last_settled = -BEAT_S
 
     def start(self) -> None:
         """Run on the running loop (once; again if it ended)."""
@@ -149,8 +150,15 @@ class BatchWorker:
         """One round; whether there is work going on."""
         blocking = self.gateway.blocking
         loop = asyncio.get_running_loop()
+        if loop.time() - self._last_settled >= BEAT_S:
+            self._last_settled = loop.time()
+            for batch_id, index, state, body in await blocking(self.store.settled_unknowns):
+                ids = created_ids(body) if state == "done" else None
+                if state == "done" and not ids:
+                    continue  # charged, but its songs are not named: it stays unknown
+                await blocking(self.store.unknown_settled, batch_id, index, self.me, ids)
         if not self._sending and not await blocking(self.store.has_work):
-            return False  # no batch anywhere: one read, no write (an idle gateway leaves the ledger's lock alone)
+            return False  # no batch anywhere: reads, no write (an idle gateway leaves the ledger's lock alone)
         if loop.time() - self._last_beat >= BEAT_S:
             await blocking(self.store.beat, self.me)
             self._last_beat = loop.time()
