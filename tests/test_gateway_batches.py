@@ -348,7 +348,7 @@ def test_the_agents_run_batch_hands_its_batch_to_the_gateway(
         return types.ElicitResult(action="accept", content={"send": True})
 
     with client_for(gateway, token, tmp_path) as client:
-        desk = AgentDesk(client, library_path=tmp_path / "library")
+        desk = AgentDesk(client)
 
         async def tool(name: str, arguments: dict[str, object]) -> dict[str, object]:
             async with Client(build_server(desk), elicitation_callback=consent) as mcp:

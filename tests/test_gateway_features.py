@@ -332,7 +332,7 @@ def test_the_agent_server_pays_with_consent_or_max_credits_through_the_gateway(
 
     caplog.set_level(logging.DEBUG)
     workspace = session.current_workspace()  # what `python -m ipymusicgen mcp` serves, from the same variables
-    desk = AgentDesk(workspace.client, library_path=workspace.path)
+    desk = AgentDesk(workspace.client, database=workspace.db)
     consent = Consent()
 
     async def tools(*calls: tuple[str, dict[str, Any]], asker: Any = None) -> list[Any]:

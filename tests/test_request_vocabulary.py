@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import anyio
@@ -38,7 +39,10 @@ def client(tmp_path: Any) -> Iterator[MusicClient]:
 
 @pytest.fixture
 def moody(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(schema.V1_SHAPES, "custom", MoodyCustomRequest)
+    """The v1 shapes with the moody custom song, where each reads them (the table is a read-only constant)."""
+    shapes = MappingProxyType({**schema.V1_SHAPES, "custom": MoodyCustomRequest})
+    for name in ("models.schema", "mcp.tool_params", "mcp.tools", "widgets.studio", "notebook.args"):
+        monkeypatch.setattr(importlib.import_module(f"ipymusicgen.{name}"), "V1_SHAPES", shapes)
 
 
 def tools(client: MusicClient) -> dict[str, types.Tool]:

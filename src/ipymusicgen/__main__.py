@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .client.waiting import archive_notes
@@ -242,13 +243,15 @@ def _kernel_death(kernel: Any, log_path: Path) -> str:
     return how + (f"; its last words (in {log_path}): {' | '.join(last)}" if last else "")
 
 
-_PACKAGE_OF = {
-    "sklearn": "scikit-learn",
-    "yaml": "pyyaml",
-    "cv2": "opencv-python",
-    "PIL": "pillow",
-    "bs4": "beautifulsoup4",
-}
+_PACKAGE_OF = MappingProxyType(
+    {
+        "sklearn": "scikit-learn",
+        "yaml": "pyyaml",
+        "cv2": "opencv-python",
+        "PIL": "pillow",
+        "bs4": "beautifulsoup4",
+    }
+)
 """Import names that are not their package's (`pip install sklearn` or `yaml` does not install them)."""
 
 

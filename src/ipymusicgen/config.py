@@ -8,6 +8,7 @@ import math
 import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,7 +74,7 @@ def url_host(url: str) -> str:
     return host.lower().rstrip(".")
 
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 
 def service_address(url: str) -> str:

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .storage.errors import StorageUnavailableError
@@ -34,7 +35,7 @@ SPEND_BY = ("day", "model", "batch", "provider")
 LEADERBOARD_BY = ("provider", "model", "style", "batch", "song")
 OUTCOMES = ("a", "b", "tie", "both_bad")
 """What `Library.vote` takes: the first song preferred, the second, a tie, or both bad (Music Arena's four)."""
-_STATE_ALIASES = {"ready": "complete", "writing": "processing", "queued": "processing"}
+_STATE_ALIASES = MappingProxyType({"ready": "complete", "writing": "processing", "queued": "processing"})
 _WORD = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*", re.UNICODE)
 """A word as FTS5's unicode61 tokenizer sees it: combining accents stay in the word (it folds them away)."""
 

@@ -12,17 +12,20 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from types import MappingProxyType
 
 from .sniff import HEAD_BYTES, audio_suffix
 
 BLOCK = 1 << 16
-MEDIA_TYPES = {
-    ".mp3": "audio/mpeg",
-    ".wav": "audio/wav",
-    ".flac": "audio/flac",
-    ".ogg": "audio/ogg",
-    ".m4a": "audio/mp4",
-}
+MEDIA_TYPES = MappingProxyType(
+    {
+        ".mp3": "audio/mpeg",
+        ".wav": "audio/wav",
+        ".flac": "audio/flac",
+        ".ogg": "audio/ogg",
+        ".m4a": "audio/mp4",
+    }
+)
 """The MIME type of each audio format the sniffer knows: what the page is told the bytes are."""
 
 

@@ -9,13 +9,14 @@ waveform of part of the song, stretched over all of it.
 from __future__ import annotations
 
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import miniaudio
 
 MPEG1_KBPS = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
 MPEG2_KBPS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
-RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+RATES = MappingProxyType({3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)})
 """Sample rates by MPEG version bits (3 = MPEG-1, 2 = MPEG-2, 0 = MPEG-2.5)."""
 HEAD_BYTES = 64 * 1024
 """Where the first frame must start (after an ID3v2 tag of at most this much plus its own size)."""

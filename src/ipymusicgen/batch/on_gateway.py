@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from types import MappingProxyType
 from typing import Any
 
 from ..client.responses import Endpoint
@@ -28,7 +29,7 @@ GATEWAY_MARK = "ipymusicgen"
 SUBMIT = Endpoint("gateway batch", "POST", "/gateway/v1/batches")
 STATUS = Endpoint("gateway batch", "GET", "/gateway/v1/batches")
 STOP = Endpoint("gateway batch stop", "POST", "/gateway/v1/batches/stop")
-STATES = {"queued": "pending", "sending": "pending", "sent": "submitted"}
+STATES = MappingProxyType({"queued": "pending", "sending": "pending", "sent": "submitted"})
 """The gateway's row states as a batch's (the rest are the same words)."""
 FINISHED = ("complete", "failed", "unknown", "skipped")
 

@@ -1,4 +1,5 @@
-"""The current thread's deadline: `bounded(seconds)` sets it, `left_of(timeout)` cuts a read's timeout to it.
+"""The current deadline: `bounded(seconds)` sets it, `left_of(timeout)` cuts a read's timeout to it. It is a context
+variable (each thread starts without one), not module state: the module holds only its name.
 
 Kept apart from the streams that honour it (`deadline_streams`, which need httpcore) so importing the client
 loads no httpcore; only making the first sync client does.
@@ -6,28 +7,27 @@ loads no httpcore; only making the first sync client does.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
-_current = threading.local()
+_DEADLINE: ContextVar[float | None] = ContextVar("ipymusicgen_deadline", default=None)
 
 
 @contextmanager
 def bounded(seconds: float) -> Iterator[None]:
     """Reads on this thread's network streams must end within `seconds` from now."""
-    previous = getattr(_current, "deadline", None)
-    _current.deadline = time.monotonic() + max(seconds, 0.0)
+    token = _DEADLINE.set(time.monotonic() + max(seconds, 0.0))
     try:
         yield
     finally:
-        _current.deadline = previous
+        _DEADLINE.reset(token)
 
 
 def left_of(timeout: float | None) -> float | None:
     """A read's timeout cut to what is left of this thread's deadline; past it, the read times out now."""
-    deadline = getattr(_current, "deadline", None)
+    deadline = _DEADLINE.get()
     if deadline is None:
         return timeout
     left = deadline - time.monotonic()

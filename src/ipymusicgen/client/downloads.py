@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -24,19 +24,23 @@ if TYPE_CHECKING:
     import httpx
 
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f<>:"/\\|?*]+')
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
-_MEDIA_EXTENSIONS = {
-    "audio/mpeg": ".mp3",
-    "audio/mp3": ".mp3",
-    "audio/wav": ".wav",
-    "audio/x-wav": ".wav",
-    "audio/wave": ".wav",
-    "video/mp4": ".mp4",
-    "image/svg+xml": ".svg",
-    "image/png": ".png",
-    "image/jpeg": ".jpg",
-}
-_KNOWN_SUFFIXES = {".mp3", ".wav", ".mp4", ".m4a", ".ogg", ".flac", ".svg", ".png", ".jpg", ".jpeg", ".webp"}
+_RESERVED = frozenset(
+    {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
+)
+_MEDIA_EXTENSIONS = MappingProxyType(
+    {
+        "audio/mpeg": ".mp3",
+        "audio/mp3": ".mp3",
+        "audio/wav": ".wav",
+        "audio/x-wav": ".wav",
+        "audio/wave": ".wav",
+        "video/mp4": ".mp4",
+        "image/svg+xml": ".svg",
+        "image/png": ".png",
+        "image/jpeg": ".jpg",
+    }
+)
+_KNOWN_SUFFIXES = frozenset({".mp3", ".wav", ".mp4", ".m4a", ".ogg", ".flac", ".svg", ".png", ".jpg", ".jpeg", ".webp"})
 MAX_STEM = 120
 MAX_NAME_BYTES = 255
 """File systems allow 255 bytes per name: the stem, the suffix and any " (2)" counter together."""

@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -26,6 +27,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -54,7 +56,7 @@ PROCESSING_STATUS = 1
 """A v1 status that reads as processing (neither complete 0, preview 2 nor failed 3)."""
 ENGINE_TIMEOUT = 900.0
 """Seconds a synchronous compose may take (a 10-minute ElevenLabs song takes minutes)."""
-BUILDERS = {"elevenlabs": (el.build, el.parse_answer), "lyria": (ly.build, ly.parse_answer)}
+BUILDERS = MappingProxyType({"elevenlabs": (el.build, el.parse_answer), "lyria": (ly.build, ly.parse_answer)})
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
@@ -69,12 +71,22 @@ class EngineRun:
     thread: threading.Thread | None = None
 
 
-_SANDBOX_SPOOL: list[Path] = []
-"""This process's folder for the embedded sandbox's answers (made on first use, removed at exit)."""
+def _sandbox_spool() -> Path:
+    """This process's folder for the embedded sandbox's answers: named by the process (no module state keeps it),
+    made private on first use, removed at exit. A folder of that name that is not a private directory of this
+    user (a link, another owner, open to others) is never used: the answers go to a fresh temporary folder."""
+    folder = Path(tempfile.gettempdir()) / f"ipymusicgen-engine-audio-{os.getpid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    found = os.lstat(folder)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o077:
+        return Path(tempfile.mkdtemp(prefix="ipymusicgen-engine-audio-"))
+    return folder
 
 
 def _remove_sandbox_spool() -> None:
-    for folder in _SANDBOX_SPOOL:
+    folder = Path(tempfile.gettempdir()) / f"ipymusicgen-engine-audio-{os.getpid()}"
+    if folder.is_dir() and not folder.is_symlink():
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -85,10 +97,8 @@ def spool_dir(client: _Core) -> Path:
     if journal_path:
         folder = Path(journal_path).parent / "engine-audio"
     elif client.settings.is_embedded_sandbox:
-        if not _SANDBOX_SPOOL:
-            _SANDBOX_SPOOL.append(Path(tempfile.mkdtemp(prefix="ipymusicgen-engine-audio-")))
-            at_exit(_remove_sandbox_spool)
-        folder = _SANDBOX_SPOOL[0]
+        folder = _sandbox_spool()
+        at_exit(_remove_sandbox_spool)  # registered once, however often asked
     else:
         import platformdirs
 

@@ -7,14 +7,19 @@ been charged, how an echoed key is scrubbed), used alike by the client, the gate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from . import elevenlabs, lyria, musicful
 from .wire import EngineRules
 
-ENGINES: dict[str, EngineRules] = {
-    musicful.RULES.provider: musicful.RULES,
-    elevenlabs.RULES.provider: elevenlabs.RULES,
-    lyria.RULES.provider: lyria.RULES,
-}
+ENGINES: Mapping[str, EngineRules] = MappingProxyType(
+    {
+        musicful.RULES.provider: musicful.RULES,
+        elevenlabs.RULES.provider: elevenlabs.RULES,
+        lyria.RULES.provider: lyria.RULES,
+    }
+)
 
 
 def engine(provider: str) -> EngineRules:

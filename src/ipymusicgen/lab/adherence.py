@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any
 
 TEMPO_TOLERANCE = 0.02
@@ -17,7 +18,7 @@ LENGTH_TOLERANCE = 0.05
 _BPM = re.compile(r"(?<![\d.])(\d{2,3}(?:\.\d+)?)\s*-?\s*bpm\b", re.IGNORECASE)
 _KEY = re.compile(r"\bin\s+([A-Ga-g])\s*(#|♯|b|♭|sharp|flat)?\s*(major|minor|maj|min|m)\b", re.IGNORECASE)
 _PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
-_NATURAL = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
+_NATURAL = MappingProxyType({"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11})
 
 
 def asked_of(texts: Iterable[str | None], *, seconds: float | None = None) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def serve(
     session.mark_notice_shown()  # stdout is the protocol's: the one notice goes to stderr below
     workspace = workspace if workspace is not None else session.current_workspace()
     client = workspace.client
-    desk = AgentDesk(client, budget=budget, library_path=workspace.path)  # its songs are the workspace's
+    desk = AgentDesk(client, budget=budget, database=workspace.db)  # its songs are the workspace's
     where = "the embedded sandbox (free)" if client.settings.is_embedded_sandbox else "the real service (paid)"
     cap = "no budget" if budget is None else f"a budget of {budget} credits"
     listen = f" on http://{host}:{port}/mcp" if http else " on stdio"

@@ -33,6 +33,7 @@ from ..models.tasks import TaskSet
 from ..song_library import Library
 from ..storage.agent_quotes import name_paying_quote
 from ..storage.batches import NEVER_SENT, BatchStore
+from ..storage.database import Database
 from ..storage.errors import StorageError, StorageUnavailableError
 from .agent_budget import Ledger, OverBudget, Spend
 from .engine_songs import dollars_of, engine_song, no_seconds, provider_of
@@ -114,12 +115,13 @@ class BatchRequest:
 class AgentDesk:
     """The agent server's state: one client (with its journal, archive and library), a lifetime budget."""
 
-    def __init__(self, client: MusicClient, *, budget: int | None = None, library_path: str | Path | None = None):
+    def __init__(self, client: MusicClient, *, budget: int | None = None, database: Database | None = None):
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
             raise AgentError(f"budget: must be a whole number of credits, 0 or more (got {budget!r})")
         self.client = client
         self.budget = budget
-        self._library_path = library_path
+        self.database = database
+        """The workspace's `Database` (its songs are the agent's library); None: the client's journal file."""
         self._lock = threading.Lock()
         self.ledger = Ledger(budget)
         """Every paid call and batch, reserved under one lock before it is sent, counted as measured if it can be."""
@@ -547,9 +549,12 @@ class AgentDesk:
         with self._lock:
             if self._library is None:
                 journal = self.client.journal
-                path = self._library_path or (getattr(journal, "path", None) if journal is not None else None)
-                if path is not None and Path(path).exists():
-                    self._library = Library(path)
+                if self.database is not None and self.database.path.exists():
+                    self._library = Library(self.database)  # read through the workspace's own store
+                elif self.database is None:
+                    path = getattr(journal, "path", None) if journal is not None else None
+                    if path is not None and Path(path).exists():
+                        self._library = Library(path)
             return self._library
 
     def views(self, records: Iterable[Any], ids: Iterable[str]) -> list[dict[str, Any]]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from types import MappingProxyType
 
 HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 """Unicode categories that draw nothing or move what follows: controls, format (bidi), surrogates, unassigned."""
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_ESCAPES = MappingProxyType({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 _TERMINAL = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
 """ANSI escape sequences: CSI (colours, clearing the screen), OSC (window titles, links), and two-byte ones."""
 

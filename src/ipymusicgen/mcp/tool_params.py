@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
@@ -33,13 +34,15 @@ def v1_schema() -> dict[str, Any]:
     return {"properties": properties, "required": []}
 
 
-_JSON_TYPES: dict[frozenset[str], Any] = {
-    frozenset({"string"}): str,
-    frozenset({"integer"}): int,
-    frozenset({"number"}): float,
-    frozenset({"integer", "number"}): float,
-    frozenset({"boolean"}): bool,
-}
+_JSON_TYPES: Mapping[frozenset[str], Any] = MappingProxyType(
+    {
+        frozenset({"string"}): str,
+        frozenset({"integer"}): int,
+        frozenset({"number"}): float,
+        frozenset({"integer", "number"}): float,
+        frozenset({"boolean"}): bool,
+    }
+)
 
 
 def _loose_type(prop: dict[str, Any]) -> Any:

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypeVar, cast
 
 import anyio
@@ -111,7 +112,7 @@ Seconds = Annotated[
 ]
 
 
-V2_DEFAULTS = {"is_auto": 1, "model_version": "v4.5-plus"}
+V2_DEFAULTS = MappingProxyType({"is_auto": 1, "model_version": "v4.5-plus"})
 """What generate_song_v2 sends when the agent leaves these out (the model itself requires them)."""
 
 CONSENT = "consent"

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
 
 from ..errors import MusicGenError
 from .providers import ELEVENLABS, LYRIA, MUSICFUL, EngineRequest
@@ -47,14 +48,16 @@ class DollarPrice:
         return self.amount * max(1, math.ceil(seconds / 60))
 
 
-DEFAULT_PRICES: dict[tuple[str, str], DollarPrice] = {
-    **{
-        (ELEVENLABS, model): DollarPrice(Decimal("0.75"), per_minute=True, source="docs.venice.ai, read 2026-11-29")
-        for model in ("music_v1", "music_v2", "music_v2_5")
-    },
-    (LYRIA, "lyria-3-clip-preview"): DollarPrice(Decimal("0.04"), source="getaibook.com, read 2026-11-29"),
-    (LYRIA, "lyria-3-pro-preview"): DollarPrice(Decimal("0.08"), source="getaibook.com, read 2026-11-29"),
-}
+DEFAULT_PRICES: Mapping[tuple[str, str], DollarPrice] = MappingProxyType(
+    {
+        **{
+            (ELEVENLABS, model): DollarPrice(Decimal("0.75"), per_minute=True, source="docs.venice.ai, read 2026-11-29")
+            for model in ("music_v1", "music_v2", "music_v2_5")
+        },
+        (LYRIA, "lyria-3-clip-preview"): DollarPrice(Decimal("0.04"), source="getaibook.com, read 2026-11-29"),
+        (LYRIA, "lyria-3-pro-preview"): DollarPrice(Decimal("0.08"), source="getaibook.com, read 2026-11-29"),
+    }
+)
 
 
 def dollars(value: object, where: str, entry: str) -> Decimal:
@@ -224,18 +227,3 @@ def budget_option(text: str) -> int | DollarBudget:
     if not isinstance(budget, DollarBudget):  # pragma: no cover - parse_budget refuses every other text
         raise argparse.ArgumentTypeError("--budget must be whole credits or dollars ('$5')")
     return budget
-
-
-STEMS = "stem-separation"
-"""The price table's model name for ElevenLabs stem separation (`elevenlabs:stem-separation=0.50/min`)."""
-STEMS_PRICE = DollarPrice(
-    Decimal("0.75"), per_minute=True, source="assumed: the compose price (not read from ElevenLabs), 2026-11-29"
-)
-
-
-def stems_estimate(seconds: float | None) -> Decimal:
-    """What separating a song of `seconds` into stems costs in dollars, before it is sent (a length not known: the
-    longest song, 600 s, so an estimate never comes out low)."""
-    price = price_table().get((ELEVENLABS, STEMS), STEMS_PRICE)
-    known = seconds is not None and math.isfinite(seconds) and 0 < seconds <= 3600
-    return price.of(seconds if known else 600.0)  # type: ignore[arg-type]

@@ -11,7 +11,9 @@ behind each bound are cited, with the date they were read, in docs/providers.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -59,43 +61,47 @@ class Capability:
         }
 
 
-CAPABILITIES: dict[tuple[str, str], Capability] = {
-    (ELEVENLABS, "music_v1"): Capability(
-        ELEVENLABS,
-        "music_v1",
-        3.0,
-        600.0,
-        seed="with_lyrics",
-        timestamps=True,
-        seconds_meaning="music_length_ms (3 s to 600 s); with lyrics, split evenly over the plan's sections",
-    ),
-}
-for _model in ("music_v2", "music_v2_5"):  # the section plan (MusicPrompt) is music_v1's: no lyrics plan here yet
-    CAPABILITIES[(ELEVENLABS, _model)] = Capability(
-        ELEVENLABS,
-        _model,
-        3.0,
-        600.0,
-        lyrics=False,
-        timestamps=True,
-        seconds_meaning="music_length_ms (3 s to 600 s)",
-    )
-CAPABILITIES[(LYRIA, "lyria-3-clip-preview")] = Capability(
-    LYRIA,
-    "lyria-3-clip-preview",
-    30.0,
-    30.0,
-    fixed_seconds=30.0,
-    seconds_meaning="always a 30 s clip",
+CAPABILITIES: Mapping[tuple[str, str], Capability] = MappingProxyType(
+    {
+        (ELEVENLABS, "music_v1"): Capability(
+            ELEVENLABS,
+            "music_v1",
+            3.0,
+            600.0,
+            seed="with_lyrics",
+            timestamps=True,
+            seconds_meaning="music_length_ms (3 s to 600 s); with lyrics, split evenly over the plan's sections",
+        ),
+        **{  # the section plan (MusicPrompt) is music_v1's: no lyrics plan here yet
+            (ELEVENLABS, model): Capability(
+                ELEVENLABS,
+                model,
+                3.0,
+                600.0,
+                lyrics=False,
+                timestamps=True,
+                seconds_meaning="music_length_ms (3 s to 600 s)",
+            )
+            for model in ("music_v2", "music_v2_5")
+        },
+        (LYRIA, "lyria-3-clip-preview"): Capability(
+            LYRIA,
+            "lyria-3-clip-preview",
+            30.0,
+            30.0,
+            fixed_seconds=30.0,
+            seconds_meaning="always a 30 s clip",
+        ),
+        (LYRIA, "lyria-3-pro-preview"): Capability(
+            LYRIA,
+            "lyria-3-pro-preview",
+            30.0,
+            180.0,
+            seconds_meaning="asked for in the prompt (the model decides; up to about 3 minutes)",
+        ),
+    }
 )
-CAPABILITIES[(LYRIA, "lyria-3-pro-preview")] = Capability(
-    LYRIA,
-    "lyria-3-pro-preview",
-    30.0,
-    180.0,
-    seconds_meaning="asked for in the prompt (the model decides; up to about 3 minutes)",
-)
-DEFAULT_MODELS = {ELEVENLABS: "music_v1", LYRIA: "lyria-3-clip-preview"}
+DEFAULT_MODELS = MappingProxyType({ELEVENLABS: "music_v1", LYRIA: "lyria-3-clip-preview"})
 DEFAULT_STANZA_SECONDS = 30.0
 """A stanza's length in an ElevenLabs composition plan when lyrics come without `seconds`."""
 

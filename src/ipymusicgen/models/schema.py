@@ -11,6 +11,7 @@ import math
 import warnings
 from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
 from pydantic import (
@@ -39,20 +40,24 @@ class ModelLimits(NamedTuple):
     max_lyrics_words: int
 
 
-V1_MODELS: dict[str, ModelLimits] = {
-    "MFV3.0": ModelLimits(480, 5000),
-    "MFV2.0": ModelLimits(480, 5000),
-    "MFV1.5X": ModelLimits(480, 5000),
-    "MFV1.5": ModelLimits(480, 5000),
-    "MFV1.0": ModelLimits(240, 3000),
-}
-V2_MODELS: dict[str, ModelLimits] = {
-    "v4.5-plus": ModelLimits(480, 5000),
-    "v4.5": ModelLimits(480, 5000),
-    "v4.0": ModelLimits(240, 3000),
-    "v3.5": ModelLimits(240, 3000),
-    "v3.0": ModelLimits(120, 1000),
-}
+V1_MODELS: Mapping[str, ModelLimits] = MappingProxyType(
+    {
+        "MFV3.0": ModelLimits(480, 5000),
+        "MFV2.0": ModelLimits(480, 5000),
+        "MFV1.5X": ModelLimits(480, 5000),
+        "MFV1.5": ModelLimits(480, 5000),
+        "MFV1.0": ModelLimits(240, 3000),
+    }
+)
+V2_MODELS: Mapping[str, ModelLimits] = MappingProxyType(
+    {
+        "v4.5-plus": ModelLimits(480, 5000),
+        "v4.5": ModelLimits(480, 5000),
+        "v4.0": ModelLimits(240, 3000),
+        "v3.5": ModelLimits(240, 3000),
+        "v3.0": ModelLimits(120, 1000),
+    }
+)
 ACTIONS = ("auto", "custom", "extend", "concat", "upload", "upload_extend", "artist_consistency")
 TITLE_MAX = 80
 PROMPT_MIN, PROMPT_MAX = 1, 180
@@ -255,15 +260,17 @@ GenerateRequest = Annotated[
     ],
     Field(discriminator="action"),
 ]
-V1_SHAPES: dict[str, type[_V1Request]] = {
-    "auto": AutoRequest,
-    "custom": CustomRequest,
-    "extend": ExtendRequest,
-    "concat": ConcatRequest,
-    "upload": UploadRequest,
-    "upload_extend": UploadExtendRequest,
-    "artist_consistency": ArtistConsistencyRequest,
-}
+V1_SHAPES: Mapping[str, type[_V1Request]] = MappingProxyType(
+    {
+        "auto": AutoRequest,
+        "custom": CustomRequest,
+        "extend": ExtendRequest,
+        "concat": ConcatRequest,
+        "upload": UploadRequest,
+        "upload_extend": UploadExtendRequest,
+        "artist_consistency": ArtistConsistencyRequest,
+    }
+)
 
 
 def shape_fields(action: str) -> dict[str, bool]:
@@ -357,18 +364,20 @@ _GENERATE_ADAPTER: TypeAdapter[Any] = TypeAdapter(GenerateRequest, config=Config
 # ---------------------------------------------------------------------------------------------------
 # Turning pydantic errors into one plain line per field.
 
-_PLAIN: dict[str, str] = {
-    "string_too_long": "at most {max_length} characters (got {got})",
-    "string_too_short": "at least {min_length} character{plural} (got {got})",
-    "less_than_equal": "at most {le} (got {input})",
-    "greater_than_equal": "at least {ge} (got {input})",
-    "int_type": "must be an integer (got {input!r})",
-    "int_parsing": "must be an integer (got {input!r})",
-    "int_from_float": "must be a whole number (got {input!r})",
-    "string_type": "must be text (got {input!r})",
-    "float_type": "must be a number (got {input!r})",
-    "missing": "required",
-}
+_PLAIN: Mapping[str, str] = MappingProxyType(
+    {
+        "string_too_long": "at most {max_length} characters (got {got})",
+        "string_too_short": "at least {min_length} character{plural} (got {got})",
+        "less_than_equal": "at most {le} (got {input})",
+        "greater_than_equal": "at least {ge} (got {input})",
+        "int_type": "must be an integer (got {input!r})",
+        "int_parsing": "must be an integer (got {input!r})",
+        "int_from_float": "must be a whole number (got {input!r})",
+        "string_type": "must be text (got {input!r})",
+        "float_type": "must be a number (got {input!r})",
+        "missing": "required",
+    }
+)
 
 
 def _plain_message(error: Mapping[str, Any], action: str | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Iterable
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class TaskState(str, enum.Enum):
         return STATE_WORDS[self.value]
 
 
-STATE_WORDS = {"processing": "writing", "preview": "preview", "complete": "ready", "failed": "failed"}
+STATE_WORDS = MappingProxyType({"processing": "writing", "preview": "preview", "complete": "ready", "failed": "failed"})
 """Each state's word; before its first status a song is "queued" (`SONG_STATES` in order)."""
 SONG_STATES = ("queued", "writing", "preview", "ready", "failed")
 """The states a song goes through, in order, as every view and tool words them."""
@@ -51,9 +52,9 @@ def v1_state(status: int | None, fail_code: int | None, fail_reason: str | None)
     return TaskState.PROCESSING
 
 
-_V2_COMPLETE = {"finished", "complete", "completed", "success", "succeeded"}
-_V2_FAILED = {"error", "failed", "failure", "fail"}
-_V2_PREVIEW = {"stream", "streaming"}
+_V2_COMPLETE = frozenset({"finished", "complete", "completed", "success", "succeeded"})
+_V2_FAILED = frozenset({"error", "failed", "failure", "fail"})
+_V2_PREVIEW = frozenset({"stream", "streaming"})
 
 
 def v2_state(status: str | None, audio: str | None) -> TaskState:

@@ -9,6 +9,7 @@ shows the same options that are parsed.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import math
 import re
@@ -346,7 +347,10 @@ def musicgen_parser(prog: str = "%musicgen") -> MagicArgumentParser:
     return parser
 
 
-_PARSER: MagicArgumentParser | None = None
+@functools.cache
+def _default_parser() -> MagicArgumentParser:
+    """`%musicgen`'s parser, built once (argparse never changes a parser while parsing)."""
+    return musicgen_parser()
 
 
 def unregister_magics(ipython: Any, kind: type) -> Any:
@@ -381,10 +385,7 @@ def parse_musicgen(
     option or action, a bad number, a field the spec refuses) is a one-line `UsageError` naming it;
     nothing is sent. `default_model` may be a v1 name (used for v1) or a v2 name (used with --v2).
     """
-    global _PARSER
-    if parser is None:
-        _PARSER = _PARSER or musicgen_parser()
-        parser = _PARSER
+    parser = parser if parser is not None else _default_parser()
     namespace = namespace or {}
     argv, text = split_line(line, MUSICGEN_OPTIONS)
     stray = stray_options(text, MUSICGEN_OPTIONS)

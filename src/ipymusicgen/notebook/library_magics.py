@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from types import MappingProxyType
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -15,7 +16,7 @@ USAGE = (
     "%musicgen_library [words to search] [--favourites] [--state ready|failed|preview|writing] "
     "[--model NAME] [--batch NAME] [--page-size N]"
 )
-_VALUED = {"--state": "state", "--model": "model", "--batch": "batch", "--page-size": "page_size"}
+_VALUED = MappingProxyType({"--state": "state", "--model": "model", "--batch": "batch", "--page-size": "page_size"})
 
 
 def parse_library_line(line: str) -> tuple[str, dict[str, Any]]:

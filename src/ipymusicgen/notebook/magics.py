@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
@@ -92,7 +93,7 @@ TASKS_OPTIONS = (
     *OUTPUT_OPTIONS,
     Option(("ids",), {"nargs": "*", "help": "task ids for a live query (instead of the journal)"}),
 )
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_UNITS = MappingProxyType({"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800})
 _ID_SEPARATORS = re.compile(r"[\s,\[\]()'\"]+")
 UNKNOWN_ADVICE = (
     "These paid requests may or may not have reached the service (no answer came back). Do not resend "

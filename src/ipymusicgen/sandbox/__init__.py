@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..config import DEMO_KEY
@@ -15,12 +16,14 @@ if TYPE_CHECKING:
 
 __all__ = ["DEMO_KEY", "FaultPlan", "FaultRule", "Sandbox"]
 
-_LAZY = {
-    "Sandbox": ".sandbox",
-    "FaultPlan": ".faults",
-    "FaultRule": ".faults",
-    "parse_faults": ".faults",
-}
+_LAZY = MappingProxyType(
+    {
+        "Sandbox": ".sandbox",
+        "FaultPlan": ".faults",
+        "FaultRule": ".faults",
+        "parse_faults": ".faults",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from types import MappingProxyType
 from xml.sax.saxutils import escape
 
 SIZE = 512
@@ -17,7 +18,7 @@ STYLE_LIMIT = 60
 ELLIPSIS = "\u2026"
 # Characters that are not allowed anywhere in an XML 1.0 document.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-_ESCAPES = {'"': "&quot;", "'": "&apos;"}
+_ESCAPES = MappingProxyType({'"': "&quot;", "'": "&apos;"})
 
 
 def display_text(text: str, limit: int) -> str:

@@ -13,6 +13,8 @@ import json
 import math
 import uuid
 import zipfile
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from ..engines import elevenlabs as el
@@ -26,17 +28,17 @@ EL_OUTPUT_FORMATS = frozenset(
     + ["auto"]
 )
 EL_MODELS = frozenset({"music_v1", "music_v2", "music_v2_5"})
-EL_INVALID_KEY = {"detail": {"status": "invalid_api_key", "message": "Invalid API key"}}
-EL_MISSING_KEY = {"detail": {"status": "needs_authorization", "message": "Neither authorization header nor xi-api-key received, please provide one."}}  # fmt: skip  # noqa: E501
-GEMINI_MODELS = {"lyria-3-clip-preview", "lyria-3-pro-preview"}
+EL_INVALID_KEY = MappingProxyType({"detail": {"status": "invalid_api_key", "message": "Invalid API key"}})
+EL_MISSING_KEY = MappingProxyType({"detail": {"status": "needs_authorization", "message": "Neither authorization header nor xi-api-key received, please provide one."}})  # fmt: skip  # noqa: E501
+GEMINI_MODELS = frozenset({"lyria-3-clip-preview", "lyria-3-pro-preview"})
 
 
 class Refusal(Exception):
     """An answer other than the song: a status and its body."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
+    def __init__(self, status: int, body: Mapping[str, Any]) -> None:
         self.status = status
-        self.body = body
+        self.body = dict(body)  # its own copy (the constant bodies are read-only mappings)
         super().__init__(status)
 
 
@@ -154,10 +156,12 @@ def detailed_body(metadata: dict[str, Any], audio: bytes, media_type: str) -> tu
     return b"".join(parts), f"multipart/mixed; boundary={boundary}"
 
 
-STEM_NAMES = {
-    "two_stems_v1": ("vocals", "instrumental"),
-    "six_stems_v1": ("vocals", "drums", "bass", "guitar", "piano", "other"),
-}
+STEM_NAMES = MappingProxyType(
+    {
+        "two_stems_v1": ("vocals", "instrumental"),
+        "six_stems_v1": ("vocals", "drums", "bass", "guitar", "piano", "other"),
+    }
+)
 """The sandbox's stem names per variation (ElevenLabs names the variations; the file names are the sandbox's)."""
 MAX_STEM_SECONDS = 600.0
 

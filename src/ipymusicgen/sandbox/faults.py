@@ -24,7 +24,7 @@ CREATING_PATHS = ("/v1/music/generate", "/v2/submit")
 DEFAULT_SLOW_SECONDS = 3.0
 DEFAULT_FAIL_CODE = 500
 DEFAULT_FAIL_REASON = "Generation failed (sandbox fault injection)"
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = frozenset({"1", "true", "yes", "on"})
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from .files import audio_url, cover_url
@@ -10,12 +11,14 @@ from .state import KeyAccount, Phase, SandboxState, Task
 INSUFFICIENT_CREDITS = "Insufficient credits: this key has no music counts left"
 INVALID_KEY = "Invalid or missing API key"
 MP4_UNSUPPORTED = "MP4 export is not supported in the sandbox"
-V2_STATUS = {
-    Phase.PROCESSING: "RUNNING",
-    Phase.PREVIEW: "RUNNING",
-    Phase.COMPLETE: "FINISHED",
-    Phase.FAILED: "FAILED",
-}
+V2_STATUS = MappingProxyType(
+    {
+        Phase.PROCESSING: "RUNNING",
+        Phase.PREVIEW: "RUNNING",
+        Phase.COMPLETE: "FINISHED",
+        Phase.FAILED: "FAILED",
+    }
+)
 
 
 def envelope(data: Any, status: int = 200, message: str = "Success") -> dict[str, Any]:

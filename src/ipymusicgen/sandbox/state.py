@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from .faults import FaultPlan
@@ -25,19 +26,21 @@ DEFAULT_MAX_RUNNING = 5
 """Generation calls one key may have running at once, as the real service limits them (then 429)."""
 SONGS_PER_CALL = 2
 DEFAULT_CALL_COST = 2
-CALL_COSTS: dict[str, int] = {
-    "": DEFAULT_CALL_COST,  # a call that names no model: the service's default (an older model)
-    "MFV3.0": 3,
-    "MFV2.0": 2,
-    "MFV1.5X": 2,
-    "MFV1.5": 2,
-    "MFV1.0": 2,
-    "v4.5-plus": 3,
-    "v4.5": 2,
-    "v4.0": 2,
-    "v3.5": 2,
-    "v3.0": 2,
-}
+CALL_COSTS: Mapping[str, int] = MappingProxyType(
+    {
+        "": DEFAULT_CALL_COST,  # a call that names no model: the service's default (an older model)
+        "MFV3.0": 3,
+        "MFV2.0": 2,
+        "MFV1.5X": 2,
+        "MFV1.5": 2,
+        "MFV1.0": 2,
+        "v4.5-plus": 3,
+        "v4.5": 2,
+        "v4.0": 2,
+        "v3.5": 2,
+        "v3.0": 2,
+    }
+)
 """Music counts per generation call and model: 2 for older models, 3 for the newest (observed-behaviour.md)."""
 
 

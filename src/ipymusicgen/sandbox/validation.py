@@ -24,7 +24,7 @@ from ..models.schema import GenerateRequest, LyricsRequest, V2Request, _V1Reques
 _MODULE_PATTERN = r"ipymusicgen\.sandbox\.validation"
 
 _V1_ADAPTER: TypeAdapter[Any] = TypeAdapter(GenerateRequest)
-V2_REFUSALS = {"continue_at_zero", "continue_at_too_late"}
+V2_REFUSALS = frozenset({"continue_at_zero", "continue_at_too_late"})
 """v2 rule 3: a bad `continue_at` is a failed request (envelope 400), not a malformed one (422)."""
 
 

@@ -20,6 +20,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .journal_file import damage_named, write_transaction
@@ -28,7 +29,7 @@ from .owner import Owner
 from .shared_connection import Shared, SharedStore, acquire
 
 STATES = ("sending", "made", "unknown", "rejected")
-_RANK = {"made": 0, "sending": 1, "unknown": 2, "rejected": 3}
+_RANK = MappingProxyType({"made": 0, "sending": 1, "unknown": 2, "rejected": 3})
 """Which row of a song's several names speaks for it: what was made first, a refusal last."""
 
 

@@ -31,7 +31,7 @@ SIDE_FILES = ("-wal", "-shm", "-journal")
 SQLITE_MAGIC = b"SQLite format 3\x00"
 HEADER_SIZE = 100
 DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-OUR_ATTEMPT_COLUMNS = {"id", "endpoint", "host", "payload", "outcome"}
+OUR_ATTEMPT_COLUMNS = frozenset({"id", "endpoint", "host", "payload", "outcome"})
 """What the first schema step made: a file without the application id is ours if its `attempts` table has these."""
 
 

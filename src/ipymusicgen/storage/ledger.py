@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from ..models.schema import SINGER_ID_NAMES
@@ -32,7 +33,7 @@ QUEUED = "queued"
 """A call reserved and waiting for a seat (`gateway serve --max-in-flight`): charged, never sent yet."""
 CHARGED = (PENDING, DONE, UNKNOWN, QUEUED)
 """States whose credits count against a budget: a reservation is kept until the call is known refused."""
-GROUPS = {"user": "user_name", "day": "day", "model": "model"}
+GROUPS = MappingProxyType({"user": "user_name", "day": "day", "model": "model"})
 VIBE = "/v1/music/generate-vibe"
 """The paid call whose answer names a singer voice (`singer_id`) that only its maker may sing with."""
 IN_FLIGHT_WINDOW = 600.0

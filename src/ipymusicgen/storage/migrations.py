@@ -11,6 +11,7 @@ released (llm's `migrations.py` is the model).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,6 @@ from ..errors import JournalUnavailableError
 APPLICATION_ID = 0x494D474A
 """`PRAGMA application_id` of a journal ("IMGJ"); files written before it existed are recognised by their schema."""
 Step = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Step] = []
 
 
 class JournalVersionError(JournalUnavailableError):
@@ -28,9 +28,19 @@ class JournalVersionError(JournalUnavailableError):
 
 
 def migration(step: Step) -> Step:
-    """Register the next numbered step (its number is its place in this file)."""
-    MIGRATIONS.append(step)
+    """Mark a schema step: a function named `mNNN_...`, run in the order of its number (`MIGRATIONS`)."""
+    if not re.fullmatch(r"m\d{3}_\w+", step.__name__):
+        raise ValueError(f"a migration is named mNNN_what (got {step.__name__!r})")
     return step
+
+
+def _numbered_steps(names: dict[str, object]) -> tuple[Step, ...]:
+    """This module's `mNNN_` steps in number order; their numbers run 1, 2, 3... with none missing or repeated."""
+    steps = sorted((int(name[1:4]), step) for name, step in names.items() if re.fullmatch(r"m\d{3}_\w+", name))
+    numbers = [number for number, _ in steps]
+    if numbers != list(range(1, len(steps) + 1)):
+        raise RuntimeError(f"the journal's migrations are not numbered 1 to {len(steps)}: {numbers}")
+    return tuple(step for _, step in steps)  # type: ignore[misc]
 
 
 def _add_missing_columns(db: sqlite3.Connection, table: str, columns: tuple[tuple[str, str], ...]) -> None:
@@ -318,6 +328,8 @@ def m015_agent_quotes(db: sqlite3.Connection) -> None:
     create_tables(db)
 
 
+MIGRATIONS: tuple[Step, ...] = _numbered_steps(globals())
+"""Every schema step, in order: a file at `PRAGMA user_version` N has had the first N."""
 LATEST = len(MIGRATIONS)
 
 

@@ -13,6 +13,7 @@ import html
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
 from typing import Any
 
 from ..models.costs import credits_for_model
@@ -142,7 +143,7 @@ def provider_of_path(path: str) -> str:
     return MUSICFUL
 
 
-LEDGER_UNITS = {MUSICFUL: "credits"}
+LEDGER_UNITS = MappingProxyType({MUSICFUL: "credits"})
 """What a ledger call's `estimated`/`measured` count, per provider: the ledger prices the service's calls only, so
 an engine call it holds is listed with its calls and unknowns, its money unpriced (never added as credits)."""
 

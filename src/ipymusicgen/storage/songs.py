@@ -12,6 +12,7 @@ import json
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, TypedDict, cast
 
 from ..models.costs import model_of
@@ -132,15 +133,17 @@ PROVIDER = (
 )
 """A song's provider, as SQL: an engine's song has a task id of the project's making that starts with its
 provider (`client/engine_calls.py`); every other song is the service's."""
-GROUP_COLUMNS = {
+GROUP_COLUMNS = MappingProxyType({
     "provider": PROVIDER, "model": "l.model", "style": "t.style", "batch": "l.batch", "song": "t.id",
-}  # fmt: skip
-SPEND_KEYS = {
-    "day": "date(a.created_at, 'unixepoch', 'localtime')",
-    "model": "COALESCE(request_model(a.payload), '(default)')",
-    "batch": "COALESCE((SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
-    " WHERE t.attempt_id = a.id LIMIT 1), '(none)')",
-}
+})  # fmt: skip
+SPEND_KEYS = MappingProxyType(
+    {
+        "day": "date(a.created_at, 'unixepoch', 'localtime')",
+        "model": "COALESCE(request_model(a.payload), '(default)')",
+        "batch": "COALESCE((SELECT l.batch FROM tasks t JOIN library_songs l ON l.id = t.id"
+        " WHERE t.attempt_id = a.id LIMIT 1), '(none)')",
+    }
+)
 
 _SELECT = f"""
 SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url, t.cover_url, t.song_id,

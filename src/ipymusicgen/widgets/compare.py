@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import anywidget
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from ..song_library import Library
 
 MODES = ("ab", "abx")
-CHOICES = {"A": "a", "B": "b", "tie": "tie", "both_bad": "both_bad"}
+CHOICES = MappingProxyType({"A": "a", "B": "b", "tie": "tie", "both_bad": "both_bad"})
 """What an A/B listener may choose, and the library's outcome for it (ABX takes "A" or "B" only)."""
 VOTE_WAIT = 1.0
 """Seconds a vote waits for another kernel's write to the journal: an ordinary write is over by then, and a

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from ..models.schema import TaskRecord, V2Song
@@ -21,13 +22,15 @@ Record = TaskRecord | V2Song
 
 STATES = SONG_STATES
 """The card states, in the order a song goes through them."""
-STATE_LABELS = {
-    "queued": "Queued",
-    "writing": "Writing",
-    "preview": "Preview",
-    "ready": "Ready",
-    "failed": "Failed",
-}
+STATE_LABELS = MappingProxyType(
+    {
+        "queued": "Queued",
+        "writing": "Writing",
+        "preview": "Preview",
+        "ready": "Ready",
+        "failed": "Failed",
+    }
+)
 ALL_ACTIONS = ("keep", "extend", "concat", "download", "export", "wav", "mp4", "favourite", "copy_id")
 TITLE_LIMIT = 200
 LYRICS_LIMIT = 20_000

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import anywidget
@@ -54,23 +55,27 @@ from .watcher import TaskWatcher
 
 TAB_IDS = ("song", "v2", "lyrics", "batch", "library", "key")
 TAB_TITLES = ("Song", "Prompt (v4.5 models)", "Lyrics", "Batch", "Library", "Key")
-TAB_HINTS = {"v2": "the service's v2 endpoint: a prompt and the v3.0 to v4.5-plus models"}
+TAB_HINTS = MappingProxyType({"v2": "the service's v2 endpoint: a prompt and the v3.0 to v4.5-plus models"})
 """A tab's API name, on hover: music words on the tab, the service's word in its hint."""
-TAB_BLURBS = {
-    "batch": "Many songs at once: one %musicgen line each, or the rows of a DataFrame.",
-    "library": "Every song you have made: search, play, keep the take you like.",
-}
+TAB_BLURBS = MappingProxyType(
+    {
+        "batch": "Many songs at once: one %musicgen line each, or the rows of a DataFrame.",
+        "library": "Every song you have made: search, play, keep the take you like.",
+    }
+)
 """A line at the top of a tab that is not a single request."""
 
-ACTION_LABELS = {
-    "auto": "From a description",
-    "custom": "Custom (my lyrics)",
-    "extend": "Extend a song",
-    "concat": "Join an extended song",
-    "upload": "Use an uploaded file",
-    "upload_extend": "Extend an upload",
-    "artist_consistency": "With a chosen singer",
-}
+ACTION_LABELS = MappingProxyType(
+    {
+        "auto": "From a description",
+        "custom": "Custom (my lyrics)",
+        "extend": "Extend a song",
+        "concat": "Join an extended song",
+        "upload": "Use an uploaded file",
+        "upload_extend": "Extend an upload",
+        "artist_consistency": "With a chosen singer",
+    }
+)
 
 
 def limits_words(limits: ModelLimits | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..client.faces import MusicClient
@@ -22,14 +23,16 @@ from .song_data import Record
 if TYPE_CHECKING:
     from .card import TaskCard
 
-PAID_ASKS = {
-    "concat": "Join this song's parts into one? That is a paid request: press Concat again to send.",
-    "retry": "Send this request again? That is a new paid request: press Retry again to send.",
-    "wav": "Pay about {price} credit(s) for this song's WAV? Made once, then kept beside the song: press WAV again "
-    "to send.",
-    "mp4": "Pay about {price} credit(s) for this song's MP4 video? Made once, then kept beside the song: press MP4 "
-    "again to send.",
-}
+PAID_ASKS = MappingProxyType(
+    {
+        "concat": "Join this song's parts into one? That is a paid request: press Concat again to send.",
+        "retry": "Send this request again? That is a new paid request: press Retry again to send.",
+        "wav": "Pay about {price} credit(s) for this song's WAV? Made once, then kept beside the song: press WAV again "
+        "to send.",
+        "mp4": "Pay about {price} credit(s) for this song's MP4 video? Made once, then kept beside the song: press MP4 "
+        "again to send.",
+    }
+)
 """Card actions that pay: with a real key (or the watcher's `confirm_required`) the first press says so, and the
 very next press sends (the `PaidAsk` rule). An extra (WAV, MP4) made before, here, in another kernel or by an agent,
 is reused at once: nothing to pay, nothing asked."""
