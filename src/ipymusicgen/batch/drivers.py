@@ -100,8 +100,9 @@ def run_batch(
     - `retry_unknown`: resend rows whose create may have reached the service (may charge twice).
     - `on_update(batch)`: called on the batch's thread whenever a row changes.
 
-    Rows are kept in the client's journal file; a client with no journal (the embedded sandbox's) keeps
-    them in this process's memory, so re-running in the same kernel is still safe but a restart forgets.
+    Rows are kept in the batch store of the client's journal file, which its wiring gives (a workspace's
+    `Database`); a client with no journal keeps them in its wiring's memory store, so re-running in the same
+    kernel is still safe but a restart forgets.
     """
     budget = either_budget(budget, budget_usd)
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)

@@ -1,7 +1,7 @@
 """`Database`: one journal file, every statement over it, by concern.
 
 The one object the layers above hold instead of a file path and four store classes. It owns no connection of
-its own: every concern uses the file's one connection in this process (`connection.acquire`), so a
+its own: every concern uses the file's one connection in this process (`shared_connection.acquire`), so a
 `Database`, a `Library` and the client's journal over the same file share it and its lock.
 
 Concerns (each a query object with named methods; no SQL leaves `storage/`):
