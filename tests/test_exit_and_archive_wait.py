@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import weakref
 from pathlib import Path
 
 import pytest
@@ -98,16 +97,12 @@ class _Stuck(_Worker):
         pass  # never ends: the exit gives up on it at the bound
 
 
-def test_at_exit_every_worker_is_told_first_then_joined_within_one_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lifecycle, "_workers", weakref.WeakSet())  # this test's workers only, not the suite's
-    workers = [_Worker(), _Worker()]
-    for worker in workers:
-        lifecycle.add_worker(worker)
-    assert lifecycle.stop_workers(timeout=WAIT)
+def test_at_exit_every_worker_is_told_first_then_joined_within_one_bound() -> None:
+    workers = [_Worker(), _Worker()]  # this test's workers only, not the suite's (no registry reached into)
+    assert lifecycle.stop_workers(timeout=WAIT, workers=workers)
     assert not any(w.thread.is_alive() for w in workers)
     stuck = _Stuck()
-    lifecycle.add_worker(stuck)
-    assert not lifecycle.stop_workers(timeout=0.2)  # bounded: a stuck worker cannot hold the exit
+    assert not lifecycle.stop_workers(timeout=0.2, workers=[*workers, stuck])  # bounded: one stuck cannot hold it
     stuck.told.set()
 
 

@@ -23,7 +23,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 EXIT_JOIN_SECONDS = 30.0
@@ -31,6 +31,8 @@ EXIT_JOIN_SECONDS = 30.0
 
 _callbacks: list[Callable[[], None]] = []
 _lock = threading.Lock()
+_exiting = threading.Event()
+"""Set when the exit begins (`shutdown`)."""
 _hooked: list[bool] = []
 """Whether `shutdown` is registered with `atexit` yet (by the first registration here, not by an import)."""
 
@@ -92,13 +94,16 @@ def join_thread(thread: threading.Thread | None, timeout: float) -> bool:
     return not thread.is_alive()
 
 
-def stop_workers(timeout: float = EXIT_JOIN_SECONDS) -> bool:
-    """Tell every worker to stop, then wait for them all within `timeout` seconds; True when all have ended.
+def stop_workers(timeout: float = EXIT_JOIN_SECONDS, workers: Iterable[Worker] | None = None) -> bool:
+    """Tell every worker (or only `workers`) to stop, then wait for them all within `timeout` seconds; True when
+    all have ended.
 
     All are told first, so they wind down together: the bound is for the whole, not for each.
     """
-    with _lock:
-        workers = list(_workers)
+    if workers is None:
+        with _lock:
+            workers = list(_workers)
+    workers = list(workers)
     for worker in workers:
         with contextlib.suppress(Exception):
             worker.stop()
@@ -115,6 +120,7 @@ def stop_workers(timeout: float = EXIT_JOIN_SECONDS) -> bool:
 def shutdown() -> None:
     """Stop and join the workers, close what is still open, then run every exit callback, latest first (at
     exit; tests call it too)."""
+    _exiting.set()  # what closes from here on waits for no worker: they were all joined, within the bound
     with contextlib.suppress(Exception):
         stop_workers()
     with _lock:
@@ -194,7 +200,7 @@ class QueueWorker:
     def close(self) -> None:
         """Stop, wait (bounded) for the item in hand, and let go of what the worker holds. Closing twice is harmless."""
         self.stop()
-        self.join_worker(CLOSE_JOIN_SECONDS)
+        self.join_worker(0.0 if _exiting.is_set() else CLOSE_JOIN_SECONDS)  # at exit: joined within the bound already
         self._release()
 
     def _run(self) -> None:
