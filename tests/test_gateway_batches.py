@@ -168,7 +168,7 @@ def test_an_admin_stops_a_batch_and_the_users_rerun_does_not_restart_it(
         batch = client.batch(rows_of(8, "gus"), name="long one", concurrency=1, wait=False)
         wait_until(lambda: row_states(gateway, token, "long one") == ["sent"] + ["queued"] * 7, "row 1 sent")
         assert cli("batches", "stop", "no such batch", "--user", "gus", "--database", database)[0] == 2
-        code, out = cli("batches", "stop", "long one", "--user", "gus", "--database", database)
+        code, out = cli("batches", "--database", database, "stop", "long one", "--user", "gus")  # either order
         assert code == 0 and "stopped gus's batch" in out
         frozen.thaw()
         batch.wait(60)

@@ -28,7 +28,10 @@ def add_batches_parser(
     batches.add_argument("--user", type=name_arg, default=None, help="only this user's batches")
     batches.set_defaults(run=_list, ledger=ledger, cell=cell)
     actions = batches.add_subparsers(dest="batches_command", required=False)
-    stop = with_database(actions.add_parser("stop", help="stop a user's batch: its rows not yet sent are skipped"))
+    stop = actions.add_parser("stop", help="stop a user's batch: its rows not yet sent are skipped")
+    stop.add_argument(  # before or after `stop`: not given here, the one given to `batches` stands
+        "--database", default=argparse.SUPPRESS, help="a SQLite file (default: beside the journal) or postgresql://..."
+    )
     stop.add_argument("name", help="the batch's name, as its user gave it")
     stop.add_argument("--user", type=name_arg, required=True, help="whose batch")
     stop.set_defaults(run=_stop, ledger=ledger, cell=cell)
