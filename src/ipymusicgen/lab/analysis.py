@@ -22,6 +22,9 @@ from .lossy import LOSSLESS, LongTermSpectrum
 from .musical_key import estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
 from .tempo import measure_tempo
 
+MEASURES_VERSION = 2
+"""Raised whenever a measure changes its meaning or its value for the same file: measures kept in the library by
+an older version are then taken again (`song_analysis`). 2: key confidence against the relative key (issue 41)."""
 ANALYSIS_RATE = 16_000
 """Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
@@ -63,6 +66,9 @@ class Analysis:
     """LRA (EBU Tech 3342)."""
     lossy_cutoff_hz: float | None = None
     """Where the spectrum of a WAV or FLAC stops as an MP3 encoder's low-pass stops it; None when full-band."""
+    lossy_checked: str | None = None
+    """The lossless file the lossy-source verdict was made on ("wav", "flac": the file analysed, or a library
+    song's paid WAV); None when there was none (an MP3 alone says nothing either way)."""
     asked: dict[str, Any] | None = None
     """What the request named (bpm, key, seconds), beside what was measured: see `adherence`."""
 
@@ -80,6 +86,42 @@ class Analysis:
     def lossy_sourced(self) -> bool:
         return self.lossy_cutoff_hz is not None
 
+    @property
+    def lossy_verdict(self) -> str:
+        """One line for a card or a repr: "lossy source (the WAV cut at 16.0 kHz)", "the WAV is full band", or ""
+        when no lossless file was looked at."""
+        what = f"the {self.lossy_checked.upper()}" if self.lossy_checked else "the file"
+        if self.lossy_cutoff_hz:
+            return f"lossy source ({what} cut at {self.lossy_cutoff_hz / 1000:.1f} kHz, as an MP3 encoder cuts)"
+        return f"{what} is full band (not from an MP3)" if self.lossy_checked else ""
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Analysis | None:
+        """Measures as kept (JSON), with what this version does not know left out and what it lacks at default;
+        None when a measure is missing or of the wrong kind (a damaged row: then the song is measured again)."""
+        from dataclasses import MISSING, fields
+
+        found: dict[str, Any] = {}
+        for field in fields(cls):
+            value = values.get(field.name, MISSING)
+            if value is MISSING:
+                if field.default is MISSING:
+                    return None
+                continue
+            kind = str(field.type)
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is None:
+                if "None" not in kind:
+                    return None
+            elif (
+                (kind.startswith("float") and not number)
+                or (kind.startswith("str") and not isinstance(value, str))
+                or (kind.startswith("dict") and not isinstance(value, dict))
+            ):
+                return None
+            found[field.name] = float(value) if number and kind.startswith("float") else value
+        return cls(**found)
+
     def __str__(self) -> str:
         parts = [
             f"{self.bpm:.1f} BPM" if self.bpm else "no tempo",
@@ -88,7 +130,7 @@ class Analysis:
             f"LRA {self.loudness_range_lu:.1f} LU" if self.loudness_range_lu is not None else None,
             f"peak {self.true_peak_db:.1f} dBTP" if self.true_peak_db is not None else "silent",
             f"silence {self.silence_start_s:.2f} s / {self.silence_end_s:.2f} s",
-            f"lossy source (cut at {self.lossy_cutoff_hz / 1000:.1f} kHz)" if self.lossy_cutoff_hz else None,
+            self.lossy_verdict or None,
         ]
         if self.asked:
             from .adherence import summary
@@ -137,6 +179,7 @@ def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analy
         max_short_term_lufs=levels.max_short_term_lufs,
         loudness_range_lu=levels.loudness_range_lu,
         lossy_cutoff_hz=spectrum.lossy_cutoff() if spectrum is not None else None,
+        lossy_checked=audio.format if spectrum is not None else None,
     )
 
 

@@ -28,11 +28,13 @@ import time
 from collections.abc import Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..archive.waveform import DecodeCapError
 from .analysis import Analysis, AnalysisUnavailableError, analyze_file, available, warm_up
 from .decoding import AudioFileError
+from .lossy import lossy_source
 
 IDLE_SECONDS = 300.0
 """A worker with nothing to do for this long exits (its memory back); the next song starts a fresh one."""
@@ -43,13 +45,15 @@ ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE"})
 """Deaths that clear the cache before the retry; a worker killed from outside (SIGTERM, SIGKILL) or exiting with
 an error is retried as it is (recompiling the cache costs a minute or more)."""
-_ERRORS: dict[str, type[Exception]] = {
-    "AudioFileError": AudioFileError,
-    "DecodeCapError": DecodeCapError,
-    "AnalysisUnavailableError": AnalysisUnavailableError,
-    "FileNotFoundError": FileNotFoundError,
-    "PermissionError": PermissionError,
-}
+_ERRORS: Mapping[str, type[Exception]] = MappingProxyType(
+    {
+        "AudioFileError": AudioFileError,
+        "DecodeCapError": DecodeCapError,
+        "AnalysisUnavailableError": AnalysisUnavailableError,
+        "FileNotFoundError": FileNotFoundError,
+        "PermissionError": PermissionError,
+    }
+)
 
 
 class AnalysisCrashedError(ChildProcessError):
@@ -108,6 +112,12 @@ class AnalysisWorker:
             )
         answer = self.request({"op": "analyze", "path": str(path), "max_seconds": max_seconds}, name=Path(path).name)
         return Analysis(**answer["analysis"])
+
+    def lossy(self, path: str | Path) -> tuple[str, float | None] | None:
+        """A lossless file's lossy-source verdict (`lossy.lossy_source`: its format and cutoff), in the worker."""
+        answer = self.request({"op": "lossy", "path": str(path)}, name=Path(path).name)
+        found = answer.get("lossy")
+        return (str(found[0]), None if found[1] is None else float(found[1])) if found else None
 
     def stats(self, *, reset_peak: bool = False) -> dict[str, Any]:
         """The worker's pid, memory now and at its peak (MB), CPU seconds used; `reset_peak` starts a new peak."""
@@ -221,6 +231,11 @@ def measure(path: str | Path, *, max_seconds: float | None = None) -> Analysis:
     return shared_worker().analyze(path, max_seconds=max_seconds)
 
 
+def measure_lossy(path: str | Path) -> tuple[str, float | None] | None:
+    """A lossless file's lossy-source verdict (format, cutoff), in the shared worker."""
+    return shared_worker().lossy(path)
+
+
 # The worker's side.
 
 
@@ -246,6 +261,8 @@ def _serve() -> None:
             try:
                 if message.get("op") == "stats":
                     reply = _stats(bool(message.get("reset_peak")))
+                elif message.get("op") == "lossy":  # decoding and an FFT: nothing compiled
+                    reply = {"lossy": lossy_source(message["path"])}
                 else:
                     _planted_fault()
                     if not compiled:

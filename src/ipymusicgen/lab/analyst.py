@@ -18,6 +18,7 @@ from ..lifecycle import QueueWorker
 from ..storage.library import LibraryStore
 from .analysis import available
 from .analysis_worker import measure as analyze_file  # in the worker process (tests replace this name)
+from .song_analysis import analyse_song
 
 ENV_ANALYZE = "MUSICGEN_ANALYZE"
 OFF = frozenset({"0", "off", "false", "no"})
@@ -52,13 +53,12 @@ class Analyst(QueueWorker):
         task_id, path = item
         if self._store is None:
             self._store = LibraryStore(self.journal_path)
-        try:
-            measures = analyze_file(path)  # in the worker process: a crash there spares the kernel
+        try:  # in the worker process: a crash there spares the kernel; kept whole, so analyze() reads it back
+            analyse_song(self._store, task_id, path, measure=lambda found: analyze_file(found))
         except Exception as exc:  # kept as the song's analysis error; the next song still runs
             self.errors[task_id] = f"{type(exc).__name__}: {exc}"
             self._store.analysis_failed(task_id, self.errors[task_id])
-        else:
-            self._store.analysed(task_id, measures.as_dict())
+            self._store.forget_measures(task_id)
 
     def _failed(self, exc: Exception) -> None:
         self.errors["*"] = f"{type(exc).__name__}: {exc}"  # a locked journal: this song stays unmeasured

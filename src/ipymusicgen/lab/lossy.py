@@ -8,6 +8,7 @@ measured, block by block, so it costs no second decode.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 LOSSLESS = frozenset({"wav", "flac"})
@@ -27,6 +28,21 @@ CLIFF_WIDTH_HZ = 300.0
 PRESENT_DB = 50.0
 """The kilohertz below the cutoff must be within this of the loudest band: content up to the cliff."""
 BAND_HZ = 100.0
+
+
+def lossy_source(path: str | Path, *, max_seconds: float | None = None) -> tuple[str, float | None] | None:
+    """A lossless file's verdict on its own: (its format, the cutoff in Hz or None when full band), or None when
+    the file is lossy by its own format (an MP3 or OGG says nothing this way). Used on a song's paid WAV, beside
+    the MP3 the song itself is measured on; `decoding.AudioFileError` names a file that is not audio."""
+    from .decoding import blocks, open_audio
+
+    audio = open_audio(path)
+    if audio.format not in LOSSLESS:
+        return None
+    spectrum = LongTermSpectrum(audio.sample_rate)
+    for block in blocks(audio, max_seconds=max_seconds):
+        spectrum.add(block)
+    return audio.format, spectrum.lossy_cutoff()
 
 
 class LongTermSpectrum:

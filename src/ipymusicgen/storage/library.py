@@ -22,6 +22,7 @@ from ..models.costs import model_of
 from .journal_file import busy_timeout_or_default, damage_named, write_transaction
 from .migrations import LATEST, migrate, version_of
 from .shared_connection import Shared, SharedStore, acquire
+from .song_measures import SongMeasures
 from .songs import Row, SongQueries
 
 TEXT_LIMIT = 50_000
@@ -54,7 +55,7 @@ def unpack_peaks(blob: bytes | None) -> list[list[float]]:
     return values.reshape(-1, 2).round(3).tolist()
 
 
-class LibraryStore(SharedStore, SongQueries):
+class LibraryStore(SharedStore, SongQueries, SongMeasures):
     """Reads and writes of the library tables; one connection, shared by threads behind a lock."""
 
     def __init__(self, journal_path: str | Path) -> None:

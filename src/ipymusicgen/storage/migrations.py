@@ -328,6 +328,15 @@ def m015_agent_quotes(db: sqlite3.Connection) -> None:
     create_tables(db)
 
 
+@migration
+def m016_song_measures(db: sqlite3.Connection) -> None:
+    """Every measure of a song's analysis kept whole, with the file it was taken from (issue 41):
+    `song_measures.py`."""
+    from .song_measures import create_tables
+
+    create_tables(db)
+
+
 MIGRATIONS: tuple[Step, ...] = _numbered_steps(globals())
 """Every schema step, in order: a file at `PRAGMA user_version` N has had the first N."""
 LATEST = len(MIGRATIONS)

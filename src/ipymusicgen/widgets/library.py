@@ -8,6 +8,7 @@ one indexed LIMIT/OFFSET query with stored peaks, so 10,000 songs open as fast a
 from __future__ import annotations
 
 import datetime as dt
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
 from .offered import REFUSED, Offers, allows, card_offers, controls, target_of
-from .song_data import STATE_LABELS, card_summary, measure_chips, song_card
+from .song_data import STATE_LABELS, card_summary, measure_chips, plain, song_card
 from .text import TextRepr
 from .watch_actions import EXTRA_ACTIONS, extra_note, extra_question
 
@@ -37,9 +38,15 @@ SPEND_DAYS = 14
 FILTER_KEYS = ("state", "favourite", "model", "batch")
 
 
-def library_card(song: LibrarySong, audio: CardAudio | None = None, made: list[str] | None = None) -> dict[str, Any]:
+def library_card(
+    song: LibrarySong,
+    audio: CardAudio | None = None,
+    made: list[str] | None = None,
+    measures: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """A song card (the shared card dict) for a library song; `audio` (the view's) says where it plays from;
-    `made`: the paid extras (wav, mp4) made before, offered as reused (nothing to pay, nothing asked)."""
+    `made`: the paid extras (wav, mp4) made before, offered as reused (nothing to pay, nothing asked); `measures`:
+    the song's kept analysis (`storage.song_measures`), for its lossy-source verdict and asked-vs-measured lines."""
     on_disk = song.archive_path if song.archive_path and Path(song.archive_path).is_file() else None
     if on_disk:
         label = archive_label(Path(on_disk), None)
@@ -85,8 +92,35 @@ def library_card(song: LibrarySong, audio: CardAudio | None = None, made: list[s
         stars=song.stars,
         measures=measure_chips(song.bpm, song.musical_key, song.lufs),
         extras_made=[kind for kind in (made or []) if kind in EXTRA_ACTIONS] if state == "ready" else [],
+        lab_lines=lab_lines(song, measures),
     )
     return card
+
+
+LAB_LINE_LIMIT = 200
+
+
+def lab_lines(song: LibrarySong, measures: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The card's analysis lines (issue 41): the lossy-source verdict of the song's WAV (with its cutoff) and, for
+    each tempo, key or length its request named, asked against measured. Nothing before the song is measured."""
+    from ..lab.adherence import asked_of, compare, summary
+    from ..lab.analysis import Analysis
+
+    if not measures and song.lufs is None and song.bpm is None and song.musical_key is None:
+        return []
+    lines = []
+    if measures and measures.get("lossy_checked"):
+        found = Analysis.from_dict({**dict(measures), "asked": None})
+        if found is not None:
+            lines.append({"kind": "lossy", "text": found.lossy_verdict, "met": not found.lossy_sourced})
+    measured = dict(measures or {}) or {"bpm": song.bpm, "key": song.musical_key, "duration_s": song.duration_s}
+    for name, row in compare(asked_of((song.style, song.prompt, song.title)), measured).items():
+        lines.append({"kind": "adherence", "text": summary({name: row}), "met": row["met"]})
+    return [
+        {"kind": line["kind"], "text": plain(line["text"], LAB_LINE_LIMIT), "met": line["met"]}
+        for line in lines
+        if line["text"]
+    ]
 
 
 def flatten_lineage(tree: dict[str, Any], depth: int = 0) -> list[dict[str, Any]]:
@@ -202,13 +236,21 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 if songs
                 else {}
             )
-            self.cards = [library_card(s, self.audio, made.get(s.id)) for s in songs]
+            kept = self._kept_measures([s.id for s in songs])
+            self.cards = [library_card(s, self.audio, made.get(s.id), kept.get(s.id)) for s in songs]
             self.audio.show(song.id for song in songs)  # the players of songs no longer shown answer no more
             if everything:
                 self.models = self.library.models()
                 self.batches = self.library.batches()
                 self._refresh_spend()
             self.status = self._status_line()
+
+    def _kept_measures(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The page's kept analyses (one query); none when the journal cannot be read now (the cards still show)."""
+        try:
+            return self.library.store.measures_of(ids) if ids else {}
+        except (sqlite3.Error, MusicGenError):
+            return {}
 
     def _refresh_spend(self) -> None:
         spend = self.library.spend(by="day")

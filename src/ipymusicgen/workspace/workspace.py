@@ -87,24 +87,30 @@ class ClientWiring:
                 self._keys = KeyActivity()
             return self._keys
 
+    def database_at(self, path: str | Path) -> Database:
+        """The `Database` of the file at `path` that this wiring's clients use (opened once, closed by `close()`):
+        where their batch rows and paid extras are kept."""
+        key = Path(path).resolve()
+        with self._lock:
+            if key not in self._databases:
+                from ..storage.database import Database
+
+                self._databases[key] = Database(key)
+            return self._databases[key]
+
     def batch_store(self, client: Any) -> BatchStore:
         """Where a batch of `client` keeps its rows: its journal file's store, or memory when it has no journal
         (this process only; a re-run in the same kernel is still safe, a restart forgets)."""
         journal = client.journal
         path = getattr(journal, "path", None) if journal is not None else None
+        if path is not None:
+            return self.database_at(path).batches
         with self._lock:
-            if path is None:
-                if self._memory is None:
-                    from ..storage.batches import BatchStore
+            if self._memory is None:
+                from ..storage.batches import BatchStore
 
-                    self._memory = BatchStore(None)
-                return self._memory
-            key = Path(path).resolve()
-            if key not in self._databases:
-                from ..storage.database import Database
-
-                self._databases[key] = Database(key)
-            return self._databases[key].batches
+                self._memory = BatchStore(None)
+            return self._memory
 
     def close(self) -> None:
         """Stop its archivers and analysts (removing their throwaway folders) and close the stores it opened."""
@@ -176,19 +182,19 @@ class ClientWiring:
 
 
 class WorkspaceWiring(ClientWiring):
-    """A workspace's wiring: its clients' batches keep their rows in the workspace's `Database` (`db.batches`)
-    rather than a store of their own. A client whose journal is another file's (built by hand with this wiring)
-    gets that file's store, as any client does."""
+    """A workspace's wiring: its clients' batches and paid extras are kept in the workspace's `Database`
+    (`db.batches`, `db.extras`) rather than stores of their own. A client whose journal is another file's (built
+    by hand with this wiring) gets that file's, as any client does."""
 
     def __init__(self, db: Database) -> None:
         super().__init__()
         self.db = db
 
-    def batch_store(self, client: Any) -> BatchStore:
-        journal_path = getattr(client.journal, "path", None) if client.journal is not None else None
-        if journal_path is not None and Path(journal_path).resolve() == self.db.path.resolve():
-            return self.db.batches
-        return super().batch_store(client)
+    def database_at(self, path: str | Path) -> Database:
+        """The workspace's own `Database` for its file; another file's is opened by the wiring as for any client."""
+        if Path(path).resolve() == self.db.path.resolve():
+            return self.db
+        return super().database_at(path)
 
 
 def build_client(settings: Settings, *, journal: Any = True, archive: Any = True) -> MusicClient:
@@ -357,22 +363,20 @@ class Workspace:
         from ..archive.waveform import song_path, task_id_of
         from ..lab.adherence import asked_of
         from ..lab.analysis_worker import measure  # in a worker process: a crash in librosa spares the kernel
+        from ..lab.song_analysis import analyse_song
 
         task_id = task_id_of(song_or_path)
         opened = self._found_songs() if task_id is not None else None
         path = song_path(song_or_path, find=self._archived(opened) if opened is not None else None)
-        try:
-            measures = measure(path)
-        except (ValueError, OSError) as exc:  # not audio, past the cap, unreadable: the old numbers must not stand
-            if opened is not None and task_id is not None:
-                opened.store.analysis_failed(task_id, f"{type(exc).__name__}: {exc}")
-            raise
         if opened is None or task_id is None:
-            return measures
-        opened.store.analysed(task_id, measures.as_dict())
+            return measure(path)
         try:  # with what the song's request named ("128 bpm", "in D minor" in its style or prompt)
             song = opened.song(task_id)
         except KeyError:
+            song = None
+        wav = song.wav_path if song is not None and song.wav_path and Path(song.wav_path).is_file() else None
+        measures = analyse_song(opened.store, task_id, path, wav=wav)  # kept whole: measured once per file
+        if song is None:
             return measures
         asked = asked_of((song.style, song.prompt, song.title))
         return dataclasses.replace(measures, asked=asked) if asked else measures

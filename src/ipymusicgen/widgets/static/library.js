@@ -79,6 +79,17 @@ export default {
           }
           if (data.has_lineage) extra.appendChild(imsTextButton("ims-library-link", "Lineage", "Show the songs this one was extended or joined from", () => send({ kind: "lineage", id: data.id }), true));
           if (data.note) extra.appendChild(imsEl("span", "ims-library-note", data.note));
+          // the analysis: the WAV's lossy-source verdict, asked against measured (Python's words, as text)
+          const labLines = (data.lab_lines || []).filter((line) => line && typeof line.text === "string");
+          if (labLines.length) {
+            const lab = imsEl("div", "ims-library-lab");
+            for (const line of labLines) {
+              const row = imsEl("span", line.kind === "lossy" ? "ims-lab-line ims-lab-lossy" : "ims-lab-line ims-lab-adherence", line.text);
+              if (line.met === false) row.classList.add("ims-lab-missed");
+              lab.appendChild(row);
+            }
+            extra.appendChild(lab);
+          }
           for (const kind of data.extras_made || []) {
             // made before (here, in another kernel or by an agent): a press reuses it, nothing is asked or paid
             const button = card.querySelector(`.ims-actions button[data-action="${kind}"]`);
