@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -232,10 +233,44 @@ def _private_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         yield
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    """Debian's Chromium for a module's browser tests (Playwright is imported only when one asks)."""
-    from benchmarks._browser import chromium  # the launch figure 12 uses too
+class _Chromium:
+    """One Chromium per test process (a worker of `-n 2`), launched when a test first asks for a browser: a launch
+    cost about a second per module, and each test gets contexts of its own anyway."""
 
-    with chromium() as launched:
-        yield launched
+    def __init__(self) -> None:
+        self._stack: ExitStack | None = None
+        self._browser: Browser | None = None
+
+    def get(self) -> Browser:
+        if self._browser is None or not self._browser.is_connected():  # a crashed one is replaced
+            from benchmarks._browser import chromium  # the launch figure 12 uses too
+
+            self.close()
+            self._stack = ExitStack()
+            self._browser = self._stack.enter_context(chromium())
+        return self._browser
+
+    def close(self) -> None:
+        stack, self._stack, self._browser = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+@pytest.fixture(scope="session")
+def _chromium() -> Iterator[_Chromium]:
+    shared = _Chromium()
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def browser(_chromium: _Chromium) -> Iterator[Browser]:
+    """Debian's Chromium, shared by the tests of this process (Playwright is imported only when one asks); what
+    a test opened in it (its contexts, and the pages `browser.new_page()` made) is closed after it, so the next
+    test starts with none."""
+    shared = _chromium.get()
+    before = set(shared.contexts)
+    yield shared
+    if shared.is_connected():
+        for context in [c for c in shared.contexts if c not in before]:
+            context.close()

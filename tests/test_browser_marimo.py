@@ -12,9 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from browser_utils import FINAL_AUDIO, STEP_MS, marimo_server, shot
-from playwright.sync_api import expect
-
-from benchmarks._browser import chromium
+from playwright.sync_api import Browser, expect
 
 pytestmark = pytest.mark.slow  # marimo in Chromium
 
@@ -53,18 +51,17 @@ def marimo_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def test_watcher_renders_in_marimo(marimo_app: str) -> None:
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.set_default_timeout(STEP_MS)
-        page.goto(marimo_app)
-        takes = page.locator(".ipymusicgen-watcher .ims-call .ipymusicgen-song")
-        try:
-            expect(takes).to_have_count(2, timeout=STEP_MS * 2)
-            expect(takes.nth(0)).to_have_attribute("data-take", "1")
-            expect(takes.nth(1)).to_have_attribute("data-take", "2")
-            expect(page.locator(FINAL_AUDIO)).to_have_count(2, timeout=STEP_MS * 2)
-            expect(takes.first.locator(".ipymusicgen-waveform canvas")).to_be_visible()
-            expect(page.locator(".ims-watcher-counts")).to_contain_text("2 ready")
-        finally:
-            shot(page, "marimo-watcher")
+def test_watcher_renders_in_marimo(marimo_app: str, browser: Browser) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(STEP_MS)
+    page.goto(marimo_app)
+    takes = page.locator(".ipymusicgen-watcher .ims-call .ipymusicgen-song")
+    try:
+        expect(takes).to_have_count(2, timeout=STEP_MS * 2)
+        expect(takes.nth(0)).to_have_attribute("data-take", "1")
+        expect(takes.nth(1)).to_have_attribute("data-take", "2")
+        expect(page.locator(FINAL_AUDIO)).to_have_count(2, timeout=STEP_MS * 2)
+        expect(takes.first.locator(".ipymusicgen-waveform canvas")).to_be_visible()
+        expect(page.locator(".ims-watcher-counts")).to_contain_text("2 ready")
+    finally:
+        shot(page, "marimo-watcher")
