@@ -5,6 +5,7 @@ package registers nothing (no import hook, no exit callback, no thread)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -84,3 +85,20 @@ def test_importing_the_package_registers_nothing() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"finders": [], "callbacks": [], "threads": 0}
+
+
+def test_a_workspaces_paid_extras_and_batches_are_kept_in_its_own_database(
+    two: tuple[Workspace, Workspace], tmp_path: Path
+) -> None:
+    """The wiring hands out the workspace's `Database` for its file (extras, batch rows); another file's is one the
+    wiring opened itself and closes with the workspace, never one found in a registry by path."""
+    first, second = two
+    assert first.wiring.database_at(first.path) is first.db and first.wiring.database_at(second.path) is not second.db
+    assert first.wiring.batch_store(first.client) is first.db.batches
+    other = first.wiring.database_at(tmp_path / "other.sqlite3")
+    assert other is first.wiring.database_at(tmp_path / "other.sqlite3") and other.extras is other.extras
+    extras = other.extras
+    first.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        extras.of_song("nothing")
+    assert second.db.batches.names() == []  # the other workspace still reads its file

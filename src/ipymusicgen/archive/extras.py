@@ -16,6 +16,7 @@ service (a free task query) before it is taken as typed. A name that fits severa
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import types
 from dataclasses import dataclass
@@ -109,6 +110,12 @@ def _journal_path(client: MusicClient) -> Path:
     return home.extras_file()
 
 
+def _extras(client: MusicClient) -> contextlib.AbstractContextManager[ExtrasStore]:
+    """The extras store of the client's file, owned by the client's `Database` (its workspace's, through its
+    wiring): used here, never closed here."""
+    return contextlib.nullcontext(client.wiring.database_at(_journal_path(client)).extras)
+
+
 @dataclass(frozen=True)
 class SongName:
     """One song, however it was named: its task id (the key of its extras), the id the service's extras take,
@@ -123,12 +130,12 @@ def song_named(client: MusicClient, name: str) -> SongName:
     """The one song `name` names (task id, service song id, any spacing or ASCII case); refused when it fits
     several. A name neither the journal nor the service knows is the song's only name, as typed."""
     typed = check_id(name, "song")
-    with ExtrasStore(_journal_path(client)) as store:
+    with _extras(client) as store:
         found = store.songs_named(typed)
     if not found:
         found = _asked_of_the_service(client, typed)
         if len(found) == 1 and found[0][1] and getattr(client.journal, "path", None) is None:
-            with ExtrasStore(_journal_path(client)) as store:  # the service's task query may not take a song id
+            with _extras(client) as store:  # the service's task query may not take a song id
                 store.remember_names(found[0][0], str(found[0][1]))
     if len({task for task, _ in found}) > 1:
         from ..errors import FieldProblem
@@ -142,7 +149,7 @@ def song_named(client: MusicClient, name: str) -> SongName:
     task_id, song_id = found[0]
     service_id = song_id or task_id  # the service takes either; its song id where the journal knows it
     names = tuple(dict.fromkeys((task_id, service_id, typed)))
-    with ExtrasStore(_journal_path(client)) as store:  # another song's own task id is that song's name, not ours
+    with _extras(client) as store:  # another song's own task id is that song's name, not ours
         names = tuple(n for n in names if n == task_id or all(t == task_id for t, _ in store.songs_named(n)))
     return SongName(task_id, service_id, names)
 
@@ -161,7 +168,7 @@ def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
     """What the journal holds for this song's extra under any of its names (None: never asked), so an ask can
     say "already made"."""
     spec, song = kind_of(kind), song_named(client, task_id)
-    with ExtrasStore(_journal_path(client)) as store:
+    with _extras(client) as store:
         return store.get(song.task_id, spec.name, song.names)
 
 
@@ -176,7 +183,7 @@ def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = Fa
     and the archive (the result's note then says it was already made)."""
     spec = kind_of(kind)
     song = song_named(client, task_id)
-    with ExtrasStore(_journal_path(client)) as store:
+    with _extras(client) as store:
         found = store.get(song.task_id, spec.name, song.names)
         if found is not None and found.state == "made" and not (force and _file_missing(found, spec)):
             return _reuse(client, store, found, spec, song)

@@ -37,6 +37,11 @@ class Wiring(Protocol):
 
     async def run_batch_async(self, client: Any, requests: Any, options: dict[str, Any]) -> Batch: ...
 
+    def database_at(self, path: Any) -> Any:
+        """The `Database` of the file at `path` (the workspace's own for its file), owned by the wiring: where paid
+        extras are kept (`db.extras`)."""
+        ...
+
     def batch_store(self, client: Any) -> Any:
         """The batch store of the client's journal file (owned by the wiring's workspace), or an in-memory one."""
         ...
