@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import threading
 from types import MappingProxyType
 from typing import Any
@@ -20,7 +21,10 @@ from typing import Any
 from ..client.responses import Endpoint
 from ..errors import APIStatusError, MusicGenError
 from ..models import costs
+from ..models.dollar_prices import budget_charge
 from ..models.tasks import TaskSet
+from ..storage.batches import GATEWAY_OWNER, HANDED, NEVER_SENT
+from ..storage.errors import StorageError
 from .result import Batch
 from .rows import BatchBudgetError, BatchError, BatchRow
 from .scheduler import BACKFILL_ROUNDS, Scheduler
@@ -31,6 +35,13 @@ STATUS = Endpoint("gateway batch", "GET", "/gateway/v1/batches")
 STOP = Endpoint("gateway batch stop", "POST", "/gateway/v1/batches/stop")
 STATES = MappingProxyType({"queued": "pending", "sending": "pending", "sent": "submitted"})
 """The gateway's row states as a batch's (the rest are the same words)."""
+STORED = MappingProxyType({"queued": HANDED, "sending": HANDED, "sent": "submitted"})
+"""The gateway's row states as the notebook's batch store keeps them (the rest are the same words): a row the
+gateway has not sent is `handed` (never sent from here), one it sent is `submitted` with its ids."""
+HELD = (
+    "handed to a team gateway, which may still send it: never sent from here (run it through that gateway, or stop "
+    "it there and run it with retry_unknown=True)"
+)
 FINISHED = ("complete", "failed", "unknown", "skipped")
 
 
@@ -38,6 +49,46 @@ def runs_batches(info: Any) -> bool:
     """Whether key info came from a gateway that runs batches (an extra field the service itself never sends)."""
     extra = getattr(info, "model_extra", None) or {}
     return extra.get("gateway") == GATEWAY_MARK
+
+
+def sent_here(engine: Scheduler) -> bool:
+    """Whether a row of the batch was sent from this notebook (not by a gateway): the gateway knows nothing of it
+    and would send it again, so such a batch runs here (its creates through the gateway's paid path)."""
+    stored = engine.store.rows(engine.name)
+    return any(r.state not in (*NEVER_SENT, HANDED) and r.owner_start != GATEWAY_OWNER for r in stored.values())
+
+
+def hold_handed(engine: Scheduler) -> None:
+    """A run that does not go through a gateway sends no row a gateway holds (its state kept: a later run through
+    that gateway attaches to it); shown as unknown, with why."""
+    stored = engine.store.rows(engine.name)
+    for row in list(engine.queue):
+        saved = stored.get(row.index)
+        if saved is not None and saved.state == HANDED:
+            if engine.retry_unknown:  # the user's word that the gateway will not send it: an unknown row, resent
+                engine.store.set_state(engine.name, row.index, "unknown", error=HELD)
+                continue
+            engine.queue.remove(row)
+            row.state, row.error = "unknown", HELD
+
+
+def _handed(batch: Batch, engine: Scheduler) -> list[int]:
+    """Record the rows to hand over as handed, before the hand-off goes out (as a row is claimed before its
+    create): a kernel killed before the answer leaves them to the gateway, never to a run that cannot reach it."""
+    try:
+        return batch.store.hand_over(batch.name, {r.index: budget_charge(r.request, None) for r in engine.to_send()})
+    except (StorageError, sqlite3.Error) as exc:
+        raise BatchError(f"The batch's rows cannot be recorded in {batch.store!r} ({exc}); nothing was sent.") from None
+
+
+def _not_handed(batch: Batch, marked: list[int], exc: BaseException) -> None:
+    """The gateway refused the batch whole, nothing recorded there (a 4xx, or the budget): the rows marked go back
+    to never sent. Any other failure (no answer, a 5xx) may have reached it: they stay handed."""
+    refused = isinstance(exc, BatchBudgetError) or (
+        isinstance(exc, APIStatusError) and 400 <= exc.status_code < 500 and exc.status_code != 408
+    )
+    for index in marked if refused else []:
+        batch.store.set_state(batch.name, index, "pending")
 
 
 def _submission(batch: Batch, engine: Scheduler) -> dict[str, Any]:
@@ -120,7 +171,13 @@ class Follower:
         row.state, row.ids, row.cost, row.error = state, ids, cost, error if isinstance(error, str) else None
         if row.finished and row.finished_at is None:
             row.finished_at = now
-        return before != (row.state, row.ids, row.cost, row.error)
+        if before == (row.state, row.ids, row.cost, row.error):
+            return False
+        said = str(shown.get("state"))
+        kept = STORED.get(said, said)
+        if kept in (HANDED, "submitted", "complete", "failed", "unknown", "skipped"):  # a state this store knows
+            self.batch.store.set_state(self.batch.name, row.index, kept, ids=ids, error=row.error)
+        return True
 
     def polled(self, changed: list[Any]) -> None:
         self.batch.records_changed(changed)
@@ -168,12 +225,15 @@ def _over(batch: Batch, follower: Follower) -> None:
 def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
     """Hand the batch to the gateway and follow it (`wait=False`: in a thread); what `run_batch` returns."""
     batch = engine.batch
+    marked = _handed(batch, engine)
     try:
         data = client._run(client._request_flow(SUBMIT, json=_submission(batch, engine)))
+        accepted = _accepted(batch, data)
     except MusicGenError as exc:
+        _not_handed(batch, marked, exc)
         raise _refusal(batch, exc) from None
     follower = Follower(batch, engine)
-    follower.apply(_accepted(batch, data))
+    follower.apply(accepted)
     woken = threading.Event()
     batch.add_waker(woken.set)
 
@@ -213,12 +273,15 @@ def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
 async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
     """`hand_off` on an `AsyncMusicClient` (`wait=False`: `await batch` later)."""
     batch = engine.batch
+    marked = _handed(batch, engine)
     try:
         data = await client._run(client._request_flow(SUBMIT, json=_submission(batch, engine)))
+        accepted = _accepted(batch, data)
     except MusicGenError as exc:
+        _not_handed(batch, marked, exc)
         raise _refusal(batch, exc) from None
     follower = Follower(batch, engine)
-    follower.apply(_accepted(batch, data))
+    follower.apply(accepted)
     woken = asyncio.Event()
     loop = asyncio.get_running_loop()
     batch.add_waker(lambda: loop.call_soon_threadsafe(woken.set))
@@ -254,4 +317,4 @@ async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch
     return batch
 
 
-__all__ = ["hand_off", "hand_off_async", "runs_batches"]
+__all__ = ["hand_off", "hand_off_async", "hold_handed", "runs_batches", "sent_here"]

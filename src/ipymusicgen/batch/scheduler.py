@@ -82,7 +82,7 @@ class Scheduler:
             row.ids = list(saved.ids)
             row.error = saved.error
             row.stalled = saved.stalled
-            row.cost = saved.cost or 0 if saved.state not in ("pending", "rejected", "skipped") else 0
+            row.cost = saved.cost or 0 if saved.state not in ("pending", "rejected", "skipped", "handed") else 0
             state = saved.state
             if state == "sending":
                 if saved.owner_alive and not saved.mine:
@@ -94,7 +94,9 @@ class Scheduler:
                 state = "unknown"
                 row.error = "its create may have been sent (the process sending it ended before the answer)"
                 self.store.set_state(self.name, row.index, "unknown", error=row.error)
-            if state in ("pending", "rejected", "skipped") or (state == "unknown" and self.retry_unknown):
+            if state in ("pending", "rejected", "skipped", "handed") or (state == "unknown" and self.retry_unknown):
+                # handed: to send through the gateway that holds it (`on_gateway.hold_handed` keeps it from a run
+                # that does not reach one)
                 row.state = "pending"
                 row.error = None if state != "unknown" else row.error
                 self.queue.append(row)

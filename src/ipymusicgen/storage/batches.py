@@ -31,6 +31,11 @@ from .shared_connection import Shared, acquire
 T = TypeVar("T")
 NEVER_SENT = ("pending", "rejected", "skipped")
 """Stored states of a row whose create certainly did not happen: safe to send."""
+HANDED = "handed"
+"""A row handed to a team gateway that has not sent it yet: the gateway may still send it, so no run here does (a
+run through that gateway attaches to it); once the gateway sends it, its state here follows the gateway's."""
+GATEWAY_OWNER = "gateway"
+"""The owner (`owner_start`) of a row handed to a gateway: its create is the gateway's, never this machine's."""
 
 
 def _owner(pid: int | None, start: str | None) -> Owner:
@@ -223,6 +228,24 @@ class BatchStore:
             )
             return cursor.rowcount == 1
 
+    @_damage_named
+    def hand_over(self, name: str, costs: dict[int, int]) -> list[int]:
+        """Mark rows never sent (index -> estimated credits) as handed to a gateway, before the hand-off goes out;
+        the indices marked (a row already handed, or sent from here, is left as it is)."""
+        marks = ",".join("?" * len(NEVER_SENT))
+        marked = []
+        with self._write() as db:
+            for index, cost in costs.items():
+                cursor = db.execute(
+                    f"UPDATE batch_rows SET state = ?, attempts = attempts + 1, owner_pid = NULL, owner_start = ?,"
+                    f" error = NULL, stalled = 0, cost = ?, updated_at = ? WHERE batch = ? AND row_index = ?"
+                    f" AND state IN ({marks})",
+                    (HANDED, GATEWAY_OWNER, cost, time.time(), name, index, *NEVER_SENT),
+                )
+                if cursor.rowcount == 1:
+                    marked.append(index)
+        return marked
+
     def set_state(
         self,
         name: str,
@@ -301,4 +324,3 @@ class BatchStore:
             shared, self._shared = self._shared, None
         if shared is not None:
             shared.release()
-

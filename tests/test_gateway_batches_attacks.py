@@ -1,0 +1,165 @@
+"""Issue 39's gateway batches under attack: what the notebook's own batch store says of a batch it handed over, the
+hand-off to a gateway that cannot take it (an old one, a replica without batches, the service itself) and back,
+and hostile batch names. Through real parts: the uvicorn sandbox, a gateway served by uvicorn, the journal's file,
+kill -9 of a real kernel process, SQLite and a real PostgreSQL ledger."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, paid_counts
+from helpers import ManualClock, wait_until
+from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
+
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.batches import BatchStore
+from ipymusicgen.storage.journal import Journal
+
+GENERATE = "/v1/music/generate"
+BATCHES = "/gateway/v1/batches"
+pytestmark = pytest.mark.slow  # a gateway, its worker and songs in real time
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Sandbox]:
+    with Sandbox(stage_seconds=0.05, song_seconds=3, faults="", keys={CANARY_KEY: 100_000}) as server:
+        yield server
+
+
+@pytest.fixture
+def gateway(
+    database: str, upstream: Sandbox, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[GatewayThread]:
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
+    monkeypatch.setenv("MUSICGEN_GATEWAY_FOLLOW_S", "0.1")
+    upstream.reset()
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
+        yield running
+
+
+def rows_of(n: int, word: str) -> list[dict[str, str]]:
+    return [{"style": f"{word} {i}", "mv": "MFV2.0"} for i in range(n)]  # 2 credits each
+
+
+def through(gateway: GatewayThread, token: str, journal: Path) -> MusicClient:
+    return MusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, journal=Journal(journal), timeout=20)
+
+
+def straight(upstream: Sandbox, journal: Path) -> MusicClient:
+    """The same notebook's journal, its client now pointed somewhere that does not run batches (an old gateway, a
+    replica without the batch paths, the service itself): here the sandbox, under the key the gateway sends with."""
+    return MusicClient(
+        CANARY_KEY, base_url=upstream.base_url, v2_base_url=upstream.v2_base_url, journal=Journal(journal), timeout=20
+    )
+
+
+def stored(journal: Path, name: str) -> dict[int, tuple[str, list[str]]]:
+    store = BatchStore(journal)
+    try:
+        return {i: (r.state, r.ids) for i, r in store.rows(name).items()}
+    finally:
+        store.close()
+
+
+def gateway_states(gateway: GatewayThread, token: str, name: str) -> list[str]:
+    answer = httpx.get(gateway.url + BATCHES, params={"name": name}, headers={"x-api-key": token}, timeout=20)
+    return [r["state"] for r in answer.json()["data"]["rows"]] if answer.status_code == 200 else []
+
+
+def test_the_notebooks_batch_store_says_what_the_gateway_did(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """A handed-off batch's rows were left 'pending' in the journal's batch tables for ever: the agent's
+    batch_status (read from the store), the library's batch of a song and spend by batch saw nothing sent."""
+    token = add_user(database, "nia", budget=60)
+    journal = tmp_path / "nia.sqlite3"
+    with through(gateway, token, journal) as client:
+        batch = client.batch(rows_of(3, "nia"), name="told truly", concurrency=3, stall_timeout=60)
+    assert [r.state for r in batch.rows] == ["complete"] * 3
+    kept = stored(journal, "told truly")
+    assert [s for s, _ in kept.values()] == ["complete"] * 3, kept
+    assert [ids for _, ids in kept.values()] == [r.ids for r in batch.rows] and all(batch.rows[0].ids)
+
+
+KERNEL = """
+import sys
+from ipymusicgen import MusicClient
+
+client = MusicClient(sys.argv[1], base_url=sys.argv[2], v2_base_url=sys.argv[2], timeout=20)
+rows = [{"style": f"handed {i}", "mv": "MFV2.0"} for i in range(6)]
+client.batch(rows, name="handed then lost", concurrency=2, stall_timeout=60)
+print("finished in the notebook: the kill came too late")
+"""
+
+
+def test_a_batch_handed_over_is_never_sent_again_by_a_notebook_pointed_elsewhere(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 of the kernel mid-batch, then the same journal's rerun reaches something without the batch paths (an
+    old gateway replica in a rolling upgrade; here the service itself). The rows the gateway holds were 'pending' in
+    the journal, so the rerun sent all six again: twelve creates for six rows."""
+    token = add_user(database, "oto", budget=100)
+    journal = tmp_path / "kernel.sqlite3"
+    real = upstream.state.clock
+    monkeypatch.setattr(upstream.state, "clock", ManualClock(0.05))  # songs hold still: rows 3-6 stay queued there
+    env = {**os.environ, "MUSICGEN_JOURNAL": str(journal)}
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, token, gateway.url], env=env, text=True)
+    try:
+        wait_until(lambda: gateway_states(gateway, token, "handed then lost") == ["sent"] * 2 + ["queued"] * 4, "2")
+        wait_until(lambda: [s for s, _ in stored(journal, "handed then lost").values()][:2] == ["submitted"] * 2, "ids")
+    finally:
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+    assert [s for s, _ in stored(journal, "handed then lost").values()][2:] == ["handed"] * 4
+    monkeypatch.setattr(upstream.state, "clock", real)
+    with straight(upstream, journal) as client:
+        rerun = client.batch(rows_of(6, "handed"), name="handed then lost", concurrency=2, stall_timeout=60)
+    assert [r.state for r in rerun.rows[:2]] == ["complete"] * 2, rerun.progress_line()
+    assert [r.state for r in rerun.rows[2:]] == ["unknown"] * 4, rerun.progress_line()
+    assert all("gateway" in (r.error or "") for r in rerun.rows[2:])
+    wait_until(lambda: gateway_states(gateway, token, "handed then lost") == ["complete"] * 6, "the gateway's end")
+    assert paid_counts(upstream)[GENERATE] == 6, "each row sent once, by the gateway"
+
+
+def test_rows_a_notebook_sent_itself_are_not_sent_again_by_a_gateway(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """Two rows run in the kernel (no gateway yet), then the cell grows to five rows and runs through the gateway:
+    the whole list was handed over and the gateway sent the two rows the notebook had already paid for again."""
+    token = add_user(database, "pia", budget=100)
+    journal = tmp_path / "pia.sqlite3"
+    with straight(upstream, journal) as client:
+        first = client.batch(rows_of(2, "grown"), name="grown", concurrency=2, stall_timeout=60)
+    assert [r.state for r in first.rows] == ["complete"] * 2
+    with through(gateway, token, journal) as client:
+        grown = client.batch(rows_of(5, "grown"), name="grown", concurrency=3, stall_timeout=60)
+    assert [r.state for r in grown.rows] == ["complete"] * 5, grown.progress_line()
+    assert grown.rows[0].ids == first.rows[0].ids
+    assert paid_counts(upstream)[GENERATE] == 5, "rows 1-2 once (the kernel), rows 3-5 once"
+
+
+def test_a_hand_off_the_gateway_refuses_whole_leaves_its_rows_free_to_send(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """Rows are marked handed before the hand-off goes out; a refusal of the whole batch (over the user's budget:
+    nothing recorded there) puts them back, so the same notebook may still send them elsewhere."""
+    from ipymusicgen.batch.rows import BatchBudgetError
+
+    token = add_user(database, "quin", budget=5)
+    journal = tmp_path / "quin.sqlite3"
+    with through(gateway, token, journal) as client, pytest.raises(BatchBudgetError, match="nothing was sent"):
+        client.batch(rows_of(4, "quin"), name="too dear", concurrency=2)
+    assert [s for s, _ in stored(journal, "too dear").values()] == ["pending"] * 4
+    with straight(upstream, journal) as client:
+        done = client.batch(rows_of(4, "quin"), name="too dear", concurrency=4, stall_timeout=60)
+    assert [r.state for r in done.rows] == ["complete"] * 4
+    assert paid_counts(upstream)[GENERATE] == 4
