@@ -247,3 +247,22 @@ def test_a_hostile_budget_usd_is_refused_before_anything_is_sent(
     assert "budget_usd" in str(refused.value) and "\x1b" not in str(refused.value)
     with pytest.raises(BatchError, match="not both"):
         plan.run(budget=3, budget_usd=1, wait=True)
+
+
+@pytest.mark.parametrize(("fault", "retried"), [("rate_limit", True), ("server_error", False)])
+def test_retrying_failed_rows_keeps_what_is_left_of_a_dollar_budget_and_never_resends_a_charged_call(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, fault: str, retried: bool
+) -> None:
+    from ipymusicgen.batch.retry_failed import retry_failed
+
+    client = engine_clients()
+    service.set_faults([{"kind": fault, "count": 1, "path": "/v1beta/models/lyria-3-clip-preview:generateContent"}])
+    rows = [{"provider": "lyria", "style": "folk"}, {"provider": "lyria", "style": "jazz"}]
+    batch = client.batch(rows, name=f"retry-dollars-{fault}", budget="$1", concurrency=1, wait=True)
+    assert sorted(r.state for r in batch.rows) == ["complete", "failed"]
+    again = retry_failed(batch, wait=True)
+    if not retried:  # a 5xx: the call may have been charged, so no retry sends it again
+        assert again is None
+        return
+    assert again is not None and again.budget == DollarBudget(Decimal("0.92"))  # $1 less both rows' $0.04
+    assert [r.state for r in again.rows] == ["complete"]

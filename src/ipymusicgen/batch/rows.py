@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FieldProblem, MusicGenError, RequestValidationError
-from ..models.providers import MUSICFUL, build_engine_request, check_provider
+from ..models.providers import MUSICFUL, EngineRequest, build_engine_request, check_provider
 from ..models.schema import V2Request, build_generate_request, build_v2_request
 
 
@@ -111,6 +111,8 @@ def _raw_rows(requests: Any) -> list[Any]:
 
 
 def _validate_row(raw: Any, allow_unknown_models: bool) -> tuple[Any, bool]:
+    if isinstance(raw, EngineRequest):  # checked when it was built (a retried row, the studio's request)
+        return raw, False
     if isinstance(raw, V2Request):
         return build_v2_request(raw, allow_unknown_models=allow_unknown_models), True
     if isinstance(raw, Mapping):
