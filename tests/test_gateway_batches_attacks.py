@@ -5,6 +5,7 @@ kill -9 of a real kernel process, SQLite and a real PostgreSQL ledger."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -163,3 +164,35 @@ def test_a_hand_off_the_gateway_refuses_whole_leaves_its_rows_free_to_send(
         done = client.batch(rows_of(4, "quin"), name="too dear", concurrency=4, stall_timeout=60)
     assert [r.state for r in done.rows] == ["complete"] * 4
     assert paid_counts(upstream)[GENERATE] == 4
+
+
+def _post(gateway: GatewayThread, path: str, token: str, body: dict[str, object]) -> httpx.Response:
+    """A body sent as the bytes json.dumps makes (a lone surrogate goes as its escape, as any JSON client may)."""
+    headers = {"x-api-key": token, "content-type": "application/json"}
+    return httpx.post(gateway.url + path, content=json.dumps(body).encode(), headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize("name", ["nul \x00 inside", "\udc80 lone low surrogate", "tab\tthen \x00"])
+def test_a_name_no_ledger_can_keep_is_refused_in_one_line_and_read_as_missing(
+    gateway: GatewayThread, database: str, upstream: Sandbox, name: str
+) -> None:
+    """A NUL (PostgreSQL keeps none in text) or a lone surrogate (no UTF-8 for it) in a batch's name reached the
+    ledger: answered 503 'the gateway's ledger cannot be reached just now' (a lie; a client asks again and again),
+    and its read on PostgreSQL 503 where a missing name answers 404."""
+    token = add_user(database, "rex", budget=20)
+    row = {"v2": False, "body": {"style": "named oddly", "mv": "MFV2.0"}}
+    refused = _post(gateway, BATCHES, token, {"name": name, "rows": [row]})
+    assert refused.status_code == 422 and "name" in refused.json()["message"], refused.text
+    listed = httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}, timeout=20)
+    assert listed.json()["data"] == [], "nothing recorded"
+    missing = httpx.get(gateway.url + BATCHES, params={"name": "never made"}, headers={"x-api-key": token})
+    query = httpx.QueryParams({"name": name.encode("utf-8", "surrogatepass").decode("latin-1")})  # raw bytes
+    odd = httpx.get(gateway.url + BATCHES + "?" + str(query), headers={"x-api-key": token}, timeout=20)
+    assert (odd.status_code, odd.content) == (missing.status_code, missing.content) == (404, missing.content)
+    stops = [_post(gateway, BATCHES + "/stop", token, {"name": n}) for n in (name, "never made")]
+    assert stops[0].status_code == stops[1].status_code == 404 and stops[0].content == stops[1].content
+    bad_row = {"v2": False, "body": {"style": "\ud83d alone", "mv": "MFV2.0"}}
+    whole = _post(gateway, BATCHES, token, {"name": "fine name", "rows": [row, bad_row]})
+    assert whole.status_code == 422 and "row 2" in whole.json()["message"], whole.text
+    assert httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}).json()["data"] == []
+    assert paid_counts(upstream).get(GENERATE, 0) == 0

@@ -57,8 +57,29 @@ class StartsWorker:
         await self.app(scope, receive, send)
 
 
+def _keepable(text: str) -> bool:
+    """Text every ledger keeps: no NUL (PostgreSQL's text holds none), no lone surrogate (no UTF-8 for it)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _name_of(value: Any) -> str | None:
-    return value if isinstance(value, str) and 1 <= len(value) <= MAX_NAME and value.strip() else None
+    ok = isinstance(value, str) and 1 <= len(value) <= MAX_NAME and value.strip() and _keepable(value)
+    return value if ok else None
+
+
+def _encodable(payload: Any) -> bool:
+    """A row the upstream can be sent: its JSON as UTF-8 (a lone surrogate in a text field has none)."""
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except (UnicodeEncodeError, ValueError):
+        return False
+    return True
 
 
 def _whole(value: Any, low: int, high: int) -> int | None:
@@ -101,7 +122,7 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
         budget = body.get("budget")
         stall = body.get("stall_timeout", 900)
         if name is None:
-            return _refused(422, f"name: 1 to {MAX_NAME} characters, not blank")
+            return _refused(422, f"name: 1 to {MAX_NAME} characters, not blank, no NUL or lone surrogate")
         if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_ROWS:
             return _refused(422, f"rows: a list of 1 to {MAX_ROWS} rows")
         if concurrency is None:
@@ -120,6 +141,11 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
         except BatchError as exc:
             return _refused(422, str(exc))
         for row in checked:
+            if not _encodable(row.request.to_payload()):
+                return _refused(
+                    422, f"The batch was refused whole, nothing was sent: row {row.number}: a text field holds a "
+                    "lone surrogate (not UTF-8)",
+                )  # fmt: skip
             problem = await _foreign(gateway, user, row.request.to_payload())
             if problem:
                 return _refused(422, f"The batch was refused whole, nothing was sent: row {row.number}: {problem}")
@@ -147,7 +173,7 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
         if name is None:
             mine = await gateway.blocking(store.summaries, user)
             return _answer([{"name": s.name, "state": s.state, "rows": s.rows, **s.counts} for s in mine])
-        found = await gateway.blocking(store.status, user, name)
+        found = await gateway.blocking(store.status, user, name) if _keepable(name) else None
         return _refused(404, MISSING) if found is None else _answer(found)
 
     async def stop(user: str, request: Request) -> Response:
@@ -155,7 +181,11 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
         if isinstance(body, Response):
             return body
         name = body.get("name")
-        if not isinstance(name, str) or not await gateway.blocking(store.stop, name, user, False):
+        if (
+            not isinstance(name, str)
+            or not _keepable(name)
+            or not await gateway.blocking(store.stop, name, user, False)
+        ):
             return _refused(404, MISSING)
         return _answer(await gateway.blocking(store.status, user, name))
 
