@@ -184,6 +184,8 @@ def test_a_grid_with_a_provider_axis_has_one_priced_cell_per_provider(
     table = plan.to_pandas()
     assert list(table["provider"]) == ["musicful", "elevenlabs", "lyria"] and "estimate_usd" in table
     assert "$" in repr(plan)
+    page = plan._repr_html_()
+    assert "dollars (estimate)" in page and "~$0.04" in page and "~$7.50" in page and "—" in page
 
 
 def test_a_grid_across_engines_runs_and_comes_back_per_provider(

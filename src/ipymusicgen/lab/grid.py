@@ -219,17 +219,28 @@ class Grid:
 
     def _repr_html_(self) -> str:
         fields = list(self.axes)
-        head = "".join(f"<th>{html.escape(f)}</th>" for f in (*fields, "take", "credits (estimate)"))
+        head = "".join(
+            f"<th>{html.escape(f)}</th>" for f in (*fields, "take", "credits (estimate)", "dollars (estimate)")
+        )
         body = "".join(
             "<tr>"
             + "".join(f"<td>{html.escape(str(cell.params[f]))}</td>" for f in fields)
-            + f"<td>{cell.take}</td><td>~{cell.estimate}</td></tr>"
+            + f"<td>{cell.take}</td><td>~{cell.estimate}</td><td>{_usd(cell.estimate_usd)}</td></tr>"
             for cell in self.cells
         )
-        total = f"<tr><td colspan='{len(fields) + 1}'>total (estimate)</td><td>~{self.estimate}</td></tr>"
+        usd = [c.estimate_usd for c in self.cells if c.estimate_usd is not None]
+        total = (
+            f"<tr><td colspan='{len(fields) + 1}'>total (estimate)</td><td>~{self.estimate}</td>"
+            f"<td>{_usd(sum(usd) if usd else None)}</td></tr>"
+        )
         note = f" {html.escape(self.resend_note)}" if self.resend_note else ""
         caption = f"<caption>Grid {html.escape(self.name)}: {len(self.cells)} rows.{note}</caption>"
         return f"<table class='ipymusicgen-grid'>{caption}<tr>{head}</tr>{body}{total}</table>"
+
+
+def _usd(amount: Decimal | None) -> str:
+    """A cell's dollars (apart from its credits), or a dash where none is known (the service's, without a rate)."""
+    return f"~${amount:.2f}" if amount is not None else "—"
 
 
 def _values(field: str, values: Iterable[Any]) -> list[Any]:
