@@ -155,3 +155,24 @@ def test_a_dollar_price_of_the_studio_stays_a_decimal_of_cents() -> None:
     from ipymusicgen.models.providers import build_engine_request
 
     assert estimate(build_engine_request(provider="lyria", style="x")) == Decimal("0.04")
+
+
+@pytest.mark.slow  # the engine's answer comes after a real second
+def test_a_real_engine_song_in_flight_is_composing_then_ready(engine_shell: Any, sandbox: Sandbox) -> None:
+    from ipymusicgen.widgets import TaskWatcher
+
+    client = session.get_client()
+    sandbox.set_faults([{"kind": "slow", "seconds": 1, "path": "/v1/music"}])
+    ids = client.generate(provider="elevenlabs", style="lo-fi rain", seconds=5)
+    watcher = TaskWatcher(list(ids.ids), client=client, autostart=False)
+    try:
+        watcher.poll_once()
+        [task_id] = ids.ids
+        assert watcher.card(task_id).data()["state_label"] == "Composing"  # its one call is still out
+        assert client.engine_calls.join(30)
+        watcher.poll_once()
+        data = watcher.card(task_id).data()
+        assert data["state"] == "ready" and data["state_label"] == "Ready"
+    finally:
+        watcher.close()
+        sandbox.set_faults("")
