@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from notebook_runs import NotebookRuns
     from playwright.sync_api import Browser
 
+    from ipymusicgen.workspace.workspace import Workspace
+
 
 SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server", "notebook_runs"})
 """Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
@@ -169,7 +171,25 @@ def paid_clients(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., Mus
         client.close()
 
 
-SESSION_SETTINGS = ("api_key", "base_url", "v2_base_url", "journal_path", "poll_interval", "allow_unknown_models")
+@pytest.fixture
+def workspace(sandbox: Sandbox, tmp_path: Path) -> Iterator[Workspace]:
+    """A `Workspace` of the test's own: its journal file in the test's folder, its client on the module's sandbox
+    (its demo key, so songs are archived in the workspace's throwaway folder; fast polls); closed after the test
+    (its batches, client, archivers, file and that folder)."""
+    from ipymusicgen.config import Settings
+    from ipymusicgen.workspace.workspace import Workspace
+
+    settings = Settings.from_env().with_changes(
+        api_key=sandbox.api_key,
+        base_url=sandbox.base_url,
+        v2_base_url=sandbox.v2_base_url,
+        journal_path=tmp_path / "journal.sqlite3",
+        poll_interval=0.05,
+        **sandbox.engine_settings(),
+    )
+    opened = Workspace(settings)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture
@@ -195,7 +215,7 @@ def _shell_on(server: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     from ipymusicgen.workspace import session
 
     monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)
-    session.shutdown()
+    session.reset()
     session.configure(
         api_key=server.api_key,
         base_url=server.base_url,
@@ -217,8 +237,7 @@ def _shell_on(server: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     shell.config.pop("MusicGen", None)  # %config settings outlive the extension; the next test starts clean
     for name in set(shell.user_ns) - names:
         shell.user_ns.pop(name, None)
-    session.shutdown()
-    session.configure(**dict.fromkeys(SESSION_SETTINGS))
+    session.reset()  # watchers, client, workspace and file closed; its settings forgotten
 
 
 @pytest.fixture(autouse=True, scope="session")

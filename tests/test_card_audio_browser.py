@@ -61,7 +61,7 @@ client.wait(ids)
 assert archiver_of(client).join(60)
 watcher.wait()
 urls = [song.audio_url for song in ipymusicgen.library().songs()]
-session._session.sandbox.reset()  # the service forgets them: their URLs answer 404 from now on
+session.embedded_sandbox().reset()  # the service forgets them: their URLs answer 404 from now on
 for url in urls:
     try:
         urllib.request.urlopen(url)
@@ -232,7 +232,7 @@ def _():
     client.wait(ids)
     assert archiver_of(client).join(60)
     watcher.wait()
-    session._session.sandbox.reset()  # the songs' URLs answer 404 from now on
+    session.embedded_sandbox().reset()  # the songs' URLs answer 404 from now on
     view = mo.ui.anywidget(LibraryView(ipymusicgen.library()))
     mo.vstack([mo.ui.anywidget(watcher), view])
     return

@@ -201,12 +201,12 @@ def test_auto_watch_shows_a_watcher(ip: InteractiveShell) -> None:
     with capture_output() as out:
         result = ip.run_line_magic("musicgen", "a watched song")
     assert isinstance(result, GenerateResult) and out.outputs
-    watchers = [w for w in session._session.watchers if isinstance(w, TaskWatcher)]
+    watchers = [w for w in session.watchers() if isinstance(w, TaskWatcher)]
     assert watchers and watchers[-1].ids == result.ids
     records = ip.run_line_magic("musicgen", "--wait --timeout 20 a watched and awaited song")
     assert [r.state for r in records] == [TaskState.COMPLETE] * 2
     songs = ip.run_cell_magic("musicgen", "--v2 --prompt folk --title Home --wait --timeout 20", "la la")
-    watched = [w for w in session._session.watchers if isinstance(w, TaskWatcher)][-1]
+    watched = [w for w in session.watchers() if isinstance(w, TaskWatcher)][-1]
     assert [s.title for s in songs] == ["Home", "Home"]  # seeded from the submit answer, not the blank query
     assert [watched.card(s.id).data()["title"] for s in songs] == ["Home", "Home"]
 

@@ -81,7 +81,13 @@ def test_a_sandbox_refuses_non_finite_timings_when_made(value: float) -> None:
 def test_session_says_which_sandbox_timing_is_bad(monkeypatch: pytest.MonkeyPatch) -> None:
     from ipymusicgen.workspace import session
 
-    for bad in ("abc", "nan", "-1", "inf"):
-        monkeypatch.setenv("MUSICGEN_SANDBOX_STAGE_SECONDS", bad)
-        with pytest.raises(ValueError, match="MUSICGEN_SANDBOX_STAGE_SECONDS"):
-            session._start_sandbox()
+    monkeypatch.delenv("MUSICGEN_API_KEY", raising=False)  # no key: the session's first client starts its sandbox
+    try:
+        for bad in ("abc", "nan", "-1", "inf"):
+            monkeypatch.setenv("MUSICGEN_SANDBOX_STAGE_SECONDS", bad)
+            session.reset()
+            with pytest.raises(ValueError, match="MUSICGEN_SANDBOX_STAGE_SECONDS"):
+                session.get_client()
+            assert session.embedded_sandbox() is None
+    finally:
+        session.reset()

@@ -107,7 +107,7 @@ def test_the_musicgen_magics_watcher_opens_a_studio_on_extend(
     from helpers import wait_until
 
     sandbox_shell.run_line_magic("musicgen", "lo-fi harbour at night")
-    (watcher,) = [w for w in session._session.watchers if isinstance(w, TaskWatcher)]
+    (watcher,) = [w for w in session.watchers() if isinstance(w, TaskWatcher)]
     wait_until(lambda: watcher.done, "the magic's songs to finish")
     task_id = watcher.ids[0]
     watcher._handle_custom_msg({"kind": "extend", "id": task_id}, [])
@@ -141,7 +141,7 @@ def test_the_batch_magics_cards_open_a_studio_on_extend(sandbox_shell: Interacti
     sandbox_shell.user_ns["rows"] = [{"style": "waltz on a ferry"}]
     with capture_output():
         sandbox_shell.run_line_magic("musicgen_batch", "--from rows --name extend-from-a-batch --wait")
-    (watcher,) = [w for w in session._session.watchers if isinstance(w, TaskWatcher)]
+    (watcher,) = [w for w in session.watchers() if isinstance(w, TaskWatcher)]
     task_id = watcher.ids[0]
     watcher._handle_custom_msg({"kind": "extend", "id": task_id}, [])
     assert "Extend form ready" in watcher.card(task_id).note, watcher.card(task_id).note

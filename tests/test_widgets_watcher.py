@@ -612,12 +612,12 @@ def test_text_repr_is_readable_and_complete(finished: TaskWatcher) -> None:
 def test_a_closed_watcher_is_forgotten_by_the_session(client: MusicClient) -> None:
     first = TaskWatcher(client=client, autostart=False)
     second = TaskWatcher(client=client, autostart=False)
-    assert first in session._session.watchers and second in session._session.watchers
+    assert first in session.watchers() and second in session.watchers()
     first.close()
-    assert first not in session._session.watchers and second in session._session.watchers
+    assert first not in session.watchers() and second in session.watchers()
     first.close()  # closing again (as ipywidgets does when the object is collected) changes nothing
     second.close()
-    assert second not in session._session.watchers
+    assert second not in session.watchers()
 
 
 def test_shutdown_closes_every_registered_watcher(client: MusicClient, clock: ManualClock) -> None:
@@ -625,7 +625,7 @@ def test_shutdown_closes_every_registered_watcher(client: MusicClient, clock: Ma
     assert all(watcher.running for watcher in made)
     session.shutdown()  # each close() unregisters while shutdown walks the list: none may be skipped
     assert all(watcher.comm is None and not watcher.running for watcher in made)
-    assert not any(watcher in session._session.watchers for watcher in made)
+    assert not any(watcher in session.watchers() for watcher in made)
 
 
 def test_the_session_does_not_import_the_ui() -> None:

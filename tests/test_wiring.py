@@ -116,9 +116,7 @@ def test_the_session_is_the_current_workspace(monkeypatch: pytest.MonkeyPatch, t
         session.configure(poll_interval=0.7)  # the client is rebuilt, the file stays
         assert session.current_workspace() is workspace and session.get_client().settings.poll_interval == 0.7
     finally:
-        session.shutdown()
-        session._session.overrides.clear()
-        session._close_journal()
+        session.reset()
 
 
 def test_the_command_line_uses_the_workspace_it_is_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

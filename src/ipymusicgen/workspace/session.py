@@ -197,6 +197,27 @@ def current_client() -> MusicClient | None:
         return _session.workspace.current_client() if _session.workspace is not None else None
 
 
+def watchers() -> tuple[Closable, ...]:
+    """The widgets with background work that `shutdown()` will close, oldest first (a copy)."""
+    with _session.lock:
+        return tuple(_session.watchers)
+
+
+def embedded_sandbox() -> Sandbox | None:
+    """The sandbox the session started for itself (no key), or None; asking never starts one."""
+    with _session.lock:
+        return _session.sandbox
+
+
+def reset() -> None:
+    """`shutdown()`, then forget every `configure()` change and the archive folder: the session as a new process
+    has it (a test's fixtures end with it)."""
+    with _session.lock:
+        shutdown()
+        _session.overrides.clear()
+        set_archive_dir(None)
+
+
 def library(journal_path: str | Path | None = None) -> Library:
     """Open the library over the journal in use (or the one at `journal_path`), and retry any song whose archiving
     failed before."""
