@@ -102,3 +102,28 @@ def test_a_workspaces_paid_extras_and_batches_are_kept_in_its_own_database(
     with pytest.raises(sqlite3.ProgrammingError):
         extras.of_song("nothing")
     assert second.db.batches.names() == []  # the other workspace still reads its file
+
+
+def test_an_agent_call_and_a_batch_of_its_workspace_on_one_key_see_each_other_overlap() -> None:
+    """The agent server's budget opens a single call's window in the workspace's `KeyActivity`, where its batches
+    open theirs: a call during a batch is not measured (the key's counts moved for both), nor is the batch; on
+    another key, or alone, a call is measured."""
+    from ipymusicgen.batch.key_activity import KeyActivity
+    from ipymusicgen.mcp.agent_budget import Ledger
+
+    class Run:
+        overlapped = False
+
+    keys = KeyActivity()
+    ledger = Ledger(None, activity=keys, key="key-a")
+    batch, elsewhere = Run(), Run()
+    keys.begin("key-a", batch)
+    keys.begin("key-b", elsewhere)
+    during = ledger.reserve(3)
+    ledger.settle(during, 100, 97)
+    assert during.measured is None and batch.overlapped and not elsewhere.overlapped
+    keys.end("key-a", batch)
+    assert keys.running("key-a") == 0  # the settled call's window closed with it
+    alone = ledger.reserve(3)
+    ledger.settle(alone, 97, 94)
+    assert alone.measured == 3
