@@ -91,7 +91,7 @@ class WorkspaceArchive:
         if self._sandbox is None or directory != self._sandbox:
             yield True
             return
-        if not self._sandbox_lock.acquire(timeout=SANDBOX_EXIT_WAIT):
+        if self._removed == directory or not self._sandbox_lock.acquire(timeout=SANDBOX_EXIT_WAIT):
             yield False
             return
         try:
