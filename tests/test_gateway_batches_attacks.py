@@ -23,6 +23,7 @@ from ipymusicgen.client.faces import MusicClient
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal
+from ipymusicgen.storage.ledger_engines import open_ledger
 
 GENERATE = "/v1/music/generate"
 BATCHES = "/gateway/v1/batches"
@@ -196,3 +197,24 @@ def test_a_name_no_ledger_can_keep_is_refused_in_one_line_and_read_as_missing(
     assert whole.status_code == 422 and "row 2" in whole.json()["message"], whole.text
     assert httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}).json()["data"] == []
     assert paid_counts(upstream).get(GENERATE, 0) == 0
+
+
+def test_a_batch_shows_what_its_calls_were_charged_not_only_their_estimates(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upstream takes 7 credits for a row the table prices at 2; each lone call is measured and settled at 7
+    (the user's spend says 21), but the batch's rows and `gateway batches` said 2 each (6 in all)."""
+    from gateway_helpers import cli, settled
+
+    monkeypatch.setitem(upstream.state.call_costs, "MFV2.0", 7)
+    token = add_user(database, "sol", budget=100)
+    with through(gateway, token, tmp_path / "sol.sqlite3") as client:
+        batch = client.batch(rows_of(3, "dear"), name="dearer than said", concurrency=1, stall_timeout=60)
+    assert [r.state for r in batch.rows] == ["complete"] * 3
+    settled(database)
+    calls = open_ledger(database).calls()
+    assert [c["measured"] for c in calls] == [7, 7, 7], calls
+    answer = httpx.get(gateway.url + BATCHES, params={"name": "dearer than said"}, headers={"x-api-key": token})
+    assert [r["cost"] for r in answer.json()["data"]["rows"]] == [7, 7, 7]
+    code, out = cli("batches", "--database", database)
+    assert code == 0 and out.strip().splitlines()[1].split("\t")[-1] == "21", out

@@ -36,6 +36,10 @@ RUNNING, DONE, STOPPED = "running", "done", "stopped"
 LEASE = 30.0
 """Seconds without a heartbeat after which a replica is taken for dead (another machine; on this one, its pid)."""
 STOPPED_BY_ADMIN = "stopped by the gateway's admin"
+CALL_OF_ROW = "LEFT JOIN calls c ON c.user_name = ? AND c.idem_key = r.idem_base || '-' || CAST(r.attempt AS TEXT)"
+CHARGED = "CASE WHEN r.cost = 0 THEN 0 ELSE COALESCE(c.measured, r.cost) END"
+"""What a row's credits are: its call's settled charge once measured (never below its estimate unless the upstream
+said so: `Ledger._measured`), else the estimate it reserved; 0 for a row that charged nothing."""
 
 
 def idem_base(user: str, name: str, index: int, request_hash: str) -> str:
@@ -221,8 +225,9 @@ class BatchStore:
             if not found:
                 return None
             rows = cur.all(
-                "SELECT row_index, state, ids, error, cost FROM batch_rows WHERE batch_id = ? ORDER BY row_index",
-                (found[0],),
+                f"SELECT r.row_index, r.state, r.ids, r.error, {CHARGED} FROM batch_rows r {CALL_OF_ROW} "
+                "WHERE r.batch_id = ? ORDER BY r.row_index",
+                (user, found[0]),
             )
         shown = [
             {"index": int(r[0]), "state": r[1], "ids": json.loads(r[2]) if r[2] else [], "error": r[3], "cost": r[4]}
@@ -250,10 +255,11 @@ class BatchStore:
     def summaries(self, user: str | None = None) -> list[BatchSummary]:
         """Every batch (or one user's), with its rows per state and the credits its sent rows hold."""
         where, params = ("WHERE b.user_name = ?", (user,)) if user else ("", ())
+        call = CALL_OF_ROW.replace("c.user_name = ?", "c.user_name = b.user_name")
         with self._cursor(write=False) as cur:
             found = cur.all(
-                "SELECT b.id, b.user_name, b.name, b.state, b.note, r.state, COUNT(*), COALESCE(SUM(r.cost), 0) "
-                f"FROM batches b JOIN batch_rows r ON r.batch_id = b.id {where} "
+                f"SELECT b.id, b.user_name, b.name, b.state, b.note, r.state, COUNT(*), COALESCE(SUM({CHARGED}), 0) "
+                f"FROM batches b JOIN batch_rows r ON r.batch_id = b.id {call} {where} "
                 "GROUP BY b.id, b.user_name, b.name, b.state, b.note, r.state ORDER BY b.id",
                 params,
             )
