@@ -227,3 +227,18 @@ def budget_option(text: str) -> int | DollarBudget:
     if not isinstance(budget, DollarBudget):  # pragma: no cover - parse_budget refuses every other text
         raise argparse.ArgumentTypeError("--budget must be whole credits or dollars ('$5')")
     return budget
+
+
+STEMS = "stem-separation"
+"""The price table's model name for ElevenLabs stem separation (`elevenlabs:stem-separation=0.50/min`)."""
+STEMS_PRICE = DollarPrice(
+    Decimal("0.75"), per_minute=True, source="assumed: the compose price (not read from ElevenLabs), 2026-11-29"
+)
+
+
+def stems_estimate(seconds: float | None) -> Decimal:
+    """What separating a song of `seconds` into stems costs in dollars, before it is sent (a length not known: the
+    longest song, 600 s, so an estimate never comes out low)."""
+    price = price_table().get((ELEVENLABS, STEMS), STEMS_PRICE)
+    known = seconds is not None and math.isfinite(seconds) and 0 < seconds <= 3600
+    return price.of(seconds if known else 600.0)  # type: ignore[arg-type]
