@@ -44,9 +44,10 @@ def _remaining(database: str, user: str) -> int | None:
 
 
 def _waiting(database: str) -> int:
+    """Calls still waiting for a seat or being sent (their answers not yet recorded)."""
     ledger = open_ledger(database)
     try:
-        return sum(waiting for _, waiting, _ in ledger_queue.load(ledger))
+        return sum(1 for c in ledger.calls() if c["state"] in ("queued", "pending"))
     finally:
         ledger.close()
 
@@ -97,9 +98,9 @@ def test_seats_go_round_robin_across_eight_users_and_the_cap_holds_across_two_re
     assert sorted(sent) == sorted(f"user0-{i}" for i in range(12)) + sorted(f"{u}-{i}" for u, i in colleagues)
     assert len(set(sent)) == 26, "each row sent once"
     queued = [s.split("-")[0] for s in sent[2:]]
-    # seats free two at a time, so sends come in pairs whose order upstream is either's: the first four pairs are
-    # the seven colleagues and the hog's third row (its turn came last, as it was served twice already)
-    assert sorted(queued[:8]) == sorted(tokens), "every colleague's first row by the hog's third"
+    # in turn order: the seven colleagues, then the hog's third row (it was served twice already), then the
+    # colleagues' second rows; two sends in flight at once may reach the upstream in either order (one place)
+    assert set(queued[:9]) == set(tokens) and "user0" not in queued[:6], queued
     last_colleague = max(i for i, u in enumerate(queued) if u != "user0")
     assert last_colleague < 17 and Counter(queued[:17])["user0"] <= 3, queued
     assert [r["state"] for r in first] == ["queued", "queued"] and first[0]["position"] == 8
@@ -153,7 +154,8 @@ def test_a_429_puts_the_call_back_in_line_shrinks_the_seats_and_they_grow_back_o
         _drain(clock, upstream, database, 3)
         for i in range(3, 6):
             post(b.url, GENERATE, token, body(f"c{i}"))
-        assert upstream.running() == 2 and upstream.peak == 2, "shrunk: two at once, though the cap is three"
+        _until(clock, lambda: upstream.running() == 2 and _waiting(database) >= 1, "two in flight, one held back")
+        assert upstream.peak == 2, "shrunk: two at once, though the cap (and now the upstream) would take three"
         clock.advance(300 + GROW_EVERY + 1)  # the Retry-After (300 s) passed, and one grow step: three seats again
         upstream.finish_all()
         post(a.url, GENERATE, token, body("c6"))

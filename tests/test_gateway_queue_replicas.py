@@ -57,6 +57,9 @@ def test_a_replica_killed_holding_claimed_rows_leaves_them_unknown_never_sent_tw
                 first.wait(10)
                 upstream.hold = 0.0
                 wait_until(lambda: len(upstream.styles()) == 4, "the other replica sends the rows still waiting")
+                wait_until(
+                    lambda: _states(database) == ["unknown", "unknown", "done", "done"], "their answers recorded"
+                )
                 polled = httpx.get(
                     f"{other.url}/v1/music/tasks", params={"ids": waiting[0]["ids"][0]}, headers={"x-api-key": token}
                 )
@@ -76,6 +79,14 @@ def test_a_replica_killed_holding_claimed_rows_leaves_them_unknown_never_sent_tw
     assert code == 0 and "reconciled: 2 settled" in out, out
     assert sorted(c["state"] for c in open_ledger(database).calls()) == ["done"] * 4
     assert CANARY_KEY not in (tmp_path / "a.log").read_text()
+
+
+def _states(database: str) -> list[str]:
+    ledger = open_ledger(database)
+    try:
+        return [c["state"] for c in ledger.calls()]
+    finally:
+        ledger.close()
 
 
 def _quietly(url: str, token: str, style: str) -> None:
