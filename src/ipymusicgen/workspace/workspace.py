@@ -114,14 +114,10 @@ class ClientWiring:
 
     def close(self) -> None:
         """Stop its archivers and analysts (removing their throwaway folders) and close the stores it opened."""
+        self.stop_archiving()
         with self._lock:
-            archive, analysts = self._archive, self._analysts
             opened, self._databases = list(self._databases.values()), {}
             memory, self._memory = self._memory, None
-        if archive is not None:
-            archive.close()
-        if analysts is not None:
-            analysts.close()
         for database in opened:
             database.close()
         if memory is not None:
@@ -167,6 +163,16 @@ class ClientWiring:
             if not batch.done:
                 self._running.append(batch)
         return batch
+
+    def stop_archiving(self) -> None:
+        """Stop its archivers and analysts (each finishes the song in hand, bounded) while the clients they download
+        with are still open, and remove their throwaway folders; `close()` lets go of the rest."""
+        with self._lock:
+            archive, analysts = self._archive, self._analysts
+        if archive is not None:
+            archive.close()
+        if analysts is not None:
+            analysts.close()
 
     def stop_batches(self, timeout: float = CLOSE_BATCHES_SECONDS) -> None:
         """Stop the batches still running (no row starts) and wait, within `timeout` in all, for them to follow
@@ -428,7 +434,8 @@ class Workspace:
         """Close the shared client, the libraries and stores it opened and the file's concerns; a throwaway folder
         goes with them."""
         self.wiring.stop_batches()  # before the client and the stores they use close (outside the lock: they
-        with self._lock:  # may build the shared client while they end)
+        self.wiring.stop_archiving()  # may build the shared client while they end); a download in hand finishes
+        with self._lock:
             self.close_client()
             if self._songs is not None:
                 self._songs.close()
