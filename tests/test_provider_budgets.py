@@ -268,3 +268,25 @@ def test_retrying_failed_rows_keeps_what_is_left_of_a_dollar_budget_and_never_re
         return
     assert again is not None and again.budget == DollarBudget(Decimal("0.92"))  # $1 less both rows' $0.04
     assert [r.state for r in again.rows] == ["complete"]
+
+
+@pytest.mark.slow
+def test_the_grid_magic_compares_engines_within_a_dollar_budget(engine_shell: Any) -> None:
+    engine_shell.run_cell_magic(
+        "musicgen_grid", "--budget $2 --wait --no-watch -o g", "provider: elevenlabs | lyria\nstyle: lo-fi\nseconds: 30"
+    )
+    plan = engine_shell.user_ns["g"]
+    assert {r["provider"]: r["state"] for r in plan.results()} == {"elevenlabs": "complete", "lyria": "complete"}
+    assert {r["provider"]: r["estimate_usd"] for r in plan.results()} == {
+        "elevenlabs": Decimal("0.75"),
+        "lyria": Decimal("0.04"),
+    }
+
+
+@pytest.mark.slow
+def test_batch_lines_may_name_their_provider(engine_shell: Any) -> None:
+    engine_shell.run_cell_magic(
+        "musicgen_batch", "--budget 0.10usd --wait --no-watch -o b", "%musicgen --provider lyria folk\n"
+    )
+    [row] = engine_shell.user_ns["b"].rows
+    assert row.state == "complete" and row.ids[0].startswith("lyria-")
