@@ -11,6 +11,7 @@ by name, and may stop it; each user sees only their own batches (another's name 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable
@@ -106,54 +107,22 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
         raw = await read_body(request, max(BODY_BYTES, limits.max_body_bytes))
         if isinstance(raw, Response):
             return raw
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            return _refused(422, "the body is not a JSON object")
-        return body if isinstance(body, dict) else _refused(422, "the body is not a JSON object")
+        return await asyncio.to_thread(_parsed, raw)  # a 10,000-row body is not parsed on the serving loop
 
     async def submit(user: str, request: Request) -> Response:
         body = await body_of(request)
         if isinstance(body, Response):
             return body
-        name = _name_of(body.get("name"))
-        rows = body.get("rows")
-        concurrency = _whole(body.get("concurrency", 3), 1, 1000)
-        budget = body.get("budget")
-        stall = body.get("stall_timeout", 900)
-        if name is None:
-            return _refused(422, f"name: 1 to {MAX_NAME} characters, not blank, no NUL or lone surrogate")
-        if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_ROWS:
-            return _refused(422, f"rows: a list of 1 to {MAX_ROWS} rows")
-        if concurrency is None:
-            return _refused(422, "concurrency: a whole number from 1 to 1000")
-        if budget is not None and _whole(budget, 0, 10**12) is None:
-            return _refused(422, "budget: a whole number of credits from 0, or null")
-        if isinstance(stall, bool) or not isinstance(stall, int | float) or not 0 < stall < math.inf:
-            return _refused(422, "stall_timeout: seconds, more than 0")
-        mappings = []
-        for row in rows:
-            if not isinstance(row, dict) or not isinstance(row.get("body"), dict):
-                return _refused(422, 'rows: each row is {"v2": true|false, "body": {...}}')
-            mappings.append({**row["body"], "v2": bool(row.get("v2"))})
-        try:
-            checked = validate_rows(mappings, allow_unknown_models=True)
-        except BatchError as exc:
-            return _refused(422, str(exc))
-        for row in checked:
-            if not _encodable(row.request.to_payload()):
-                return _refused(
-                    422, f"The batch was refused whole, nothing was sent: row {row.number}: a text field holds a "
-                    "lone surrogate (not UTF-8)",
-                )  # fmt: skip
-            problem = await _foreign(gateway, user, row.request.to_payload())
+        # checked off the serving loop (10,000 rows take seconds): the other users' calls go on meanwhile
+        checked = await asyncio.to_thread(_checked, body)
+        if isinstance(checked, Response):
+            return checked
+        name, new, naming, concurrency, budget, stall = checked
+        for number, payload in naming:
+            problem = await _foreign(gateway, user, payload)
             if problem:
-                return _refused(422, f"The batch was refused whole, nothing was sent: row {row.number}: {problem}")
-        new = [
-            NewRow(r.request_hash, json.dumps(r.request.to_payload()), r.v2, estimate_credits(r.request))
-            for r in checked
-        ]
-        decided: Submitted = await gateway.blocking(store.submit, user, name, new, concurrency, budget, float(stall))
+                return _refused(422, f"The batch was refused whole, nothing was sent: row {number}: {problem}")
+        decided: Submitted = await gateway.blocking(store.submit, user, name, new, concurrency, budget, stall)
         if decided.kind == "conflict":
             index = (decided.index or 0) + 1
             return _refused(
@@ -191,6 +160,59 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
 
     routes = [route(PATH, "POST", submit), route(PATH, "GET", status), route(PATH + "/stop", "POST", stop)]
     return routes, Middleware(StartsWorker, worker=worker)
+
+
+def _parsed(raw: bytes) -> dict[str, Any] | Response:
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        return _refused(422, "the body is not a JSON object")
+    return body if isinstance(body, dict) else _refused(422, "the body is not a JSON object")
+
+
+NAMING = ("audio_url", "continue_song_id", "singer_id")
+"""A row's fields that name something of someone's (checked against the caller's own: `_foreign`)."""
+
+
+def _checked(body: dict[str, Any]) -> Response | tuple[str, list[NewRow], list[tuple[int, Any]], int, Any, float]:
+    """A submission's fields and rows checked (no I/O: run off the serving loop), or its refusal: the name, the
+    rows to record, the rows naming something to check as the caller's, concurrency, budget and stall timeout."""
+    name = _name_of(body.get("name"))
+    rows = body.get("rows")
+    concurrency = _whole(body.get("concurrency", 3), 1, 1000)
+    budget = body.get("budget")
+    stall = body.get("stall_timeout", 900)
+    if name is None:
+        return _refused(422, f"name: 1 to {MAX_NAME} characters, not blank, no NUL or lone surrogate")
+    if not isinstance(rows, list) or not 1 <= len(rows) <= MAX_ROWS:
+        return _refused(422, f"rows: a list of 1 to {MAX_ROWS} rows")
+    if concurrency is None:
+        return _refused(422, "concurrency: a whole number from 1 to 1000")
+    if budget is not None and _whole(budget, 0, 10**12) is None:
+        return _refused(422, "budget: a whole number of credits from 0, or null")
+    if isinstance(stall, bool) or not isinstance(stall, int | float) or not 0 < stall < math.inf:
+        return _refused(422, "stall_timeout: seconds, more than 0")
+    mappings = []
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("body"), dict):
+            return _refused(422, 'rows: each row is {"v2": true|false, "body": {...}}')
+        mappings.append({**row["body"], "v2": bool(row.get("v2"))})
+    try:
+        checked = validate_rows(mappings, allow_unknown_models=True)
+    except BatchError as exc:
+        return _refused(422, str(exc))
+    new, naming = [], []
+    for row in checked:
+        payload = row.request.to_payload()
+        if not _encodable(payload):
+            return _refused(
+                422, f"The batch was refused whole, nothing was sent: row {row.number}: a text field holds a lone "
+                "surrogate (not UTF-8)",
+            )  # fmt: skip
+        if isinstance(payload, dict) and any(payload.get(field) for field in NAMING):
+            naming.append((row.number, payload))
+        new.append(NewRow(row.request_hash, json.dumps(payload), row.v2, estimate_credits(row.request)))
+    return name, new, naming, concurrency, budget, float(stall)
 
 
 async def _foreign(gateway: Any, user: str, payload: Any) -> str | None:

@@ -190,24 +190,15 @@ class BatchStore:
                     "updated_at = ?, paused_until = NULL WHERE id = ?",
                     (RUNNING, concurrency, budget, stall_timeout, now, batch_id),
                 )
-            for index, row in enumerate(rows):
-                if index in stored:
-                    continue
-                cur.run(
-                    "INSERT INTO batch_rows (batch_id, row_index, request_hash, request, v2, estimate, state, "
-                    "idem_base, last_change) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        batch_id,
-                        index,
-                        row.request_hash,
-                        row.request,
-                        int(row.v2),
-                        row.estimate,
-                        QUEUED,
-                        idem_base(user, name, index, row.request_hash),
-                        now,
-                    ),
-                )
+            cur.many(
+                "INSERT INTO batch_rows (batch_id, row_index, request_hash, request, v2, estimate, state, "
+                "idem_base, last_change) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (batch_id, index, row.request_hash, row.request, int(row.v2), row.estimate, QUEUED,
+                     idem_base(user, name, index, row.request_hash), now)
+                    for index, row in enumerate(rows) if index not in stored
+                ],
+            )  # fmt: skip
             if not to_send and not cur.one(  # nothing to send or follow: shown done at once, not after a round
                 "SELECT 1 FROM batch_rows WHERE batch_id = ? AND state IN ('queued', 'sending', 'sent')", (batch_id,)
             ):

@@ -644,6 +644,11 @@ class _Cursor:
     def run(self, text: str, params: tuple[Any, ...] = ()) -> None:
         self._cur.execute(self._sql(text), params)
 
+    def many(self, text: str, rows: list[tuple[Any, ...]]) -> None:
+        """One statement for many rows (a batch's 10,000 rows: one round trip's worth, not one each)."""
+        if rows:
+            self._cur.executemany(self._sql(text), rows)
+
     def one(self, text: str, params: tuple[Any, ...] = ()) -> Any:
         self._cur.execute(self._sql(text), params)
         return self._cur.fetchone()
