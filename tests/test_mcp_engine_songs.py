@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import pytest
 from mcp import types
 from mcp.client import Client, advertise
@@ -30,6 +31,13 @@ LYRIA = "/v1beta/models/lyria-3-clip-preview:generateContent"
 SERVICE = ("/v1/music/generate", "/v2/submit")
 APPS = advertise(EXTENSION_ID, {"mimeTypes": [APP_MIME_TYPE]})
 FORGED = 'jazz"): about $0.01; Confirm? ("yes'
+
+
+def in_thread(body: Callable[[], Any]) -> Any:
+    """Run an async body on an event loop of its own thread: a worker whose Chromium (Playwright's sync API) is live
+    has a running loop on the main thread, where anyio.run would refuse."""
+    with anyio.from_thread.start_blocking_portal() as portal:
+        return portal.call(body)
 
 
 @pytest.fixture
@@ -92,7 +100,7 @@ def test_an_engine_song_on_an_apps_host_is_quoted_in_dollars_first_then_paid_onc
             waited = ok(await client.call_tool("wait_for_songs", {"task_ids": first["task_ids"], "timeout_s": 60}))
             return quoted, before, first, again, waited
 
-    quoted, before, first, again, waited = anyio.run(body)
+    quoted, before, first, again, waited = in_thread(body)
     quote = quoted["quote"]
     assert quoted["state"] == "quoted" and before == 0
     assert quote["provider"] == "elevenlabs" and quote["model"] == "music_v1"
@@ -115,7 +123,7 @@ def test_a_host_that_asks_is_asked_in_dollars_first(engine_desk: Callable[..., A
         async with Client(build_server(made), elicitation_callback=asker) as client:
             return ok(await client.call_tool("generate_song", {"provider": "lyria", "style": "harp at dusk"}))
 
-    sent = anyio.run(body)
+    sent = in_thread(body)
     assert made.client.engine_calls.join(30)  # the compose runs in the client's background thread
     (question,) = asker.questions
     assert question.startswith("Pay about $0.04 ") and "lyria" in question and "credit" not in question
@@ -132,7 +140,7 @@ def test_a_service_song_shows_dollars_first_where_a_credit_rate_is_set(
         async with Client(build_server(engine_desk()), elicitation_callback=asker) as client:
             return ok(await client.call_tool("generate_song", {"provider": "musicful", "style": "reel"}))
 
-    assert anyio.run(body)["state"] == "declined"
+    assert in_thread(body)["state"] == "declined"
     (question,) = asker.questions
     assert question.startswith("Pay about $0.15 (3 credits; the key has 100 credits left)?"), question
     assert counts(service, *SERVICE) == 0
@@ -162,7 +170,7 @@ def test_a_request_an_engine_cannot_honour_is_refused_in_one_line_before_anythin
         async with Client(build_server(engine_desk()), elicitation_callback=asker) as client:
             return await client.call_tool("generate_song", arguments)
 
-    text = refused(anyio.run(body))
+    text = refused(in_thread(body))
     assert says in text and "\n" not in text and "nothing was sent" in text, text
     assert asker.questions == [] and counts(service, ELEVENLABS, LYRIA, *SERVICE) == 0
 
@@ -174,7 +182,7 @@ def test_a_host_that_cannot_ask_cannot_buy_an_engine_song_with_max_credits(
         async with Client(build_server(engine_desk())) as client:
             return await client.call_tool("generate_song", {"provider": "lyria", "style": "x", "max_credits": 1e6})
 
-    text = refused(anyio.run(body))
+    text = refused(in_thread(body))
     assert "cannot ask" in text and "$0.04" in text and counts(service, LYRIA) == 0
 
 
@@ -185,7 +193,7 @@ def test_a_server_with_a_credits_budget_refuses_a_dollar_priced_song(
         async with Client(build_server(engine_desk(budget=50)), elicitation_callback=Asker()) as client:
             return await client.call_tool("generate_song", {"provider": "elevenlabs", "seconds": 30, "style": "x"})
 
-    text = refused(anyio.run(body))
+    text = refused(in_thread(body))
     assert "budget" in text and "credits" in text and "nothing was sent" in text and counts(service, ELEVENLABS) == 0
 
 
@@ -199,7 +207,7 @@ def test_an_engine_song_re_issued_is_the_first_calls(engine_desk: Callable[..., 
             first = ok(await client.call_tool("generate_song", arguments))
             return first, ok(await client.call_tool("generate_song", arguments))
 
-    first, second = anyio.run(body)
+    first, second = in_thread(body)
     assert made.client.engine_calls.join(30)
     assert second["task_ids"] == first["task_ids"] and second["repeat"] is True and counts(service, LYRIA) == 1
 
@@ -209,6 +217,6 @@ def test_the_tool_describes_provider_and_seconds(engine_desk: Callable[..., Agen
         async with Client(build_server(engine_desk())) as client:
             return (await client.list_tools()).tools
 
-    tool = {t.name: t for t in anyio.run(body)}["generate_song"]
+    tool = {t.name: t for t in in_thread(body)}["generate_song"]
     properties = tool.input_schema["properties"]
     assert "elevenlabs" in properties["provider"]["description"] and "seconds" in properties

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import pytest
 from mcp import types
 from mcp.client import Client, advertise
@@ -23,6 +24,13 @@ KEY = "k-quote-journal-2b9d"
 PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 2}
 GENERATE = "/v1/music/generate"
 APPS = advertise(EXTENSION_ID, {"mimeTypes": [APP_MIME_TYPE]})
+
+
+def in_thread(body: Callable[[], Any]) -> Any:
+    """Run an async body on an event loop of its own thread: a worker whose Chromium (Playwright's sync API) is live
+    has a running loop on the main thread, where anyio.run would refuse."""
+    with anyio.from_thread.start_blocking_portal() as portal:
+        return portal.call(body)
 
 
 def ok(result: types.CallToolResult) -> dict[str, Any]:
@@ -48,7 +56,7 @@ def on_card(desk: AgentDesk, *calls: tuple[str, dict[str, Any]]) -> list[types.C
                 results.append(await client.call_tool(name, arguments))
         return results
 
-    return anyio.run(body)
+    return in_thread(body)
 
 
 def test_a_quote_is_journalled_when_made_and_its_attempt_row_names_it_when_paid(

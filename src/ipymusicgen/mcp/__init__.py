@@ -63,14 +63,15 @@ def serve(
                 file=sys.stderr,
                 flush=True,
             )
-    server = build_server(desk)
+    agent = AgentServer(desk)
+    server = agent.mcp
     ending = Ending(client.journal)  # ids waiting in memory outlive the host's close (see `shutdown`)
     try:
         if http:
             from .http import run_http
 
             assert token is not None
-            run_http(server, host=host, port=port, token=token, allowed_hosts=allow_hosts)  # uvicorn: its signals
+            run_http(server, host=host, port=port, token=token, allowed_hosts=allow_hosts, pages=agent.pages)
         else:  # the SDK's transport minus its thread hop per line (`stdio`), until stdin closes or a signal
             anyio.run(ending.serve, functools.partial(run_stdio, server, on_eof=ending.stdin_closed))
     finally:

@@ -79,14 +79,12 @@ class ConsentCard:
         """Nothing is sent: the tool's answer says `quoted`, its `quote` is for the card, the text for the model."""
         self.server.desk.record(plan)
         quote = self.quotes.issue(connection_mark(ctx), tool, plan, replan, execute, answer=answer)
-        result = self._quoted(quote, WAITING)
-        self._journal(quote, result)
-        return result
+        self.journal(quote)
+        return self._quoted(quote, WAITING)
 
-    def _journal(self, quote: Quote, result: CallToolResult) -> None:
+    def journal(self, quote: Quote) -> None:
         """The quote in the journal with its attempt's name and its price as shown (a locked file: kept to write)."""
-        assert result.structured_content is not None
-        price = result.structured_content["quote"]["price"]
+        price = quote_view(self.server.desk, quote)["price"]
         with contextlib.suppress(StorageError):
             note_quote(self.server.desk.store, quote.id, quote.tool, quote.plan.name, price, quote.expires)
 
@@ -124,23 +122,27 @@ class ConsentCard:
         except QuoteRefused as exc:
             past = await self.server._blocking(lambda: self._past(quote_id)) if exc.unheld else None
             raise ToolError(self.server._clean(past or str(exc))) from None
+        settled = await self.settle(quote)
+        if isinstance(settled, Quote):
+            return self._requoted(quote, settled)
+        if isinstance(settled, str):
+            raise ToolError(settled)
+        return CallToolResult(
+            content=[TextContent(type="text", text=json.dumps(settled, ensure_ascii=False))], structured_content=settled
+        )
+
+    async def settle(self, quote: Quote) -> Quote | str | dict[str, Any]:
+        """Pay a taken quote at the server's price of now: the tool's answer; a new quote when the price changed
+        (nothing paid); or why it may not be paid (budget, credits). The card's Confirm and the consent page's."""
         blocking: Callable[[Callable[[], Any]], Awaitable[Any]] = self.server._blocking
         plan = await blocking(quote.replan)
         if not plan.free and (plan.estimate, plan.dollars) != (quote.plan.estimate, quote.plan.dollars):
-            again = self.quotes.issue(
-                quote.connection, quote.tool, plan, quote.replan, quote.execute, answer=quote.extra["answer"]
-            )
-            note = (
-                f"the price changed from about {_change(quote.plan, plan)}: nothing was sent; "
-                "confirm the new quote to pay it"
-            )
-            result = self._quoted(again, note)
-            assert result.structured_content is not None
-            result.structured_content["state"] = "requoted"
-            return result
+            again = self.quotes.issue(quote.connection, quote.tool, plan, quote.replan, quote.execute, **quote.extra)
+            self.journal(again)
+            return again
         refusal = None if plan.free else self.server.desk.refusal(plan, None)
         if refusal is not None:
-            raise ToolError(refusal)
+            return refusal
         paying = replace(plan, quote=quote.id)
 
         def pay() -> dict[str, Any]:
@@ -150,6 +152,14 @@ class ConsentCard:
 
         answer = self.server._clean(await blocking(pay))
         answer["quote_id"] = quote.id
-        return CallToolResult(
-            content=[TextContent(type="text", text=json.dumps(answer, ensure_ascii=False))], structured_content=answer
+        return dict(answer)
+
+    def _requoted(self, was: Quote, again: Quote) -> CallToolResult:
+        note = (
+            f"the price changed from about {_change(was.plan, again.plan)}: nothing was sent; confirm the new quote "
+            "to pay it"
         )
+        result = self._quoted(again, note)
+        assert result.structured_content is not None
+        result.structured_content["state"] = "requoted"
+        return result

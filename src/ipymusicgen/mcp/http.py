@@ -26,6 +26,7 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from .consent_page import PREFIX, ConsentPages
 from .desk import AgentError
 
 TOKEN_ENV = "MUSICGEN_MCP_TOKEN"
@@ -196,21 +197,56 @@ class BoundedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
 
-def http_app(server: MCPServer, *, host: str, token: str, allowed_hosts: Iterable[str] = ()) -> ASGIApp:
-    """The SDK's streamable HTTP app behind the token, with Host/Origin checks for this bind address."""
-    app = server.streamable_http_app(transport_security=security_settings(host, allowed_hosts), host=host)
-    return BearerToken(app, token)
+class WithConsentPages:
+    """The one-time consent pages (`consent_page`: their unguessable path is their secret, a browser sends no
+    token) beside the token-guarded MCP endpoint."""
+
+    def __init__(self, app: ASGIApp, pages: ConsentPages) -> None:
+        self.app = app
+        self.pages = pages
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and str(scope.get("path", "")).startswith(PREFIX):
+            await self.pages(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def http_app(
+    server: MCPServer,
+    *,
+    host: str,
+    token: str,
+    allowed_hosts: Iterable[str] = (),
+    pages: ConsentPages | None = None,
+) -> ASGIApp:
+    """The SDK's streamable HTTP app behind the token, with Host/Origin checks for this bind address; and the
+    consent pages of `pages` (URL-mode consent), with the same Host rules."""
+    security = security_settings(host, allowed_hosts)
+    app = server.streamable_http_app(transport_security=security, host=host)
+    guarded: ASGIApp = BearerToken(app, token)
+    if pages is None:
+        return guarded
+    pages.mount(security.allowed_hosts)
+    return WithConsentPages(guarded, pages)
 
 
 def run_http(
-    server: MCPServer, *, host: str, port: int, token: str, allowed_hosts: Iterable[str] = (), **config: Any
+    server: MCPServer,
+    *,
+    host: str,
+    port: int,
+    token: str,
+    allowed_hosts: Iterable[str] = (),
+    pages: ConsentPages | None = None,
+    **config: Any,
 ) -> None:
     """Serve until interrupted (uvicorn, h11 with the bounds above)."""
     import uvicorn
 
     protocol = type("BoundedH11", (BoundedH11Protocol,), {"cap": connection_cap()})
     settings = uvicorn.Config(
-        http_app(server, host=host, token=token, allowed_hosts=allowed_hosts),
+        http_app(server, host=host, token=token, allowed_hosts=allowed_hosts, pages=pages),
         host=host,
         port=port,
         http=protocol,

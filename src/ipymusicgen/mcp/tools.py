@@ -49,6 +49,7 @@ from ..models.tasks import TaskSet
 from ..storage.errors import StorageError
 from .consent import CARD_URI, QuoteBook
 from .consent_card import Answer, ConsentCard
+from .consent_page import ConsentPages
 from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan
 from .outputs import (
     AccountOutput,
@@ -171,6 +172,8 @@ class AgentServer:
         self.desk = desk
         self.card = ConsentCard(self, quotes if quotes is not None else QuoteBook())
         """A host with MCP Apps gets a quote and the consent card (`consent_card`) instead of a question."""
+        self.pages = ConsentPages(self.card)
+        """Over HTTP, a host that elicits by URL only is sent to a one-time consent page (`consent_page`)."""
         v1_shapes = tuple(V1_SHAPES.values())
         tools = [
             self._tool(
@@ -270,13 +273,20 @@ class AgentServer:
         replan: Callable[[], Plan] | None = None,
     ) -> Any:
         """The strongest consent this host can show, then the call: the Apps card (a quote: nothing sent), else the
-        form question (elicitation), else `max_credits` (the agent decides: the weakest)."""
+        form question (elicitation), else over HTTP the one-time consent page (URL-mode elicitation), else
+        `max_credits` (the agent decides: the weakest)."""
         if self.card.shows(ctx, plan):
             refusal = self.desk.refusal(plan, cap)
             if refusal is not None:
                 raise ToolError(refusal)
             again = replan if replan is not None else functools.partial(self.desk.replan, plan)
             return self.card.quote(ctx, tool, plan, again, execute, answer)
+        if self.pages.shows(ctx, plan):  # over HTTP, a host that elicits by URL only: the one-time consent page
+            refusal = self.desk.refusal(plan, cap)
+            if refusal is not None:
+                raise ToolError(refusal)
+            again = replan if replan is not None else functools.partial(self.desk.replan, plan)
+            return self._clean(await self.pages.ask(ctx, tool, plan, again, execute, answer))
         declined = await self._consent(ctx, plan, cap)
         if isinstance(declined, InputRequiredResult):
             return declined
@@ -293,7 +303,8 @@ class AgentServer:
         if plan.free or self.desk.free:
             return None
         capabilities = ctx.client_capabilities
-        if capabilities is None or capabilities.elicitation is None:
+        elicitation = capabilities.elicitation if capabilities is not None else None
+        if elicitation is None or (elicitation.form is None and elicitation.url is not None):  # no form to ask in
             if plan.kind == "engine":  # priced in dollars: no credits cap stands for the user's consent
                 raise ToolError(
                     f"provider: a {plan.request.provider} song costs about ${plan.dollars} and this host cannot ask "
@@ -301,7 +312,7 @@ class AgentServer:
                 )
             if max_credits is None or max_credits < plan.estimate:
                 raise ToolError(
-                    f"max_credits: this host cannot ask the user (no elicitation), so pass max_credits >= "
+                    f"max_credits: this host cannot ask the user (no form elicitation), so pass max_credits >= "
                     f"{plan.estimate} to consent to about {plan.estimate} credits"
                 )
             return None

@@ -14,9 +14,10 @@ import json
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .batches import BatchStore
+if TYPE_CHECKING:  # migrations.py makes the tables from here: no import back into the store at run time
+    from .batches import BatchStore
 
 
 def create_tables(db: sqlite3.Connection) -> None:
