@@ -260,3 +260,54 @@ def test_a_ten_thousand_row_batch_does_not_hold_the_other_users_up(
     helper.join()
     assert answer.status_code == 200 and len(answer.json()["data"]["rows"]) == 10_000
     assert max(waits) < took / 3, (max(waits), statistics.median(waits), took, len(waits))
+
+
+def test_a_batch_with_a_dollar_or_fractional_budget_is_handed_over_in_whole_credits(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """budget='$3' (or budget_usd) through a gateway raised TypeError (a DollarBudget in the hand-off's JSON) and a
+    budget of 6.5 credits was refused by the gateway ('a whole number'); both work at the notebook's own rate."""
+    from ipymusicgen.batch.rows import BatchBudgetError
+
+    monkeypatch.setenv("MUSICGEN_CREDIT_DOLLARS", "0.5")  # 2 credits a row: $1 a row
+    token = add_user(database, "val", budget=100)
+    journal = tmp_path / "val.sqlite3"
+    with through(gateway, token, journal) as client:
+        dollars = client.batch(rows_of(3, "dollars"), name="in dollars", budget="$3", concurrency=3)
+        fraction = client.batch(rows_of(3, "fraction"), name="fractional", budget=6.5, concurrency=3)
+        with pytest.raises(BatchBudgetError, match="nothing was sent"):
+            client.batch(rows_of(3, "too few"), name="too few dollars", budget_usd=2.99, concurrency=3)
+    assert [r.state for r in dollars.rows + fraction.rows] == ["complete"] * 6
+    assert [s for s, _ in stored(journal, "too few dollars").values()] == ["pending"] * 3
+    calls = open_ledger(database).calls()
+    assert len(calls) == 6 and all(c["idem_key"].startswith("gwbatch-") for c in calls), "sent by the gateway"
+    assert paid_counts(upstream)[GENERATE] == 6
+
+
+def test_a_batch_with_an_engines_row_runs_in_the_notebook_not_at_the_gateway(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """An ElevenLabs row is sent with the notebook's own ElevenLabs key, which the gateway does not hold: handed
+    over with the service's rows, the gateway refused the whole batch ('row 2: v2: elevenlabs is not a field this
+    engine takes'): a batch across providers could not run through a gateway at all."""
+    from pydantic import SecretStr
+
+    from ipymusicgen.config import Settings
+    from ipymusicgen.workspace.workspace import build_client
+
+    token = add_user(database, "wes", budget=100)
+    settings = Settings.from_env().with_changes(
+        api_key=SecretStr(token), base_url=gateway.url, v2_base_url=gateway.url,
+        elevenlabs_base_url=upstream.engines_base_url, elevenlabs_api_key=SecretStr(CANARY_KEY),
+        journal_path=tmp_path / "wes.sqlite3", poll_interval=0.05,
+    )  # fmt: skip
+    client = build_client(settings, archive=False)
+    try:
+        rows = [{"style": "service row", "mv": "MFV2.0"}, {"provider": "elevenlabs", "style": "rain", "seconds": 4}]
+        batch = client.batch(rows, name="two kinds", concurrency=2, stall_timeout=60)
+        assert [r.state for r in batch.rows] == ["complete", "complete"], [(r.state, r.error) for r in batch.rows]
+        assert batch.rows[1].ids[0].startswith("elevenlabs-")
+    finally:
+        client.engine_calls.join(30)
+        client.close()
+    assert paid_counts(upstream)[GENERATE] == 1, "the service's row once, the engine's row not at the service"

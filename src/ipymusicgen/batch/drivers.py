@@ -108,8 +108,8 @@ def run_batch(
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
     info = client.key_info() if engine.to_send() else None
-    # a team gateway runs the batch itself (handed over whole, followed here), unless rows were sent from here
-    if on_gateway.runs_batches(info) and not on_gateway.sent_here(engine):
+    # a team gateway runs the batch itself (handed over whole, followed here), unless it must stay here
+    if on_gateway.runs_batches(info) and not on_gateway.stays_here(engine):
         return on_gateway.hand_off(client, engine, wait=wait)
     on_gateway.hold_handed(engine)  # rows a gateway holds are never sent from here
     counts_left = info.key_music_counts if info is not None else None
@@ -198,7 +198,7 @@ async def run_batch_async(
     engine = start(client, requests, name, concurrency, budget, store, on_update, stall_timeout, retry_unknown, clock)
     batch = engine.batch
     info = (await client.key_info()) if engine.to_send() else None
-    if on_gateway.runs_batches(info) and not on_gateway.sent_here(engine):
+    if on_gateway.runs_batches(info) and not on_gateway.stays_here(engine):
         return await on_gateway.hand_off_async(client, engine, wait=wait)
     on_gateway.hold_handed(engine)
     counts_left = info.key_music_counts if info is not None else None

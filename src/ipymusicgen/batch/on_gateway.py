@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sqlite3
 import threading
 from types import MappingProxyType
@@ -21,7 +22,8 @@ from typing import Any
 from ..client.responses import Endpoint
 from ..errors import APIStatusError, MusicGenError
 from ..models import costs
-from ..models.dollar_prices import budget_charge
+from ..models.dollar_prices import DollarBudget, DollarPriceError, budget_charge, credit_rate
+from ..models.providers import EngineRequest
 from ..models.tasks import TaskSet
 from ..storage.batches import GATEWAY_OWNER, HANDED, NEVER_SENT
 from ..storage.errors import StorageError
@@ -43,6 +45,8 @@ HELD = (
     "it there and run it with retry_unknown=True)"
 )
 FINISHED = ("complete", "failed", "unknown", "skipped")
+MAX_CREDITS = 10**12
+"""The largest budget a gateway takes (`batch_routes`)."""
 
 
 def runs_batches(info: Any) -> bool:
@@ -51,11 +55,29 @@ def runs_batches(info: Any) -> bool:
     return extra.get("gateway") == GATEWAY_MARK
 
 
-def sent_here(engine: Scheduler) -> bool:
-    """Whether a row of the batch was sent from this notebook (not by a gateway): the gateway knows nothing of it
-    and would send it again, so such a batch runs here (its creates through the gateway's paid path)."""
+def stays_here(engine: Scheduler) -> bool:
+    """Whether the batch runs in this notebook (its creates through the gateway's paid path) rather than being
+    handed over: a row was sent from here, not by a gateway (the gateway knows nothing of it and would send it
+    again), or a row is an engine's song (ElevenLabs, Lyria: sent with this notebook's own keys, not the gateway's)."""
+    if any(isinstance(r.request, EngineRequest) for r in engine.batch.rows):
+        return True
     stored = engine.store.rows(engine.name)
     return any(r.state not in (*NEVER_SENT, HANDED) and r.owner_start != GATEWAY_OWNER for r in stored.values())
+
+
+def _credits(batch: Batch) -> int | None:
+    """The batch's budget as the gateway takes it, whole credits: a dollar budget at the notebook's own rate
+    (`MUSICGEN_CREDIT_DOLLARS`), a fraction of a credit rounded down."""
+    budget = batch.budget
+    if budget is None:
+        return None
+    if isinstance(budget, DollarBudget):
+        try:
+            rate = credit_rate()
+        except DollarPriceError as exc:
+            raise BatchError(f"Batch {batch.name!r}: {exc} Nothing was sent.") from None
+        return min(int(budget.amount // rate), MAX_CREDITS)
+    return min(math.floor(budget), MAX_CREDITS)
 
 
 def hold_handed(engine: Scheduler) -> None:
@@ -96,7 +118,7 @@ def _submission(batch: Batch, engine: Scheduler) -> dict[str, Any]:
         "name": batch.name,
         "rows": [{"v2": r.v2, "body": r.request.to_payload()} for r in batch.rows],
         "concurrency": batch.concurrency,
-        "budget": batch.budget,
+        "budget": _credits(batch),
         "stall_timeout": engine.stall_timeout,
     }
 
@@ -225,9 +247,10 @@ def _over(batch: Batch, follower: Follower) -> None:
 def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
     """Hand the batch to the gateway and follow it (`wait=False`: in a thread); what `run_batch` returns."""
     batch = engine.batch
+    submission = _submission(batch, engine)
     marked = _handed(batch, engine)
     try:
-        data = client._run(client._request_flow(SUBMIT, json=_submission(batch, engine)))
+        data = client._run(client._request_flow(SUBMIT, json=submission))
         accepted = _accepted(batch, data)
     except MusicGenError as exc:
         _not_handed(batch, marked, exc)
@@ -273,9 +296,10 @@ def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
 async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
     """`hand_off` on an `AsyncMusicClient` (`wait=False`: `await batch` later)."""
     batch = engine.batch
+    submission = _submission(batch, engine)
     marked = _handed(batch, engine)
     try:
-        data = await client._run(client._request_flow(SUBMIT, json=_submission(batch, engine)))
+        data = await client._run(client._request_flow(SUBMIT, json=submission))
         accepted = _accepted(batch, data)
     except MusicGenError as exc:
         _not_handed(batch, marked, exc)
@@ -317,4 +341,4 @@ async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch
     return batch
 
 
-__all__ = ["hand_off", "hand_off_async", "hold_handed", "runs_batches", "sent_here"]
+__all__ = ["hand_off", "hand_off_async", "hold_handed", "runs_batches", "stays_here"]
