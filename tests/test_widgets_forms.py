@@ -63,15 +63,27 @@ def problem(form: Any, name: str) -> str:
     return form.fields[name]["problem"]
 
 
-def test_the_old_form_names_are_gone_and_say_which_pane_replaced_them() -> None:
+@pytest.mark.parametrize("old", ["GenerateForm", "V2Form", "LyricsForm", "KeyInfoPanel"])
+def test_the_old_form_names_are_simply_absent_and_the_panes_replace_them(old: str) -> None:
+    """The package was never released: the old form names are gone (no shim, no tombstone since ea5fe36), and the
+    studio's panes do their work."""
+    import importlib
+
+    import ipymusicgen
+    import ipymusicgen.widgets as widgets
+
     client = offline_client()
     song, v2, lyrics = song_pane(client, style="jazz"), v2_pane(client), lyrics_pane(client)
     assert isinstance(song, SongPane) and isinstance(v2, V2Pane) and isinstance(lyrics, LyricsPane)
     assert isinstance(song.studio, Studio) and song.client is client
     assert song.values()["style"] == "jazz"
     assert isinstance(Studio(client).key_info, KeyPane)
-    with pytest.raises(ImportError, match=r"GenerateForm was removed: use ipymusicgen\.studio\(\)\.song"):
-        from ipymusicgen.widgets import GenerateForm  # noqa: F401
+    assert not hasattr(widgets, old) and not hasattr(ipymusicgen, old)
+    assert old not in getattr(widgets, "__all__", ()) and old not in getattr(ipymusicgen, "__all__", ())
+    with pytest.raises(ImportError, match=rf"cannot import name '{old}'"):
+        exec(f"from ipymusicgen.widgets import {old}", {})
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"ipymusicgen.widgets.{old}")
 
 
 @pytest.mark.parametrize("action", ACTIONS)
