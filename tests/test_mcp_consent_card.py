@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import pytest
 from helpers import wait_until_serving
 from mcp import ClientSession, StdioServerParameters, types
@@ -79,7 +80,10 @@ def refused(result: types.CallToolResult) -> str:
 
 
 def run(body: Callable[[], Any]) -> Any:
-    return anyio.run(body)
+    """On an event loop of its own thread: a worker whose Chromium (Playwright's sync API) is live has a running
+    loop on the main thread, where anyio.run would refuse."""
+    with anyio.from_thread.start_blocking_portal() as portal:
+        return portal.call(body)
 
 
 def quote_and(desk: AgentDesk, tool: str, arguments: dict[str, Any], *then: str, mode: str = "legacy") -> list[Any]:
