@@ -311,3 +311,26 @@ def test_a_batch_with_an_engines_row_runs_in_the_notebook_not_at_the_gateway(
         client.engine_calls.join(30)
         client.close()
     assert paid_counts(upstream)[GENERATE] == 1, "the service's row once, the engine's row not at the service"
+
+
+@pytest.mark.parametrize("fault", ["server_error", "drop", "malformed"])
+def test_a_row_whose_create_may_have_been_charged_is_never_sent_again(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, fault: str
+) -> None:
+    """The upstream charges row 2's create, then answers 500, hangs up or answers garbage: the row ends unknown at the
+    gateway and in the notebook's store, and neither the worker, a rerun nor a stop and rerun sends it again."""
+    token = add_user(database, f"xia{fault[:3]}", budget=100)
+    journal = tmp_path / "xia.sqlite3"
+    with through(gateway, token, journal) as client:
+        first = client.batch(rows_of(1, "before"), name="charged, no answer", concurrency=1, stall_timeout=60)
+        upstream.set_faults(f"{fault}:count=1:path={GENERATE}:after=true")
+        batch = client.batch(rows_of(3, "before"), name="charged, no answer", concurrency=1, stall_timeout=60)
+        upstream.set_faults("")
+        assert [r.state for r in batch.rows] == ["complete", "unknown", "complete"], batch.progress_line()
+        assert first.rows[0].ids == batch.rows[0].ids
+        again = client.batch(rows_of(3, "before"), name="charged, no answer", concurrency=3, retry_unknown=True)
+        assert [r.state for r in again.rows] == ["complete", "unknown", "complete"]
+    assert [s for s, _ in stored(journal, "charged, no answer").values()] == ["complete", "unknown", "complete"]
+    assert paid_counts(upstream)[GENERATE] == 3, "row 2's create reached the upstream once"
+    row2 = [c for c in open_ledger(database).calls() if c["state"] != "done"]
+    assert len(row2) == 1 and row2[0]["state"] in ("unknown", "pending"), row2
