@@ -232,13 +232,19 @@ def budget_option(text: str) -> int | DollarBudget:
 STEMS = "stem-separation"
 """The price table's model name for ElevenLabs stem separation (`elevenlabs:stem-separation=0.50/min`)."""
 STEMS_PRICE = DollarPrice(
-    Decimal("0.75"), per_minute=True, source="assumed: the compose price (not read from ElevenLabs), 2026-11-29"
+    Decimal("0.75"),
+    per_minute=True,
+    source="ASSUMED: ElevenLabs publishes no stem-separation price that could be found (searched 2026-11-29); "
+    "the compose default, so an estimate is not low (docs/providers.md)",
 )
+"""Not a published price: the user sets theirs with `MUSICGEN_DOLLAR_PRICES="elevenlabs:stem-separation=0.30/min"`
+(or `stems_estimate(seconds, table=...)`)."""
 
 
-def stems_estimate(seconds: float | None) -> Decimal:
+def stems_estimate(seconds: float | None, table: Mapping[tuple[str, str], DollarPrice] | None = None) -> Decimal:
     """What separating a song of `seconds` into stems costs in dollars, before it is sent (a length not known: the
-    longest song, 600 s, so an estimate never comes out low)."""
-    price = price_table().get((ELEVENLABS, STEMS), STEMS_PRICE)
+    longest song, 600 s, so an estimate never comes out low). `table`: the user's prices (default: `price_table()`,
+    the environment's overrides over the defaults)."""
+    price = (table if table is not None else price_table()).get((ELEVENLABS, STEMS), STEMS_PRICE)
     known = seconds is not None and math.isfinite(seconds) and 0 < seconds <= 3600
     return price.of(seconds if known else 600.0)  # type: ignore[arg-type]
