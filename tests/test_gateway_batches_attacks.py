@@ -334,3 +334,28 @@ def test_a_row_whose_create_may_have_been_charged_is_never_sent_again(
     assert paid_counts(upstream)[GENERATE] == 3, "row 2's create reached the upstream once"
     row2 = [c for c in open_ledger(database).calls() if c["state"] != "done"]
     assert len(row2) == 1 and row2[0]["state"] in ("unknown", "pending"), row2
+
+
+def test_the_upstream_key_echoed_in_a_songs_failure_reaches_no_batch_answer(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """The upstream fails row 1's songs with a reason that quotes the key (as is, and JSON-escaped with a slash): the
+    row's error in the gateway's answer, `gateway batches`, the notebook's batch and its store hold no key."""
+    from gateway_helpers import cli
+
+    token = add_user(database, "yan", budget=100)
+    journal = tmp_path / "yan.sqlite3"
+    reason = f"upstream refused key {CANARY_KEY} (also {CANARY_KEY.upper()})"
+    upstream.set_faults([{"kind": "task_fail", "count": 1, "path": GENERATE, "fail_reason": reason}])
+    try:
+        with through(gateway, token, journal) as client:
+            batch = client.batch(rows_of(2, "echo"), name="echoes", concurrency=1, stall_timeout=60)
+    finally:
+        upstream.set_faults("")
+    assert [r.state for r in batch.rows] == ["failed", "complete"], batch.progress_line()
+    assert "upstream refused key" in (batch.rows[0].error or "")
+    answer = httpx.get(gateway.url + BATCHES, params={"name": "echoes"}, headers={"x-api-key": token}).text
+    _, listing = cli("batches", "--database", database)
+    texts = [answer, listing, repr([r.error for r in batch.rows]), journal.read_bytes().decode("latin-1")]
+    for text in texts:
+        assert CANARY_KEY.lower() not in text.lower(), text[:300]
