@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,7 @@ def test_a_second_analysis_of_the_same_file_measures_nothing(songs: tuple[Path, 
     counting = Counting()
     with Library(journal) as library:
         first = analyse(library, ids[0], audio, counting)
-        assert first.bpm == pytest.approx(128, rel=0.02) and first.lossy_checked == "wav"
+        assert first.bpm == pytest.approx(128, rel=0.02) and first.lossy_checked is None  # clicks: no verdict
         again = analyse(library, ids[0], audio, counting)
         assert again == first and counting.measured == [audio]
         kept = library.store.measures_of([ids[0], ids[1]])
@@ -124,7 +125,7 @@ def test_the_verdict_comes_from_the_songs_wav_and_a_new_wav_is_judged_again(
         assert len(counting.lossy) == 2 and len(counting.measured) == 2
         wav.write_bytes(b"")  # a WAV that is no audio: no verdict, the song's own measures stand
         broken = analyse(library, ids[0], mp3_like, counting, wav=wav)
-        assert broken.bpm == full.bpm and broken.lossy_checked == "wav"  # the song's own file is a WAV
+        assert broken.bpm == full.bpm and broken.lossy_checked is None and broken.lossy_cutoff_hz is None
 
 
 @pytest.mark.parametrize(
@@ -191,3 +192,32 @@ def test_the_worker_gives_a_files_verdict_without_compiling_anything(tmp_path: P
         assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.nbi"))
     finally:
         worker.close()
+
+
+def _wav_header(rate: int, claimed_bytes: int) -> bytes:
+    fmt = struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
+    return (
+        b"RIFF" + struct.pack("<I", 36 + claimed_bytes) + b"WAVEfmt " + fmt + b"data" + struct.pack("<I", claimed_bytes)
+    )
+
+
+def test_files_that_cannot_tell_get_no_verdict_and_nan_samples_count_as_silence(tmp_path: Path) -> None:
+    """Silence, an empty data chunk, a header claiming 10 hours over 1 s of samples and a tone claim nothing
+    ("full band" would be a guess); a float WAV with NaN and infinite samples is measured, never crashed on."""
+    import soundfile
+
+    rate = 16_000
+    (tmp_path / "empty.wav").write_bytes(_wav_header(rate, 0))
+    (tmp_path / "ten-hours.wav").write_bytes(_wav_header(rate, rate * 2 * 36_000) + bytes(rate * 2))
+    write_wav(tmp_path / "silence.wav", np.zeros(44_100 * 3))
+    write_wav(tmp_path / "tone.wav", 0.5 * np.sin(2 * np.pi * 997 * np.arange(44_100 * 3) / 44_100))
+    for name in ("empty", "ten-hours", "silence", "tone"):
+        found = analyze_file(tmp_path / f"{name}.wav")
+        assert found.lossy_checked is None and found.lossy_cutoff_hz is None and found.lossy_verdict == "", name
+        assert lossy_source(tmp_path / f"{name}.wav") is None, name
+    noisy = np.random.default_rng(3).normal(0, 0.1, 44_100 * 4)
+    noisy[10_000:12_000], noisy[20_000] = np.nan, np.inf
+    soundfile.write(tmp_path / "nan.wav", noisy.astype(np.float32), 44_100, subtype="FLOAT")
+    found = analyze_file(tmp_path / "nan.wav")
+    assert found.lufs is not None and np.isfinite(found.lufs) and found.true_peak_db is not None
+    assert found.lossy_checked == "wav" and found.lossy_cutoff_hz is None  # full-band noise, NaNs as silence

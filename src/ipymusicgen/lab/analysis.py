@@ -179,7 +179,7 @@ def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analy
         max_short_term_lufs=levels.max_short_term_lufs,
         loudness_range_lu=levels.loudness_range_lu,
         lossy_cutoff_hz=spectrum.lossy_cutoff() if spectrum is not None else None,
-        lossy_checked=audio.format if spectrum is not None else None,
+        lossy_checked=audio.format if spectrum is not None and spectrum.decided() else None,
     )
 
 

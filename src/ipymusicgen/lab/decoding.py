@@ -96,6 +96,8 @@ def blocks(
     try:
         for block in stream:
             frames = np.frombuffer(block, dtype=np.float32).reshape(-1, channels)
+            if not np.isfinite(frames).all():  # a float file's NaN or infinite samples carry no sound: silence
+                frames = np.nan_to_num(frames, nan=0.0, posinf=0.0, neginf=0.0)
             decoded += len(frames)
             if decoded > limit:
                 raise DecodeCapError(f"{audio.path} not analysed: the audio runs past {seconds:.0f} s")

@@ -33,7 +33,8 @@ BAND_HZ = 100.0
 def lossy_source(path: str | Path, *, max_seconds: float | None = None) -> tuple[str, float | None] | None:
     """A lossless file's verdict on its own: (its format, the cutoff in Hz or None when full band), or None when
     the file is lossy by its own format (an MP3 or OGG says nothing this way). Used on a song's paid WAV, beside
-    the MP3 the song itself is measured on; `decoding.AudioFileError` names a file that is not audio."""
+    the MP3 the song itself is measured on. None too when the file cannot tell (`LongTermSpectrum.decided`: silence,
+    a tone, nothing near the top of the band); `decoding.AudioFileError` names a file that is not audio."""
     from .decoding import blocks, open_audio
 
     audio = open_audio(path)
@@ -42,7 +43,7 @@ def lossy_source(path: str | Path, *, max_seconds: float | None = None) -> tuple
     spectrum = LongTermSpectrum(audio.sample_rate)
     for block in blocks(audio, max_seconds=max_seconds):
         spectrum.add(block)
-    return audio.format, spectrum.lossy_cutoff()
+    return (audio.format, spectrum.lossy_cutoff()) if spectrum.decided() else None
 
 
 class LongTermSpectrum:
@@ -68,6 +69,32 @@ class LongTermSpectrum:
             self.power += np.square(np.abs(np.fft.rfft(frames, axis=1))).sum(axis=0)
             self.frames += len(frames)
         self.pending = samples[whole:]
+
+    def decided(self) -> bool:
+        """Whether the spectrum says anything: a cliff (`lossy_cutoff`), or content in the kilohertz under
+        `NYQUIST_MARGIN_HZ` below Nyquist within `PRESENT_DB` of the loudest band (full band). Silence, an empty
+        file, a tone or a recording with nothing up there cannot be told from an MP3's either way."""
+        import numpy as np
+
+        nyquist = self.rate / 2
+        if not self.frames or nyquist - NYQUIST_MARGIN_HZ <= LOWEST_CUTOFF_HZ or not self.power.any():
+            return False
+        if not np.isfinite(self.power).all():
+            return False
+        if self.lossy_cutoff() is not None:
+            return True
+        level, centre = self._bands()
+        top = level[(centre >= nyquist - NYQUIST_MARGIN_HZ - 1000.0) & (centre < nyquist - NYQUIST_MARGIN_HZ)]
+        return bool(len(top)) and float(top.mean()) >= float(level.max()) - PRESENT_DB
+
+    def _bands(self) -> tuple[Any, Any]:
+        """The spectrum in `BAND_HZ` bands: level (dB) and centre frequency (Hz) of each."""
+        import numpy as np
+
+        per_band = max(1, round(BAND_HZ / (self.rate / FRAME)))
+        count = len(self.power) // per_band
+        bands = self.power[: count * per_band].reshape(count, per_band).mean(axis=1)
+        return 10 * np.log10(np.maximum(bands, 1e-30)), (np.arange(count) + 0.5) * per_band * self.rate / FRAME
 
     def lossy_cutoff(self) -> float | None:
         """The frequency (Hz) where the spectrum stops as a lossy encoder stops it, or None (full band, silence,
