@@ -22,9 +22,10 @@ from .lossy import LOSSLESS, LongTermSpectrum
 from .musical_key import estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
 from .tempo import measure_tempo
 
-MEASURES_VERSION = 2
+MEASURES_VERSION = 3
 """Raised whenever a measure changes its meaning or its value for the same file: measures kept in the library by
-an older version are then taken again (`song_analysis`). 2: key confidence against the relative key (issue 41)."""
+an older version are then taken again (`song_analysis`). 2: key confidence against the relative key (issue 41);
+3: no lossy verdict from a file that cannot tell, NaN samples as silence."""
 ANALYSIS_RATE = 16_000
 """Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
