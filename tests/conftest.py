@@ -27,12 +27,29 @@ SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server", "noteb
 """Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks (its own hook of this name)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `slow` every test that asks for a browser or a kernel; a whole slow module says so itself
-    (`pytestmark = pytest.mark.slow`), and what `slow` means is said once, in pyproject's markers."""
+    (`pytestmark = pytest.mark.slow`), and what `slow` means is said once, in pyproject's markers.
+
+    A test that uses a module-scoped fixture of its own module (a Jupyter or marimo server, a built wheel, a
+    benchmark run) joins its module's `xdist_group`: on `-n 2` the module's tests then run on one worker, so
+    that fixture starts once per run rather than once on each worker that got one of them."""
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        if _uses_a_module_fixture_of_its_own(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(f"module:{item.nodeid.split('::')[0]}"))
+
+
+def _uses_a_module_fixture_of_its_own(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    module = item.nodeid.split("::")[0]
+    for definitions in info.name2fixturedefs.values() if info is not None else ():
+        last = definitions[-1]
+        if last.scope == "module" and last.baseid == module:
+            return True
+    return False
 
 
 @pytest.fixture

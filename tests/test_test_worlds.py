@@ -74,3 +74,21 @@ def test_the_session_says_what_it_holds_without_starting_anything(monkeypatch: p
         assert session.settings().poll_interval != 0.07  # the configure() change is forgotten
     finally:
         session.reset()
+
+
+@pytest.fixture(scope="module")
+def module_thing() -> object:
+    """A module-scoped fixture of this module's own, as a Jupyter server or a built wheel is elsewhere."""
+    return object()
+
+
+def test_a_test_on_a_module_fixture_of_its_own_runs_with_its_module(
+    module_thing: object, request: pytest.FixtureRequest
+) -> None:
+    """On `-n 2` (`--dist loadgroup`, pyproject) the module's tests go to one worker, so the fixture starts once."""
+    marks = [mark.args for mark in request.node.iter_markers("xdist_group")]
+    assert marks == [("module:tests/test_test_worlds.py",)]
+
+
+def test_a_test_without_one_is_spread_freely(request: pytest.FixtureRequest) -> None:
+    assert list(request.node.iter_markers("xdist_group")) == []
