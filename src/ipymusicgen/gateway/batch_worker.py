@@ -238,13 +238,7 @@ class BatchWorker:
             await blocking(store.ended, row.batch_id, row.index, UNKNOWN, MAYBE_CHARGED, True)
 
     def _call(self, user: str, idem_key: str) -> tuple[str, int | None, bytes | None] | None:
-        with self.store.ledger._cursor(write=False) as cur:
-            row = cur.one(
-                "SELECT state, status_code, body FROM calls WHERE user_name = ? AND idem_key = ?", (user, idem_key)
-            )
-        if row is None:
-            return None
-        return row[0], row[1], bytes(row[2]) if row[2] is not None else None
+        return self.store.call(user, idem_key)
 
     async def _take_over(self, claim: DeadClaim) -> None:
         """A dead replica's row: never reserved -> queued; charged -> followed here; refused -> queued (its key's
