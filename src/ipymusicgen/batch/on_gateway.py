@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import sqlite3
 import threading
 from types import MappingProxyType
 from typing import Any
@@ -99,7 +98,7 @@ def _handed(batch: Batch, engine: Scheduler) -> list[int]:
     create): a kernel killed before the answer leaves them to the gateway, never to a run that cannot reach it."""
     try:
         return batch.store.hand_over(batch.name, {r.index: budget_charge(r.request, None) for r in engine.to_send()})
-    except (StorageError, sqlite3.Error) as exc:
+    except StorageError as exc:
         raise BatchError(f"The batch's rows cannot be recorded in {batch.store!r} ({exc}); nothing was sent.") from None
 
 

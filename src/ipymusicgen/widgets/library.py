@@ -8,7 +8,6 @@ one indexed LIMIT/OFFSET query with stored peaks, so 10,000 songs open as fast a
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from ..config import PaidAsk
 from ..errors import MusicGenError
 from ..models.tasks import STATE_WORDS
 from ..song_library import Library, LibrarySong
+from ..storage.errors import StorageError
 from ..storage.library import LibraryWriteError
 from ._static import front_end
 from .card_audio import ENV_SERVER_ROOT, CardAudio, files_path
@@ -249,7 +249,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         """The page's kept analyses (one query); none when the journal cannot be read now (the cards still show)."""
         try:
             return self.library.store.measures_of(ids) if ids else {}
-        except (sqlite3.Error, MusicGenError):
+        except (StorageError, MusicGenError):
             return {}
 
     def _refresh_spend(self) -> None:
