@@ -5,7 +5,10 @@ and re-issuing the call replays the first ids. Through the official SDK's client
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -136,3 +139,32 @@ def test_a_made_up_quote_id_finds_nothing_in_the_journal_either(
     (result,) = on_card(AgentDesk(paid_clients()), ("confirm_quote", {"quote_id": forged}))
     text = refused(result)
     assert "confirmed before" not in text and "nothing was sent" in text and service.request_counts()[GENERATE] == 1
+
+
+@pytest.mark.slow
+def test_a_real_server_restart_between_confirm_and_wait(service: Sandbox, tmp_path: Path) -> None:
+    """Two server processes over stdio on one journal: the first quotes and is confirmed, then ends; the second
+    follows the songs, answers the old quote from the journal (another process's id), and sends nothing again."""
+    from mcp import StdioServerParameters
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
+    env.update(service.env(), MUSICGEN_API_KEY=KEY, MUSICGEN_JOURNAL=str(tmp_path / "journal.sqlite3"))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "ipymusicgen", "mcp"], env=env, cwd=tmp_path)
+
+    async def first() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with Client(params, mode="legacy", extensions=[APPS]) as client:
+            quote = ok(await client.call_tool("generate_song", {"style": "two processes"}))["quote"]
+            return quote, ok(await client.call_tool("confirm_quote", {"quote_id": quote["id"]}))
+
+    quote, paid = in_thread(first)
+    service.clock.stages(10)  # type: ignore[attr-defined]
+
+    async def second() -> tuple[types.CallToolResult, ...]:
+        async with Client(params, mode="legacy", extensions=[APPS]) as client:
+            waited = await client.call_tool("wait_for_songs", {"task_ids": paid["task_ids"], "timeout_s": 60})
+            return waited, await client.call_tool("confirm_quote", {"quote_id": quote["id"]})
+
+    waited, old = in_thread(second)
+    assert [s["state"] for s in ok(waited)["songs"]] == ["ready", "ready"]
+    assert "confirmed before this server restarted" in refused(old) and all(i in refused(old) for i in paid["task_ids"])
+    assert service.request_counts()[GENERATE] == 1
