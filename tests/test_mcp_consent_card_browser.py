@@ -1,8 +1,8 @@
-"""The consent card in real Chromium, inside a host page of the test's own (not the official `@modelcontextprotocol/
-ext-apps` AppBridge, which is not installed here): the page speaks the Apps postMessage messages to the card's
-sandboxed iframe and forwards its tool calls to the real agent server over one SDK client connection. Confirm pays
-once, Cancel sends nothing, the price is the first thing read, the agent's markup stays text, and both themes
-pass 4.5:1 contrast, and a take plays from the audio data the card is given."""
+"""The consent card in real Chromium, inside a host page of the test's own (the official `@modelcontextprotocol/
+ext-apps` AppBridge is tested in test_mcp_consent_card_appbridge.py): the page speaks the Apps postMessage messages
+to the card's sandboxed iframe and forwards its tool calls to the real agent server over one SDK client
+connection. Confirm pays once, Cancel sends nothing, the price is the first thing read, the agent's markup stays
+text, both themes pass 4.5:1 contrast, and a take plays from the audio data the card is given."""
 
 from __future__ import annotations
 
