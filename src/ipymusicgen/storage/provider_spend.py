@@ -22,8 +22,13 @@ from ..models.providers import MUSICFUL, PROVIDERS
 
 Rows = Callable[[str, Iterable[Any]], list[dict[str, Any]]]
 
-PAID = ("submitted", "unknown")
-"""Outcomes that may have cost money (a rejected call did not; a pending one is being sent)."""
+PAID = ("submitted", "unknown", "pending")
+"""Outcomes that may have cost money (a rejected call did not). A pending call is being sent, or its sender died
+before it could say: either way it may have been charged, and it is listed with the unknowns."""
+OTHER = "other"
+"""The row of attempts whose provider column holds a name the project never writes (a damaged or tampered
+journal): listed with its calls and unknowns, its money unpriced, never counted as the service's credits, and
+its name never shown (it could hold escape codes)."""
 SPEND_SQL = (
     "SELECT COALESCE(a.provider, 'musicful') AS p, request_model(a.payload) AS m, a.outcome AS o,"
     " CASE WHEN json_valid(a.payload) THEN json_extract(a.payload, '$.estimate_usd') END AS usd,"
@@ -49,17 +54,17 @@ def spend_rows(rows: Rows, measured_credits: int | None = None) -> list[dict[str
     table: dict[str, dict[str, Any]] = {}
     firsts: dict[str, float] = {}
     for r in rows(SPEND_SQL, ()):
-        provider = r["p"] if r["p"] in PROVIDERS else MUSICFUL
+        provider = r["p"] if r["p"] in PROVIDERS else OTHER
         group = table.setdefault(provider, {"provider": provider, **dict.fromkeys(COLUMNS, 0)})
         firsts[provider] = min(firsts.get(provider, r["first"]), r["first"])
         calls = int(r["calls"])
         group["calls"] += calls
         group["songs"] += int(r["songs"] or 0)
-        group["unknown"] += calls if r["o"] == "unknown" else 0
+        group["unknown"] += calls if r["o"] in ("unknown", "pending") else 0
         if provider == MUSICFUL:
             group["credits_estimated"] += calls * credits_for_model(r["m"])
             continue
-        price = usd_of(r["usd"])
+        price = usd_of(r["usd"]) if provider != OTHER else None
         if price is None:
             group["unpriced"] += calls
         else:
@@ -72,7 +77,7 @@ def spend_rows(rows: Rows, measured_credits: int | None = None) -> list[dict[str
             group["usd_measured"] = None
         else:  # an engine's price is not in credits, and no engine tells what a call cost afterwards
             group["credits_estimated"] = group["credits_measured"] = group["usd_measured"] = None
-            group["usd_estimated"] = Decimal(group["usd_estimated"])
+            group["usd_estimated"] = Decimal(group["usd_estimated"]) if provider != OTHER else None
     return sorted(table.values(), key=lambda g: firsts[g["provider"]])
 
 
