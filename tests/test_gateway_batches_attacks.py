@@ -360,3 +360,58 @@ def test_the_upstream_key_echoed_in_a_songs_failure_reaches_no_batch_answer(
     texts = [answer, listing, repr([r.error for r in batch.rows]), journal.read_bytes().decode("latin-1")]
     for text in texts:
         assert CANARY_KEY.lower() not in text.lower(), text[:300]
+
+
+def test_the_notebooks_spend_counts_the_calls_the_gateway_made_for_its_batch_once(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """The journal held no attempt for a row the gateway sent, so library().spend() (by day, model or batch) said
+    nothing was spent on a handed-off batch. Each row the gateway sent is journalled once (a rerun adds none), a row
+    left unknown counts as one that may have cost."""
+    from ipymusicgen.song_library import Library
+
+    token = add_user(database, "zoe", budget=100)
+    journal = tmp_path / "zoe.sqlite3"
+    upstream.set_faults(f"server_error:count=1:path={GENERATE}:after=true")  # row 1: charged, no answer
+    try:
+        with through(gateway, token, journal) as client:
+            batch = client.batch(rows_of(3, "spent"), name="spent at the gateway", concurrency=1, stall_timeout=60)
+    finally:
+        upstream.set_faults("")
+    assert [r.state for r in batch.rows] == ["unknown", "complete", "complete"]
+    with through(gateway, token, journal) as client:
+        client.batch(rows_of(3, "spent"), name="spent at the gateway", concurrency=1, stall_timeout=60)
+    with Library(journal) as library:
+        by_day = library.spend(by="day").total
+        by_model = {r["model"]: r for r in library.spend(by="model").rows}
+    assert by_day["calls"] == 3 and by_day["songs"] == 4, by_day
+    assert by_model["MFV2.0"]["calls"] == 3 and by_model["MFV2.0"]["credits_estimated"] == 6
+
+
+def test_a_rerun_of_the_same_journal_through_the_gateway_reattaches_with_every_song(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 of the kernel with two rows sent (their ids now in its store) and four queued at the gateway; the same
+    journal's rerun through the gateway attaches, sends nothing, and holds all twelve songs (the rows whose ids the
+    store already had are read too); spend counts six calls, not eight."""
+    from ipymusicgen.song_library import Library
+
+    token = add_user(database, "ada2", budget=100)
+    journal = tmp_path / "kernel.sqlite3"
+    real = upstream.state.clock
+    monkeypatch.setattr(upstream.state, "clock", ManualClock(0.05))
+    env = {**os.environ, "MUSICGEN_JOURNAL": str(journal)}
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, token, gateway.url], env=env, text=True)
+    try:
+        wait_until(lambda: [s for s, _ in stored(journal, "handed then lost").values()][:2] == ["submitted"] * 2, "2")
+    finally:
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+    monkeypatch.setattr(upstream.state, "clock", real)
+    with through(gateway, token, journal) as client:
+        rerun = client.batch(rows_of(6, "handed"), name="handed then lost", concurrency=2, stall_timeout=60)
+    assert [r.state for r in rerun.rows] == ["complete"] * 6, rerun.progress_line()
+    assert len(rerun.records) == 12 and all(len(r.records) == 2 for r in rerun.rows)
+    assert paid_counts(upstream)[GENERATE] == 6
+    with Library(journal) as library:
+        assert library.spend(by="day").total["calls"] == 6

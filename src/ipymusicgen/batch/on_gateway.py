@@ -18,7 +18,7 @@ import threading
 from types import MappingProxyType
 from typing import Any
 
-from ..client.responses import Endpoint
+from ..client.responses import GENERATE, SUBMIT_V2, Endpoint
 from ..errors import APIStatusError, MusicGenError
 from ..models import costs
 from ..models.dollar_prices import DollarBudget, DollarPriceError, budget_charge, credit_rate
@@ -164,6 +164,9 @@ class Follower:
         self.rounds_after = 0
         self.failing_since: float | None = None
         batch.estimate = costs.estimate_total(r.request for r in batch.rows)
+        for row in batch.rows:  # ids an earlier run kept: their songs are read again (a rerun's records)
+            if row.ids:
+                self.tasks.add(row.ids, v2=row.v2)
 
     def apply(self, data: dict[str, Any]) -> None:
         self.failing_since = None
@@ -186,6 +189,7 @@ class Follower:
         cost = int(shown.get("cost") or 0)
         error = shown.get("error")
         before = (row.state, row.ids, row.cost, row.error)
+        self._journal(row, state, ids)
         if ids and ids != row.ids:
             self.tasks.add(ids, v2=row.v2)
             row.started_at = row.started_at or now
@@ -199,6 +203,25 @@ class Follower:
         if kept in (HANDED, "submitted", "complete", "failed", "unknown", "skipped"):  # a state this store knows
             self.batch.store.set_state(self.batch.name, row.index, kept, ids=ids, error=row.error)
         return True
+
+    def _journal(self, row: BatchRow, state: str, ids: list[str]) -> None:
+        """A create the gateway made for this row, journalled once as if this notebook had made it (spend by day,
+        model and batch count it; its songs belong to it): when the row first shows ids, or first shows unknown
+        (it may have cost). A row an earlier run of this notebook already knew the ids or doubt of is not again."""
+        journal = getattr(self.batch.client, "journal", None)
+        first_ids = bool(ids) and not row.ids
+        first_doubt = state == "unknown" and not ids and row.state != "unknown"
+        if journal is None or not (first_ids or first_doubt):
+            return
+        endpoint = (SUBMIT_V2 if row.v2 else GENERATE).name
+        settings = self.batch.client.settings
+        host = settings.v2_base_url if row.v2 else settings.base_url
+        with contextlib.suppress(MusicGenError):  # a journal that cannot take it costs the count, never the batch
+            attempt = journal.begin(endpoint, host, row.request.to_payload())
+            if first_ids:
+                journal.submitted(attempt, ids, v2=row.v2)
+            else:
+                journal.unknown(attempt, "sent by the team gateway: it may have been charged")
 
     def polled(self, changed: list[Any]) -> None:
         self.batch.records_changed(changed)
