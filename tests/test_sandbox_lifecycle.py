@@ -93,7 +93,8 @@ def test_generate_wav_serves_a_real_wav(client: MusicClient) -> None:
     assert wav_duration(answer.content) == pytest.approx(4.0, abs=0.01)
 
 
-def test_generate_wav_of_an_unfinished_song_is_refused(client: MusicClient) -> None:
+def test_generate_wav_of_an_unfinished_song_is_refused(client: MusicClient, clock: ManualClock) -> None:
+    """The clock stands still: the song is certainly unfinished (its 0.1 s could pass first on a busy machine)."""
     task_id = client.generate(action="auto", style="piano").ids[0]
     with pytest.raises(EnvelopeError, match="not finished"):
         client.generate_wav(task_id)
