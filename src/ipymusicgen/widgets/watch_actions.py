@@ -21,6 +21,7 @@ from ..models.tasks import TaskSet, TaskState
 from .song_data import Record
 
 if TYPE_CHECKING:
+    from ..song_library import Library
     from .card import TaskCard
 
 PAID_ASKS = MappingProxyType(
@@ -181,16 +182,7 @@ class ActionsPart:
         from ..archive.export import export_songs, exports_dir_beside
 
         self._finished_record(task_id)
-        path = getattr(getattr(self._client, "journal", None), "path", None)
-        if path:
-            from ..song_library import Library
-
-            opened = Library(path)
-        else:
-            from ..workspace.session import library
-
-            opened = library()
-        with opened:  # closed again: a press must not leave a connection open
+        with self._library() as opened:  # over the Database its wiring holds (and closes)
             try:
                 archived = opened.song(task_id).archive_path
             except KeyError:
@@ -218,14 +210,24 @@ class ActionsPart:
         if self.on_keep is not None:
             self.on_keep(task_id)
             return True
-        from ..workspace.session import library
-
         try:
-            with library() as opened:  # closed again: a press must not leave a connection open
+            with self._library() as opened:  # over the Database its wiring holds (and closes)
                 opened.keep(task_id)
         except KeyError:  # not a song of the library
             return False
         return True
+
+    def _library(self) -> Library:
+        """The library of this watcher's client's journal, read through the `Database` its wiring holds for that
+        file (a workspace's own); the session's only for a client that keeps no journal."""
+        path = getattr(getattr(self._client, "journal", None), "path", None)
+        if path:
+            from ..song_library import Library
+
+            return Library(self._client.wiring.database_at(path))
+        from ..workspace.session import library
+
+        return library()
 
     def _call_of(self, task_id: str) -> list[TaskCard]:
         """The cards of the call a task belongs to (its takes), read under the lock polling adds cards under."""
