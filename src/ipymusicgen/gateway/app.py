@@ -13,6 +13,7 @@ as an id that does not exist, so the answer is exactly that of a missing id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -662,10 +663,21 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
 
     batch_routes, starts_worker = batch_parts(gateway, limits, INVALID_KEY)
     routes += batch_routes
+
+    @contextlib.asynccontextmanager
+    async def started(app: Starlette) -> Any:
+        """The queue's pump and the batch worker start with the server (lifespan), before any request: a replica
+        that is never asked still sends what a killed one left waiting."""
+        if gateway.queue is not None:
+            gateway.queue.start()
+        starts_worker.kwargs["worker"].start()
+        yield
+
     app = Starlette(
         routes=routes,
         middleware=[Middleware(HostCheck, allowed=gateway.host_allowed), starts_worker],
         exception_handlers={Exception: _failed},
+        lifespan=started,
     )
     app.router.redirect_slashes = False  # `/v1/music/generate/` is not found, never sent to another address
     return app
