@@ -28,6 +28,9 @@ ENV_CREDIT_DOLLARS = "MUSICGEN_CREDIT_DOLLARS"
 PRICES_AS_OF = "2026-11-29"
 MAX_DOLLARS = Decimal(10_000)
 """The dearest price per song or minute taken: far above any real one."""
+MIN_DOLLARS = Decimal("0.0001")
+"""The cheapest price per song, minute or credit taken (a hundredth of a cent): below it a typo (1e-300) would
+make calls all but free under a dollar budget, switching it off."""
 
 
 class DollarPriceError(MusicGenError, ValueError):
@@ -66,9 +69,9 @@ def dollars(value: object, where: str, entry: str) -> Decimal:
         amount = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
         amount = Decimal("NaN")
-    if not amount.is_finite() or amount <= 0 or amount > MAX_DOLLARS:
-        raise DollarPriceError(f"{where}: the price in {entry[:80]!r} must be a number of dollars above 0, at most "
-                               f"{MAX_DOLLARS}")  # fmt: skip
+    if not amount.is_finite() or amount < MIN_DOLLARS or amount > MAX_DOLLARS:
+        raise DollarPriceError(f"{where}: the price in {entry[:80]!r} must be a number of dollars from {MIN_DOLLARS} "
+                               f"to {MAX_DOLLARS}")  # fmt: skip
     return amount
 
 
@@ -144,7 +147,8 @@ class DollarBudget:
     amount: Decimal
 
     def __str__(self) -> str:
-        return f"${self.amount:.2f}"
+        cents = self.amount.quantize(Decimal("0.01"))
+        return f"${cents}" if cents == self.amount else f"${self.amount.normalize():f}"
 
 
 def dollar_budget(value: object, where: str = "budget") -> DollarBudget:
@@ -154,9 +158,11 @@ def dollar_budget(value: object, where: str = "budget") -> DollarBudget:
     if text.lower().endswith("usd"):
         text = text[:-3].strip()
     try:
-        amount = Decimal(text) if not isinstance(value, bool) else Decimal("NaN")
+        amount = Decimal(text) if text.isascii() and not isinstance(value, bool) else Decimal("NaN")
     except (InvalidOperation, ValueError):
         amount = Decimal("NaN")
+    if amount.is_finite() and amount == 0:
+        amount = Decimal(0)  # "$-0" is $0, said as "$0.00"
     if not amount.is_finite() or amount < 0 or amount > MAX_BUDGET_DOLLARS:
         shown = str(value)[:40].encode("unicode_escape").decode()
         raise DollarPriceError(f"{where} must be dollars from $0 to ${MAX_BUDGET_DOLLARS} (got {shown!r})")
