@@ -262,10 +262,20 @@ def song_peaks(path: Path, reported_seconds: float | None) -> tuple[Any, str | N
 
 def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) -> Path:
     """Archive the WAV rendering of a song beside its MP3 (`generate_wav` is asked when no URL is given)."""
+    from ..storage.library import LibraryStore
+
     archiver = archiver_of(client)
-    if archiver is None or archiver.store is None:
+    journal_path = archiver.journal_path if archiver is not None else None
+    if archiver is None or journal_path is None:
         raise RuntimeError("This client does not archive (no journal or archive=False).")
-    store = archiver.store
+    store = LibraryStore(journal_path)  # its own: the worker closes its store when idle, maybe mid-download here
+    try:
+        return _archive_wav(client, archiver, store, task_id, url)
+    finally:
+        store.close()
+
+
+def _archive_wav(client: MusicClient, archiver: Archiver, store: LibraryStore, task_id: str, url: str | None) -> Path:
     song = song_info(store, task_id)
     if song is None:
         raise LookupError(f"{task_id} is not in the journal")
