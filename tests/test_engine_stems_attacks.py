@@ -1,0 +1,114 @@
+"""Attacks on ElevenLabs stems as a paid extra (issue 37): two threads asking at once pay for one separation;
+a song whose audio is gone sends nothing, is not left 'may have been charged', and can be asked again once its
+audio is back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from ipymusicgen import MusicClient
+from ipymusicgen.archive.extras import make_extra
+from ipymusicgen.config import Settings
+from ipymusicgen.errors import MusicGenError
+from ipymusicgen.sandbox import Sandbox
+from ipymusicgen.storage.journal import Journal
+
+KEY = "stems-attack-key-0123"
+PAID_SANDBOX = {"keys": {KEY: 100}, "song_seconds": 2}
+STEMS = "/v1/music/stem-separation"
+
+
+@pytest.fixture
+def engine_clients(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., MusicClient]]:
+    from ipymusicgen.workspace.workspace import build_client
+
+    made: list[MusicClient] = []
+
+    def factory(**changes: Any) -> MusicClient:
+        settings = Settings.from_env().with_changes(
+            **{
+                "api_key": service.api_key,
+                "base_url": service.base_url,
+                "v2_base_url": service.v2_base_url,
+                "elevenlabs_base_url": service.engines_base_url,
+                "gemini_base_url": service.engines_base_url,
+                "elevenlabs_api_key": SecretStr(KEY),
+                "gemini_api_key": SecretStr(KEY),
+                "journal_path": tmp_path / "journal.sqlite3",
+                "poll_interval": 0.05,
+                **changes,
+            }
+        )
+        made.append(client := build_client(settings, archive=changes.pop("archive", False)))
+        return client
+
+    yield factory
+    for client in made:
+        client.engine_calls.join(30)
+        client.close()
+
+
+def engine_song(client: MusicClient) -> Any:
+    [song] = client.wait(client.generate(provider="lyria", style="folk"), timeout=60, interval=0.05)
+    return song
+
+
+def stem_attempts(tmp_path: Path) -> list[Any]:
+    journal = Journal(tmp_path / "journal.sqlite3")
+    try:
+        return [a for a in journal.attempts() if a.endpoint == "elevenlabs stem separation"]
+    finally:
+        journal.close()
+
+
+@pytest.mark.slow
+def test_stems_asked_by_racing_threads_are_paid_for_once(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    client = engine_clients()
+    song = engine_song(client).id
+    start = threading.Barrier(4)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        start.wait()
+        try:
+            results.append(make_extra(client, song, "stems"))
+        except BaseException as exc:  # said below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert service.request_counts().get(STEMS) == 1 and len(stem_attempts(tmp_path)) == 1
+    assert sum(r.sent for r in results) == 1
+    assert {r.state for r in results} <= {"made", "reused", "elsewhere"}
+
+
+def test_stems_of_a_song_whose_audio_is_gone_send_nothing_and_can_be_asked_again(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    client = engine_clients()
+    record = engine_song(client)
+    kept = client.engine_calls.local_file(record)
+    assert kept is not None
+    moved = kept.with_name("moved-away")
+    kept.rename(moved)
+    with pytest.raises(MusicGenError) as refused:
+        make_extra(client, record.id, "stems")
+    said = str(refused.value)
+    assert "may have been charged" not in said and "\n" not in said.strip()
+    assert service.request_counts().get(STEMS) is None and stem_attempts(tmp_path) == []
+    moved.rename(kept)  # the audio is back: the stems are made, once, with no force needed
+    made = make_extra(client, record.id, "stems")
+    assert made.state == "made" and made.sent and service.request_counts().get(STEMS) == 1
