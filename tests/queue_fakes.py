@@ -91,9 +91,14 @@ class SeatCountingUpstream:
                 body = {"style": body.get("prompt")}
             if body.get("style") == "refuse me":
                 return JSONResponse({"status": 400, "message": "style not allowed here", "data": None})
+            song = body.get("continue_song_id")  # a song this upstream never made: as the service says it
+            made = {i for c in self.calls for i in c["ids"]}
+            unknown = f"Song not found: continue_song_id {song!r}" if song and song not in made else None
+            if unknown and body.get("action") == "concat":  # refused at once
+                return JSONResponse({"status": 400, "message": unknown, "data": None})
             number = next(self._numbers)
             ids = [f"{'v2' if v2 else 'up'}-{number}-a", f"{'v2' if v2 else 'up'}-{number}-b"]
-            self.calls.append({"style": body.get("style"), "ids": ids, "finished": False})
+            self.calls.append({"style": body.get("style"), "ids": ids, "finished": False, "fail_reason": unknown})
             self.peak = max(self.peak, running + 1)
         if self.hold:
             await asyncio.sleep(self.hold)
@@ -106,7 +111,14 @@ class SeatCountingUpstream:
         asked = request.query_params.get("ids")
         with self.lock:
             records = [
-                {"id": i, "status": 0 if c["finished"] else 1, "style": c["style"], "title": None, "duration": -1}
+                {
+                    "id": i,
+                    "status": 3 if c["fail_reason"] else 0 if c["finished"] else 1,
+                    "style": c["style"],
+                    "title": None,
+                    "duration": -1,
+                    "fail_reason": c["fail_reason"],
+                }
                 for c in self.calls
                 for i in c["ids"]
                 if asked is None or i in asked.split(",")

@@ -376,7 +376,9 @@ class Gateway:
         try:
             placed = None
             if self.queue is not None and path in QUEUED_PATHS:  # a seat at once, or a place in line
-                placed = await self.queue.place(user, idem_key, path, model_of(request), estimated, fingerprint, sent)
+                placed = await self.queue.place(
+                    user, idem_key, path, model_of(request), estimated, fingerprint, sent, swap
+                )
             reservation = (
                 placed.reservation
                 if placed is not None

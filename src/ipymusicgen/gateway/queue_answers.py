@@ -45,6 +45,11 @@ def _message(body: bytes | None) -> str:
     return str(message) if message else "the upstream service refused it"
 
 
+def asked(looked: Looked) -> dict[str, str]:
+    """{stand-in: the id the caller asked for} of a row sent with a stand-in (`renamed` reads it back), else {}."""
+    return {looked.swap[0]: looked.swap[1]} if looked.swap is not None else {}
+
+
 def upstream_id(looked: Looked) -> str | None:
     """The upstream's id for one of the gateway's ids, once its call was answered."""
     if looked.call_state != DONE:
@@ -58,7 +63,7 @@ def record(looked: Looked, v2: bool) -> dict[str, Any]:
     if looked.row_state == WAITING or looked.call_state in (QUEUED,):
         state, status, extra = "queued", 1, {"position": looked.position, "note": QUEUED_NOTE}
     elif looked.row_state == CANCELLED or looked.call_state == REFUSED:
-        state, status, extra = "failed", 3, {"fail_reason": _message(looked.body)}
+        state, status, extra = "failed", 3, {"fail_reason": _message(renamed(looked.body or b"", asked(looked)))}
     elif looked.call_state == UNKNOWN:
         state, status, extra = "unknown", 1, {"note": UNKNOWN_NOTE}
     elif looked.call_state == DONE:  # answered with fewer songs than ids handed out

@@ -3,12 +3,12 @@
 Every paid create (v1 generate, v2 submit) takes a seat of the upstream key or waits in the ledger's queue
 (`storage/ledger_queue.py`): placed, its price reserved, in one transaction. A create seated at once is sent on the
 caller's request as without a queue; one that waits is answered at once with the gateway's ids (`queue_answers`).
-Each replica runs one pump on its event loop (started by its first request): at every wake-up (a row queued, a seat
-freed, or every `TICK` seconds of its clock) it marks rows that a dead replica claimed unknown, frees the seats
-whose songs are finished (read upstream at most every `WATCH_EVERY` seconds per seat) or held longer than
-`HOLD_MAX`, and claims rows while seats are free, sending each once, as the request path sends (`Gateway._send_paid`:
-the same records, measurements and backlog). A 429 puts the row back in line (not made, not charged) and shrinks
-the seats (`queue_seats`).
+Each replica runs one pump on its event loop (started with `gateway serve`, before any request): at every wake-up
+(a row queued, a seat freed, or every `TICK` seconds of its clock) it marks rows that a dead replica claimed
+unknown, frees the seats whose songs are finished (read upstream at most every `WATCH_EVERY` seconds per seat) or
+held longer than `HOLD_MAX`, and claims rows while seats are free, sending each once, as the request path sends
+(`Gateway._send_paid`: the same records, measurements and backlog). A 429 puts the row back in line (not made,
+not charged) and shrinks the seats (`queue_seats`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from starlette.responses import Response
 from ..models.tasks import v1_state, v2_state
 from ..storage import ledger_queue as lq
 from ..storage.ledger import DONE, PENDING, REFUSED
-from .queue_answers import V2_SUBMIT, queued_answer, record, renamed, upstream_id, with_records
+from .queue_answers import V2_SUBMIT, asked, queued_answer, record, renamed, upstream_id, with_records
 from .queue_seats import Clock, SystemClock, hold_for, seats_now, shrunk_to
 from .upstream import Answer
 
@@ -170,7 +170,15 @@ class FairQueue:
     # -- the request path ------------------------------------------------------------------------------
 
     async def place(
-        self, user: str, idem_key: str | None, path: str, model: str | None, estimated: int, fingerprint: Any, sent: Any
+        self,
+        user: str,
+        idem_key: str | None,
+        path: str,
+        model: str | None,
+        estimated: int,
+        fingerprint: Any,
+        sent: Any,
+        swap: tuple[str, str] | None = None,
     ) -> lq.Placed:
         self.start()
         placed = await self.gateway.blocking(
@@ -186,6 +194,8 @@ class FairQueue:
             await self.seats(),
             self.clock.time(),
             new_id,
+            2,
+            swap,
         )
         if placed.shown:
             self.wake()
@@ -228,18 +238,18 @@ class FairQueue:
             return None
         if ids is None:
             return await self._every_task(user, looked)
-        asked, names, records = [], {}, []
+        wanted, names, records = [], {}, []
         for task_id in ids:
             found = looked.get(task_id)
             theirs = upstream_id(found) if found is not None else None
             if found is None:
-                asked.append(task_id)
+                wanted.append(task_id)
             elif theirs is not None:
-                asked.append(theirs)
-                names[theirs] = task_id
+                wanted.append(theirs)
+                names.update({theirs: task_id, **asked(found)})
             else:
                 records.append(record(found, v2=False))
-        answer = await self.gateway.tasks(user, ",".join(asked)) if asked else None
+        answer = await self.gateway.tasks(user, ",".join(wanted)) if wanted else None
         if answer is not None and names:
             answer = _rebodied(answer, renamed(bytes(answer.body), names))
         if not records and answer is not None:
@@ -251,6 +261,7 @@ class FairQueue:
         waiting or refused."""
         v1 = {k: v for k, v in looked.items() if v.endpoint != V2_SUBMIT}
         names = {theirs: k for k, v in v1.items() if (theirs := upstream_id(v)) is not None}
+        names.update({s: a for v in v1.values() if upstream_id(v) is not None for s, a in asked(v).items()})
         records = [record(v, v2=False) for k, v in v1.items() if upstream_id(v) is None]
         mine = await self.gateway.blocking(self.ledger.tasks_of, user)
         answer = await self.gateway._all_tasks(user, mine) if mine else None
@@ -270,7 +281,7 @@ class FairQueue:
         if theirs is None:
             return with_records(None, [record(found, v2=True)], [song_id], "song_id")
         answer = await self.gateway.query_v2(user, theirs)
-        return _rebodied(answer, renamed(bytes(answer.body), {theirs: song_id}))
+        return _rebodied(answer, renamed(bytes(answer.body), {theirs: song_id, **asked(found)}))
 
 
 def _rebodied(answer: Response, body: bytes) -> Response:

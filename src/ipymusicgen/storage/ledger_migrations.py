@@ -110,6 +110,13 @@ def m004_gateway_batches(ledger: Any, cur: Any) -> None:
     cur.run(f"CREATE TABLE IF NOT EXISTS batch_workers (owner {text} PRIMARY KEY, seen_at {real} NOT NULL)")
 
 
+@migration
+def m005_queue_stand_ins(ledger: Any, cur: Any) -> None:
+    """A queued create that names a song or singer the caller does not own is sent with a stand-in id (one that does
+    not exist); the pair (stand-in, the id asked for) is kept with its row, so its later answers name the id asked."""
+    add_missing_columns(ledger, cur, "queue", (("swap", "text"),))
+
+
 LATEST = len(MIGRATIONS)
 
 

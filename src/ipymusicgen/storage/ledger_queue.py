@@ -77,6 +77,8 @@ class Looked:
     body: bytes | None
     position: int
     endpoint: str = ""
+    swap: tuple[str, str] | None = None
+    """(the stand-in sent, the id the caller asked for) of a create naming a song or singer not theirs."""
 
 
 def _lock(ledger: Ledger) -> str:
@@ -126,6 +128,7 @@ def enqueue(
     now: float,
     new_id: Callable[[], str],
     ids_per_call: int = 2,
+    swap: tuple[str, str] | None = None,
 ) -> Placed:
     """Reserve a paid create and seat it at once (nothing waiting, a seat free) or queue it; in one transaction
     with the reservation, so its price is held from the moment it is queued. A repeat of an Idempotency-Key
@@ -149,8 +152,8 @@ def enqueue(
         ids = tuple(new_id() for _ in range(ids_per_call))
         seated = slot is not None
         cur.run(
-            "INSERT INTO queue (call_id, user_name, endpoint, ids, state, shown, claimed_by, claimed_at, queued_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO queue (call_id, user_name, endpoint, ids, state, shown, claimed_by, claimed_at, queued_at, "
+            "swap) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 found.call_id,
                 user,
@@ -161,6 +164,7 @@ def enqueue(
                 ledger.owner if seated else None,
                 now if seated else None,
                 now,
+                json.dumps(list(swap)) if swap is not None else None,
             ),
         )
         for index, task_id in enumerate(ids):
@@ -315,7 +319,7 @@ def look_up(ledger: Ledger, user: str, ids: list[str] | None) -> dict[str, Looke
     which = f"i.task_id IN ({marks})" if ids is not None else "q.shown = 1"
     with ledger._cursor(write=False) as cur:
         rows = cur.all(
-            "SELECT i.task_id, i.idx, q.call_id, q.state, c.state, c.body, q.endpoint FROM queue_ids i "
+            "SELECT i.task_id, i.idx, q.call_id, q.state, c.state, c.body, q.endpoint, q.swap FROM queue_ids i "
             "JOIN queue q ON q.call_id = i.call_id JOIN calls c ON c.id = q.call_id "
             f"WHERE q.user_name = ? AND {which} ORDER BY q.call_id, i.idx",
             (user, *(ids or ())),
@@ -332,6 +336,7 @@ def look_up(ledger: Ledger, user: str, ids: list[str] | None) -> dict[str, Looke
             bytes(r[5]) if r[5] is not None else None,
             places.get(int(r[2]), 0),
             r[6],
+            tuple(json.loads(r[7])) if r[7] else None,  # type: ignore[arg-type]
         )
         for r in rows
     }
