@@ -415,3 +415,49 @@ def test_a_rerun_of_the_same_journal_through_the_gateway_reattaches_with_every_s
     assert paid_counts(upstream)[GENERATE] == 6
     with Library(journal) as library:
         assert library.spend(by="day").total["calls"] == 6
+
+
+class HalfUpgradedGateway(GatewayThread):
+    """A gateway whose key info says it runs batches, behind which the batch paths answer 404 (a load balancer in
+    a rolling upgrade: the key info from a new replica, the hand-off to an old one without the paths)."""
+
+    def __init__(self, database: str, upstream: Sandbox) -> None:
+        import threading
+
+        import uvicorn
+        from gateway_helpers import free_port
+        from starlette.responses import JSONResponse
+
+        from ipymusicgen.gateway.server import build, server_config
+
+        self.gateway, app = build(database, upstream.base_url, upstream.v2_base_url, CANARY_KEY, "127.0.0.1")
+
+        async def old_replica(scope: dict, receive: object, send: object) -> None:
+            if scope["type"] == "http" and scope["path"].startswith(BATCHES):
+                await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
+                return
+            await app(scope, receive, send)
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(server_config(old_replica, "127.0.0.1", self.port))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+
+def test_a_hand_off_answered_404_by_an_old_replica_runs_the_batch_here_once(
+    database: str, upstream: Sandbox, tmp_path: Path, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key info came from a new replica, the hand-off reached an old one (404): the batch failed with the 404
+    and nothing ran. It now runs in the notebook, each row once through the gateway's paid path."""
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
+    upstream.reset()
+    token = add_user(database, "abi", budget=100)
+    journal = tmp_path / "abi.sqlite3"
+    with HalfUpgradedGateway(database, upstream) as gateway, through(gateway, token, journal) as client:
+        batch = client.batch(rows_of(3, "half"), name="half upgraded", concurrency=3, stall_timeout=60)
+    assert [r.state for r in batch.rows] == ["complete"] * 3, batch.progress_line()
+    assert [s for s, _ in stored(journal, "half upgraded").values()] == ["complete"] * 3
+    calls = open_ledger(database).calls()
+    assert len(calls) == 3 and not any(c["idem_key"].startswith("gwbatch-") for c in calls), "sent from here"
+    assert paid_counts(upstream)[GENERATE] == 3

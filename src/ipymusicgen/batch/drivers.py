@@ -110,7 +110,9 @@ def run_batch(
     info = client.key_info() if engine.to_send() else None
     # a team gateway runs the batch itself (handed over whole, followed here), unless it must stay here
     if on_gateway.runs_batches(info) and not on_gateway.stays_here(engine):
-        return on_gateway.hand_off(client, engine, wait=wait)
+        handed = on_gateway.hand_off(client, engine, wait=wait)
+        if handed is not None:  # None: that replica has no batch paths (nothing recorded there): run here
+            return handed
     on_gateway.hold_handed(engine)  # rows a gateway holds are never sent from here
     counts_left = info.key_music_counts if info is not None else None
     check_budget(batch, engine, counts_left)
@@ -199,7 +201,9 @@ async def run_batch_async(
     batch = engine.batch
     info = (await client.key_info()) if engine.to_send() else None
     if on_gateway.runs_batches(info) and not on_gateway.stays_here(engine):
-        return await on_gateway.hand_off_async(client, engine, wait=wait)
+        handed = await on_gateway.hand_off_async(client, engine, wait=wait)
+        if handed is not None:
+            return handed
     on_gateway.hold_handed(engine)
     counts_left = info.key_music_counts if info is not None else None
     check_budget(batch, engine, counts_left)

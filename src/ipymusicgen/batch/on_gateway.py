@@ -112,6 +112,12 @@ def _not_handed(batch: Batch, marked: list[int], exc: BaseException) -> None:
         batch.store.set_state(batch.name, index, "pending")
 
 
+def _no_batch_paths(exc: MusicGenError) -> bool:
+    """A 404/405 to the hand-off: the replica that answered has no batch paths (an old one behind the same address
+    during an upgrade), so nothing was recorded and the batch runs here instead."""
+    return isinstance(exc, APIStatusError) and exc.status_code in (404, 405)
+
+
 def _submission(batch: Batch, engine: Scheduler) -> dict[str, Any]:
     return {
         "name": batch.name,
@@ -266,8 +272,9 @@ def _over(batch: Batch, follower: Follower) -> None:
 # -- the sync face ------------------------------------------------------------------------------------------------
 
 
-def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
-    """Hand the batch to the gateway and follow it (`wait=False`: in a thread); what `run_batch` returns."""
+def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch | None:
+    """Hand the batch to the gateway and follow it (`wait=False`: in a thread); what `run_batch` returns. None:
+    the gateway has no batch paths after all (nothing recorded): the batch runs here."""
     batch = engine.batch
     submission = _submission(batch, engine)
     marked = _handed(batch, engine)
@@ -276,6 +283,8 @@ def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
         accepted = _accepted(batch, data)
     except MusicGenError as exc:
         _not_handed(batch, marked, exc)
+        if _no_batch_paths(exc):
+            return None
         raise _refusal(batch, exc) from None
     follower = Follower(batch, engine)
     follower.apply(accepted)
@@ -315,8 +324,8 @@ def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
 # -- the async face -----------------------------------------------------------------------------------------------
 
 
-async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch:
-    """`hand_off` on an `AsyncMusicClient` (`wait=False`: `await batch` later)."""
+async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch | None:
+    """`hand_off` on an `AsyncMusicClient` (`wait=False`: `await batch` later); None as `hand_off`'s."""
     batch = engine.batch
     submission = _submission(batch, engine)
     marked = _handed(batch, engine)
@@ -325,6 +334,8 @@ async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch
         accepted = _accepted(batch, data)
     except MusicGenError as exc:
         _not_handed(batch, marked, exc)
+        if _no_batch_paths(exc):
+            return None
         raise _refusal(batch, exc) from None
     follower = Follower(batch, engine)
     follower.apply(accepted)
