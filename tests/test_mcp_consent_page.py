@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -92,6 +92,13 @@ class Served:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @contextmanager
+    def signed_in(self) -> Iterator[httpx.Client]:
+        """The user's browser, signed in with the link the server printed at start (its cookie kept)."""
+        with httpx.Client(follow_redirects=False, timeout=30) as browser:
+            assert browser.get(self.agent.pages.sign_in_url("127.0.0.1", self.port)).status_code == 200
+            yield browser
+
     def __enter__(self) -> Served:
         self.thread.start()
         while not self.server.started:  # state, not time: uvicorn says when it listens
@@ -153,7 +160,7 @@ def call_and_act(
             group.start_soon(call)
             await user.sent.wait()
             if user.action == "accept":
-                with httpx.Client(follow_redirects=False, timeout=30) as browser:
+                with served.signed_in() as browser:
                     acted.append(await anyio.to_thread.run_sync(lambda: act(browser, user.urls[0])))
         return result[0]
 
@@ -244,10 +251,11 @@ def test_an_expired_page_sends_nothing(served: Callable[..., Served], service: S
 
 
 def test_a_user_who_will_not_open_the_page_is_a_decline(served: Callable[..., Served], service: Sandbox) -> None:
-    result, _, user = call_and_act(served(), {"style": "x"}, lambda b, url: None, User("decline"))
+    server = served()
+    result, _, user = call_and_act(server, {"style": "x"}, lambda b, url: None, User("decline"))
     assert (result.structured_content or {})["state"] == "declined" and service.request_counts().get(GENERATE, 0) == 0
-    with httpx.Client() as browser:
-        assert browser.get(user.urls[0]).status_code == 410
+    with httpx.Client() as stranger, server.signed_in() as browser:
+        assert stranger.get(user.urls[0]).status_code == 403 and browser.get(user.urls[0]).status_code == 410
 
 
 def test_made_up_paths_and_hosts_find_no_page(served: Callable[..., Served], service: Sandbox) -> None:
@@ -311,6 +319,7 @@ def test_a_real_browser_confirms_on_the_page(served: Callable[..., Served], serv
         portal.call(user.sent.wait)
         page = browser.new_page()
         try:
+            page.goto(server.agent.pages.sign_in_url("127.0.0.1", server.port))  # once, from the server's terminal
             page.goto(user.urls[0])
             first = page.locator("main").inner_text()
             (ARTIFACTS / "browser").mkdir(parents=True, exist_ok=True)
@@ -358,3 +367,33 @@ def test_the_fallback_chain_host_by_host_over_http(served: Callable[..., Served]
     assert (page.structured_content or {})["state"] == "declined" and user.urls[0].startswith(f"{server.url}/consent/")
     assert weakest.is_error and "max_credits" in weakest.content[0].text
     assert service.request_counts().get(GENERATE, 0) == 0
+
+
+def test_whoever_holds_the_link_but_not_the_users_browser_cannot_confirm(
+    served: Callable[..., Served], service: Sandbox
+) -> None:
+    """The hostile agent: the link the host was sent reaches the model (a transcript, a pasted link, a fetch tool).
+    It fetches the page with no cookie, reads what it can, and posts Confirm with every token it found. The MCP
+    spec's URL mode: the server MUST NOT send a pre-authenticated URL and MUST check that who opens it is the user
+    (here: the browser the user signed in with the link only the server's terminal printed)."""
+    server = served()
+
+    def act(browser: httpx.Client, url: str) -> dict[str, Any]:
+        with httpx.Client(follow_redirects=False, timeout=30) as agent:  # no cookie: the model's own fetch
+            page = agent.get(url)
+            tokens = re.findall(r'value="([A-Za-z0-9_-]{20,})"', page.text) or [""]
+            posts = [agent.post(url, data={"token": t, "decision": "confirm"}) for t in tokens]
+            same_site = {"Origin": server.url}
+            posts.append(agent.post(url, data={"token": tokens[0], "decision": "confirm"}, headers=same_site))
+            keys = ("", HTTP_TOKEN, url.rsplit("/")[-1])
+            guesses = [agent.get(f"{server.url}/consent/sign-in?key={k}") for k in keys]
+            sent = service.request_counts().get(GENERATE, 0)
+        return {"page": page, "posts": posts, "guesses": guesses, "sent": sent, "real": press(browser, url)}
+
+    result, seen, _ = call_and_act(server, {"style": "x"}, act)
+    assert seen["page"].status_code == 403 and 'name="token"' not in seen["page"].text
+    assert "sign-in" in seen["page"].text and seen["sent"] == 0
+    assert all(p.status_code == 403 for p in seen["posts"]), [p.status_code for p in seen["posts"]]
+    assert all(g.status_code == 403 and "set-cookie" not in g.headers for g in seen["guesses"])
+    assert seen["real"].status_code == 200 and (result.structured_content or {})["state"] == "sent"
+    assert service.request_counts()[GENERATE] == 1

@@ -65,6 +65,12 @@ def serve(
             )
     agent = AgentServer(desk)
     server = agent.mcp
+    if http:  # the consent page answers only a browser signed in with this link (never sent over MCP)
+        print(
+            f"consent page sign-in (open once in your own browser): {agent.pages.sign_in_url(host, port)}",
+            file=sys.stderr,
+            flush=True,
+        )
     ending = Ending(client.journal)  # ids waiting in memory outlive the host's close (see `shutdown`)
     try:
         if http:

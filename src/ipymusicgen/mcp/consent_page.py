@@ -1,17 +1,22 @@
 """URL-mode consent over HTTP: a host that can elicit only by URL (no MCP Apps, no form) is sent to a one-time page
 the agent server serves itself, on its own host and port: the same quote as the consent card, shown the same way.
 
-The page's path is unguessable (32 random bytes) and single-use; it expires with its quote. It needs no bearer token
-(a browser opening a link sends none): the path is the secret, and Confirm is a POST carrying the page's own random
-token (compared in constant time) from a same-origin form (a cross-origin Origin is refused), so another site cannot
-press it. Every text is escaped; the page loads nothing (`default-src 'none'`) and may not be framed. The tool call
-that asked waits for the user's press (or the quote's expiry) and answers as after an elicited yes.
+The link is not pre-authenticated (the MCP spec's URL mode: the server MUST NOT send one, and MUST check that who
+opens it is the user): the host, and any model that sees the link, holds the path but not the user's browser. The
+page and its Confirm answer only a browser the user signed in once with the sign-in link the server printed in its
+own terminal at start (`sign_in_url`; a random key never sent over MCP), which gets an HttpOnly SameSite=Lax cookie.
+The page's path is unguessable (32 random bytes) and single-use; it expires with its quote. Confirm is a POST
+carrying the page's own random token (compared in constant time) from a same-origin form (a cross-origin Origin is
+refused), so another site cannot press it. Every text is escaped; the page loads nothing (`default-src 'none'`) and
+may not be framed. The tool call that asked waits for the user's press (or the quote's expiry) and answers as after
+an elicited yes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import hashlib
 import hmac
 import html
 import re
@@ -38,6 +43,10 @@ if TYPE_CHECKING:
     from .desk import Plan
 
 PREFIX = "/consent/"
+SIGN_IN = "sign-in"
+"""`/consent/sign-in?key=...`: the link printed at start that lets the user's browser confirm."""
+COOKIE = "ipymusicgen_consent"
+BROWSERS_KEPT = 64
 FORM_MAX_BYTES = 4096
 HEADERS = MappingProxyType(
     {
@@ -111,6 +120,33 @@ class ConsentPages:
         """True once an HTTP app serves these pages (`http.http_app`): on stdio there is no page to send anyone to."""
         self.allowed: Callable[[str], bool] = lambda host: False
         self._pages: dict[str, Page] = {}
+        self._key = secrets.token_urlsafe(32)
+        """The sign-in key: printed once in the server's terminal, never sent over MCP."""
+        self._browsers: dict[bytes, None] = {}
+        """Digests of the cookies of the browsers signed in (oldest first)."""
+
+    def sign_in_url(self, host: str, port: int) -> str:
+        """The link the user opens once in their browser (printed at start, to the server's terminal only)."""
+        shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
+        return f"http://{shown}:{port}{PREFIX}{SIGN_IN}?key={self._key}"
+
+    def _signed_in(self, request: Request) -> bool:
+        cookie = request.cookies.get(COOKIE, "")
+        return bool(cookie) and hashlib.sha256(cookie.encode()).digest() in self._browsers
+
+    def _sign_in(self, request: Request) -> Response:
+        given = request.query_params.get("key", "")
+        if request.method != "GET" or not hmac.compare_digest(given.encode(), self._key.encode()):
+            return self._message("Refused", "Not this server's sign-in link: this browser is not signed in.", 403)
+        cookie = secrets.token_urlsafe(32)
+        self._browsers[hashlib.sha256(cookie.encode()).digest()] = None
+        while len(self._browsers) > BROWSERS_KEPT:
+            del self._browsers[next(iter(self._browsers))]
+        response = self._message(
+            "Signed in", "This browser may now confirm this agent server's paid calls: reload the consent page.", 200
+        )
+        response.set_cookie(COOKIE, cookie, path=PREFIX, httponly=True, samesite="lax")
+        return response
 
     def mount(self, allowed_hosts: Iterable[str]) -> None:
         patterns = list(allowed_hosts)
@@ -189,7 +225,17 @@ class ConsentPages:
     async def _respond(self, request: Request) -> Response:
         if not self.allowed(request.headers.get("host", "")):
             return PlainTextResponse("Invalid Host header", status_code=421)
-        page = self._pages.get(request.url.path[len(PREFIX) :])
+        path = request.url.path[len(PREFIX) :]
+        if path == SIGN_IN:
+            return self._sign_in(request)
+        if not self._signed_in(request):  # whoever holds the link but not the user's browser: nothing of the page
+            return self._message(
+                "Open in your own browser",
+                "This browser is not signed in to this agent server: open the sign-in link the server printed in its "
+                "terminal when it started, then reload this page. Nothing was sent.",
+                403,
+            )
+        page = self._pages.get(path)
         if page is None:
             return self._message("No such consent page", "This link is not a consent page of this server.", 404)
         if page.used:
