@@ -95,7 +95,9 @@ def test_an_async_client_hands_its_batch_over_too(
 
     async def run() -> list[str]:
         async with AsyncMusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, timeout=20) as client:
-            batch = await client.batch(rows_of(3, "async"), name="async one", concurrency=3, wait=False)
+            batch = await client.batch(
+                rows_of(3, "async"), name=f"async one {tmp_path.name}", concurrency=3, wait=False
+            )
             await batch
             return [r.state for r in batch.rows]
 
