@@ -11,6 +11,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from .rows import BatchFailedError, BatchRow
@@ -162,6 +163,25 @@ class Batch:
         return sum(r.cost for r in self.rows)
 
     @property
+    def spent_usd_estimate(self) -> Decimal | None:
+        """Estimated dollars of the engines' rows sent (ElevenLabs, Lyria: priced in dollars, never in credits), kept
+        apart from `spent_estimate`; a call the engine refused before any work ("not charged") costs nothing, one
+        that may have been charged counts. None when no row of the batch is an engine's."""
+        from ..models.dollar_prices import DollarPriceError, estimate
+        from ..models.providers import EngineRequest
+
+        engine_rows = [r for r in self.rows if isinstance(r.request, EngineRequest)]
+        if not engine_rows:
+            return None
+        total = Decimal(0)
+        for row in engine_rows:
+            if not row.ids or any(_charge(record) == "not charged" for record in row.records):
+                continue  # never sent, or refused before any work
+            with contextlib.suppress(DollarPriceError):  # a price table changed since: counted where it can be
+                total += estimate(row.request)
+        return total
+
+    @property
     def real_cost_per_call(self) -> float | None:
         """Credits one create of this run really took, from the key's counts before and after it (None until known)."""
         before, after, calls = self.counts_before, self.counts_after, self.calls
@@ -190,6 +210,7 @@ class Batch:
             **counts,
             "estimate": self.estimate,
             "spent_estimate": self.spent_estimate,
+            "spent_usd_estimate": self.spent_usd_estimate,
             "budget": self.budget,
             "counts_before": self.counts_before,
             "counts_after": self.counts_after,
@@ -223,6 +244,9 @@ class Batch:
                 parts.append(f"{self.counts_after} left (measured)")
             elif self.counts_before is not None:
                 parts.append(f"{self.counts_before} left before this run (measured)")
+        usd = self.spent_usd_estimate
+        if usd is not None:  # the engines' rows, in their own unit: never added to the credits
+            parts.append(f"~${usd:.2f} in dollars spent by engine rows (estimate)")
         per_call = self.real_cost_per_call
         if per_call is not None:
             parts.append(f"{per_call:g} per call (measured)")
@@ -279,3 +303,10 @@ class Batch:
             "<thead><tr><th>row</th><th>state</th><th>request</th><th>ids</th><th>error</th></tr></thead>"
             f"<tbody>{body}</tbody></table>{more}</div>"
         )
+
+
+def _charge(record: Any) -> str | None:
+    """What an engine's record says of money ("charged", "not charged", "may have been charged"), if anything."""
+    extra = getattr(record, "__pydantic_extra__", None) or {}
+    found = extra.get("charge", getattr(record, "charge", None))
+    return found if isinstance(found, str) else None
