@@ -213,7 +213,9 @@ class FairQueue:
             in_use = len(await self.gateway.blocking(lq.held, self.ledger))
             shrunk = await self.gateway.blocking(lq.limit, self.ledger)
             low = shrunk_to(self.most, shrunk, in_use, now)
-            await self.gateway.blocking(lq.shrink, self.ledger, low, now, hold_for(answer.headers.get("retry-after")))
+            await self.gateway.blocking(
+                lq.shrink, self.ledger, low, now, hold_for(answer.headers.get("retry-after"), now)
+            )
             await self.gateway.blocking(lq.requeue, self.ledger, call_id)
             log.warning("the upstream answered 429: seats down to %d for a while; the call waits in line", low)
             looked = await self.gateway.blocking(lq.look_up, self.ledger, user, list(ids[:1]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 HOLD_AT_LEAST = 30.0
@@ -53,12 +54,22 @@ def shrunk_to(most: int, shrunk: tuple[int, float, float] | None, in_use: int, n
     return max(1, min(in_use, seats_now(most, shrunk, now)) - 1)
 
 
-def hold_for(retry_after: str | None) -> float:
-    """How long a 429 keeps the seats shrunk: its Retry-After in seconds, within [HOLD_AT_LEAST, HOLD_AT_MOST]."""
+def hold_for(retry_after: str | None, now: float | None = None) -> float:
+    """How long a 429 keeps the seats shrunk: its Retry-After in seconds or as an HTTP-date (RFC 9110: counted from
+    `now`, wall-clock seconds), within [HOLD_AT_LEAST, HOLD_AT_MOST]; a value that is neither is the least hold."""
     try:
         asked = float(retry_after) if retry_after is not None else 0.0
     except ValueError:
-        asked = 0.0
+        asked = _until_date(retry_after or "", time.time() if now is None else now)
     if asked != asked:  # NaN
         asked = 0.0
     return min(max(asked, HOLD_AT_LEAST), HOLD_AT_MOST)
+
+
+def _until_date(text: str, now: float) -> float:
+    """Seconds from `now` to an HTTP-date (0 for anything that is not one)."""
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
+    return when.timestamp() - now if when.tzinfo is not None else 0.0
