@@ -8,6 +8,7 @@ key (its relative said so), a length within 5%.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from types import MappingProxyType
@@ -18,6 +19,7 @@ LENGTH_TOLERANCE = 0.05
 _BPM = re.compile(r"(?<![\d.])(\d{2,3}(?:\.\d+)?)\s*-?\s*bpm\b", re.IGNORECASE)
 _KEY = re.compile(r"\bin\s+([A-Ga-g])\s*(#|♯|b|♭|sharp|flat)?\s*(major|minor|maj|min|m)\b", re.IGNORECASE)
 _PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
+_KEY_NAMES = frozenset(f"{tonic} {mode}" for tonic in _PITCHES for mode in ("major", "minor"))
 _NATURAL = MappingProxyType({"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11})
 
 
@@ -55,6 +57,7 @@ def _key_name(letter: str, accidental: str | None, mode: str) -> str:
 def compare(asked: dict[str, Any], measures: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each asked value with the measured one and whether it is met (None when nothing was measured)."""
     found: dict[str, dict[str, Any]] = {}
+    measures = {name: _measured(name, measures.get(name)) for name in ("bpm", "key", "duration_s")}
     if "bpm" in asked:
         want, got = asked["bpm"], measures.get("bpm")
         met = None if got is None else abs(got - want) <= TEMPO_TOLERANCE * want
@@ -70,6 +73,15 @@ def compare(asked: dict[str, Any], measures: dict[str, Any]) -> dict[str, dict[s
         met = None if got is None else abs(got - want) <= LENGTH_TOLERANCE * want
         found["seconds"] = {"asked": want, "measured": got, "met": met}
     return found
+
+
+def _measured(name: str, value: Any) -> Any:
+    """A measured value as compared, or None when it cannot be one (a damaged or forged row: a string tempo,
+    NaN, 1e308, a key that is none of the 24)."""
+    if name == "key":
+        return value if isinstance(value, str) and value in _KEY_NAMES else None
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if number and 0 < value <= 1e6 else None
 
 
 def _relative(key: str) -> str:

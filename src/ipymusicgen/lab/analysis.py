@@ -11,6 +11,7 @@ on a 16 kHz mono float copy. Memory is bounded by the longest song whatever a fi
 from __future__ import annotations
 
 import importlib.util
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 from .decoding import blocks, low_rate_mono, open_audio
 from .levels import measure_levels
 from .lossy import LOSSLESS, LongTermSpectrum
-from .musical_key import estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
+from .musical_key import PITCHES, estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
 from .tempo import measure_tempo
 
 MEASURES_VERSION = 3
@@ -120,6 +121,8 @@ class Analysis:
                 or (kind.startswith("dict") and not isinstance(value, dict))
             ):
                 return None
+            if value is not None and not _plausible(field.name, value):
+                return None
             found[field.name] = float(value) if number and kind.startswith("float") else value
         return cls(**found)
 
@@ -138,6 +141,30 @@ class Analysis:
 
             parts.append(summary(self.adherence))
         return ", ".join(part for part in parts if part)
+
+
+KEY_NAMES = frozenset(f"{tonic} {mode}" for tonic in PITCHES for mode in ("major", "minor"))
+RANGES: dict[str, tuple[float, float]] = {
+    "bpm": (1.0, 1000.0), "bpm_half": (0.5, 1000.0), "bpm_double": (1.0, 2000.0),
+    "bpm_confidence": (0.0, 1.0), "key_confidence": (0.0, 1.0),
+    "lufs": (-200.0, 200.0), "max_momentary_lufs": (-200.0, 200.0), "max_short_term_lufs": (-200.0, 200.0),
+    "true_peak_db": (-400.0, 400.0), "loudness_range_lu": (0.0, 200.0),
+    "silence_start_s": (0.0, 1e6), "silence_end_s": (0.0, 1e6), "duration_s": (0.0, 1e6), "seconds": (0.0, 1e6),
+    "lossy_cutoff_hz": (1.0, 1e6),
+}  # fmt: skip
+"""Where each kept number can lie at all (a row outside is forged or damaged, and measured again)."""
+
+
+def _plausible(name: str, value: Any) -> bool:
+    """Whether a kept value can be this measure: a finite number in its range, a key of the 24, a lossless format."""
+    if name in ("key", "key_runner_up"):
+        return value in KEY_NAMES
+    if name == "lossy_checked":
+        return value in LOSSLESS
+    if name in RANGES:
+        low, high = RANGES[name]
+        return math.isfinite(value) and low <= value <= high
+    return True
 
 
 def available() -> bool:

@@ -4,7 +4,8 @@ file reads its measures back instead of measuring again.
 `library_songs` keeps the filterable few (bpm, key, lufs, ...: `LibraryStore.analysed`); this table keeps all of
 them (tempo confidence, half and double, key confidence and runner-up, loudness range, maximum momentary and
 short-term loudness, the lossy-source verdict and which file it was made on, ...) as one JSON object, with the
-file they were taken from (path, size, modification time) and the version of the analysis that took them. A
+file they were taken from (path, size, modification time; its change time and a digest of a sample of its
+content in the JSON) and the version of the analysis that took them. A
 kept row counts only for the same file, unchanged, and the same version: a new take, a file rewritten in place
 or a newer analysis measures again. A failed analysis forgets the row (old numbers never stand).
 
@@ -13,6 +14,7 @@ Table made by journal migration m016 (`create_tables`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+SOURCE_KEY = "_source"
+"""Where a kept row holds its file's change time and content digest (`Source.identity`)."""
 MEASURES_LIMIT = 20_000
 """Characters of JSON a song's measures may take (they take under 1,000): a bigger object is not kept."""
 
@@ -40,21 +44,52 @@ def create_tables(db: Any) -> None:
     )
 
 
+SAMPLES = 16
+SAMPLE_BYTES = 4096
+"""The content digest reads 16 stretches of 4 KiB spread evenly over the file, the first and the last among them."""
+
+
 @dataclass(frozen=True)
 class Source:
-    """The file measures were taken from, as the file system tells it (a rewrite changes size or time)."""
+    """The file measures were taken from. Size and modification time alone are no identity (another song of the
+    same length copied with its times kept, `touch -r`, reads the same), so it also holds the inode's change time
+    (set by the system on every write, rename or `utime`, and not settable back) and a digest of a cheap sample
+    of the content (the same bytes at the same places)."""
 
     path: str
     size: int
     mtime_ns: int
+    ctime_ns: int = 0
+    digest: str = ""
 
     @classmethod
     def of(cls, path: str | Path) -> Source | None:
         try:
             found = os.stat(path)
+            digest = _sampled_digest(path, int(found.st_size))
         except (OSError, ValueError):
             return None
-        return cls(str(Path(path).resolve()), int(found.st_size), int(found.st_mtime_ns))
+        return cls(
+            str(Path(path).resolve()), int(found.st_size), int(found.st_mtime_ns), int(found.st_ctime_ns), digest
+        )
+
+    @property
+    def identity(self) -> list[Any]:
+        """What a kept row must match besides path, size and modification time."""
+        return [self.ctime_ns, self.digest]
+
+
+def _sampled_digest(path: str | Path, size: int) -> str:
+    """BLAKE2b of `SAMPLES` stretches of the file at evenly spaced offsets (all of it when it is small)."""
+    hasher = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        if size <= SAMPLES * SAMPLE_BYTES:
+            hasher.update(handle.read(size))
+        else:
+            for index in range(SAMPLES):
+                handle.seek((size - SAMPLE_BYTES) * index // (SAMPLES - 1))
+                hasher.update(handle.read(SAMPLE_BYTES))
+    return hasher.hexdigest()
 
 
 def _finite(value: Any) -> Any:
@@ -76,7 +111,8 @@ class SongMeasures:
 
     def keep_measures(self, task_id: str, measures: dict[str, Any], source: Source | None, version: int) -> None:
         """Keep a song's measures whole, with the file and the analysis version they belong to."""
-        text = json.dumps(_finite(measures), allow_nan=False, default=str)
+        kept = {**measures, SOURCE_KEY: source.identity} if source else measures
+        text = json.dumps(_finite(kept), allow_nan=False, default=str)
         if len(text) > MEASURES_LIMIT:
             return
         with self.write() as db:
@@ -106,7 +142,10 @@ class SongMeasures:
             " AND version = ?",
             (task_id, source.path, source.size, source.mtime_ns, int(version)),
         )
-        return _parsed(rows[0]["measures"]) if rows else None
+        found = _parsed(rows[0]["measures"]) if rows else None
+        if found is None or found.pop(SOURCE_KEY, None) != source.identity:
+            return None
+        return found
 
     def measures_of(self, ids: list[str]) -> dict[str, dict[str, Any]]:
         """The kept measures of these songs (whatever file or version: what a card shows), by song id."""
@@ -117,6 +156,7 @@ class SongMeasures:
             for row in self._rows(f"SELECT song, measures FROM song_measures WHERE song IN ({marks})", chunk):
                 parsed = _parsed(row["measures"])
                 if parsed is not None:
+                    parsed.pop(SOURCE_KEY, None)
                     found[row["song"]] = parsed
         return found
 

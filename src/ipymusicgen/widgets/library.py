@@ -109,11 +109,14 @@ def lab_lines(song: LibrarySong, measures: Mapping[str, Any] | None) -> list[dic
     if not measures and song.lufs is None and song.bpm is None and song.musical_key is None:
         return []
     lines = []
-    if measures and measures.get("lossy_checked"):
-        found = Analysis.from_dict({**dict(measures), "asked": None})
-        if found is not None:
-            lines.append({"kind": "lossy", "text": found.lossy_verdict, "met": not found.lossy_sourced})
-    measured = dict(measures or {}) or {"bpm": song.bpm, "key": song.musical_key, "duration_s": song.duration_s}
+    found = Analysis.from_dict({**dict(measures), "asked": None}) if measures else None  # None: damaged or forged
+    if found is not None and found.lossy_checked:
+        lines.append({"kind": "lossy", "text": found.lossy_verdict, "met": not found.lossy_sourced})
+    measured = (
+        found.as_dict()
+        if found is not None
+        else {"bpm": song.bpm, "key": song.musical_key, "duration_s": song.duration_s}
+    )
     for name, row in compare(asked_of((song.style, song.prompt, song.title)), measured).items():
         lines.append({"kind": "adherence", "text": summary({name: row}), "met": row["met"]})
     return [

@@ -1,0 +1,176 @@
+"""Issue 41's kept measures attacked: a song's file replaced by another of the same size and modification time
+(`touch -r`, a copy that keeps times) must be measured again, not read back as the old song's numbers; a forged
+or damaged row (NaN, 1e308, a string where a number goes, a key with escape codes or HTML) never reaches
+`analyze()`'s result nor breaks the library card; two threads analysing one song keep one row. The measuring
+function is a counted stand-in here (no librosa): these are tests of the cache, not of the measures."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from ipymusicgen.lab import song_analysis
+from ipymusicgen.lab.analysis import Analysis
+from ipymusicgen.song_library import Library
+
+
+class Counting:
+    def __init__(self) -> None:
+        self.measured: list[Path] = []
+        self.lock = threading.Lock()
+
+    def measure(self, path: Path) -> Analysis:
+        with self.lock:
+            self.measured.append(path)
+            bpm = 90.0 + 10 * len(self.measured)
+        return Analysis(
+            bpm=bpm, key="D minor", lufs=-14.0, true_peak_db=-1.0, silence_start_s=0.0, silence_end_s=0.0,
+            duration_s=12.0, seconds=0.01, key_confidence=0.8, key_runner_up="F major", loudness_range_lu=6.0,
+        )  # fmt: skip
+
+
+def _riff(seed: int, size: int = 200_000) -> bytes:
+    body = bytes((seed * 31 + i * 7) % 251 for i in range(size))
+    return b"RIFF" + body
+
+
+def analyse(library: Library, song: str, path: Path, counting: Counting, wav: Path | None = None) -> Analysis:
+    return song_analysis.analyse_song(library.store, song, path, wav=wav, measure=counting.measure)
+
+
+@pytest.mark.parametrize("how", ["replaced", "rewritten-in-place", "middle-edited"])
+def test_a_file_swapped_for_another_of_the_same_size_and_time_is_measured_again(tmp_path: Path, how: str) -> None:
+    song = tmp_path / "song.wav"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        first = analyse(library, "s1", song, counting)
+        before = os.stat(song)
+        if how == "replaced":  # another song, same size, its times copied (touch -r), moved over the old one
+            other = tmp_path / "other.wav"
+            other.write_bytes(_riff(2))
+            os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+            os.replace(other, song)
+        elif how == "rewritten-in-place":
+            song.write_bytes(_riff(3))
+        else:  # one stretch in the middle changed: a cheap sample of the file may miss it, the inode's ctime not
+            with song.open("r+b") as handle:
+                handle.seek(100_003)
+                handle.write(b"\x00" * 100)
+        os.utime(song, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(song).st_size == before.st_size and os.stat(song).st_mtime_ns == before.st_mtime_ns
+        again = analyse(library, "s1", song, counting)
+        assert len(counting.measured) == 2 and again.bpm != first.bpm
+        assert analyse(library, "s1", song, counting) == again and len(counting.measured) == 2  # kept anew
+
+
+def test_a_wav_swapped_for_another_of_the_same_size_and_time_is_judged_again(tmp_path: Path) -> None:
+    song, wav = tmp_path / "song.mp3", tmp_path / "paid.wav"
+    song.write_bytes(_riff(1))
+    wav.write_bytes(_riff(5))
+    judged: list[Path] = []
+
+    def lossy(path: Path) -> tuple[str, float | None]:
+        judged.append(path)
+        return ("wav", 16_000.0 if len(judged) == 1 else None)
+
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        first = song_analysis.analyse_song(library.store, "s1", song, wav=wav, measure=counting.measure, lossy=lossy)
+        assert first.lossy_sourced
+        before = os.stat(wav)
+        other = tmp_path / "full.wav"
+        other.write_bytes(_riff(6))
+        os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(other, wav)
+        again = song_analysis.analyse_song(library.store, "s1", song, wav=wav, measure=counting.measure, lossy=lossy)
+        assert len(judged) == 2 and not again.lossy_sourced
+
+
+FORGED = {
+    "nan": '"bpm": NaN',
+    "huge": '"bpm": 1e308',
+    "negative-infinity-lufs": '"lufs": -Infinity',
+    "string-bpm": '"bpm": "fast"',
+    "escape-key": '"key": "\\u001b[31mC major\\u001b[0m"',
+    "html-key": '"key": "<img src=x onerror=alert(1)>"',
+    "html-runner-up": '"key_runner_up": "<b>A minor</b>"',
+    "confidence-past-one": '"key_confidence": 7.5',
+    "lossy-checked-html": '"lossy_checked": "<script>x</script>"',
+    "negative-cutoff": '"lossy_cutoff_hz": -5',
+}
+
+
+@pytest.mark.parametrize("field", list(FORGED.values()), ids=list(FORGED))
+def test_a_forged_kept_row_is_measured_again_and_never_shown(tmp_path: Path, field: str) -> None:
+    import json
+
+    song = tmp_path / "song.wav"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        first = analyse(library, "s1", song, counting)
+        (row,) = library.store._rows("SELECT measures FROM song_measures WHERE song = ?", ("s1",))
+        text = row["measures"]
+        name = field.split(":")[0].strip('"')
+        forged = text.replace(f'"{name}": {json.dumps(json.loads(text)[name])}', field)
+        assert forged != text
+        with library.store.write() as db:
+            db.execute("UPDATE song_measures SET measures = ? WHERE song = ?", (forged, "s1"))
+        found = analyse(library, "s1", song, counting)
+        assert len(counting.measured) == 2, "the forged row was taken as the song's measures"
+        assert found.key == "D minor" and found.bpm == first.bpm + 10
+
+
+@pytest.mark.parametrize("field", list(FORGED.values()), ids=list(FORGED))
+def test_a_forged_kept_row_does_not_break_or_reach_the_library_card(tmp_path: Path, field: str) -> None:
+    import json
+
+    from ipymusicgen.widgets.library import lab_lines
+
+    song = tmp_path / "song.wav"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        analyse(library, "s1", song, counting)
+        kept = library.store.measures_of(["s1"])["s1"]
+        name = field.split(":")[0].strip('"')
+        forged = json.loads("{" + field + "}")
+        kept = {**kept, **forged, "lossy_checked": forged.get("lossy_checked", "wav")}
+
+        class Song:  # what the card reads of a library song: a request naming a tempo, a key and a length
+            style, prompt, title = "128 bpm in D minor", None, None
+            lufs, bpm, musical_key, duration_s = -14.0, 100.0, "D minor", 12.0
+
+        lines = lab_lines(Song(), kept)  # type: ignore[arg-type]
+        text = " ".join(line["text"] for line in lines)
+        assert "\x1b" not in text and "<" not in text and "nan" not in text.lower() and "1e+308" not in text, name
+
+
+def test_two_threads_analysing_one_song_keep_one_row(tmp_path: Path) -> None:
+    song = tmp_path / "song.wav"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        barrier = threading.Barrier(4)
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                barrier.wait()
+                analyse(library, "s1", song, counting)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        rows = library.store._rows("SELECT song FROM song_measures", ())
+        assert len(rows) == 1
+        assert analyse(library, "s1", song, counting).bpm is not None
