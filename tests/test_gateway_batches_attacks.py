@@ -461,3 +461,25 @@ def test_a_hand_off_answered_404_by_an_old_replica_runs_the_batch_here_once(
     calls = open_ledger(database).calls()
     assert len(calls) == 3 and not any(c["idem_key"].startswith("gwbatch-") for c in calls), "sent from here"
     assert paid_counts(upstream)[GENERATE] == 3
+
+
+def test_one_users_many_batches_do_not_take_every_send_from_a_colleague(database: str) -> None:
+    """Rows are claimed round-robin over batches, so a user with six batches of concurrency 4 took all eight sends of
+    a round, and the next two, before a colleague's one batch had a row sent (its turn came after 24 of theirs).
+    Now each user with queued rows has a share of every claim (the store itself, on both ledgers)."""
+    from test_gateway_batches_store import owner, rows
+
+    from ipymusicgen.gateway.batch_store import BatchStore
+
+    ledger = open_ledger(database)
+    ledger.add_user("hog", "hash-hog", None)
+    ledger.add_user("cal", "hash-cal", None)
+    store = BatchStore(ledger)
+    for n in range(6):
+        assert store.submit("hog", f"hog {n}", rows(4), 4, None, 60.0).kind == "new"
+    assert store.submit("cal", "cal's one", rows(4), 4, None, 60.0).kind == "new"
+    first = store.claim(owner(1), 8)
+    assert len(first) == 8
+    assert sum(1 for c in first if c.user == "cal") == 4, [(c.user, c.name) for c in first]
+    second = store.claim(owner(1), 8)
+    assert {c.user for c in second} == {"hog"} and len(second) == 8, "the hog's rows fill what cal cannot use"

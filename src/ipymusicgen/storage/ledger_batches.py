@@ -345,8 +345,9 @@ class BatchStore:
 
     def claim(self, me: str, limit: int) -> list[Claimed]:
         """Up to `limit` queued rows for this replica to send, round-robin over the running batches (the one
-        claimed from longest ago first), each batch within its concurrency (rows sent and not finished count) and
-        what is left of its budget (a row over it is skipped); a revoked user's batches are stopped."""
+        claimed from longest ago first; each user's share first), each batch within its concurrency (rows sent and
+        not finished count) and what is left of its budget (a row over it is skipped); a revoked user's batches are
+        stopped."""
         if limit <= 0:
             return []
         claimed: list[Claimed] = []
@@ -360,44 +361,65 @@ class BatchStore:
                 "ORDER BY COALESCE(b.last_claim_at, 0), b.id" + self._skip_locked(),
                 (now,),
             )
-            for batch_id, user, name, concurrency, budget_left, revoked in batches:
-                if len(claimed) >= limit:
-                    break
-                if revoked is None or int(revoked):
-                    self._stop_locked(cur, int(batch_id), "stopped: its user's token was revoked", now)
-                    continue
-                busy = cur.one(
-                    "SELECT COUNT(*) FROM batch_rows WHERE batch_id = ? AND state IN ('sending', 'sent')", (batch_id,)
-                )[0]
-                free = min(int(concurrency) - int(busy), limit - len(claimed))
-                if free <= 0:
-                    continue
-                rows = cur.all(
-                    "SELECT row_index, request, v2, estimate, idem_base, attempt FROM batch_rows "
-                    "WHERE batch_id = ? AND state = 'queued' ORDER BY row_index LIMIT ?",
-                    (batch_id, free),
-                )
-                left = None if budget_left is None else int(budget_left)
-                for index, request, v2, estimate, base, attempt in rows:
-                    if left is not None and int(estimate) > left:
-                        cur.run(
-                            "UPDATE batch_rows SET state = ?, error = ? WHERE batch_id = ? AND row_index = ?",
-                            (SKIPPED, f"not started: the batch's budget ({left} credits left) is reached", batch_id,
-                             index),
-                        )  # fmt: skip
+            # each user with queued rows gets a share of this claim first (one user's many batches never take every
+            # send of a round from a colleague's one), then what is left goes to whoever can use it
+            users = list(dict.fromkeys(str(b[1]) for b in batches))
+            share = -(-limit // max(1, len(users)))
+            taken: dict[str, int] = {}
+            stopped: set[int] = set()
+            for cap in (share, limit):
+                for batch_id, user, name, concurrency, _, revoked in batches:
+                    if len(claimed) >= limit:
+                        break
+                    if int(batch_id) in stopped:
                         continue
-                    if left is not None:
-                        left -= int(estimate)
-                    cur.run(
-                        "UPDATE batch_rows SET state = ?, claimed_by = ?, cost = ?, last_change = ? "
-                        "WHERE batch_id = ? AND row_index = ?",
-                        (SENDING, me, int(estimate), now, batch_id, index),
-                    )
-                    claimed.append(
-                        Claimed(int(batch_id), user, name, int(index), json.loads(request), bool(v2),
-                                int(estimate), f"{base}-{attempt}")
-                    )  # fmt: skip
-                cur.run("UPDATE batches SET last_claim_at = ?, budget_left = ? WHERE id = ?", (now, left, batch_id))
+                    if revoked is None or int(revoked):
+                        self._stop_locked(cur, int(batch_id), "stopped: its user's token was revoked", now)
+                        stopped.add(int(batch_id))
+                        continue
+                    mine = self._claim_batch(cur, me, now, int(batch_id), str(user), str(name), int(concurrency),
+                                             min(limit - len(claimed), cap - taken.get(str(user), 0)))  # fmt: skip
+                    taken[str(user)] = taken.get(str(user), 0) + len(mine)
+                    claimed += mine
+        return claimed
+
+    def _claim_batch(
+        self, cur: Any, me: str, now: float, batch_id: int, user: str, name: str, concurrency: int, most: int
+    ) -> list[Claimed]:
+        """Up to `most` queued rows of one batch (locked by `claim`), within its concurrency and budget left."""
+        busy = cur.one(
+            "SELECT COUNT(*) FROM batch_rows WHERE batch_id = ? AND state IN ('sending', 'sent')", (batch_id,)
+        )[0]
+        free = min(concurrency - int(busy), most)
+        if free <= 0:
+            return []
+        rows = cur.all(
+            "SELECT row_index, request, v2, estimate, idem_base, attempt FROM batch_rows "
+            "WHERE batch_id = ? AND state = 'queued' ORDER BY row_index LIMIT ?",
+            (batch_id, free),
+        )
+        budget_left = cur.one("SELECT budget_left FROM batches WHERE id = ?", (batch_id,))[0]
+        left = None if budget_left is None else int(budget_left)
+        claimed = []
+        for index, request, v2, estimate, base, attempt in rows:
+            if left is not None and int(estimate) > left:
+                cur.run(
+                    "UPDATE batch_rows SET state = ?, error = ? WHERE batch_id = ? AND row_index = ?",
+                    (SKIPPED, f"not started: the batch's budget ({left} credits left) is reached", batch_id, index),
+                )
+                continue
+            if left is not None:
+                left -= int(estimate)
+            cur.run(
+                "UPDATE batch_rows SET state = ?, claimed_by = ?, cost = ?, last_change = ? "
+                "WHERE batch_id = ? AND row_index = ?",
+                (SENDING, me, int(estimate), now, batch_id, index),
+            )
+            claimed.append(
+                Claimed(batch_id, user, name, int(index), json.loads(request), bool(v2), int(estimate),
+                        f"{base}-{attempt}")
+            )  # fmt: skip
+        cur.run("UPDATE batches SET last_claim_at = ?, budget_left = ? WHERE id = ?", (now, left, batch_id))
         return claimed
 
     def _stop_locked(self, cur: Any, batch_id: int, note: str, now: float) -> None:
