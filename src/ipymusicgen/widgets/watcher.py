@@ -136,8 +136,10 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         if self.comm is not None:  # the front end closing the widget (e.g. the model is deleted) ends polling too
             self.comm.on_close(self._front_end_closed)
         register_watcher(self)  # so the session's shutdown() stops this thread
-        if (home := archive_of(client)) is not None:  # its client's workspace: another's songs are not news here
-            home.events.subscribe(self._archived)  # held weakly: a card shows its file and waveform once archived
+        home = archive_of(client)  # its client's workspace: another's songs are not news here
+        self._archive_news = home.events if home is not None else None
+        if self._archive_news is not None:  # held weakly: a card shows its file and waveform once archived
+            self._archive_news.subscribe(self._archived)
         self.add(ids, request=request)
         self.add(v2_ids, v2=True, request=request)
 
@@ -318,6 +320,8 @@ class TaskWatcher(PollingPart, PagingPart, ActionsPart, TextRepr, anywidget.AnyW
         if getattr(self, "_closed", True):  # closed already, or __init__ never got that far
             return
         self._closed = True
+        if self._archive_news is not None:  # a closed watcher hears no more
+            self._archive_news.unsubscribe(self._archived)
         self.card_audio.close()
         self.stop(join=CLOSE_JOIN)  # a request in flight ends on its own; a closed watcher sends nothing
         super().close()
