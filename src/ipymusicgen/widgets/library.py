@@ -196,7 +196,8 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         self._refresh_lock = threading.RLock()  # the archiver's thread refreshes too
         if watcher is not None:
             watcher.on_favourite = self._watcher_favourite
-        self._archive_events(client).subscribe(self._archived)  # held weakly: a new song shows once it is archived
+        self._archive_news = self._archive_events(client)
+        self._archive_news.subscribe(self._archived)  # held weakly: a new song shows once it is archived
         self.audio = CardAudio(self)
         self._focus: str | None = None
         self.add_class("ipymusicgen-library-view")
@@ -416,6 +417,9 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         audio = getattr(self, "audio", None)
         if audio is not None:  # the players' names answer no more
             audio.close()
+        news = getattr(self, "_archive_news", None)
+        if news is not None:  # a closed view hears no more (and keeps no archiver announcing to it)
+            news.unsubscribe(self._archived)
         super().close()
 
     def __repr__(self) -> str:
