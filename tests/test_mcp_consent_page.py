@@ -126,10 +126,12 @@ def served(paid_clients: Callable[..., MusicClient]) -> Iterator[Callable[..., S
 
 
 @asynccontextmanager
-async def connected(served: Served, user: Any, session: type[ClientSession] = UrlOnlySession) -> Any:
+async def connected(
+    served: Served, user: Any, session: type[ClientSession] = UrlOnlySession, base: str | None = None
+) -> Any:
     async with (
         create_mcp_http_client(headers={"Authorization": f"Bearer {HTTP_TOKEN}"}) as http,
-        streamable_http_client(f"{served.url}/mcp", http_client=http) as (read, write),
+        streamable_http_client(f"{base or served.url}/mcp", http_client=http) as (read, write),
         session(read, write, elicitation_callback=user) as client,
     ):
         await client.initialize()
@@ -397,3 +399,23 @@ def test_whoever_holds_the_link_but_not_the_users_browser_cannot_confirm(
     assert all(g.status_code == 403 and "set-cookie" not in g.headers for g in seen["guesses"])
     assert seen["real"].status_code == 200 and (result.structured_content or {})["state"] == "sent"
     assert service.request_counts()[GENERATE] == 1
+
+
+def test_the_page_link_is_on_the_origin_the_user_signed_in_on_whatever_name_the_host_used(
+    served: Callable[..., Served], service: Sandbox
+) -> None:
+    """A host that reaches the server as `localhost` while the sign-in link printed at start says 127.0.0.1: the
+    cookie is the sign-in origin's, so the page's link must be on that origin too (else the user, signed in, is
+    told to sign in), whatever Host the MCP request carried."""
+    server = served()
+    sign_in = server.agent.pages.at("127.0.0.1", server.port)  # what the server prints at start
+    user = User("decline")
+
+    async def body() -> types.CallToolResult:
+        async with connected(server, user, base=f"http://localhost:{server.port}") as client:
+            return await client.call_tool("generate_song", {"style": "x"})
+
+    result = in_thread(body)
+    assert sign_in.startswith(f"{server.url}/consent/sign-in?key=")
+    assert (result.structured_content or {})["state"] == "declined"
+    assert user.urls[0].startswith(f"{server.url}/consent/"), user.urls

@@ -67,7 +67,7 @@ def serve(
     server = agent.mcp
     if http:  # the consent page answers only a browser signed in with this link (never sent over MCP)
         print(
-            f"consent page sign-in (open once in your own browser): {agent.pages.sign_in_url(host, port)}",
+            f"consent page sign-in (open once in your own browser): {agent.pages.at(host, port)}",
             file=sys.stderr,
             flush=True,
         )

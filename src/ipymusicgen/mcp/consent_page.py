@@ -98,6 +98,15 @@ def _host(ctx: Context) -> str:
     return str(headers.get("host", "127.0.0.1")) if headers is not None else "127.0.0.1"
 
 
+def _wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::", "[::]")
+
+
+def _origin(host: str, port: int) -> str:
+    shown = "127.0.0.1" if _wildcard(host) else (f"[{host}]" if ":" in host and not host.startswith("[") else host)
+    return f"http://{shown}:{port}"
+
+
 def _style() -> str:
     found = re.search(r"<style>(.*?)</style>", card_html(), re.S)
     return found.group(1) if found else ""
@@ -120,6 +129,8 @@ class ConsentPages:
         """True once an HTTP app serves these pages (`http.http_app`): on stdio there is no page to send anyone to."""
         self.allowed: Callable[[str], bool] = lambda host: False
         self._pages: dict[str, Page] = {}
+        self.origin: str | None = None
+        """Where the pages' links point (`at`); None: the Host the MCP request came to (a wildcard bind)."""
         self._key = secrets.token_urlsafe(32)
         """The sign-in key: printed once in the server's terminal, never sent over MCP."""
         self._browsers: dict[bytes, None] = {}
@@ -127,8 +138,13 @@ class ConsentPages:
 
     def sign_in_url(self, host: str, port: int) -> str:
         """The link the user opens once in their browser (printed at start, to the server's terminal only)."""
-        shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
-        return f"http://{shown}:{port}{PREFIX}{SIGN_IN}?key={self._key}"
+        return f"{_origin(host, port)}{PREFIX}{SIGN_IN}?key={self._key}"
+
+    def at(self, host: str, port: int) -> str:
+        """Serve the pages at this address: their links use its origin whatever Host the MCP request came with (the
+        sign-in cookie is one origin's: `localhost` is not `127.0.0.1`). The sign-in link, to print at start."""
+        self.origin = None if _wildcard(host) else _origin(host, port)
+        return self.sign_in_url(host, port)
 
     def _signed_in(self, request: Request) -> bool:
         cookie = request.cookies.get(COOKIE, "")
@@ -189,7 +205,7 @@ class ConsentPages:
         self.card.journal(quote)
         decision = Decision(expires=quote.expires)
         page = self._open(quote, decision)
-        url = f"http://{_host(ctx)}{PREFIX}{page.path}"
+        url = f"{self.origin or f'http://{_host(ctx)}'}{PREFIX}{page.path}"
         message = f"{server.desk.client.redact(server.desk.question(plan))} Confirm or cancel on the consent page."
         session = ctx.request_context.session
         elicitation = secrets.token_hex(8)
