@@ -220,3 +220,28 @@ def test_the_tool_describes_provider_and_seconds(engine_desk: Callable[..., Agen
     tool = {t.name: t for t in in_thread(body)}["generate_song"]
     properties = tool.input_schema["properties"]
     assert "elevenlabs" in properties["provider"]["description"] and "seconds" in properties
+
+
+def test_an_engine_quote_whose_dollar_price_changed_is_quoted_again_and_a_broken_table_pays_nothing(
+    engine_desk: Callable[..., AgentDesk], service: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the quote and the press the user's dollar price table changes: the press answers a new quote at the
+    new price (nothing sent); then the table is broken: the press of that new quote sends nothing either."""
+    from ipymusicgen.models.dollar_prices import ENV_DOLLAR_PRICES
+
+    server = build_server(engine_desk())
+
+    async def body() -> tuple[Any, ...]:
+        async with Client(server, mode="legacy", extensions=[APPS]) as client:
+            args = {"provider": "elevenlabs", "seconds": 61, "style": "x"}
+            first = ok(await client.call_tool("generate_song", args))["quote"]
+            monkeypatch.setenv(ENV_DOLLAR_PRICES, "elevenlabs:music_v1=2.25/min")
+            again = ok(await client.call_tool("confirm_quote", {"quote_id": first["id"]}))
+            monkeypatch.setenv(ENV_DOLLAR_PRICES, "elevenlabs:music_v1=nan/min")
+            broken = await client.call_tool("confirm_quote", {"quote_id": again["quote"]["id"]})
+            return first, again, broken, counts(service, ELEVENLABS, *SERVICE)
+
+    first, again, broken, sent = in_thread(body)
+    assert first["price"]["dollars"] == "1.50" and again["state"] == "requoted"
+    assert again["quote"]["price"]["dollars"] == "4.50" and "$1.50 to $4.50" in again["note"]
+    assert broken.is_error and "nothing was sent" in broken.content[0].text and sent == 0
