@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..client.faces import AsyncMusicClient, MusicClient
+from ..errors import MusicGenError
 
 if TYPE_CHECKING:
     from ..archive.workspace_archive import WorkspaceArchive
@@ -247,9 +248,15 @@ class Workspace:
         self._lock = threading.RLock()
         self._client: MusicClient | None = None
         self._songs: Library | None = None
+        self._closed = False
 
     def __repr__(self) -> str:
-        return f"Workspace({str(self.db.path)!r})"
+        return f"Workspace({str(self.db.path)!r}{', closed' if self._closed else ''})"
+
+    def _open(self) -> None:
+        """Refuse (in one line) what would open the file again after `close()`: a closed workspace stays closed."""
+        if self._closed:
+            raise MusicGenError(f"This workspace on {self.db.path} is closed; build a new Workspace to use the file.")
 
     @property
     def path(self) -> Path:
@@ -280,6 +287,7 @@ class Workspace:
         """The shared sync client over this file, built on first use with the workspace's settings."""
         with self._lock:
             if self._client is None:
+                self._open()
                 self._refresh_settings()
                 self._client = MusicClient(settings=self.settings, journal=self.journal, wiring=self.wiring)
             return self._client
@@ -292,6 +300,7 @@ class Workspace:
     def async_client(self) -> AsyncMusicClient:
         """A new async client over this file (async clients belong to one event loop, so each caller gets one)."""
         with self._lock:
+            self._open()
             self._refresh_settings()
             return AsyncMusicClient(settings=self.settings, journal=self.journal, wiring=self.wiring)
 
@@ -310,6 +319,7 @@ class Workspace:
         song whose archiving failed before is retried."""
         from ..song_library import Library  # the library and its song queries load on first use (figure 3)
 
+        self._open()
         opened = Library(self.db)
         self.retry_archives()
         return opened
@@ -319,6 +329,7 @@ class Workspace:
         """The workspace's own library, opened (and brought up to date with the journal) once, for looking songs
         up again and again (`waveform()`, `analyze()`); it closes with the workspace."""
         with self._lock:
+            self._open()
             if self._songs is None:
                 self._songs = self.library()
             return self._songs
@@ -330,7 +341,7 @@ class Workspace:
         from ..archive.archiver import archiver_of
 
         client = self.current_client()
-        if client is None and self.settings.has_key:
+        if client is None and self.settings.has_key and not self._closed:
             client = self.client
         archiver = archiver_of(client) if client is not None else None
         if archiver is not None:
@@ -436,6 +447,7 @@ class Workspace:
         self.wiring.stop_batches()  # before the client and the stores they use close (outside the lock: they
         self.wiring.stop_archiving()  # may build the shared client while they end); a download in hand finishes
         with self._lock:
+            self._closed = True  # from here nothing opens the file again (the batches above have ended)
             self.close_client()
             if self._songs is not None:
                 self._songs.close()
