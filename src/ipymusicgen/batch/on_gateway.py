@@ -169,6 +169,8 @@ class Follower:
         self.stop_sent = False
         self.rounds_after = 0
         self.failing_since: float | None = None
+        self.attempts: dict[int, str] = {}
+        """Rows journalled by this follower: their attempt's id."""
         batch.estimate = costs.estimate_total(r.request for r in batch.rows)
         for row in batch.rows:  # ids an earlier run kept: their songs are read again (a rerun's records)
             if row.ids:
@@ -223,7 +225,8 @@ class Follower:
         settings = self.batch.client.settings
         host = settings.v2_base_url if row.v2 else settings.base_url
         with contextlib.suppress(MusicGenError):  # a journal that cannot take it costs the count, never the batch
-            attempt = journal.begin(endpoint, host, row.request.to_payload())
+            attempt = self.attempts.get(row.index) or journal.begin(endpoint, host, row.request.to_payload())
+            self.attempts[row.index] = attempt  # a doubt `gateway reconcile` settles later names its songs on it
             if first_ids:
                 journal.submitted(attempt, ids, v2=row.v2)
             else:
