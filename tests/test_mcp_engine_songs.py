@@ -7,6 +7,7 @@ the service and both engines."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -245,3 +246,34 @@ def test_an_engine_quote_whose_dollar_price_changed_is_quoted_again_and_a_broken
     assert first["price"]["dollars"] == "1.50" and again["state"] == "requoted"
     assert again["quote"]["price"]["dollars"] == "4.50" and "$1.50 to $4.50" in again["note"]
     assert broken.is_error and "nothing was sent" in broken.content[0].text and sent == 0
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"provider": "<b>elevenlabs</b>\u202e\x1b[2J" + "x" * 10_000_000},
+        {"provider": "elevenlabs\u202e", "seconds": 30},
+        {"provider": "elevenlabs", "seconds": 30, "style": "\u202e<img src=x>\x1b]0;pwn\x07" * 2_000_000},
+        {"provider": "elevenlabs", "seconds": 30, "title": "a\u2066b\u2069\x00" * 100_000},
+        {"provider": "elevenlabs", "seconds": 30, "lyrics": "\ud800" + "la " * 4_000_000},
+    ],
+)
+def test_forged_engine_fields_are_refused_short_or_quoted_as_text(
+    engine_desk: Callable[..., AgentDesk], service: Sandbox, arguments: dict[str, Any]
+) -> None:
+    """Hostile words in every field of an engine song (HTML, RTL overrides, terminal escapes, NUL, a lone surrogate,
+    10 MB): refused in a short line that carries none of them, or quoted in the card as plain text; never sent."""
+    server = build_server(engine_desk())
+
+    async def body() -> types.CallToolResult:
+        async with Client(server, mode="legacy", extensions=[APPS]) as client:
+            return await client.call_tool("generate_song", arguments)
+
+    result = in_thread(body)
+    text = result.content[0].text
+    assert len(text) < 2000 and not any(c in text for c in "\u202e\u2066\x1b\x00\x07<")
+    if not result.is_error:
+        quote = (result.structured_content or {})["quote"]
+        shown = json.dumps(quote, ensure_ascii=False)
+        assert len(shown) < 20_000 and not any(c in shown for c in "\u202e\u2066\x1b\x00\x07")
+    assert counts(service, ELEVENLABS, *SERVICE) == 0
