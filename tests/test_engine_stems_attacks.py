@@ -112,3 +112,25 @@ def test_stems_of_a_song_whose_audio_is_gone_send_nothing_and_can_be_asked_again
     moved.rename(kept)  # the audio is back: the stems are made, once, with no force needed
     made = make_extra(client, record.id, "stems")
     assert made.state == "made" and made.sent and service.request_counts().get(STEMS) == 1
+
+
+@pytest.mark.parametrize("kind", ["wav", "mp4", "vibe"])
+def test_a_service_extra_of_an_engines_song_is_refused_before_anything_is_sent(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path, kind: str
+) -> None:
+    client = engine_clients()
+    song = engine_song(client).id
+    before = dict(service.request_counts())
+    with pytest.raises(MusicGenError) as refused:
+        make_extra(client, song, kind)
+    said = str(refused.value)
+    assert "lyria" in said and kind in said.lower() and "nothing was sent" in said and "\n" not in said
+    sent = {k: v - before.get(k, 0) for k, v in service.request_counts().items() if v != before.get(k, 0)}
+    assert not {k for k in sent if "key_info" not in k and "tasks" not in k}, sent
+    journal = Journal(tmp_path / "journal.sqlite3")
+    try:
+        assert [a.endpoint for a in journal.attempts()] == ["lyria generate"]  # the song's own call only
+    finally:
+        journal.close()
+    again = make_extra(client, song, "stems")  # the engine's own extra is still there to make
+    assert again.state == "made"

@@ -17,6 +17,7 @@ service (a free task query) before it is taken as typed. A name that fits severa
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import types
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ..client.responses import create_may_have_landed
 from ..client.waiting import check_id
 from ..errors import DownloadError, MusicGenError, RequestValidationError
 from ..models import costs
+from ..models.providers import MUSICFUL
 from ..storage.extras import Extra, ExtrasStore
 from .sniff import audio_suffix, head_of
 
@@ -183,6 +185,7 @@ def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = Fa
     and the archive (the result's note then says it was already made)."""
     spec = kind_of(kind)
     song = song_named(client, task_id)
+    _check_made_by_the_service(song, spec)
     with _extras(client) as store:
         found = store.get(song.task_id, spec.name, song.names)
         if found is not None and found.state == "made" and not (force and _file_missing(found, spec)):
@@ -203,6 +206,21 @@ def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = Fa
         value = _send(client, store, song, spec)
         path = _keep(client, store, song.task_id, spec, value)
         return ExtraResult(song.task_id, spec.name, "made", value, path, f"{spec.label} made and kept", True)
+
+
+ENGINE_TASK = re.compile(r"(elevenlabs|lyria)-[0-9a-f]{32}")
+"""A synchronous engine's song's task id (`client.engine_calls`: the provider, then a uuid4's hex)."""
+
+
+def _check_made_by_the_service(song: SongName, spec: Kind) -> None:
+    """The service's extras (WAV, MP4, singer voice) are made by the service from its own songs: an ElevenLabs or
+    Lyria song's id would be a paid call the service cannot honour (a 404, or a 5xx left 'may have been charged')."""
+    engine = ENGINE_TASK.fullmatch(song.task_id)
+    if engine is not None and spec.name != "stems":
+        raise MusicGenError(
+            f"The {spec.name} ({spec.label}) extra is made by {MUSICFUL} from its own songs, and {song.task_id} was "
+            f"made by {engine.group(1)}: nothing was sent. Its paid extra is its stems (make_extra(song, 'stems'))."
+        )
 
 
 def _file_missing(found: Extra, spec: Kind) -> bool:
