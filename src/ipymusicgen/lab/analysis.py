@@ -13,20 +13,25 @@ from __future__ import annotations
 import importlib.util
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .decoding import blocks, low_rate_mono, open_audio
 from .levels import measure_levels
-from .lossy import LOSSLESS, LongTermSpectrum
+from .lossy import LOSSLESS, LongTermSpectrum, disguised
 from .musical_key import PITCHES, estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
 from .tempo import measure_tempo
 
-MEASURES_VERSION = 3
+LOSSY_DATA = frozenset({"mp3", "ogg"})
+"""What a file named as lossless may really hold (`lossy.disguised`): lossy_checked says so, and it is lossy."""
+MEASURES_VERSION = 4
 """Raised whenever a measure changes its meaning or its value for the same file: measures kept in the library by
 an older version are then taken again (`song_analysis`). 2: key confidence against the relative key (issue 41);
-3: no lossy verdict from a file that cannot tell, NaN samples as silence."""
+3: no lossy verdict from a file that cannot tell, NaN samples as silence; 4: a .wav or .flac holding MP3 or OGG
+data reads lossy."""
 ANALYSIS_RATE = 16_000
 """Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
@@ -70,7 +75,8 @@ class Analysis:
     """Where the spectrum of a WAV or FLAC stops as an MP3 encoder's low-pass stops it; None when full-band."""
     lossy_checked: str | None = None
     """The lossless file the lossy-source verdict was made on ("wav", "flac": the file analysed, or a library
-    song's paid WAV); None when there was none (an MP3 alone says nothing either way)."""
+    song's paid WAV); "mp3" or "ogg" when that file, named .wav or .flac, holds lossy data (lossy-sourced); None
+    when there was none (an MP3 alone says nothing either way)."""
     asked: dict[str, Any] | None = None
     """What the request named (bpm, key, seconds), beside what was measured: see `adherence`."""
 
@@ -86,12 +92,14 @@ class Analysis:
 
     @property
     def lossy_sourced(self) -> bool:
-        return self.lossy_cutoff_hz is not None
+        return self.lossy_cutoff_hz is not None or self.lossy_checked in LOSSY_DATA
 
     @property
     def lossy_verdict(self) -> str:
         """One line for a card or a repr: "lossy source (the WAV cut at 16.0 kHz)", "the WAV is full band", or ""
         when no lossless file was looked at."""
+        if self.lossy_checked in LOSSY_DATA:
+            return f"lossy source ({self.lossy_checked.upper()} data in a file named as lossless)"
         what = f"the {self.lossy_checked.upper()}" if self.lossy_checked else "the file"
         if self.lossy_cutoff_hz:
             return f"lossy source ({what} cut at {self.lossy_cutoff_hz / 1000:.1f} kHz, as an MP3 encoder cuts)"
@@ -144,14 +152,14 @@ class Analysis:
 
 
 KEY_NAMES = frozenset(f"{tonic} {mode}" for tonic in PITCHES for mode in ("major", "minor"))
-RANGES: dict[str, tuple[float, float]] = {
+RANGES: Mapping[str, tuple[float, float]] = MappingProxyType({
     "bpm": (1.0, 1000.0), "bpm_half": (0.5, 1000.0), "bpm_double": (1.0, 2000.0),
     "bpm_confidence": (0.0, 1.0), "key_confidence": (0.0, 1.0),
     "lufs": (-200.0, 200.0), "max_momentary_lufs": (-200.0, 200.0), "max_short_term_lufs": (-200.0, 200.0),
     "true_peak_db": (-400.0, 400.0), "loudness_range_lu": (0.0, 200.0),
     "silence_start_s": (0.0, 1e6), "silence_end_s": (0.0, 1e6), "duration_s": (0.0, 1e6), "seconds": (0.0, 1e6),
     "lossy_cutoff_hz": (1.0, 1e6),
-}  # fmt: skip
+})  # fmt: skip
 """Where each kept number can lie at all (a row outside is forged or damaged, and measured again)."""
 
 
@@ -160,7 +168,7 @@ def _plausible(name: str, value: Any) -> bool:
     if name in ("key", "key_runner_up"):
         return value in KEY_NAMES
     if name == "lossy_checked":
-        return value in LOSSLESS
+        return value in LOSSLESS or value in LOSSY_DATA
     if name in RANGES:
         low, high = RANGES[name]
         return math.isfinite(value) and low <= value <= high
@@ -207,7 +215,7 @@ def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analy
         max_short_term_lufs=levels.max_short_term_lufs,
         loudness_range_lu=levels.loudness_range_lu,
         lossy_cutoff_hz=spectrum.lossy_cutoff() if spectrum is not None else None,
-        lossy_checked=audio.format if spectrum is not None and spectrum.decided() else None,
+        lossy_checked=audio.format if disguised(path, audio.format) or (spectrum and spectrum.decided()) else None,
     )
 
 
