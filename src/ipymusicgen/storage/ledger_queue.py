@@ -14,6 +14,7 @@ says by how much and how they grow back.
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -352,12 +353,19 @@ def _positions(cur: Any, user: str, call_ids: list[int]) -> list[int]:
         "ON t.user_name = q.user_name WHERE q.state = 'queued' GROUP BY q.user_name, t.turn"
     )
     mine = next(((int(r[3]), int(r[2])) for r in users if r[0] == user), (0, 0))
+    waiting: list[int] = []
+    if len(call_ids) > 1:  # the user's whole line once (a listing of thousands), not a count per row
+        rows = cur.all("SELECT call_id FROM queue WHERE state = 'queued' AND user_name = ? ORDER BY call_id", (user,))
+        waiting = [int(r[0]) for r in rows]
     places = []
     for call_id in call_ids:
-        ahead = cur.one(
-            "SELECT COUNT(*) FROM queue WHERE state = 'queued' AND user_name = ? AND call_id < ?", (user, call_id)
-        )
-        k = int(ahead[0])
+        if len(call_ids) > 1:
+            k = bisect.bisect_left(waiting, call_id)
+        else:
+            ahead = cur.one(
+                "SELECT COUNT(*) FROM queue WHERE state = 'queued' AND user_name = ? AND call_id < ?", (user, call_id)
+            )
+            k = int(ahead[0])
         before = 0
         for name, count, first, turn in users:
             if name == user:
