@@ -174,3 +174,54 @@ def test_two_threads_analysing_one_song_keep_one_row(tmp_path: Path) -> None:
         rows = library.store._rows("SELECT song FROM song_measures", ())
         assert len(rows) == 1
         assert analyse(library, "s1", song, counting).bpm is not None
+
+
+def test_a_paid_wav_that_is_an_mp3_renamed_reads_lossy_and_a_one_sample_wav_claims_nothing(tmp_path: Path) -> None:
+    """The question users ask of a paid WAV is whether it is the MP3 in disguise: a file named .wav whose bytes
+    are an MP3 is exactly that, and must read lossy (not 'nothing to say'); a WAV of one sample, or none, tells
+    nothing either way; with no WAV at all the card has no verdict line."""
+    import numpy as np
+    from signals import write_mp3, write_wav
+    from test_lab_lossy import noise
+
+    from ipymusicgen.lab.lossy import lossy_source
+    from ipymusicgen.widgets.library import lab_lines
+
+    disguised = write_mp3(tmp_path / "paid.wav", noise(seconds=4))
+    found = lossy_source(disguised)
+    assert found is not None and found[0] == "mp3", found
+    song = tmp_path / "song.mp3"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        measures = song_analysis.analyse_song(
+            library.store, "s1", song, wav=disguised, measure=counting.measure, lossy=lossy_source
+        )
+        assert measures.lossy_sourced and "MP3" in measures.lossy_verdict and "lossless" in measures.lossy_verdict
+        assert song_analysis.analyse_song(library.store, "s1", song, wav=disguised, measure=counting.measure) == (
+            measures
+        )  # kept, and read back whole
+        assert len(counting.measured) == 1
+
+        class Song:
+            style, prompt, title = "ambient", None, None
+            lufs, bpm, musical_key, duration_s = -14.0, 100.0, "D minor", 12.0
+
+        card = lab_lines(Song(), library.store.measures_of(["s1"])["s1"])  # type: ignore[arg-type]
+        assert [line["kind"] for line in card] == ["lossy"] and card[0]["met"] is False, card
+        none = song_analysis.analyse_song(library.store, "s2", song, measure=counting.measure)
+        assert none.lossy_checked is None and lab_lines(Song(), library.store.measures_of(["s2"])["s2"]) == []  # type: ignore[arg-type]
+    assert lossy_source(write_wav(tmp_path / "one.wav", np.array([0.5]))) is None
+    assert lossy_source(write_wav(tmp_path / "none.wav", np.zeros(0))) is None
+
+
+@pytest.mark.slow  # librosa
+def test_analyze_of_a_wav_that_is_an_mp3_says_lossy(tmp_path: Path) -> None:
+    from signals import write_mp3
+    from test_lab_lossy import noise
+
+    from ipymusicgen.lab.analysis import analyze_file
+
+    found = analyze_file(write_mp3(tmp_path / "paid.wav", noise(seconds=4)))
+    assert found.lossy_checked == "mp3" and found.lossy_sourced and "lossy source" in str(found)
+    assert analyze_file(write_mp3(tmp_path / "song.mp3", noise(seconds=4))).lossy_checked is None  # honest MP3

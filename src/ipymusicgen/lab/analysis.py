@@ -21,14 +21,17 @@ from typing import Any
 
 from .decoding import blocks, low_rate_mono, open_audio
 from .levels import measure_levels
-from .lossy import LOSSLESS, LongTermSpectrum
+from .lossy import LOSSLESS, LongTermSpectrum, disguised
 from .musical_key import PITCHES, estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
 from .tempo import measure_tempo
 
-MEASURES_VERSION = 3
+LOSSY_DATA = frozenset({"mp3", "ogg"})
+"""What a file named as lossless may really hold (`lossy.disguised`): lossy_checked says so, and it is lossy."""
+MEASURES_VERSION = 4
 """Raised whenever a measure changes its meaning or its value for the same file: measures kept in the library by
 an older version are then taken again (`song_analysis`). 2: key confidence against the relative key (issue 41);
-3: no lossy verdict from a file that cannot tell, NaN samples as silence."""
+3: no lossy verdict from a file that cannot tell, NaN samples as silence; 4: a .wav or .flac holding MP3 or OGG
+data reads lossy."""
 ANALYSIS_RATE = 16_000
 """Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
@@ -72,7 +75,8 @@ class Analysis:
     """Where the spectrum of a WAV or FLAC stops as an MP3 encoder's low-pass stops it; None when full-band."""
     lossy_checked: str | None = None
     """The lossless file the lossy-source verdict was made on ("wav", "flac": the file analysed, or a library
-    song's paid WAV); None when there was none (an MP3 alone says nothing either way)."""
+    song's paid WAV); "mp3" or "ogg" when that file, named .wav or .flac, holds lossy data (lossy-sourced); None
+    when there was none (an MP3 alone says nothing either way)."""
     asked: dict[str, Any] | None = None
     """What the request named (bpm, key, seconds), beside what was measured: see `adherence`."""
 
@@ -88,12 +92,14 @@ class Analysis:
 
     @property
     def lossy_sourced(self) -> bool:
-        return self.lossy_cutoff_hz is not None
+        return self.lossy_cutoff_hz is not None or self.lossy_checked in LOSSY_DATA
 
     @property
     def lossy_verdict(self) -> str:
         """One line for a card or a repr: "lossy source (the WAV cut at 16.0 kHz)", "the WAV is full band", or ""
         when no lossless file was looked at."""
+        if self.lossy_checked in LOSSY_DATA:
+            return f"lossy source ({self.lossy_checked.upper()} data in a file named as lossless)"
         what = f"the {self.lossy_checked.upper()}" if self.lossy_checked else "the file"
         if self.lossy_cutoff_hz:
             return f"lossy source ({what} cut at {self.lossy_cutoff_hz / 1000:.1f} kHz, as an MP3 encoder cuts)"
@@ -162,7 +168,7 @@ def _plausible(name: str, value: Any) -> bool:
     if name in ("key", "key_runner_up"):
         return value in KEY_NAMES
     if name == "lossy_checked":
-        return value in LOSSLESS
+        return value in LOSSLESS or value in LOSSY_DATA
     if name in RANGES:
         low, high = RANGES[name]
         return math.isfinite(value) and low <= value <= high
@@ -209,7 +215,7 @@ def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analy
         max_short_term_lufs=levels.max_short_term_lufs,
         loudness_range_lu=levels.loudness_range_lu,
         lossy_cutoff_hz=spectrum.lossy_cutoff() if spectrum is not None else None,
-        lossy_checked=audio.format if spectrum is not None and spectrum.decided() else None,
+        lossy_checked=audio.format if disguised(path, audio.format) or (spectrum and spectrum.decided()) else None,
     )
 
 

@@ -33,17 +33,24 @@ BAND_HZ = 100.0
 def lossy_source(path: str | Path, *, max_seconds: float | None = None) -> tuple[str, float | None] | None:
     """A lossless file's verdict on its own: (its format, the cutoff in Hz or None when full band), or None when
     the file is lossy by its own format (an MP3 or OGG says nothing this way). Used on a song's paid WAV, beside
-    the MP3 the song itself is measured on. None too when the file cannot tell (`LongTermSpectrum.decided`: silence,
-    a tone, nothing near the top of the band); `decoding.AudioFileError` names a file that is not audio."""
+    the MP3 the song itself is measured on; a file named .wav or .flac whose bytes are an MP3 or OGG reads
+    (its real format, None): lossy-sourced by what it is. None too when the file cannot tell
+    (`LongTermSpectrum.decided`: silence, a tone, nothing near the top of the band); `decoding.AudioFileError`
+    names a file that is not audio."""
     from .decoding import blocks, open_audio
 
     audio = open_audio(path)
-    if audio.format not in LOSSLESS:
-        return None
+    if audio.format not in LOSSLESS:  # an MP3's bytes under a lossless name: the MP3 in disguise, lossy as it is
+        return (audio.format, None) if disguised(path, audio.format) else None
     spectrum = LongTermSpectrum(audio.sample_rate)
     for block in blocks(audio, max_seconds=max_seconds):
         spectrum.add(block)
     return (audio.format, spectrum.lossy_cutoff()) if spectrum.decided() else None
+
+
+def disguised(path: str | Path, content: str) -> bool:
+    """Whether a file named as lossless (.wav, .flac) holds a lossy format's data (`content`: what its bytes are)."""
+    return content not in LOSSLESS and Path(path).suffix.lower().lstrip(".") in LOSSLESS
 
 
 class LongTermSpectrum:
