@@ -483,3 +483,17 @@ def test_one_users_many_batches_do_not_take_every_send_from_a_colleague(database
     assert sum(1 for c in first if c.user == "cal") == 4, [(c.user, c.name) for c in first]
     second = store.claim(owner(1), 8)
     assert {c.user for c in second} == {"hog"} and len(second) == 8, "the hog's rows fill what cal cannot use"
+
+
+@pytest.mark.parametrize("v2", ["false", "0", 1, [], {"yes": 1}])
+def test_a_rows_v2_mark_must_be_true_or_false(
+    gateway: GatewayThread, database: str, upstream: Sandbox, v2: object
+) -> None:
+    """A row's "v2" was read as truthiness: the text "false" sent a v1 row to v2 (or had it refused by the wrong
+    rules). Anything but true, false or absent refuses the batch whole, nothing recorded."""
+    token = add_user(database, "bea", budget=20)
+    answer = _post(
+        gateway, BATCHES, token, {"name": "marked", "rows": [{"v2": v2, "body": {"style": "x", "mv": "MFV2.0"}}]}
+    )
+    assert answer.status_code == 422 and "v2" in answer.json()["message"], answer.text
+    assert httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}).json()["data"] == []

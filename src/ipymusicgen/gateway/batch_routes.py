@@ -194,9 +194,13 @@ def _checked(body: dict[str, Any]) -> Response | tuple[str, list[NewRow], list[t
         return _refused(422, "stall_timeout: seconds, more than 0")
     mappings = []
     for row in rows:
-        if not isinstance(row, dict) or not isinstance(row.get("body"), dict):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("body"), dict)
+            or not isinstance(row.get("v2", False), bool)
+        ):
             return _refused(422, 'rows: each row is {"v2": true|false, "body": {...}}')
-        mappings.append({**row["body"], "v2": bool(row.get("v2"))})
+        mappings.append({**row["body"], "v2": row.get("v2") is True})
     try:
         checked = validate_rows(mappings, allow_unknown_models=True)
     except BatchError as exc:
