@@ -31,7 +31,7 @@ def test_import_leaves_the_heavy_parts_for_later() -> None:
 
 @pytest.mark.slow
 def test_the_shared_session_closes_its_connections_at_exit() -> None:
-    code = "from ipymusicgen import session; session.get_client().key_info()"
+    code = "from ipymusicgen.workspace import session; session.get_client().key_info()"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
     env["MUSICGEN_SANDBOX_STAGE_SECONDS"] = "0.1"
     done = subprocess.run(
