@@ -419,3 +419,48 @@ def test_the_page_link_is_on_the_origin_the_user_signed_in_on_whatever_name_the_
     assert sign_in.startswith(f"{server.url}/consent/sign-in?key=")
     assert (result.structured_content or {})["state"] == "declined"
     assert user.urls[0].startswith(f"{server.url}/consent/"), user.urls
+
+
+@pytest.mark.slow  # the service answers the create 2 s late (a sandbox fault): the window a double press lands in
+def test_a_double_press_while_the_first_is_paying_does_not_tell_the_agent_nothing_was_sent(
+    served: Callable[..., Served], service: Sandbox
+) -> None:
+    """A double click on Confirm: the browser sends a second POST while the first is paying. The second is refused
+    (the page is used), and must not end the call as 'already used: nothing was sent' while the first pays."""
+    import socket
+    import urllib.parse as up
+
+    server = served()
+
+    def act(browser: httpx.Client, url: str) -> tuple[int, bytes]:
+        token = token_of(browser.get(url).text)
+        body = up.urlencode({"token": token, "decision": "confirm"}).encode()
+        path, cookie = up.urlsplit(url).path, browser.cookies.get("ipymusicgen_consent")
+        second = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nOrigin: {server.url}\r\n"
+            f"Cookie: ipymusicgen_consent={cookie}\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        second.sendall(head.encode())  # the second press's head: its body follows while the first pays
+        assert browser.get(f"{server.url}/consent/no-such-page").status_code == 404  # the loop read that head
+        service.set_faults(f"slow:seconds=2:path={GENERATE}")
+        try:
+            with anyio.from_thread.start_blocking_portal() as portal:
+                pressed = lambda: browser.post(url, data={"token": token, "decision": "confirm"})  # noqa: E731
+                first = portal.start_task_soon(anyio.to_thread.run_sync, pressed)
+                while service.request_counts().get(GENERATE, 0) == 0:  # state: the first press is paying
+                    portal.call(anyio.sleep, 0.01)
+                second.sendall(body)
+                answer = b""
+                while chunk := second.recv(65536):
+                    answer += chunk
+                return first.result(timeout=60).status_code, answer
+        finally:
+            second.close()
+            service.clear_faults()
+
+    result, (first, second), _ = call_and_act(server, {"style": "x"}, act)
+    assert first == 200 and b" 410 " in second.split(b"\r\n", 1)[0], second[:200]
+    assert not result.is_error, result.content[0].text
+    assert (result.structured_content or {})["state"] == "sent" and service.request_counts()[GENERATE] == 1

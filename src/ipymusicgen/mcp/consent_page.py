@@ -283,7 +283,9 @@ class ConsentPages:
         choice = (form.get("decision") or [""])[0]
         if choice not in ("confirm", "cancel"):
             return self._message("Refused", "Confirm or Cancel: nothing was sent.", 400)
-        page.used = True  # single use from here on, whatever follows
+        if page.used:  # pressed again while this request's body came (a double click): the first press decides
+            return self._message("Already used", "This consent page was used: nothing more is sent from it.", 410)
+        page.used = True  # single use from here on, whatever follows (no await since the check above)
         try:
             quote = self.card.quotes.take(page.quote.id, page.quote.connection)
         except QuoteRefused as exc:
