@@ -262,14 +262,18 @@ def _song(row: Any) -> LibrarySong:
 class Library:
     """Every song of a journal file. Cheap to open: every store over the file shares its one connection.
 
-    Given a `Database` (a workspace's), it reads through the database's library store, which the database owns and
-    closes; given a path (a script's own `Library(path)`), it opens a store of its own, closed by `close()`."""
+    It reads through a `Database` (`database`: its songs, and the extras its views offer): given one (a
+    workspace's), the database's owner closes it; given a path (a script's own `Library(path)`), it opens a database
+    of its own, closed by `close()`."""
 
     def __init__(self, source: Database | str | Path) -> None:
         if isinstance(source, str | Path):
-            self.store, self._owns_store = LibraryStore(source), True
+            from .storage.database import Database
+
+            self.database, self._owns_database = Database(source), True
         else:
-            self.store, self._owns_store = source.library, False
+            self.database, self._owns_database = source, False
+        self.store: LibraryStore = self.database.library
         self.path = self.store.path
         try:
             self.store.sync()
@@ -283,9 +287,9 @@ class Library:
         return f"Library({str(self.path)!r}, {count} songs)"
 
     def close(self) -> None:
-        """Close the store this library opened (a database's store stays open: the database closes it)."""
-        if self._owns_store:
-            self.store.close()
+        """Close the database this library opened (a database it was given stays open: its owner closes it)."""
+        if self._owns_database:
+            self.database.close()
 
     def __enter__(self) -> Library:
         return self

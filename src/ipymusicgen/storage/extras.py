@@ -187,3 +187,7 @@ class ExtrasStore(SharedStore):
         with self.lock, damage_named(self.path):
             rows = self.db.execute("SELECT * FROM paid_extras WHERE song = ? ORDER BY kind", (song,)).fetchall()
         return [_extra(row) for row in rows]
+
+    def made_kinds(self, songs: list[str]) -> dict[str, list[str]]:
+        """The extras held as made, per song (a page of cards at once): what a card offers as reused."""
+        return {song: [e.kind for e in self.of_song(song) if e.state == "made"] for song in songs}

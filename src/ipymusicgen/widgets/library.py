@@ -19,7 +19,6 @@ import traitlets
 
 from ..archive.archiver import archive_label
 from ..archive.events import ArchiveEvents
-from ..archive.extras import made_kinds
 from ..config import PaidAsk
 from ..errors import MusicGenError
 from ..models.tasks import STATE_WORDS
@@ -236,7 +235,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
                 songs = list(self.library.songs(**args, limit=self.page_size, offset=self.page * self.page_size))
                 self.lineage = []
             made = (
-                made_kinds(self.library.path, [s.id for s in songs if STATE_WORDS.get(s.state) == "ready"])
+                self.library.database.extras.made_kinds([s.id for s in songs if STATE_WORDS.get(s.state) == "ready"])
                 if songs
                 else {}
             )
