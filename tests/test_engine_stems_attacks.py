@@ -4,6 +4,7 @@ audio is back."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -134,3 +135,26 @@ def test_a_service_extra_of_an_engines_song_is_refused_before_anything_is_sent(
         journal.close()
     again = make_extra(client, song, "stems")  # the engine's own extra is still there to make
     assert again.state == "made"
+
+
+def test_stems_are_priced_by_the_audio_uploaded_not_only_the_length_the_record_says(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path
+) -> None:
+    import io
+    import wave
+
+    client = engine_clients()
+    record = engine_song(client)  # a Lyria clip: its record says 30 s
+    kept = client.engine_calls.local_file(record)
+    assert kept is not None and record.duration_seconds is not None and record.duration_seconds <= 31
+    out = io.BytesIO()
+    with wave.open(out, "wb") as writer:  # what is uploaded is 130 s long: three started minutes
+        writer.setnchannels(1)
+        writer.setsampwidth(2)
+        writer.setframerate(8000)
+        writer.writeframes(b"\x00\x00" * 8000 * 130)
+    kept.write_bytes(out.getvalue())
+    with contextlib.suppress(MusicGenError):  # the price is journalled before sending, whatever the answer
+        make_extra(client, record.id, "stems")
+    [attempt] = stem_attempts(tmp_path)
+    assert attempt.payload["estimate_usd"] == "2.25"  # not $0.75 (the record's 30 s)

@@ -44,3 +44,9 @@ def test_a_hostile_stems_override_is_refused(monkeypatch: pytest.MonkeyPatch, pr
     monkeypatch.setenv(dp.ENV_DOLLAR_PRICES, f"elevenlabs:stem-separation={price}")
     with pytest.raises(dp.DollarPriceError, match=dp.ENV_DOLLAR_PRICES):
         dp.stems_estimate(90.0)
+
+
+def test_a_song_longer_than_an_hour_is_priced_by_its_own_length_never_low(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(dp.ENV_DOLLAR_PRICES, raising=False)
+    assert dp.stems_estimate(7200.0) == Decimal("90.00")  # 120 started minutes, not the 10 of an unknown length
+    assert dp.stems_estimate(float("inf")) == dp.stems_estimate(None) == Decimal("7.50")

@@ -17,6 +17,7 @@ service (a free task query) before it is taken as typed. A name that fits severa
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import shutil
 import types
@@ -258,7 +259,28 @@ def _audio_of(client: MusicClient, song: SongName) -> tuple[bytes, float | None]
         raise MusicGenError(f"Song {song.task_id} has no finished audio to separate into stems; nothing was sent.")
     with tempfile.TemporaryDirectory(prefix="ipymusicgen-stems-") as folder:
         path = client.download(record, folder)
-        return Path(path).read_bytes(), record.duration_seconds
+        audio = Path(path).read_bytes()
+    said = record.duration_seconds  # the price is the longer of what the record says and what is uploaded
+    heard = _seconds_of(audio)
+    known = [s for s in (said, heard) if s is not None and math.isfinite(s) and s > 0]
+    return audio, max(known) if known else None
+
+
+def _seconds_of(audio: bytes) -> float | None:
+    """The length of the audio itself (MP3, WAV, FLAC, Ogg Vorbis), read from its headers; None when it cannot be
+    told (then the record's length, or the longest song, prices the upload)."""
+    import miniaudio
+
+    readers = {".mp3": miniaudio.mp3_get_info, ".wav": miniaudio.wav_get_info, ".flac": miniaudio.flac_get_info,
+               ".ogg": miniaudio.vorbis_get_info}  # fmt: skip
+    reader = readers.get(audio_suffix(audio[:64]) or "")
+    if reader is None:
+        return None
+    try:
+        seconds = float(reader(audio).duration or 0.0)
+    except (miniaudio.DecodeError, ValueError, OverflowError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _reuse(client: MusicClient, store: ExtrasStore, found: Extra, spec: Kind, song: SongName) -> ExtraResult:

@@ -252,5 +252,5 @@ def stems_estimate(seconds: float | None, table: Mapping[tuple[str, str], Dollar
     longest song, 600 s, so an estimate never comes out low). `table`: the user's prices (default: `price_table()`,
     the environment's overrides over the defaults)."""
     price = (table if table is not None else price_table()).get((ELEVENLABS, STEMS), STEMS_PRICE)
-    known = seconds is not None and math.isfinite(seconds) and 0 < seconds <= 3600
-    return price.of(seconds if known else 600.0)  # type: ignore[arg-type]
+    known = seconds is not None and math.isfinite(seconds) and seconds > 0
+    return price.of(seconds if known else 600.0)  # type: ignore[arg-type]  # a longer song: its own length
