@@ -150,10 +150,26 @@ def test_a_forged_kept_row_does_not_break_or_reach_the_library_card(tmp_path: Pa
         assert "\x1b" not in text and "<" not in text and "nan" not in text.lower() and "1e+308" not in text, name
 
 
-def test_two_threads_analysing_one_song_keep_one_row(tmp_path: Path) -> None:
+class Overlapping(Counting):
+    """A measurement that lasts until another one starts (or 3 s pass): the analyses overlap for certain."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second = threading.Event()
+
+    def measure(self, path: Path) -> Analysis:
+        found = super().measure(path)
+        if len(self.measured) >= 2:
+            self.second.set()
+        self.second.wait(3.0)
+        return found
+
+
+@pytest.mark.slow  # up to 3 s of waiting for a second measurement that must not come
+def test_four_threads_analysing_one_song_measure_it_once_and_keep_one_row(tmp_path: Path) -> None:
     song = tmp_path / "song.wav"
     song.write_bytes(_riff(1))
-    counting = Counting()
+    counting = Overlapping()
     with Library(tmp_path / "journal.sqlite3") as library:
         barrier = threading.Barrier(4)
         errors: list[BaseException] = []
@@ -173,6 +189,7 @@ def test_two_threads_analysing_one_song_keep_one_row(tmp_path: Path) -> None:
         assert not errors
         rows = library.store._rows("SELECT song FROM song_measures", ())
         assert len(rows) == 1
+        assert len(counting.measured) == 1, "each of the four measured the song for itself"
         assert analyse(library, "s1", song, counting).bpm is not None
 
 

@@ -5,18 +5,26 @@ song, asked for again) reads them back instead of measuring again.
 A song is measured on its archived MP3; when its paid WAV is on disk, the lossy-source verdict is made on the
 WAV (an MP3 is lossy by its own format, a WAV may be an MP3 decoded). A new WAV, a rewritten file or a newer
 analysis (`analysis.MEASURES_VERSION`) measures again. A failure keeps its error and forgets the old measures.
+Two analyses of one file at once (two kernels, the background analyst and `analyze()`) measure it once: the
+second waits for the first under a file lock, then reads what it kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..storage.song_measures import Source
 from .analysis import MEASURES_VERSION, Analysis
 
+LOCK_SECONDS = 600.0
+"""How long an analysis waits for another one of the same file before measuring it anyway."""
 WAV_KEY = "_wav"
 """Where the kept measures say which WAV (path, size, modification time) their lossy verdict came from."""
 
@@ -33,6 +41,19 @@ def analyse_song(
     """The song's measures: kept ones when they belong to this file (and this WAV) unchanged, else measured now
     (`measure`, `lossy`: the shared worker's by default) and kept. A file that cannot be measured
     (`ValueError`, `OSError`) leaves its error in the library and no measures, and is raised."""
+    with _measuring(path):
+        return _analyse_song(store, task_id, path, wav=wav, measure=measure, lossy=lossy)
+
+
+def _analyse_song(
+    store: Any,
+    task_id: str,
+    path: str | Path,
+    *,
+    wav: str | Path | None,
+    measure: Callable[[Path], Analysis] | None,
+    lossy: Callable[[Path], tuple[str, float | None] | None] | None,
+) -> Analysis:
     from .analysis_worker import measure as measure_in_worker
     from .analysis_worker import measure_lossy
 
@@ -62,6 +83,30 @@ def analyse_song(
     store.analysed(task_id, values)
     store.keep_measures(task_id, {**values, WAV_KEY: wav_identity}, source, MEASURES_VERSION)
     return measures
+
+
+@contextmanager
+def _measuring(path: str | Path) -> Iterator[None]:
+    """One analysis of a file at a time on this machine (threads, kernels, the agent server): the others wait,
+    then read the kept measures instead of measuring the same file again. Past `LOCK_SECONDS` they measure."""
+    try:
+        from filelock import FileLock, Timeout
+    except ImportError:  # no analysis extra: nothing to race
+        yield
+        return
+    name = hashlib.blake2b(str(Path(path).resolve()).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    folder = Path(tempfile.gettempdir()) / f"ipymusicgen-measuring-{getattr(os, 'getuid', lambda: 0)()}"
+    lock = FileLock(str(folder / f"{name}.lock"), timeout=LOCK_SECONDS)
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        lock.acquire()
+    except (Timeout, OSError):  # waited long enough, or no lock can be made here: measure unlocked
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _same_wav(kept: Any, now: tuple[Any, ...] | None) -> bool:
