@@ -242,3 +242,45 @@ def test_analyze_of_a_wav_that_is_an_mp3_says_lossy(tmp_path: Path) -> None:
     found = analyze_file(write_mp3(tmp_path / "paid.wav", noise(seconds=4)))
     assert found.lossy_checked == "mp3" and found.lossy_sourced and "lossy source" in str(found)
     assert analyze_file(write_mp3(tmp_path / "song.mp3", noise(seconds=4))).lossy_checked is None  # honest MP3
+
+
+def test_m016_on_a_journal_of_the_older_schema_keeps_its_data_and_a_newer_journal_is_left_untouched(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from ipymusicgen.storage.migrations import LATEST, MIGRATIONS, JournalVersionError, migrate, version_of
+
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        for number, step in enumerate(MIGRATIONS[:15]):  # as ipymusicgen wrote it before m016
+            step(db)
+            db.execute(f"PRAGMA user_version = {number + 1}")
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "song_measures" not in tables
+        before = {
+            table: db.execute(f'SELECT * FROM "{table}" ORDER BY 1').fetchall() for table in sorted(tables)
+        }  # nothing lost below: the same rows after
+        db.execute("CREATE TABLE IF NOT EXISTS kept_by_user (x TEXT)")
+        db.execute("INSERT INTO kept_by_user VALUES ('an old row')")
+        assert migrate(db, path) == LATEST == version_of(db)
+        assert db.execute("SELECT x FROM kept_by_user").fetchall() == [("an old row",)]
+        assert all(
+            db.execute(f'SELECT * FROM "{table}" ORDER BY 1').fetchall() == rows for table, rows in before.items()
+        )
+        assert db.execute("SELECT COUNT(*) FROM song_measures").fetchone() == (0,)
+        db.execute(f"PRAGMA user_version = {LATEST + 1}")
+    finally:
+        db.close()
+    newer = path.read_bytes()
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        with pytest.raises(JournalVersionError, match="newer version"):
+            migrate(db, path)
+    finally:
+        db.close()
+    assert path.read_bytes() == newer
+    with pytest.raises(JournalVersionError):
+        Library(path)
+    assert path.read_bytes() == newer
