@@ -13,7 +13,6 @@ as an id that does not exist, so the answer is exactly that of a missing id.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import json
@@ -43,7 +42,7 @@ from .files import FOREIGN_FILE, FileOwners
 from .info import INFO_PATH, gateway_info
 from .measurer import Measurer
 from .queue_answers import queued_answer
-from .queue_pump import QUEUED_PATHS, FairQueue
+from .queue_pump import QUEUED_PATHS, FairQueue, serving
 from .reconcile import Report as Reconciled
 from .reconcile import reconcile
 from .tokens import same_hash, token_hash
@@ -665,21 +664,11 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
 
     batch_routes, starts_worker = batch_parts(gateway, limits, INVALID_KEY)
     routes += batch_routes
-
-    @contextlib.asynccontextmanager
-    async def started(app: Starlette) -> Any:
-        """The queue's pump and the batch worker start with the server (lifespan), before any request: a replica
-        that is never asked still sends what a killed one left waiting."""
-        if gateway.queue is not None:
-            gateway.queue.start()
-        starts_worker.kwargs["worker"].start()
-        yield
-
     app = Starlette(
         routes=routes,
         middleware=[Middleware(HostCheck, allowed=gateway.host_allowed), starts_worker],
         exception_handlers={Exception: _failed},
-        lifespan=started,
+        lifespan=serving(gateway.queue, starts_worker.kwargs["worker"]),
     )
     app.router.redirect_slashes = False  # `/v1/music/generate/` is not found, never sent to another address
     return app

@@ -14,9 +14,12 @@ not charged) and shrinks the seats (`queue_seats`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
@@ -40,6 +43,8 @@ TICK = 2.0
 WATCH_EVERY = 5.0
 HOLD_MAX = 600.0
 """Seconds a call holds a seat at most (clients give up on a song after about ten minutes)."""
+STOP_WAIT = 30.0
+"""Seconds a stopping replica waits for the answers of the rows it is sending."""
 DEAD_AFTER = 180.0
 """A claim older than this whose replica cannot be seen (another machine) is taken for a dead replica's."""
 
@@ -88,6 +93,14 @@ class FairQueue:
     def close(self) -> None:
         self._closed = True
         self.wake()
+
+    async def stopped(self, bound: float = STOP_WAIT) -> None:
+        """At the server's shutdown (SIGTERM): claim nothing more, and let the rows being sent get their answers
+        recorded (within `bound` seconds); a send still going after that stays pending for another replica to mark
+        unknown, as after a kill."""
+        self.close()
+        if self._sending:
+            await asyncio.wait(set(self._sending), timeout=bound)
 
     async def _run(self) -> None:
         while not self._closed:
@@ -284,6 +297,23 @@ class FairQueue:
             return with_records(None, [record(found, v2=True)], [song_id], "song_id")
         answer = await self.gateway.query_v2(user, theirs)
         return _rebodied(answer, renamed(bytes(answer.body), {theirs: song_id, **asked(found)}))
+
+
+def serving(queue: FairQueue | None, worker: Any) -> Callable[[Any], AbstractAsyncContextManager[None]]:
+    """The app's lifespan (`create_app`): the queue's pump and the batch `worker` start with the server, before any
+    request (a replica never asked still sends what a killed one left waiting); at SIGTERM the rows the pump is
+    sending are answered and recorded before it exits."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        if queue is not None:
+            queue.start()
+        worker.start()
+        yield
+        if queue is not None:
+            await queue.stopped()
+
+    return lifespan
 
 
 def _rebodied(answer: Response, body: bytes) -> Response:
