@@ -168,3 +168,32 @@ def test_a_real_server_restart_between_confirm_and_wait(service: Sandbox, tmp_pa
     assert [s["state"] for s in ok(waited)["songs"]] == ["ready", "ready"]
     assert "confirmed before this server restarted" in refused(old) and all(i in refused(old) for i in paid["task_ids"])
     assert service.request_counts()[GENERATE] == 1
+
+
+def test_a_kill_between_the_press_and_the_send_says_nothing_was_sent_and_asks_again(
+    paid_clients: Callable[..., MusicClient], service: Sandbox
+) -> None:
+    """kill -9 right after the press is journalled (`note_confirmed`, written first) and before the attempt is marked
+    sending: the journal holds a confirmed quote whose attempt was never sent. After the restart the old quote must
+    say that plainly (nothing sent, nothing charged: ask again), not point at songs that do not exist; a re-issue is
+    quoted afresh and nothing is sent until it is confirmed."""
+    from ipymusicgen.storage.agent_quotes import note_confirmed
+
+    first = AgentDesk(paid_clients())
+    (quoted,) = on_card(first, ("generate_song", {"style": "killed"}))
+    qid = ok(quoted)["quote"]["id"]
+    assert note_confirmed(first.store, qid)  # the press's journal write; the process dies before sending
+    first.close()
+    first.client.close()
+
+    old, again, unfinished = on_card(
+        AgentDesk(paid_clients()),
+        ("confirm_quote", {"quote_id": qid}),
+        ("generate_song", {"style": "killed"}),
+        ("unfinished", {}),
+    )
+    text = refused(old)
+    assert "never sent" in text and "ask again" in text and "unfinished" not in text, text
+    assert ok(again)["state"] == "quoted" and ok(unfinished)["unknown_attempts"] == []
+    assert quote_record(AgentDesk(paid_clients()).store, qid).state == "confirmed"  # type: ignore[union-attr]
+    assert service.request_counts().get(GENERATE, 0) == 0

@@ -100,6 +100,11 @@ class ConsentCard:
                 "new quote"
             )
         row = store.rows(record.attempt).get(0) if record.attempt else None
+        if row is not None and not row.ids and row.state == "pending":  # stopped between the press and the send
+            return (
+                f"quote_id: confirmed before this server restarted ({record.tool}), but the server stopped before "
+                "sending it: its call was never sent and nothing was charged; ask again for a new quote"
+            )
         songs = f"its songs are {', '.join(row.ids)} (wait_for_songs)" if row and row.ids else "see unfinished()"
         return f"quote_id: confirmed before this server restarted ({record.tool}): {songs}; nothing was sent again"
 
