@@ -638,7 +638,9 @@ def _when(value: datetime | None) -> str:
 
 
 def studio(client: MusicClient | None = None, *, confirm: bool | None = None) -> Studio:
-    """Open the studio: Song, v2, Lyrics, Batch, Library and Key tabs above one task watcher."""
+    """Open the studio over the session's workspace (its shared client, unless one is given): Song, v2, Lyrics,
+    Batch, Library and Key tabs above one task watcher. `confirm`: True asks before every paid control, False never
+    does, None asks with a key that may cost money."""
     return Studio(client, confirm=confirm)
 
 

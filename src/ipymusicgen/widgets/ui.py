@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .studio import Studio, extend_studio
+from .studio import Studio, extend_studio, studio  # the verb, defined once there
 from .watcher import TaskWatcher
 from .watcher import watch_unfinished as unfinished_watcher
 
@@ -83,13 +83,6 @@ class UI:
         from .batch import BatchView
 
         return BatchView(watcher=watcher, confirm=confirm)
-
-
-def studio(client: MusicClient | None = None, *, confirm: bool | None = None) -> Studio:
-    """Open the studio over the session's workspace: Song, v2, Lyrics, Batch, Library and Key tabs above one task
-    watcher. `confirm`: True asks before every paid control, False never does, None asks with a key that may
-    cost money."""
-    return UI().studio(client, confirm=confirm)
 
 
 def grid_view(plan: Grid) -> GridView:
