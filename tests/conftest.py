@@ -270,8 +270,10 @@ def _private_user_data(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
 
 
 class _Chromium:
-    """One Chromium per test process (a worker of `-n 2`), launched when a test first asks for a browser: a launch
-    cost about a second per module, and each test gets contexts of its own anyway."""
+    """One Chromium per test module, launched when a test first asks for a browser, and closed with the module.
+    Not one per process: a started sync Playwright leaves its event loop set as running on the main thread, so
+    every later `asyncio.run`/`anyio.run` of that worker (the agent server's tests) failed "cannot be called from
+    a running event loop" once a browser module had run before it in random order."""
 
     def __init__(self) -> None:
         self._stack: ExitStack | None = None
@@ -292,7 +294,7 @@ class _Chromium:
             stack.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def _chromium() -> Iterator[_Chromium]:
     shared = _Chromium()
     yield shared
@@ -301,7 +303,7 @@ def _chromium() -> Iterator[_Chromium]:
 
 @pytest.fixture
 def browser(_chromium: _Chromium) -> Iterator[Browser]:
-    """Debian's Chromium, shared by the tests of this process (Playwright is imported only when one asks); what
+    """Debian's Chromium, shared by the tests of this module (Playwright is imported only when one asks); what
     a test opened in it (its contexts, and the pages `browser.new_page()` made) is closed after it, so the next
     test starts with none."""
     shared = _chromium.get()
