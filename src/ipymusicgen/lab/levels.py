@@ -32,6 +32,17 @@ SHORT_TERM_STEPS = 30
 LRA_RELATIVE_GATE = -20.0
 LRA_PERCENTILES = (10.0, 95.0)
 CHANNEL_WEIGHTS = (1.0, 1.0, 1.0, 1.41, 1.41)
+"""BS.1770-4's weights for up to five channels (L, R, C, Ls, Rs)."""
+SURROUND_WEIGHTS = {
+    6: (1.0, 1.0, 1.0, 0.0, 1.41, 1.41),  # 5.1 in WAVE order: L R C LFE Ls Rs (the LFE left out)
+    8: (1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.41, 1.41),  # 7.1: L R C LFE, back pair, side pair
+}
+
+
+def channel_weights(channels: int) -> tuple[float, ...]:
+    """Each channel's weight: BS.1770-4's for mono to 5.0, 5.1 and 7.1 (WAVE order); 1.0 for any other channel."""
+    weights = SURROUND_WEIGHTS.get(channels, CHANNEL_WEIGHTS)
+    return tuple(weights[index] if index < len(weights) else 1.0 for index in range(channels))
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,7 @@ class LoudnessMeter:
             return np.zeros(0)
         window = np.lib.stride_tricks.sliding_window_view(energy, steps, axis=0).sum(axis=-1) / (steps * self.step)
         with np.errstate(divide="ignore"):
-            return -0.691 + 10 * np.log10(window @ np.asarray(CHANNEL_WEIGHTS[: self.channels]))
+            return -0.691 + 10 * np.log10(window @ np.asarray(channel_weights(self.channels)))
 
     def ranges(self) -> tuple[float | None, float | None, float | None]:
         """(max momentary, max short-term, loudness range): Tech 3341 windows, Tech 3342 gating."""
@@ -154,7 +165,7 @@ class LoudnessMeter:
             return None
         window = np.lib.stride_tricks.sliding_window_view(energy, GATE_BLOCK_STEPS, axis=0)
         z = window.sum(axis=-1)[:count] / block  # mean square of each 400 ms block, per channel
-        weights = np.asarray(CHANNEL_WEIGHTS[: self.channels])
+        weights = np.asarray(channel_weights(self.channels))
         with np.errstate(divide="ignore"):
             block_loudness = -0.691 + 10 * np.log10(z @ weights)
         above = block_loudness >= ABSOLUTE_GATE
