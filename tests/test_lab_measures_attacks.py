@@ -284,3 +284,21 @@ def test_m016_on_a_journal_of_the_older_schema_keeps_its_data_and_a_newer_journa
     with pytest.raises(JournalVersionError):
         Library(path)
     assert path.read_bytes() == newer
+
+
+def test_a_forged_asked_in_a_kept_row_never_reaches_the_result(tmp_path: Path) -> None:
+    """What a request asked is never kept (analyze() reads it from the request each time): a row holding one was
+    written by someone else, and must not come back (a string tempo there made str(result) raise TypeError)."""
+    import json
+
+    song = tmp_path / "song.wav"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        analyse(library, "s1", song, counting)
+        (row,) = library.store._rows("SELECT measures FROM song_measures WHERE song = ?", ("s1",))
+        forged = {**json.loads(row["measures"]), "asked": {"bpm": "fast", "key": "<b>"}}
+        with library.store.write() as db:
+            db.execute("UPDATE song_measures SET measures = ? WHERE song = ?", (json.dumps(forged), "s1"))
+        found = analyse(library, "s1", song, counting)
+        assert found.asked is None and "fast" not in str(found)

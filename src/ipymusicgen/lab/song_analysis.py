@@ -62,7 +62,7 @@ def _analyse_song(
     wav_identity = dataclasses.astuple(wav_source) if wav_source else None
     kept = store.kept_measures(task_id, source, MEASURES_VERSION)
     if kept is not None and _same_wav(kept.get(WAV_KEY), wav_identity):
-        found = Analysis.from_dict(kept)
+        found = Analysis.from_dict({**kept, "asked": None})  # never kept: a row holding one was forged
         if found is not None:  # else a damaged row: measured again (and kept anew)
             return found
     try:
