@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 OVERSAMPLE = 4
@@ -33,10 +34,12 @@ LRA_RELATIVE_GATE = -20.0
 LRA_PERCENTILES = (10.0, 95.0)
 CHANNEL_WEIGHTS = (1.0, 1.0, 1.0, 1.41, 1.41)
 """BS.1770-4's weights for up to five channels (L, R, C, Ls, Rs)."""
-SURROUND_WEIGHTS = {
-    6: (1.0, 1.0, 1.0, 0.0, 1.41, 1.41),  # 5.1 in WAVE order: L R C LFE Ls Rs (the LFE left out)
-    8: (1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.41, 1.41),  # 7.1: L R C LFE, back pair, side pair
-}
+SURROUND_WEIGHTS = MappingProxyType(
+    {
+        6: (1.0, 1.0, 1.0, 0.0, 1.41, 1.41),  # 5.1 in WAVE order: L R C LFE Ls Rs (the LFE left out)
+        8: (1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.41, 1.41),  # 7.1: L R C LFE, back pair, side pair
+    }
+)
 
 
 def channel_weights(channels: int) -> tuple[float, ...]:
