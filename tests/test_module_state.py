@@ -109,3 +109,73 @@ def test_the_modules_not_yet_cleared_still_exist_and_still_hold_state() -> None:
     """A module leaves `NOT_YET` as soon as it holds no state (this fails then, so the list only shrinks)."""
     for where in NOT_YET:
         assert state_in((PACKAGE / where).read_text(encoding="utf-8"), where), f"{where} is clear: drop it from NOT_YET"
+
+
+MEMOS = MappingProxyType(
+    {
+        "client/responses.py:key_pattern": "a key's echo pattern (the pattern holding the key sits in `re`'s own "
+        "compile cache anyway); 8 at most",
+        "client/responses.py:_key_bytes_pattern": "the same pattern as bytes",
+        "mcp/text.py:_shown": "one character as kept: a pure function of the character",
+        "notebook/args.py:_default_parser": "%musicgen's argument parser, built once from constant options",
+        "storage/owner.py:_boot_id": "the machine's boot id (constant while the process runs)",
+        "widgets/_static.py:_read": "a file shipped in the package (constant)",
+        "widgets/_static.py:esm": "a view's ES module, read from the package (constant)",
+        "widgets/_static.py:css": "a view's CSS, read from the package (constant)",
+    }
+)
+"""Module-level caches (functools.cache/lru_cache), each with why it holds nothing of a caller's world (no client,
+no workspace, no file but the package's own): a new one keyed by a path, a client or a workspace fails."""
+CLASS_TABLES = frozenset({"storage/ledger.py:Ledger.types", "storage/ledger_postgres.py:PostgresLedger.types",
+                          "storage/ledger_sqlite.py:SqliteLedger.types"})  # fmt: skip
+"""Class-level dicts that are constant tables (an engine's column types, only read)."""
+
+
+def hidden_state_in(source: str, where: str) -> list[str]:
+    """What the module-level check cannot see: caches on functions, mutable class attributes and mutable defaults."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                name = ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+                if name.rsplit(".", 1)[-1] in ("cache", "lru_cache"):  # a cached_property is its object's
+                    found.append(f"{where}:{node.name}")
+            defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+            found += [f"{where}:{node.name} default {ast.unparse(d)}" for d in defaults if isinstance(d, MUTABLE_NODES)]
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                value = item.value if isinstance(item, ast.Assign | ast.AnnAssign) else None
+                if isinstance(value, MUTABLE_NODES):
+                    target = item.targets[0] if isinstance(item, ast.Assign) else item.target
+                    found.append(f"{where}:{node.name}.{ast.unparse(target)}")
+    return found
+
+
+def test_the_hidden_check_finds_caches_class_tables_and_mutable_defaults() -> None:
+    hostile = """
+import functools
+from functools import cache, lru_cache
+@functools.lru_cache(maxsize=None)
+def client_for(path): ...
+@cache
+def store_for(path): ...
+class Registry:
+    live = {}
+    seen: list = []
+    FROZEN = frozenset()
+def remember(item, into=[]): ...
+def keyed(*, by={}): ...
+"""
+    found = hidden_state_in(hostile, "x.py")
+    assert sorted(found) == sorted(["x.py:client_for", "x.py:store_for", "x.py:Registry.live", "x.py:Registry.seen",
+                                    "x.py:remember default []", "x.py:keyed default {}"])  # fmt: skip
+
+
+def test_no_cache_class_registry_or_mutable_default_holds_a_callers_world() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where in OWNERS_OF_STATE:
+            continue
+        found += [f for f in hidden_state_in(path.read_text(encoding="utf-8"), where) if f not in MEMOS]
+    assert [f for f in found if f not in CLASS_TABLES] == []
