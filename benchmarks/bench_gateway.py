@@ -33,9 +33,12 @@ from ._common import ROOT, Row, child_env, interleaved, median, ratio, spread
 
 KEY = "k-bench-gateway-01"
 GOAL = 1.5
-CONCURRENT = 200
-QUEUE_AHEAD = 20
-"""Creates sent to the one-seat gateway before its queued creates are timed (it sends at most one per 2 s)."""
+CONCURRENT, QUICK_CONCURRENT = 200, 50
+"""Task queries sent at once for the throughput row (`--quick`: fewer; the loaded test machine spent most of the
+quick figure's time on three bursts of 200)."""
+QUEUE_AHEAD, QUICK_QUEUE_AHEAD = 20, 3
+"""Creates sent to the one-seat gateway before its queued creates are timed (it sends at most one per 2 s, and each
+timed create joins the line too, so a few ahead keep it from ever emptying)."""
 BODY = {"action": "auto", "style": "bench", "mv": "MFV3.0"}
 START_SECONDS = 60
 UPSTREAM_KEY_ENV = "MUSICGEN_UPSTREAM_KEY"
@@ -136,17 +139,21 @@ def _serve_bare(upstream: str, port: int) -> None:
 
 
 @contextmanager
-def _deployment(folder: Path) -> Iterator[tuple[str, str, str, str]]:
-    """(upstream URL, gateway URL, bare proxy URL, a user's token): the upstream and the bare proxy start at once,
-    the gateway as soon as the upstream listens (it reads the credits left as it starts)."""
+def _deployment(folder: Path) -> Iterator[tuple[str, str, str, str, str, str]]:
+    """(upstream URL, gateway URL, bare proxy URL, a user's token, the one-seat gateway's URL, its user's token):
+    the upstream and the bare proxy start at once, both gateways together as soon as the upstream listens (each
+    reads the credits left as it starts). The one-seat gateway (`--max-in-flight 1`) has a ledger of its own: once
+    its seat is taken and a row waits, every create is answered queued at once (its pump sends one every few
+    seconds)."""
     from ipymusicgen.gateway.tokens import new_token, token_hash
     from ipymusicgen.storage.ledger_engines import open_ledger
 
-    database = str(folder / "gateway.sqlite3")
-    token = new_token()
-    with open_ledger(database) as ledger:  # the admin's `gateway user add`, before the gateway opens it
-        ledger.add_user("bench", token_hash(token), None)
-    port, v2_port, gateway_port, bare_port = (_free_port() for _ in range(4))
+    databases = str(folder / "gateway.sqlite3"), str(folder / "queued.sqlite3")
+    tokens = new_token(), new_token()
+    for database, token in zip(databases, tokens, strict=True):
+        with open_ledger(database) as ledger:  # the admin's `gateway user add`, before the gateway opens it
+            ledger.add_user("bench", token_hash(token), None)
+    port, v2_port, gateway_port, bare_port, queue_port = (_free_port() for _ in range(5))
     upstream, upstream_v2 = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{v2_port}"
     env = {UPSTREAM_KEY_ENV: KEY}
     with ExitStack() as stack:
@@ -158,35 +165,24 @@ def _deployment(folder: Path) -> Iterator[tuple[str, str, str, str]]:
         )
         stack.callback(bare.stop)
         upstream_process.ready()
-        serve = ["-m", "ipymusicgen", "gateway", "serve", "--database", database, "--port", str(gateway_port)]
+        serve = ["-m", "ipymusicgen", "gateway", "serve", "--database", databases[0], "--port", str(gateway_port)]
         serve += ["--upstream", upstream, "--upstream-v2", upstream_v2]
         gateway = _Process("gateway", serve, [gateway_port], folder, env)
         stack.callback(gateway.stop)
-        bare.ready()
-        gateway.ready()
-        yield upstream, f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{bare_port}", token
-
-
-@contextmanager
-def _queued_gateway(folder: Path, upstream: str) -> Iterator[tuple[str, str]]:
-    """(URL, a user's token) of a gateway with one seat (`--max-in-flight 1`) and a ledger of its own: once its seat
-    is taken and a row waits, every create is answered queued at once (its pump sends one every few seconds)."""
-    from ipymusicgen.gateway.tokens import new_token, token_hash
-    from ipymusicgen.storage.ledger_engines import open_ledger
-
-    database = str(folder / "queued.sqlite3")
-    token = new_token()
-    with open_ledger(database) as ledger:
-        ledger.add_user("bench", token_hash(token), None)
-    port = _free_port()
-    serve = ["-m", "ipymusicgen", "gateway", "serve", "--database", database, "--port", str(port)]
-    serve += ["--upstream", upstream, "--upstream-v2", upstream, "--max-in-flight", "1"]
-    gateway = _Process("queued gateway", serve, [port], folder, {UPSTREAM_KEY_ENV: KEY})
-    try:
-        gateway.ready()
-        yield f"http://127.0.0.1:{port}", token
-    finally:
-        gateway.stop()
+        queued = ["-m", "ipymusicgen", "gateway", "serve", "--database", databases[1], "--port", str(queue_port)]
+        queued += ["--upstream", upstream, "--upstream-v2", upstream, "--max-in-flight", "1"]
+        queue = _Process("queued gateway", queued, [queue_port], folder, env)
+        stack.callback(queue.stop)
+        for process in (bare, gateway, queue):
+            process.ready()
+        yield (
+            upstream,
+            f"http://127.0.0.1:{gateway_port}",
+            f"http://127.0.0.1:{bare_port}",
+            tokens[0],
+            f"http://127.0.0.1:{queue_port}",
+            tokens[1],
+        )
 
 
 def _timed(call: Any, count: int) -> float:
@@ -196,15 +192,15 @@ def _timed(call: Any, count: int) -> float:
     return (time.perf_counter() - start) / count
 
 
-async def _burst(url: str, key: str, ids: str) -> float:
-    """Seconds for CONCURRENT task queries sent at once."""
-    limits = httpx.Limits(max_connections=CONCURRENT, max_keepalive_connections=CONCURRENT)
+async def _burst(url: str, key: str, ids: str, concurrent: int = CONCURRENT) -> float:
+    """Seconds for `concurrent` task queries sent at once."""
+    limits = httpx.Limits(max_connections=concurrent, max_keepalive_connections=concurrent)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
         start = time.perf_counter()
         answers = await asyncio.gather(
             *(
                 client.get(url + "/v1/music/tasks", params={"ids": ids}, headers={"x-api-key": key})
-                for _ in range(CONCURRENT)
+                for _ in range(concurrent)
             )
         )
         took = time.perf_counter() - start
@@ -273,12 +269,12 @@ def _reservation_scaling(folder: Path, rounds: int, count: int) -> Row:
 
 def run(quick: bool = False) -> list[Row]:
     rounds, count = (3, 5) if quick else (9, 30)
+    concurrent, ahead = (QUICK_CONCURRENT, QUICK_QUEUE_AHEAD) if quick else (CONCURRENT, QUEUE_AHEAD)
     with tempfile.TemporaryDirectory() as tmp:
         scaling = _reservation_scaling(Path(tmp), rounds, count * 4)
     with (
         tempfile.TemporaryDirectory() as tmp,
-        _deployment(Path(tmp)) as (upstream, gateway, bare, token),
-        _queued_gateway(Path(tmp), upstream) as (queue, queue_token),
+        _deployment(Path(tmp)) as (upstream, gateway, bare, token, queue, queue_token),
     ):
         with httpx.Client(timeout=30) as http:
 
@@ -290,7 +286,7 @@ def run(quick: bool = False) -> list[Row]:
                 return answer
 
             ids = ",".join(create(gateway, token).json()["data"]["ids"])  # the user's own tasks
-            for _ in range(QUEUE_AHEAD):  # the first takes the one seat, the rest wait: the line never empties (its
+            for _ in range(ahead):  # the first takes the one seat, the rest wait: the line never empties (its
                 create(queue, queue_token)  # pump sends one row each time a seat's songs are seen finished)
 
             def queued(url: str, key: str) -> None:
@@ -314,9 +310,9 @@ def run(quick: bool = False) -> list[Row]:
             for side in sides.values():
                 side()  # warm every path
             samples = interleaved(sides, rounds)
-        burst_direct = asyncio.run(_burst(upstream, KEY, ids))
-        burst_gateway = asyncio.run(_burst(gateway, token, ids))
-        burst_floor = asyncio.run(_burst(bare, "unused", ids))
+        burst_direct = asyncio.run(_burst(upstream, KEY, ids, concurrent))
+        burst_gateway = asyncio.run(_burst(gateway, token, ids, concurrent))
+        burst_floor = asyncio.run(_burst(bare, "unused", ids, concurrent))
     from ipymusicgen.gateway.server import server_options
 
     medians = {name: median(values) for name, values in samples.items()}
@@ -327,7 +323,7 @@ def run(quick: bool = False) -> list[Row]:
         ledger="sqlite",
         processes="client | gateway | upstream",
         server=server_options(),
-        burst_floor_per_s=round(CONCURRENT / burst_floor, 1),
+        burst_floor_per_s=round(concurrent / burst_floor, 1),
     )
     rows = []
     for what, label in (("query", "task query"), ("create", "paid create")):
@@ -365,10 +361,10 @@ def run(quick: bool = False) -> list[Row]:
     rows.append(
         Row(
             16,
-            f"{CONCURRENT} concurrent task queries through the gateway",
-            round(CONCURRENT / burst_gateway, 1),
+            f"{concurrent} concurrent task queries through the gateway",
+            round(concurrent / burst_gateway, 1),
             "queries/s",
-            baseline=round(CONCURRENT / burst_direct, 1),
+            baseline=round(concurrent / burst_direct, 1),
             ratio=round(ratio(burst_gateway, burst_direct), 2),
         )
     )

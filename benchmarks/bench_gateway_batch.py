@@ -25,7 +25,7 @@ from typing import Any
 from ._common import Row, median, ratio, spread
 from .bench_gateway import KEY, UPSTREAM_KEY_ENV, _Process
 
-ROWS, QUICK_ROWS = 1000, 60
+ROWS, QUICK_ROWS = 1000, 20
 CONCURRENCY = 50
 POLL_S = 0.2
 
