@@ -18,6 +18,10 @@ LOWEST_CUTOFF_HZ = 10_000.0
 """Encoders low-pass no lower than this at the bit rates music is sold at (LAME at 64 kbps: about 14 kHz)."""
 NYQUIST_MARGIN_HZ = 1_000.0
 """Content within this of the Nyquist frequency is full band (anti-alias filters start about here)."""
+HIGHEST_CUTOFF_HZ = 21_000.0
+"""Encoders low-pass no higher than this (LAME at 320 kbps: about 20.5 kHz): a cliff above it is the Nyquist of a
+44.1 or 48 kHz source a high-resolution file was resampled from (a CD master at 96 kHz), full band for its
+source. The kilohertz under it (or under `NYQUIST_MARGIN_HZ` below Nyquist, if lower) decides "full band"."""
 CLIFF_DB = 25.0
 """How far the spectrum must fall in the kilohertz just above the cutoff, against the kilohertz just below it
 (LAME at 96 kbps: 28 dB, at 128 to 320 kbps: more), and stay `REST_DB` down above that (some encoders leave
@@ -91,7 +95,8 @@ class LongTermSpectrum:
         if self.lossy_cutoff() is not None:
             return True
         level, centre = self._bands()
-        top = level[(centre >= nyquist - NYQUIST_MARGIN_HZ - 1000.0) & (centre < nyquist - NYQUIST_MARGIN_HZ)]
+        highest = min(nyquist - NYQUIST_MARGIN_HZ, HIGHEST_CUTOFF_HZ)
+        top = level[(centre >= highest - 1000.0) & (centre < highest)]
         return bool(len(top)) and float(top.mean()) >= float(level.max()) - PRESENT_DB
 
     def _bands(self) -> tuple[Any, Any]:
@@ -120,7 +125,8 @@ class LongTermSpectrum:
         loudest = float(level.max())
         below_bands = max(1, round(1000.0 / (per_band * bin_hz)))
         cliff_bands = max(1, round(CLIFF_WIDTH_HZ / (per_band * bin_hz)))
-        for edge in np.flatnonzero((centre >= LOWEST_CUTOFF_HZ) & (centre <= nyquist - NYQUIST_MARGIN_HZ)):
+        highest = min(nyquist - NYQUIST_MARGIN_HZ, HIGHEST_CUTOFF_HZ)
+        for edge in np.flatnonzero((centre >= LOWEST_CUTOFF_HZ) & (centre <= highest)):
             below = float(level[max(0, edge - below_bands) : edge].mean())
             above = level[edge + cliff_bands :]
             if len(above) < below_bands or below < loudest - PRESENT_DB:
