@@ -302,3 +302,22 @@ def test_a_forged_asked_in_a_kept_row_never_reaches_the_result(tmp_path: Path) -
             db.execute("UPDATE song_measures SET measures = ? WHERE song = ?", (json.dumps(forged), "s1"))
         found = analyse(library, "s1", song, counting)
         assert found.asked is None and "fast" not in str(found)
+
+
+def test_the_source_of_a_named_pipe_or_a_folder_is_none_at_once(tmp_path: Path) -> None:
+    """Source.of reads a sample of the file for its digest: a named pipe in the archive's place must not hang
+    the kernel on open() (nothing writes to it), and a folder is no file either."""
+    from ipymusicgen.storage.song_measures import Source
+
+    pipe = tmp_path / "song.mp3"
+    os.mkfifo(pipe)
+    found: list[object] = []
+    reader = threading.Thread(target=lambda: found.append(Source.of(pipe)), daemon=True)
+    reader.start()
+    reader.join(10.0)
+    if reader.is_alive():  # free the hung thread before failing
+        with open(pipe, "wb"):
+            pass
+        reader.join(10.0)
+        pytest.fail("Source.of hung on a named pipe")
+    assert found == [None] and Source.of(tmp_path) is None

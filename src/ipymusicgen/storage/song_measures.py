@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,8 @@ class Source:
     def of(cls, path: str | Path) -> Source | None:
         try:
             found = os.stat(path)
+            if not stat.S_ISREG(found.st_mode):  # a pipe would block open(), a folder is no song
+                return None
             digest = _sampled_digest(path, int(found.st_size))
         except (OSError, ValueError):
             return None
