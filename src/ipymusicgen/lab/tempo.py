@@ -152,7 +152,7 @@ class Tempo:
 
     bpm: float
     confidence: float
-    """0 to 1: the onset strength's mean autocorrelation at 1, 2, 3... beats of this tempo (1 for a click track)."""
+    """0 to 1: the onset strength's mean autocorrelation at 1, 2, 3... beats of this tempo (steady clicks: ~0.8)."""
     half: float
     double: float
 
