@@ -464,3 +464,19 @@ def test_a_double_press_while_the_first_is_paying_does_not_tell_the_agent_nothin
     assert first == 200 and b" 410 " in second.split(b"\r\n", 1)[0], second[:200]
     assert not result.is_error, result.content[0].text
     assert (result.structured_content or {})["state"] == "sent" and service.request_counts()[GENERATE] == 1
+
+
+def test_pages_long_past_their_quote_are_forgotten(served: Callable[..., Served], service: Sandbox) -> None:
+    """An agent that keeps asking on a URL-only host opens a page per call: a page is kept (to say 'already used' or
+    'expired') while its quote is remembered, then forgotten, so a long-running server does not hold every page."""
+    from ipymusicgen.mcp.consent import KEEP_S
+
+    clock = FakeClock()
+    server = served(QuoteBook(clock=clock))
+    _, _, first = call_and_act(server, {"style": "old"}, lambda b, url: None, User("decline"))
+    with server.signed_in() as browser:
+        kept = browser.get(first.urls[0]).status_code
+        clock.now += 300 + KEEP_S + 1
+        call_and_act(server, {"style": "new"}, lambda b, url: None, User("decline"))
+        forgotten = browser.get(first.urls[0]).status_code
+    assert (kept, forgotten) == (410, 404) and service.request_counts().get(GENERATE, 0) == 0

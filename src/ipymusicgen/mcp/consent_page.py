@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from .consent import Quote, QuoteRefused, connection_mark, quote_view
+from .consent import KEEP_S, Quote, QuoteRefused, connection_mark, quote_view
 from .consent_card import card_html
 
 if TYPE_CHECKING:
@@ -183,6 +183,9 @@ class ConsentPages:
 
     def _open(self, quote: Quote, decision: Decision) -> Page:
         page = Page(secrets.token_urlsafe(32), secrets.token_urlsafe(32), quote, decision)
+        now = self.card.quotes.clock()
+        for path in [p for p, old in self._pages.items() if now - old.quote.expires > KEEP_S]:
+            del self._pages[path]  # as long as the quote book remembers its quote (to say which it was)
         self._pages[page.path] = page
         return page
 
