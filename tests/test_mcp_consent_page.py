@@ -223,6 +223,8 @@ def test_cancel_on_the_page_sends_nothing(served: Callable[..., Served], service
         ({"headers": {"Origin": "http://evil.example"}}, 403),
         ({"headers": {"Origin": "null"}}, 403),
         ({"form": {"decision": "pay twice"}}, 400),
+        ({"form": {"a": "1", "b": "2", "c": "3"}}, 400),  # more fields than a press has
+        ({"form": {"token": "\x00\u202e" * 200}}, 403),
     ],
 )
 def test_a_forged_press_sends_nothing_and_the_real_one_still_works(

@@ -279,7 +279,10 @@ class ConsentPages:
             body += chunk
             if len(body) > FORM_MAX_BYTES:
                 return self._message("Refused", "Too large: nothing was sent.", 413)
-        form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+        try:
+            form = urllib.parse.parse_qs(body.decode("utf-8", "replace"), max_num_fields=4)
+        except ValueError:  # more fields than a press has
+            return self._message("Refused", "Confirm or Cancel: nothing was sent.", 400)
         token = (form.get("token") or [""])[0]
         if not hmac.compare_digest(token.encode(), page.token.encode()):
             return self._message("Refused", "This press did not come from this page: nothing was sent.", 403)
