@@ -9,11 +9,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import ManualClock, advance_until_done, wait_until
 
 from ipymusicgen.config import Settings
 from ipymusicgen.errors import MusicGenError
+from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.shared_connection import open_connections
 from ipymusicgen.workspace.workspace import Workspace
+
+GENERATE = "/v1/music/generate"
 
 
 @pytest.fixture
@@ -85,3 +89,42 @@ def test_closing_from_another_thread_while_the_other_workspace_is_used(
         thread.join(30)
     assert errors == [] and not any(thread.is_alive() for thread in closers)
     assert closed.path.resolve() not in files_open() and other.path.resolve() in files_open()
+
+
+def test_closing_one_workspace_mid_batch_leaves_the_other_batch_on_the_same_key_running(
+    sandbox: Sandbox, tmp_path: Path, clock: ManualClock
+) -> None:
+    """Both workspaces run a batch on one key of one service; one is closed while its rows are in flight: its batch
+    stops (no row starts after the close) and its file is let go, the other's batch finishes every row."""
+    settings = Settings.from_env().with_changes(
+        api_key=sandbox.api_key, base_url=sandbox.base_url, v2_base_url=sandbox.v2_base_url, poll_interval=0.05
+    )
+    closed = Workspace(settings, journal_path=tmp_path / "closed.sqlite3")
+    other = Workspace(settings, journal_path=tmp_path / "other.sqlite3")
+    try:
+        for workspace in (closed, other):
+            workspace.archive.choose(False)
+        rows = [{"style": f"row {i}", "mv": "MFV2.0"} for i in range(6)]
+        stopped = closed.client.batch(rows, name="closed", concurrency=2, wait=False)
+        running = other.client.batch(rows, name="other", concurrency=2, wait=False)
+        wait_until(lambda: sandbox.request_counts().get(GENERATE, 0) >= 4, "both batches' first creates")
+        closer = threading.Thread(target=closed.close)
+        closer.start()
+        wait_until(lambda: stopped.done, "the closed workspace's batch to end")  # its two songs are still making
+        closer.join(60)
+        assert not closer.is_alive() and stopped.error is None
+        assert [row.state for row in stopped.rows].count("skipped") == 4  # never started after the close
+        assert closed.path.resolve() not in files_open() and other.path.resolve() in files_open()
+        advance_until_done(running, clock, sandbox)
+        assert [row.state for row in running.rows] == ["complete"] * 6
+        reopened = Workspace(settings, journal_path=closed.path)  # the file again: its rows sent are followed
+        reopened.archive.choose(False)
+        before = sandbox.request_counts().get(GENERATE, 0)
+        rerun = reopened.client.batch(rows, name="closed", concurrency=2, wait=False)
+        advance_until_done(rerun, clock, sandbox)
+        reopened.close()
+        assert [row.state for row in rerun.rows] == ["complete"] * 6
+        assert sandbox.request_counts().get(GENERATE, 0) - before == 4  # the two sent before the close: not again
+    finally:
+        closed.close()
+        other.close()

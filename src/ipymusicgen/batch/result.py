@@ -59,6 +59,8 @@ class Batch:
         self._wakers: list[Callable[[], Any]] = []
         """Called by `stop()`: whatever the batch is resting on wakes at once."""
         self.stop_requested = False
+        self.leave_requested = False
+        """`leave()`: the rows already sent are no longer followed here (their store follows them on a re-run)."""
 
     # -- state ---------------------------------------------------------------------------------------
 
@@ -89,6 +91,13 @@ class Batch:
         for wake in list(self._wakers):
             with contextlib.suppress(Exception):  # a closed event loop: nothing is waiting there any more
                 wake()
+
+    def leave(self) -> None:
+        """`stop()`, and stop following the rows already sent too (their workspace is closing): the batch ends once
+        no create is being sent. Those rows stay sent in the batch's store, where a re-run of the same name follows
+        them to the end without sending them again."""
+        self.leave_requested = True
+        self.stop()
 
     def add_listener(self, callback: Callable[[Batch], None]) -> None:
         self._listeners.append(callback)

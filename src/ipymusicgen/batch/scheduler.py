@@ -313,7 +313,9 @@ class Scheduler:
 
     @property
     def finished(self) -> bool:
-        return not self.queue and not self.sending and not self.watching
+        """Nothing to start, send or follow; a batch told to `leave()` follows nothing more (a create being sent
+        is still waited for: its answer says what was paid)."""
+        return not self.queue and not self.sending and (not self.watching or self.batch.leave_requested)
 
     def measured(self, counts_left: int | None) -> None:
         """Stop starting rows once the credits measured on the key (before this run minus now) reach the budget:

@@ -176,12 +176,12 @@ class ClientWiring:
             analysts.close()
 
     def stop_batches(self, timeout: float = CLOSE_BATCHES_SECONDS) -> None:
-        """Stop the batches still running (no row starts) and wait, within `timeout` in all, for them to follow
-        the rows they sent: their stores are closed next."""
+        """Make the batches still running leave (no row starts, the rows sent are followed no more: a re-run follows
+        them) and wait, within `timeout` in all, for the creates being sent to answer: their stores close next."""
         with self._lock:
             running, self._running = [b for b in self._running if not b.done], []
         for batch in running:
-            batch.stop()
+            batch.leave()
         deadline = time.monotonic() + timeout
         for batch in running:
             with contextlib.suppress(Exception):  # a crash is the batch's to report (its `.error`)
