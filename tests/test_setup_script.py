@@ -72,3 +72,22 @@ def test_apt_gives_up_after_its_tries_with_the_real_message(tmp_path: Path) -> N
 def test_sourcing_the_script_installs_nothing(tmp_path: Path) -> None:
     done, calls = _apt_get(tmp_path, failures=0)
     assert done.returncode == 0 and len(calls) == 2, "only the two calls the test asked for"
+
+
+@pytest.mark.parametrize(("says", "ready"), [("12", False), ("garbage", False), ("18", True), ("20", True)])
+def test_an_old_node_is_refused_in_one_clear_line_before_npm(tmp_path: Path, says: str, ready: bool) -> None:
+    """The consent card's browser test bundles the official MCP Apps host with npm and esbuild (Node.js 18+): an
+    older node (Ubuntu 22.04's apt gives 12) must stop setup saying so, not fail obscurely inside npm."""
+    node = tmp_path / "node"
+    node.write_text(f'#!/usr/bin/env bash\nif [ "$1" = "-p" ]; then echo "{says}"; else echo "v{says}.0.0"; fi\n')
+    node.chmod(0o755)
+    done = subprocess.run(
+        ["bash", "-c", "source scripts/setup && node_ready"],
+        cwd=ROOT,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode == 0) == ready, done.stderr
+    assert ("too old" in done.stderr and "18 or newer" in done.stderr) != ready
