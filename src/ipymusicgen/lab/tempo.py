@@ -31,6 +31,11 @@ TEMPO_SEGMENTS = 5
 """At most this many `SEGMENT_S` segments (spread over the song, first and last included) give librosa's
 estimate: its tempogram took 3.5 of 5.4 CPU seconds for a 3-minute song's nine (benchmark figure 14)."""
 SLOWEST, FASTEST = 40.0, 240.0
+VOTING_STRENGTH = 0.25
+"""Segments whose mean onset strength is under this part of the strongest one's (an ambient intro) do not count
+in the agreement."""
+OCTAVE_AGREEMENT = 0.04
+"""How near a segment's own estimate (or its half or double) must be to the tempo read to count as agreeing."""
 ONSET_FLOOR = 0.1
 """The least onset strength (librosa's spectral flux) at its peak for anything to count as a note starting."""
 PULSE_CONFIDENCE = 0.3
@@ -174,7 +179,8 @@ def measure_tempo(mono: Any) -> Tempo | None:
     window = correlation[fastest : slowest + 1]
     if not len(window) or float(window.max()) < PULSE_CONFIDENCE * float(correlation[0]):
         return None
-    first = _librosa_tempo(envelope)
+    segments = _segment_tempi(envelope)
+    first = _median_tempo([estimate for estimate, _ in segments])
     if first is None:
         return None
     period = refine(correlation, family(correlation, frames_per_minute / first))
@@ -183,7 +189,9 @@ def measure_tempo(mono: Any) -> Tempo | None:
     value = frames_per_minute / period
     if not (math.isfinite(value) and SLOWEST * 0.98 <= value <= FASTEST * 1.02):
         return None
-    confidence = min(1.0, max(0.0, comb(correlation, period)))
+    loudest = max(strength for _, strength in segments)
+    voting = [estimate for estimate, strength in segments if strength >= VOTING_STRENGTH * loudest]
+    confidence = min(1.0, max(0.0, comb(correlation, period))) * agreement(voting, value)
     return Tempo(round(value, 1), round(confidence, 2), round(value / 2, 1), round(value * 2, 1))
 
 
@@ -223,9 +231,33 @@ def _autocorrelation(envelope: Any) -> Any:
     return librosa.autocorrelate(centred, max_size=min(len(centred), limit))
 
 
+def agreement(estimates: list[float], value: float) -> float:
+    """The part of the segments with a beat whose own estimate is this tempo, its half or its double (within 4%):
+    1 for a steady song, 0 when the tempo read is none of its parts' (a song at 90 BPM, then at 140, read as 60)."""
+    if not estimates:
+        return 1.0
+    return sum(
+        any(abs(estimate * factor - value) <= OCTAVE_AGREEMENT * value for factor in (0.5, 1.0, 2.0))
+        for estimate in estimates
+    ) / len(estimates)
+
+
 def _librosa_tempo(envelope: Any) -> float | None:
-    """librosa's estimate (autocorrelation tempogram with its prior around 120 BPM), the median over segments:
-    its tempogram holds (window x frames) numbers, a gigabyte for a few minutes at 8 ms hops."""
+    """librosa's estimate (autocorrelation tempogram with its prior around 120 BPM), the median over segments."""
+    return _median_tempo([estimate for estimate, _ in _segment_tempi(envelope)])
+
+
+def _median_tempo(estimates: list[float]) -> float | None:
+    import numpy as np
+
+    value = float(np.median(estimates)) if estimates else math.nan
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _segment_tempi(envelope: Any) -> list[tuple[float, float]]:
+    """librosa's estimate (autocorrelation tempogram with its prior around 120 BPM) of each segment, with its mean
+    onset strength (`VOTING_STRENGTH`); its tempogram holds (window x frames) numbers, a gigabyte for a few
+    minutes at 8 ms hops."""
     import librosa
     import numpy as np
 
@@ -234,14 +266,12 @@ def _librosa_tempo(envelope: Any) -> float | None:
     if len(starts) > TEMPO_SEGMENTS:  # a long song: segments spread over it (the tempogram is most of the time)
         starts = [starts[round(i * (len(starts) - 1) / (TEMPO_SEGMENTS - 1))] for i in range(TEMPO_SEGMENTS)]
     window = int(librosa.time_to_frames(TEMPO_WINDOW_S, sr=RATE, hop_length=HOP).item())
-    estimates = [
-        float(np.atleast_1d(librosa.feature.tempo(
+    return [
+        (float(np.atleast_1d(librosa.feature.tempo(
             tg=mean_tempogram(envelope[start : start + segment], window), sr=RATE, hop_length=HOP, aggregate=None,
-        ))[0])
+        ))[0]), float(envelope[start : start + segment].mean()))
         for start in starts
     ]  # fmt: skip
-    value = float(np.median(estimates))
-    return value if math.isfinite(value) and value > 0 else None
 
 
 def mean_tempogram(envelope: Any, window: int) -> Any:
