@@ -22,6 +22,7 @@ import re
 import shutil
 import types
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -241,6 +242,15 @@ def _send(client: MusicClient, store: ExtrasStore, song: SongName, spec: Kind) -
         raise
     store.made(song.task_id, spec.name, value)
     return value
+
+
+def stems_quote(client: MusicClient, task_id: str) -> Decimal:
+    """What the stems of this song will be priced at when sent, in dollars (the audio read now, free, and measured
+    as `make_extra` will: its consent shows no less than what is journalled)."""
+    from ..models.dollar_prices import stems_estimate
+
+    song = song_named(client, check_id(task_id, "song"))
+    return stems_estimate(_audio_of(client, song)[1])
 
 
 def _stems(client: MusicClient, song: SongName) -> str:

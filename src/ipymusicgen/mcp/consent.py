@@ -24,7 +24,7 @@ from typing import Any
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..models import costs
-from .desk import SHOWN, AgentDesk, AgentError, Plan
+from .desk import SHOWN, AgentDesk, AgentError, Plan, in_dollars
 from .engine_songs import dollars_of, price_view
 from .text import quoted
 
@@ -163,7 +163,8 @@ def quote_view(desk: AgentDesk, quote: Quote) -> dict[str, Any]:
     payload = plan.request.to_payload()
     words = [{"field": f, "text": quoted(payload[f])} for f in SHOWN if payload.get(f)]
     engine = plan.kind == "engine"
-    price = price_view(plan.kind, plan.estimate, plan_dollars(plan))  # dollars first, then the provider's own unit
+    dollar_kind = "engine" if in_dollars(plan) else plan.kind  # an engine's song or stems: dollars alone
+    price = price_view(dollar_kind, plan.estimate, plan_dollars(plan))  # dollars first, then the provider's own unit
     model = costs.model_of(plan.request) if plan.kind in ("v1", "v2") else None
     return {
         "id": quote.id,
@@ -185,7 +186,7 @@ def quote_view(desk: AgentDesk, quote: Quote) -> dict[str, Any]:
 
 def plan_dollars(plan: Plan) -> Decimal | None:
     """A plan's price in dollars: an engine's as planned; a service call's at the user's credit rate of now."""
-    return plan.dollars if plan.kind == "engine" else dollars_of(plan.kind, plan.request, plan.estimate)
+    return plan.dollars if in_dollars(plan) else dollars_of(plan.kind, plan.request, plan.estimate)
 
 
 def price_line(plan: Plan) -> str:
@@ -194,7 +195,7 @@ def price_line(plan: Plan) -> str:
     credits = f"{plan.estimate} credit{'' if plan.estimate == 1 else 's'}"
     if dollars is None:
         return credits
-    return f"${dollars}" if plan.kind == "engine" else f"${dollars} ({credits})"
+    return f"${dollars}" if in_dollars(plan) else f"${dollars} ({credits})"
 
 
 def _what(plan: Plan) -> str:

@@ -16,11 +16,11 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from ..archive.extras import extra_price, held, kind_of, make_extra, song_named
+from ..archive.extras import extra_price, held, kind_of, make_extra, song_named, stems_quote
 from ..batch.drivers import Batch, BatchError, request_hash, validate_rows
 from ..client.faces import MusicClient
 from ..client.responses import create_may_have_landed
@@ -36,7 +36,7 @@ from ..storage.batches import NEVER_SENT, BatchStore
 from ..storage.database import Database
 from ..storage.errors import StorageError, StorageUnavailableError
 from .agent_budget import Ledger, OverBudget, Spend
-from .engine_songs import dollars_of, engine_song, no_seconds, provider_of
+from .engine_songs import CENT, dollars_of, engine_song, no_seconds, provider_of
 from .songs import song_view
 from .text import quoted
 
@@ -101,6 +101,19 @@ class ExtraRequest:
         return {"kind": kind_of(self.kind).label, "song": self.song}
 
 
+def in_dollars(plan: Plan) -> bool:
+    """Priced in US dollars only (an engine's song; ElevenLabs' stems of a song): no credits are counted, reserved,
+    asked for or capped (units are never added), and consent shows the dollars alone."""
+    return plan.kind == "engine" or (plan.kind == "extra" and getattr(plan.request, "kind", None) == "stems")
+
+
+def dollars_what(plan: Plan) -> str:
+    """What a dollar-priced plan buys, in the server's own words."""
+    if plan.kind == "engine":
+        return f"a {plan.request.provider} song"
+    return "a song's stems (ElevenLabs stem separation)"
+
+
 @dataclass(frozen=True)
 class BatchRequest:
     """What a batch's consent question shows (its name and rows) where a single call shows its request."""
@@ -151,10 +164,10 @@ class AgentDesk:
         """Why this call may not be paid (budget, credits left, the caller's cap), or None."""
         if plan.free:
             return None
-        if plan.kind == "engine" and self.budget is not None:  # units are never added: dollars are not credits
+        if in_dollars(plan) and self.budget is not None:  # units are never added: dollars are not credits
             return (
-                f"budget: this server's budget is {self.budget} credits and a {plan.request.provider} song is priced "
-                f"in dollars (about ${plan.dollars}); start the server without --budget to make one; nothing was sent"
+                f"budget: this server's budget is {self.budget} credits and {dollars_what(plan)} is priced in "
+                f"dollars (about ${plan.dollars}); start the server without --budget to make one; nothing was sent"
             )
         left = self.budget_left()
         if left is not None and plan.estimate > left:
@@ -186,6 +199,8 @@ class AgentDesk:
         balance = f"the key has {left} credits left"
         if plan.kind == "engine":  # dollars are its own unit; the server's words say what and how long
             price, what = f"Pay about ${plan.dollars} (USD)?", f"Make {plan.request.describe()}"
+        elif in_dollars(plan):  # ElevenLabs' stems: dollars alone, no credits
+            price, what = f"Pay about ${plan.dollars} (USD)?", f"Make {dollars_what(plan)}"
         elif (dollars := dollars_of(plan.kind, plan.request, plan.estimate)) is not None:  # then the own unit
             price = f"Pay about ${dollars} ({plan.estimate} {unit}; {balance})?"
         else:
@@ -422,6 +437,12 @@ class AgentDesk:
         replay = None
         if found is not None and found.state in ("made", "sending", "unknown"):
             replay = {"state": found.state}
+        if spec.name == "stems":  # ElevenLabs' price in dollars, of the audio to be uploaded (read now, free)
+            try:
+                dollars = None if replay is not None else stems_quote(self.client, song).quantize(CENT, ROUND_UP)
+            except MusicGenError as exc:
+                raise AgentError(f"{_one_line(exc)}; nothing was sent") from None
+            return Plan("extra", ExtraRequest(spec.name, song), 0, None, None, replay, dollars)
         estimate = extra_price(spec.name)
         credits_left = None if replay is not None else self.credits_left()
         return Plan("extra", ExtraRequest(spec.name, song), estimate, credits_left, None, replay)
@@ -429,6 +450,14 @@ class AgentDesk:
     def make_extra(self, plan: Plan) -> dict[str, Any]:
         """Make (or reuse) the extra: at most one request per (song, kind) across kernels and agents."""
         request = plan.request
+        if in_dollars(plan):  # dollars: the key's credits neither pay nor measure it (the journal prices it)
+            try:
+                result = make_extra(self.client, request.song, request.kind)
+            except Exception as exc:
+                raise AgentError(_one_line(exc)) from None
+            answer = result.as_dict()
+            answer["credits_estimate"] = 0
+            return answer
         spend = None if plan.free else self._reserve(plan.estimate)
         before = None if spend is None else self._counts_left()
         try:

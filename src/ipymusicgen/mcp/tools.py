@@ -50,7 +50,7 @@ from ..storage.errors import StorageError
 from .consent import CARD_URI, QuoteBook
 from .consent_card import Answer, ConsentCard
 from .consent_page import ConsentPages
-from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan
+from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan, dollars_what, in_dollars
 from .outputs import (
     AccountOutput,
     BatchOutput,
@@ -305,10 +305,11 @@ class AgentServer:
         capabilities = ctx.client_capabilities
         elicitation = capabilities.elicitation if capabilities is not None else None
         if elicitation is None or (elicitation.form is None and elicitation.url is not None):  # no form to ask in
-            if plan.kind == "engine":  # priced in dollars: no credits cap stands for the user's consent
+            if in_dollars(plan):  # priced in dollars: no credits cap stands for the user's consent
+                field = "provider" if plan.kind == "engine" else "kind"
                 raise ToolError(
-                    f"provider: a {plan.request.provider} song costs about ${plan.dollars} and this host cannot ask "
-                    "the user (no MCP Apps, no elicitation); nothing was sent"
+                    f"{field}: {dollars_what(plan)} costs about ${plan.dollars} and this host cannot ask the user "
+                    "(no MCP Apps, no elicitation); nothing was sent"
                 )
             if max_credits is None or max_credits < plan.estimate:
                 raise ToolError(
@@ -450,12 +451,17 @@ class AgentServer:
             str, Field(max_length=MAX_KEY_LENGTH, description="the finished song's task id (or its song id)")
         ],
         kind: Annotated[
-            Literal["wav", "mp4", "vibe"], Field(description="wav: lossless audio; mp4: a video; vibe: a singer id")
+            Literal["wav", "mp4", "vibe", "stems"],
+            Field(
+                description="wav: lossless audio; mp4: a video; vibe: a singer id (the service's, in credits); stems: "
+                "ElevenLabs stem separation of the song's audio (a ZIP of stems, priced in US dollars)"
+            ),
         ],
         max_credits: MaxCredits = None,
     ) -> ExtraOutput | InputRequiredResult:
-        """A finished song's WAV, MP4 video or singer voice (for artist_consistency), archived beside the song.
-        Costs credits once per song and kind, whatever name the song is given: the user is asked first; asking
+        """A finished song's WAV, MP4 video or singer voice (for artist_consistency), or its ElevenLabs stems, archived
+        beside the song. Costs once per song and kind (credits; stems: US dollars), whatever name the song is given:
+        the user is asked first, the price first; asking
         again (here, from a notebook or another kernel, by its task id or song id) reuses what was made and pays
         nothing: the note then says it is already made."""
         plan = await self._blocking(lambda: self.desk.plan_extra(task_id, kind))
