@@ -129,6 +129,8 @@ class FairQueue:
         now = self.clock.time()
         if await self.gateway.blocking(lq.reap, self.ledger, now, DEAD_AFTER):
             log.warning("rows a stopped gateway claimed are unknown now (gateway reconcile settles them)")
+        if await self.gateway.blocking(lq.cancel_revoked, self.ledger):
+            log.warning("rows of a revoked user were cancelled while waiting (never sent; their price given back)")
         await self._watch(now)
         cap = await self.seats()
         while not self._closed:

@@ -183,6 +183,7 @@ def claim(ledger: Ledger, cap: int, now: float) -> Claimed | None:
     with ledger._cursor() as cur:
         users = cur.all(
             "SELECT q.user_name FROM queue q LEFT JOIN queue_turns t ON t.user_name = q.user_name "
+            "JOIN users u ON u.name = q.user_name AND u.revoked = 0 "
             "WHERE q.state = 'queued' GROUP BY q.user_name, t.turn ORDER BY COALESCE(t.turn, 0), MIN(q.call_id) "
             "LIMIT 16"
         )
@@ -283,6 +284,17 @@ def reap(ledger: Ledger, now: float, dead_after: float) -> list[int]:
         ledger.finish(call_id, UNKNOWN, None, None, note=note)
         release(ledger, call_id)
     return dead
+
+
+def cancel_revoked(ledger: Ledger) -> int:
+    """Cancel every row still waiting of a user whose token was revoked (`gateway user revoke`): nothing is sent
+    for them on the team's key any more, and each row's price is given back once (`cancel`). How many."""
+    with ledger._cursor(write=False) as cur:
+        rows = cur.all(
+            "SELECT MIN(i.task_id) FROM queue q JOIN users u ON u.name = q.user_name AND u.revoked = 1 "
+            "JOIN queue_ids i ON i.call_id = q.call_id WHERE q.state = 'queued' GROUP BY q.call_id"
+        )
+    return sum(1 for (task_id,) in rows if cancel(ledger, task_id))
 
 
 def cancel(ledger: Ledger, task_id: str, user: str | None = None) -> bool:
