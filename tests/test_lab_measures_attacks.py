@@ -321,3 +321,19 @@ def test_the_source_of_a_named_pipe_or_a_folder_is_none_at_once(tmp_path: Path) 
         reader.join(10.0)
         pytest.fail("Source.of hung on a named pipe")
     assert found == [None] and Source.of(tmp_path) is None
+
+
+def test_a_row_kept_by_a_newer_analysis_is_not_taken_and_is_measured_again(tmp_path: Path) -> None:
+    """A kernel on an older ipymusicgen beside a newer one, one journal: the newer's row (version + 1, measures
+    this version does not know) is not read as this version's; the song is measured and kept by this version."""
+    song = tmp_path / "song.wav"
+    song.write_bytes(_riff(1))
+    counting = Counting()
+    with Library(tmp_path / "journal.sqlite3") as library:
+        first = analyse(library, "s1", song, counting)
+        with library.store.write() as db:
+            db.execute("UPDATE song_measures SET version = version + 1 WHERE song = ?", ("s1",))
+        again = analyse(library, "s1", song, counting)
+        assert len(counting.measured) == 2 and again.bpm != first.bpm
+        (row,) = library.store._rows("SELECT version FROM song_measures WHERE song = ?", ("s1",))
+        assert row["version"] == song_analysis.MEASURES_VERSION
