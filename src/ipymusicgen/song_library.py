@@ -422,11 +422,12 @@ class Library:
         Bradley-Terry, Davidson's ties, "both bad" against both): each row's rank, rating and 95% interval
         (`low` to `high`, narrowing as votes accumulate), its votes, and its credits per won vote. A group with
         fewer than `min_votes` votes (default 10) shows how many more it needs instead of a rank. Models are
-        named with their provider (a `provider` column). Credits per win are the service's credits: an engine's
-        songs (priced in dollars) show none, since units are never mixed."""
+        named with their provider (a `provider` column). `credits_per_win` counts the service's songs in credits and
+        `dollars_per_win` the engines' songs at their journalled dollar prices: two columns, never added."""
         from .lab.ratings import MIN_VOTES, Vote, leaderboard
         from .models.costs import cost_table, credits_for_model
         from .models.providers import MUSICFUL
+        from .storage.provider_spend import usd_of
 
         if by not in LEADERBOARD_BY:
             raise ValueError(f"by must be one of {', '.join(LEADERBOARD_BY)} (got {by!r})")
@@ -445,7 +446,11 @@ class Library:
         service = [task_id for task_id, provider in self.store.groups(ids, "provider").items() if provider == MUSICFUL]
         calls = self.store.song_prices(service)  # in the service's credits (an engine's songs are priced in dollars)
         prices = {task_id: credits_for_model(model, table) / takes for task_id, (model, takes) in calls.items()}
-        return leaderboard(by, votes, groups.__getitem__, keys=keys, min_votes=int(least), cost_of=prices.get)
+        engines = [task_id for task_id in ids if task_id not in set(service)]
+        dollars = {task_id: float(usd) / takes for task_id, (text, takes) in self.store.song_dollars(engines).items()
+                   if (usd := usd_of(text)) is not None}  # fmt: skip  # a tampered price is no price
+        return leaderboard(by, votes, groups.__getitem__, keys=keys, min_votes=int(least), cost_of=prices.get,
+                           dollars_of=dollars.get)  # fmt: skip
 
     def takes(self, task_id: str) -> SongList:
         """Every song the same paid call made (this one included), in take order."""

@@ -70,7 +70,7 @@ class Leaderboard:
 
     COLUMNS = (
         "rank", "rating", "low", "high", "sigma", "votes", "wins", "losses", "ties", "both_bad", "needs",
-        "credits_per_win",
+        "credits_per_win", "dollars_per_win",
     )  # fmt: skip
 
     def __post_init__(self) -> None:
@@ -93,28 +93,31 @@ class Leaderboard:
 
     @staticmethod
     def _cost(row: dict[str, Any]) -> str:
-        return "" if row["credits_per_win"] is None else f"{row['credits_per_win']:g}"
+        """Credits and dollars per win, each in its own unit (a group of both shows both, never added)."""
+        credits, dollars = row["credits_per_win"], row.get("dollars_per_win")
+        parts = ([] if credits is None else [f"{credits:g} cr"]) + ([] if dollars is None else [f"${dollars:.2f}"])
+        return "; ".join(parts)
 
     def __repr__(self) -> str:
         if not self.rows:
             return f"Leaderboard by {self.by}: no votes between different {self.by}s yet"
         name = " / ".join(self.keys)
         lines = [
-            f"{'#':>2} {name:28} {'rating':>18} {'95% interval':>15} {'votes':>5} {'W-L-T-bad':>12} {'credits/win':>11}"
+            f"{'#':>2} {name:28} {'rating':>18} {'95% interval':>15} {'votes':>5} {'W-L-T-bad':>12} {'cost/win':>15}"
         ]
         for row in self.rows:
             rank, rating, interval = self._cells(row)
             tally = f"{row['wins']}-{row['losses']}-{row['ties']}-{row['both_bad']}"
             lines.append(
                 f"{rank:>2} {self._name(row)[:28]:28} {rating:>18} {interval:>15} {row['votes']:>5} {tally:>12}"
-                f" {self._cost(row):>11}"
+                f" {self._cost(row):>15}"
             )
         lines.append(f"(a rank is shown from {self.min_votes} votes; ranks share a number where intervals overlap)")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         heads = ("#", *self.keys, "rating", "95% interval", "sigma", "votes", "wins", "losses", "ties", "both bad",
-                 "credits per win")  # fmt: skip
+                 "cost per win (credits; dollars)")  # fmt: skip
         head = "".join(f"<th>{html.escape(c)}</th>" for c in heads)
         body = "".join(
             "<tr>"
@@ -147,12 +150,15 @@ def leaderboard(
     keys: tuple[str, ...] = (),
     min_votes: int = MIN_VOTES,
     cost_of: Callable[[str], float | None] | None = None,
+    dollars_of: Callable[[str], float | None] | None = None,
 ) -> Leaderboard:
     """Rank the groups of the voted songs from one fit of all the votes.
 
     `group_of(song id)` names a song's group: a value, or a tuple of values for `keys` (the group's columns).
     `cost_of(song id)`, when given, is a song's price (credits; None when unknown): `credits_per_win` is the
-    group's mean price per song divided by its share of won votes (a tie counts half), what a won vote costs."""
+    group's mean price per song divided by its share of won votes (a tie counts half), what a won vote costs.
+    `dollars_of(song id)`, likewise, an engine's song's price in US dollars: `dollars_per_win`, never added to
+    the credits."""
     import numpy as np
 
     keys = keys or (by,)
@@ -213,6 +219,7 @@ def leaderboard(
                 **tally,
                 "needs": max(0, min_votes - votes_in),
                 "credits_per_win": _cost_per_win(tally, songs[group], cost_of),
+                "dollars_per_win": _cost_per_win(tally, songs[group], dollars_of),
             }
         )
     ranked_rows = sorted((r for r in rows if r["rating"] is not None), key=lambda r: (-r["rating"], -r["votes"]))

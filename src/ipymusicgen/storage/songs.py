@@ -349,6 +349,20 @@ class SongQueries:
         )
         return {r["id"]: (r["m"], int(r["takes"] or 1)) for r in rows}
 
+    def song_dollars(self, ids: Sequence[str]) -> dict[str, tuple[str | None, int]]:
+        """Each engine song's paid call as journalled: its dollar price as written (checked by the reader) and how
+        many songs the call made. Songs of no journalled call are left out."""
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        rows = self._rows(
+            "SELECT t.id, CASE WHEN json_valid(a.payload) THEN json_extract(a.payload, '$.estimate_usd') END AS usd,"
+            " (SELECT COUNT(*) FROM tasks o WHERE o.attempt_id = t.attempt_id) AS takes"
+            f" FROM tasks t JOIN attempts a ON a.id = t.attempt_id WHERE t.id IN ({marks})",
+            ids,
+        )
+        return {r["id"]: (None if r["usd"] is None else str(r["usd"]), int(r["takes"] or 1)) for r in rows}
+
     def parent(self, task_id: str) -> str | None:
         rows = self._rows("SELECT parent_id FROM library_songs WHERE id = ?", (task_id,))
         return rows[0]["parent_id"] if rows else None
