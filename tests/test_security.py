@@ -117,8 +117,23 @@ class Evidence:
     def widgets(self) -> None:
         """Every live widget's state and repr (ipywidgets' instance registry)."""
         for model_id, widget in list(ipywidgets.widgets.widget._instances.items()):
-            self.add(f"widget {type(widget).__name__} {model_id}", widget.get_state())
+            self.add(f"widget {type(widget).__name__} {model_id}", self._state(widget))
             self.add(f"widget repr {type(widget).__name__}", repr(widget))
+
+    @staticmethod
+    def _state(widget: Any) -> dict[str, Any]:
+        """Its whole state; trait by trait where one names a child widget already closed (an earlier test's view
+        in the same worker: ipywidgets cannot serialize it), so every other trait is still searched."""
+        try:
+            return widget.get_state()
+        except AttributeError:
+            state: dict[str, Any] = {}
+            for key in widget.keys:
+                try:
+                    state.update(widget.get_state(key))
+                except AttributeError:
+                    state[key] = "<a closed child widget>"
+            return state
 
     def hits(self) -> list[str]:
         return [where for where, text in self.items if any(needle in text for needle in NEEDLES)]
