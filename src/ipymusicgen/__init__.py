@@ -119,17 +119,19 @@ __all__ = [
     "waveform",
 ]
 
-_LAZY = MappingProxyType({
-    "Batch": ("ipymusicgen.batch", "Batch"),
-    "BatchError": ("ipymusicgen.batch", "BatchError"),
-    "BatchRow": ("ipymusicgen.batch", "BatchRow"),
-    "Sandbox": ("ipymusicgen.sandbox", "Sandbox"),
-    "studio": ("ipymusicgen.widgets", "studio"),
-    "compare": ("ipymusicgen.widgets.compare", "compare"),
-    "CompareView": ("ipymusicgen.widgets.compare", "CompareView"),
-    "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),
-    "watch_unfinished": ("ipymusicgen.widgets", "watch_unfinished"),
-})
+_LAZY = MappingProxyType(
+    {
+        "Batch": ("ipymusicgen.batch", "Batch"),
+        "BatchError": ("ipymusicgen.batch", "BatchError"),
+        "BatchRow": ("ipymusicgen.batch", "BatchRow"),
+        "Sandbox": ("ipymusicgen.sandbox", "Sandbox"),
+        "studio": ("ipymusicgen.widgets", "studio"),
+        "compare": ("ipymusicgen.widgets.compare", "compare"),
+        "CompareView": ("ipymusicgen.widgets.compare", "CompareView"),
+        "TaskWatcher": ("ipymusicgen.widgets", "TaskWatcher"),
+        "watch_unfinished": ("ipymusicgen.widgets", "watch_unfinished"),
+    }
+)
 
 
 def __getattr__(name: str) -> Any:
