@@ -100,6 +100,17 @@ QUIET_FDS = ("--IPKernelApp.capture_fd_output=False",)
 kernel), so a crash's dump and its shutdown's noise land there; cells' output reaches the notebook as always."""
 
 
+SOCKET_PATH_MAX = 100
+"""Bytes a kernel's ipc socket path may take: a Unix socket's path holds 107 on Linux (103 on macOS)."""
+
+
+def _socket_folder() -> str:
+    """Where the demo kernel's ipc sockets go: the temp folder, or /tmp where that folder's path is too long for a
+    socket (a long TMPDIR failed with ZMQError 'File name too long')."""
+    base = tempfile.gettempdir()
+    return base if len(base) + 40 <= SOCKET_PATH_MAX or not os.path.isdir("/tmp") else "/tmp"
+
+
 def _kernel_manager(folder: Path) -> Any:
     """A kernel of *this* interpreter, whatever kernelspecs are (or are not) installed.
 
@@ -311,7 +322,10 @@ def _demo(args: argparse.Namespace) -> int:
     notebook = nbformat.read(source, as_version=4)
     print(f"Running {source.name} (every cell, as in a fresh kernel) ...", flush=True)
     at: list[int] = []
-    with tempfile.TemporaryDirectory(prefix="ipymusicgen-kernel-") as kernels, log_path.open("wb") as log:
+    with (
+        tempfile.TemporaryDirectory(prefix="ipymusicgen-kernel-", dir=_socket_folder()) as kernels,
+        log_path.open("wb") as log,
+    ):
         kernel = _kernel_manager(Path(kernels))
         runner = NotebookClient(
             notebook,
