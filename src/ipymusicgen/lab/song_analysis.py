@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -90,15 +88,17 @@ def _measuring(path: str | Path) -> Iterator[None]:
     """One analysis of a file at a time on this machine (threads, kernels, the agent server): the others wait,
     then read the kept measures instead of measuring the same file again. Past `LOCK_SECONDS` they measure."""
     try:
+        import platformdirs
         from filelock import FileLock, Timeout
     except ImportError:  # no analysis extra: nothing to race
         yield
         return
     name = hashlib.blake2b(str(Path(path).resolve()).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    folder = Path(tempfile.gettempdir()) / f"ipymusicgen-measuring-{getattr(os, 'getuid', lambda: 0)()}"
+    # the user's cache folder (beside the numba cache), not the temp folder: a process leaves no folder of its own
+    folder = Path(platformdirs.user_cache_dir("ipymusicgen", appauthor=False)) / "measuring"
     lock = FileLock(str(folder / f"{name}.lock"), timeout=LOCK_SECONDS)
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock.acquire()
     except (Timeout, OSError):  # waited long enough, or no lock can be made here: measure unlocked
         yield
