@@ -120,6 +120,9 @@ def measure_size(sandbox: Sandbox, clock: ManualClock, count: int) -> SizeResult
 class ReplayClient:
     """Stands in for the client: each `poll` hands the task set the next prepared list of records."""
 
+    wiring = None
+    """A hand-made client's wiring: no workspace archive, so the watcher keeps no songs."""
+
     def __init__(self, rounds: list[list[TaskRecord]]) -> None:
         self.settings = Settings(poll_interval=5.0, timeout=30.0)
         self.rounds = rounds

@@ -221,46 +221,51 @@ def test_a_batch_shows_what_its_calls_were_charged_not_only_their_estimates(
 
 
 def test_a_ten_thousand_row_batch_does_not_hold_the_other_users_up(
-    gateway: GatewayThread, database: str, upstream: Sandbox
+    gateway: GatewayThread, database: str, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 10,000-row hand-off (3.6 MB) was parsed and validated on the gateway's event loop and its rows inserted
     one statement at a time under the team's lock: a colleague's listing and paid create waited up to 14.4 s of the
-    submit's 16 s. Now they wait under half of it (a ratio, not a time: the machine may be loaded)."""
-    import statistics
+    submit's 16 s. Now the checking runs off the serving loop: held there, on state, until a colleague's listing
+    and paid create have both been answered (a loop it blocked would never answer them, and the hold would time
+    out). How long the colleague waits beside it is a ratio in `python -m benchmarks` (figure 16), not a timed
+    assert here."""
     import threading
-    import time
+
+    from ipymusicgen.gateway import batch_routes
 
     big, other = add_user(database, "tia", budget=100_000), add_user(database, "uma", budget=1_000)
     rows = [{"v2": False, "body": {"style": f"wide {i} " + "y" * 300, "mv": "MFV2.0"}} for i in range(10_000)]
     body = json.dumps({"name": "ten thousand", "rows": rows, "concurrency": 1}).encode()
-    waits: list[float] = []
-    submitted = threading.Event()
+    checking, answered = threading.Event(), threading.Event()
+    held: list[bool] = []
+    real_checked = batch_routes._checked
+
+    def held_checked(payload: dict) -> object:
+        checking.set()
+        held.append(answered.wait(120))  # released by the colleague's answers, not by a clock
+        return real_checked(payload)
+
+    monkeypatch.setattr(batch_routes, "_checked", held_checked)
+    answers: list[tuple[int, int]] = []
 
     def colleague() -> None:
-        n = 0
-        while not submitted.is_set() or n < 2:
-            started = time.monotonic()
-            listed = httpx.get(gateway.url + BATCHES, headers={"x-api-key": other}, timeout=120)
-            made = httpx.post(
-                gateway.url + GENERATE, json={"style": f"meanwhile {n}", "mv": "MFV2.0"},
-                headers={"x-api-key": other, "Idempotency-Key": f"uma-{n}"}, timeout=120,
-            )  # fmt: skip
-            assert listed.status_code == 200 and made.status_code == 200, made.text
-            waits.append(time.monotonic() - started)
-            n += 1
+        assert checking.wait(120), "the submit never reached its checks"
+        listed = httpx.get(gateway.url + BATCHES, headers={"x-api-key": other}, timeout=120)
+        made = httpx.post(
+            gateway.url + GENERATE, json={"style": "meanwhile", "mv": "MFV2.0"},
+            headers={"x-api-key": other, "Idempotency-Key": "uma-meanwhile"}, timeout=120,
+        )  # fmt: skip
+        answers.append((listed.status_code, made.status_code))
+        answered.set()
 
     helper = threading.Thread(target=colleague)
     helper.start()
-    wait_until(lambda: len(waits) >= 1, "the colleague's first round")
-    started = time.monotonic()
     headers = {"x-api-key": big, "content-type": "application/json"}
     answer = httpx.post(gateway.url + BATCHES, content=body, headers=headers, timeout=300)
-    took = time.monotonic() - started
-    submitted.set()
     helper.join()
+    assert held == [True], "the colleague was not answered while the batch was being checked"
+    assert answers == [(200, 200)]
     assert answer.status_code == 200 and len(answer.json()["data"]["rows"]) == 10_000
-    # before: 0.90-0.99 of the submit's time; after: 0.27 alone, 0.45 beside another test worker
-    assert max(waits) < took / 2, (max(waits), statistics.median(waits), took, len(waits))
 
 
 def test_a_batch_with_a_dollar_or_fractional_budget_is_handed_over_in_whole_credits(

@@ -258,9 +258,11 @@ def test_a_wildcard_bind_warns_and_still_checks_host_and_origin(tmp_path: Path) 
 
 # -- slow sockets ------------------------------------------------------------------------------------------
 
-SLOW_SOCKETS = 300
-FILES = 256
-"""The server's file-descriptor limit in the slow-socket test: more slow sockets than it could hold open."""
+SLOW_SOCKETS = 160
+FILES = 128
+"""The server's file-descriptor limit in the slow-socket test: more slow sockets than it could hold open. Kept
+small: the test process holds every slow socket too, and a worker late in a run on a machine whose limit is
+1,024 has other files open (300 here failed on CI, 160 leaves the test process room)."""
 
 
 def _closed_by_peer(sock: socket.socket, timeout: float) -> bool:
