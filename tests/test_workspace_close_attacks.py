@@ -131,12 +131,6 @@ def test_closing_one_workspace_mid_batch_leaves_the_other_batch_on_the_same_key_
         other.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed yet: a store collected unclosed never gives its use of the file's shared connection back "
-    "(shared_connection counts users; releasing from a finalizer would take the registry's lock inside garbage "
-    "collection, so it needs a deferred release); the files stay open until the process exits",
-)
 def test_a_workspace_collected_without_close_lets_its_file_go(tmp_path: Path) -> None:
     settings = Settings.from_env().with_changes(
         api_key="test-key-never-sent", base_url="http://127.0.0.1:9", v2_base_url="http://127.0.0.1:9"

@@ -89,7 +89,7 @@ class BatchStore:
             self._memory.row_factory = sqlite3.Row
             self._lock = threading.RLock()
         else:
-            self._shared = acquire(self.path)
+            self._shared = acquire(self.path, owner=self)
             self._lock = self._shared.lock
         try:
             self._ready = self._prepare()
@@ -323,4 +323,4 @@ class BatchStore:
                 self._memory.close()
             shared, self._shared = self._shared, None
         if shared is not None:
-            shared.release()
+            shared.release(self)

@@ -87,7 +87,7 @@ class ExtrasStore(SharedStore):
 
     def __init__(self, journal_path: str | Path) -> None:
         self.path = Path(journal_path)
-        self._shared: Shared | None = acquire(self.path)
+        self._shared: Shared | None = acquire(self.path, owner=self)
         self.lock = self._shared.lock
         try:
             with self.lock, damage_named(self.path):

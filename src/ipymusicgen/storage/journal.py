@@ -227,7 +227,7 @@ class Journal:
         from .shared_connection import acquire  # the connection machinery loads when a journal opens
 
         try:
-            self._shared: Shared | None = acquire(self.path, busy_timeout=busy_timeout)
+            self._shared: Shared | None = acquire(self.path, busy_timeout=busy_timeout, owner=self)
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
         self._connection = self._shared
@@ -239,7 +239,7 @@ class Journal:
                 self._take_spills()
         except BaseException:  # refused (a newer version's file): this journal gives up its share at once
             self._shared, shared = None, self._shared
-            shared.release()
+            shared.release(self)
             raise
         close_at_exit(self)  # still holding unwritten ids at exit, it writes them or spills them beside the file
 
@@ -604,7 +604,7 @@ class Journal:
                 self._backlog.clear()
             shared, self._shared = self._shared, None
         if shared is not None:
-            shared.release()
+            shared.release(self)
 
     def _spill(self) -> Path | None:
         """Save what must not be lost (ids, outcomes) beside the journal; None if that fails too."""

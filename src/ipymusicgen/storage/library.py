@@ -61,7 +61,7 @@ class LibraryStore(SharedStore, SongQueries, SongMeasures):
     def __init__(self, journal_path: str | Path) -> None:
         self.path = Path(journal_path)
         try:
-            self._shared: Shared | None = acquire(self.path)
+            self._shared: Shared | None = acquire(self.path, owner=self)
         except sqlite3.OperationalError as exc:  # first open while another kernel holds the file
             raise LibraryWriteError(
                 f"The library's tables cannot be made in {self.path} now ({exc}). Try again in a moment."

@@ -5,13 +5,20 @@ The journal, the library, the batch rows and the paid extras each used to open t
 and identity on disk) hands every user the same `Shared` connection and its one lock; the connection closes
 when its last user releases it, or at exit (registered when the first file is opened, not at import). A file
 replaced on disk (moved aside, restored) is a new file and gets its own connection. One of the three modules
-allowed state of their own (with `lifecycle` and the session): the connections are the process's."""
+allowed state of their own (with `lifecycle` and the session): the connections are the process's.
+
+A user that names itself (`acquire(path, owner=store)`) and is garbage-collected without `release(store)` (a
+`Workspace` dropped unclosed) still gives its use back: its finalizer only queues the release (a finalizer runs
+inside the collection, on whatever thread, maybe one holding the registry's lock), and the next `acquire` or
+`open_connections` does it, so the file's connection closes with its last user, collected or not."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
+import weakref
+from collections import deque
 from contextlib import suppress
 from pathlib import Path
 
@@ -21,6 +28,10 @@ from .journal_file import _create_if_missing, busy_timeout_or_default, open_db
 Key = tuple[Path, int, int]
 _registry: dict[Key, Shared] = {}
 _registry_lock = threading.Lock()
+_holders: weakref.WeakKeyDictionary[object, weakref.finalize] = weakref.WeakKeyDictionary()
+"""The finalizer of each named user still holding a file (given back by its `release(owner)`)."""
+_collected: deque[Shared] = deque()
+"""Uses whose owner was collected unreleased, given back outside the collection (`_release_collected`)."""
 
 
 class Shared:
@@ -55,8 +66,17 @@ class Shared:
             with suppress(sqlite3.Error):
                 old.close()
 
-    def release(self) -> None:
-        """One user is done; the last one closes the connection."""
+    def release(self, owner: object | None = None) -> None:
+        """One user is done (`owner`, if it named itself to `acquire`: once, later calls do nothing); the last one
+        closes the connection."""
+        if owner is not None:
+            with _registry_lock:
+                finalizer = _holders.pop(owner, None)
+            if finalizer is None or finalizer.detach() is None:
+                return  # given back already
+        self._release()
+
+    def _release(self) -> None:
         with _registry_lock:
             self.users -= 1
             if self.users > 0:
@@ -86,7 +106,7 @@ class SharedStore:
         with self.lock:
             shared, self._shared = self._shared, None
         if shared is not None:
-            shared.release()
+            shared.release(self)
 
 
 def _key(path: Path) -> Key:
@@ -94,9 +114,11 @@ def _key(path: Path) -> Key:
     return (path.resolve(), found.st_dev, found.st_ino)
 
 
-def acquire(path: str | Path, *, busy_timeout: float | None = None) -> Shared:
+def acquire(path: str | Path, *, busy_timeout: float | None = None, owner: object | None = None) -> Shared:
     """The file's shared connection (opened, checked and made private by `open_db` the first time); the caller
-    `release()`s it when done. Raises as `open_db` does, the file untouched."""
+    `release()`s it when done, or `release(owner)` when it named an `owner` (an object that, collected without
+    that, gives its use back later). Raises as `open_db` does, the file untouched."""
+    _release_collected()
     seconds = busy_timeout_or_default(busy_timeout)
     path = Path(path)
     _create_if_missing(path)
@@ -108,11 +130,26 @@ def acquire(path: str | Path, *, busy_timeout: float | None = None) -> Shared:
             _registry[key] = shared
             at_exit(_close_all)  # registered by the first file opened, not by the import (once: at_exit says so)
         shared.users += 1
+        if owner is not None:
+            finalizer = weakref.finalize(owner, _collected.append, shared)  # a deque's append takes no lock
+            finalizer.atexit = False  # at exit `_close_all` closes every file
+            _holders[owner] = finalizer
     return shared
 
 
+def _release_collected() -> None:
+    """Give back the uses of owners collected without releasing (queued by their finalizers)."""
+    while True:
+        try:
+            shared = _collected.popleft()
+        except IndexError:
+            return
+        shared._release()
+
+
 def open_connections() -> list[Shared]:
-    """The journal files this process holds open (one entry per file)."""
+    """The journal files this process holds open (one entry per file; uses of collected owners given back first)."""
+    _release_collected()
     with _registry_lock:
         return list(_registry.values())
 
