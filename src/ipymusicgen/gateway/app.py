@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..client.responses import is_doubtful
+from ..engines.musicful import created_ids as _created_ids  # the one rule, for every reader
 from ..errors import FieldProblem, RequestValidationError
 from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
@@ -497,19 +498,6 @@ def _outcome(answer: Answer) -> str:
     if status is None or status == 200:
         return DONE if status == 200 else UNKNOWN
     return UNKNOWN if is_doubtful(status) else REFUSED
-
-
-def _created_ids(body: bytes) -> list[str]:
-    """Task ids (v1 `data.ids`) or song ids (v2 `data[*].song_id`) a paid answer created."""
-    try:
-        data = json.loads(body).get("data")
-    except (ValueError, AttributeError):
-        return []
-    if isinstance(data, dict) and isinstance(data.get("ids"), list):
-        return [str(i) for i in data["ids"]]
-    if isinstance(data, list):
-        return [str(s["song_id"]) for s in data if isinstance(s, dict) and s.get("song_id")]
-    return []
 
 
 def _song_ids(answer: Answer) -> set[str]:

@@ -19,6 +19,7 @@ import secrets
 from typing import Any
 
 from ..config import env_float
+from ..engines.musicful import created_ids  # the one rule for the ids a create's answer named
 from ..models.schema import TaskRecord, V2Song, build_generate_request, build_v2_request
 from ..models.tasks import TaskState
 from .batch_store import (
@@ -63,18 +64,6 @@ def _envelope(body: bytes) -> tuple[int | None, str, Any]:
         return None, "", data
     status = data.get("status")
     return (status if isinstance(status, int) else None), str(data.get("message") or ""), data.get("data")
-
-
-def created_ids(body: bytes | None) -> list[str]:
-    """Task ids (v1 `data.ids`) or song ids (v2 `data[*].song_id`) a create's answer named."""
-    status, _, data = _envelope(body or b"")
-    if status not in (None, 200):
-        return []
-    if isinstance(data, dict) and isinstance(data.get("ids"), list):
-        return [str(i) for i in data["ids"]]
-    if isinstance(data, list):
-        return [str(s["song_id"]) for s in data if isinstance(s, dict) and s.get("song_id")]
-    return []
 
 
 def _records(body: bytes, v2: bool) -> list[TaskRecord | V2Song]:

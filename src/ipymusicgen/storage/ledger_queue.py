@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..engines.musicful import created_ids as created_ids  # the one rule, re-exported for the queue's readers
 from .ledger import PENDING, QUEUED, REFUSED, UNKNOWN, Ledger, Reservation, _alive
 
 WAITING, CLAIMED, CANCELLED = "queued", "claimed", "cancelled"
@@ -412,16 +413,3 @@ def shrink(ledger: Ledger, low: int, now: float, hold: float) -> None:
             "low = excluded.low, shrunk_at = excluded.shrunk_at, hold = excluded.hold",
             (low, now, hold),
         )
-
-
-def created_ids(body: bytes | None) -> list[str]:
-    """Task ids (v1 `data.ids`) or song ids (v2 `data[*].song_id`) a create's answer named."""
-    try:
-        data = json.loads(body).get("data") if body else None
-    except (ValueError, AttributeError):
-        return []
-    if isinstance(data, dict) and isinstance(data.get("ids"), list):
-        return [str(i) for i in data["ids"]]
-    if isinstance(data, list):
-        return [str(s["song_id"]) for s in data if isinstance(s, dict) and s.get("song_id")]
-    return []
