@@ -81,6 +81,8 @@ class LibrarySong:
     silence_start_s: float | None = None
     silence_end_s: float | None = None
     analysis_error: str | None = None
+    asked_seconds: float | None = None
+    """The length the request asked for (`--seconds 90`: an engine's song), or None when it named none."""
 
     @property
     def archived(self) -> Path | None:
@@ -255,7 +257,7 @@ def _song(row: Any) -> LibrarySong:
         cover_path=row["cover_path"], archive_error=row["archive_error"], peaks=unpack_peaks(row["peaks"]),
         stars=row["stars"], bpm=row["bpm"], musical_key=row["musical_key"], lufs=row["lufs"],
         true_peak_db=row["true_peak_db"], silence_start_s=row["silence_start_s"], silence_end_s=row["silence_end_s"],
-        analysis_error=row["analysis_error"],
+        analysis_error=row["analysis_error"], asked_seconds=row.get("asked_seconds"),
     )  # fmt: skip
 
 

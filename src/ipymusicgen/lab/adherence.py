@@ -97,6 +97,8 @@ def summary(adherence: dict[str, dict[str, Any]]) -> str:
         unit = {"bpm": " BPM", "seconds": " s"}.get(name, "")
         want = f"{row['asked']:g}{unit}" if isinstance(row["asked"], float) else row["asked"]
         got = row["measured"]
+        if isinstance(got, float) and name == "seconds":
+            got = round(got, 1)  # a length to a tenth of a second: "measured 87.3 s", not 87.3123
         shown = "nothing" if got is None else (f"{got:g}{unit}" if isinstance(got, float) else got)
         note = " (its half or double)" if row.get("octave") else " (its relative)" if row.get("relative") else ""
         mark = "" if row["met"] is None else (" ✓" if row["met"] else " ✗")

@@ -58,6 +58,7 @@ class SongRow(TypedDict):
     silence_start_s: float | None
     silence_end_s: float | None
     analysis_error: str | None
+    asked_seconds: float | None
     take: int
 
 
@@ -151,6 +152,7 @@ SELECT t.id, t.attempt_id, t.state, t.title, t.style, t.created_at, t.audio_url,
        l.favourite, l.kept, l.note, l.archive_path, l.archive_size, l.wav_path, l.cover_path, l.archive_error,
        l.peaks, (SELECT r.stars FROM ratings r WHERE r.id = t.id) AS stars, l.bpm, l.musical_key, l.lufs,
        l.true_peak_db, l.silence_start_s, l.silence_end_s, l.analysis_error,
+       (SELECT request_seconds(a.payload) FROM attempts a WHERE a.id = t.attempt_id) AS asked_seconds,
        (SELECT COUNT(*) FROM tasks t2 WHERE t2.attempt_id = t.attempt_id AND t2.rowid < t.rowid) + 1 AS take
 FROM tasks t LEFT JOIN library_songs l ON l.id = t.id
 """
@@ -168,9 +170,27 @@ def request_model(payload: str | None) -> str | None:
     return model_of(value) if isinstance(value, dict) else None
 
 
+LONGEST_ASKED_S = 86_400.0
+"""A length asked beyond a day is no length any engine takes (a damaged or forged journal row): none."""
+
+
+def request_seconds(payload: str | None) -> float | None:
+    """The length in seconds a journalled request asked for (an engine call's `seconds`, `--seconds 90`), or None
+    when it named none or what it holds is no length (a string, a flag, NaN, zero, negative, beyond a day)."""
+    try:
+        value = json.loads(payload or "{}")
+    except ValueError:
+        return None
+    seconds = value.get("seconds") if isinstance(value, dict) else None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        return None
+    return float(seconds) if 0 < seconds <= LONGEST_ASKED_S else None  # NaN fails both comparisons
+
+
 def add_functions(db: sqlite3.Connection) -> None:
-    """The Python rules SQL statements call (`request_model`), on a connection."""
+    """The Python rules SQL statements call (`request_model`, `request_seconds`), on a connection."""
     db.create_function("request_model", 1, request_model, deterministic=True)
+    db.create_function("request_seconds", 1, request_seconds, deterministic=True)
 
 
 @dataclass(frozen=True)

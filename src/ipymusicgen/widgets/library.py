@@ -101,7 +101,8 @@ LAB_LINE_LIMIT = 200
 
 def lab_lines(song: LibrarySong, measures: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The card's analysis lines (issue 41): the lossy-source verdict of the song's WAV (with its cutoff) and, for
-    each tempo, key or length its request named, asked against measured. Nothing before the song is measured."""
+    each tempo, key or length its request named (a length: `--seconds 90`), asked against measured. Nothing before
+    the song is measured."""
     from ..lab.adherence import asked_of, compare, summary
     from ..lab.analysis import Analysis
 
@@ -116,7 +117,8 @@ def lab_lines(song: LibrarySong, measures: Mapping[str, Any] | None) -> list[dic
         if found is not None
         else {"bpm": song.bpm, "key": song.musical_key, "duration_s": song.duration_s}
     )
-    for name, row in compare(asked_of((song.style, song.prompt, song.title)), measured).items():
+    asked = asked_of((song.style, song.prompt, song.title), seconds=song.asked_seconds)
+    for name, row in compare(asked, measured).items():
         lines.append({"kind": "adherence", "text": summary({name: row}), "met": row["met"]})
     return [
         {"kind": line["kind"], "text": plain(line["text"], LAB_LINE_LIMIT), "met": line["met"]}

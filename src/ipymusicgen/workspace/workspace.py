@@ -387,7 +387,7 @@ class Workspace:
         path = song_path(song_or_path, find=self._archived(opened) if opened is not None else None)
         if opened is None or task_id is None:
             return measure(path)
-        try:  # with what the song's request named ("128 bpm", "in D minor" in its style or prompt)
+        try:  # with what the song's request named ("128 bpm", "in D minor" in its style or prompt, `--seconds 90`)
             song = opened.song(task_id)
         except KeyError:
             song = None
@@ -395,7 +395,7 @@ class Workspace:
         measures = analyse_song(opened.store, task_id, path, wav=wav)  # kept whole: measured once per file
         if song is None:
             return measures
-        asked = asked_of((song.style, song.prompt, song.title))
+        asked = asked_of((song.style, song.prompt, song.title), seconds=song.asked_seconds)
         return dataclasses.replace(measures, asked=asked) if asked else measures
 
     def waveform(self, song_or_path: Any, points: int | None = None) -> Any:
