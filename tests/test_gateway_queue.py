@@ -59,15 +59,31 @@ def _until(clock: MovedClock, condition: Callable[[], bool], what: str) -> None:
     wait_until(lambda: condition() or (next(polls) % 25 == 0 and clock.advance(WATCH) and False), what)
 
 
+def _sending(database: str) -> int:
+    """Calls claimed and being sent: the upstream may have made their tasks, the gateway has not recorded them."""
+    ledger = open_ledger(database)
+    try:
+        return sum(1 for c in ledger.calls() if c["state"] == "pending")
+    finally:
+        ledger.close()
+
+
 def _drain(clock: MovedClock, upstream: SeatCountingUpstream, database: str, total: int) -> None:
-    """Finish what runs upstream and let the replicas see it, until `total` creates were sent and none waits."""
+    """Finish what runs upstream and let the replicas see it, until `total` creates were sent and none waits.
+
+    Each round waits until the new send is recorded, not only made upstream: finishing everything while a send was
+    made but not yet recorded would finish a call the test means to leave running (the 429 test's race)."""
     for _ in range(total * 3):
         if len(upstream.styles()) >= total and not _waiting(database):
             return
         sent = len(upstream.styles())
         upstream.finish_all()
         clock.advance(WATCH)
-        _until(clock, lambda s=sent: len(upstream.styles()) > s or not _waiting(database), "a freed seat to be used")
+        _until(
+            clock,
+            lambda s=sent: (len(upstream.styles()) > s and not _sending(database)) or not _waiting(database),
+            "a freed seat to be used and its send recorded",
+        )
     raise AssertionError(f"sent {len(upstream.styles())} of {total}")
 
 
