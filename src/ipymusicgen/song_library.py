@@ -28,6 +28,7 @@ from .storage.provider_spend import ProviderSpend, spend_rows
 from .storage.songs import ORDERS, SongFilter
 
 if TYPE_CHECKING:
+    from .archive.events import ArchiveEvents
     from .lab.ratings import Leaderboard
     from .storage.database import Database
 
@@ -266,9 +267,11 @@ class Library:
 
     It reads through a `Database` (`database`: its songs, and the extras its views offer): given one (a
     workspace's), the database's owner closes it; given a path (a script's own `Library(path)`), it opens a database
-    of its own, closed by `close()`."""
+    of its own, closed by `close()`. `events`: the archive news of the workspace it belongs to (`Workspace.library()`
+    gives its own), which its views hear; None for a library of no workspace."""
 
-    def __init__(self, source: Database | str | Path) -> None:
+    def __init__(self, source: Database | str | Path, *, events: ArchiveEvents | None = None) -> None:
+        self.events = events
         if isinstance(source, str | Path):
             from .storage.database import Database
 

@@ -197,7 +197,7 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         self._refresh_lock = threading.RLock()  # the archiver's thread refreshes too
         if watcher is not None:
             watcher.on_favourite = self._watcher_favourite
-        self._archive_news = self._archive_events(client)
+        self._archive_news = self._archive_events(library, client)
         self._archive_news.subscribe(self._archived)  # held weakly: a new song shows once it is archived
         self.audio = CardAudio(self)
         self._focus: str | None = None
@@ -272,16 +272,23 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         return f"{first}–{min(self.total, first + self.page_size - 1)} of {self.total} song(s)"
 
     @staticmethod
-    def _archive_events(client: Any) -> ArchiveEvents:
-        """The archive news of the view's workspace: its client's, else the session's (another's are not news)."""
+    def _archive_events(library: Library, client: Any) -> ArchiveEvents:
+        """The archive news of the view's own workspace, never another's: the workspace that opened its library
+        (`Workspace.library()`), else its client's, else the session's when the library is over the session's file;
+        a library of no workspace (a script's own `Library(path)`) hears nothing."""
+        if library.events is not None:
+            return library.events
         from ..archive.archiver import archive_of
 
         home = archive_of(client) if client is not None else None
-        if home is None:
-            from ..workspace.session import current_workspace
+        if home is not None:
+            return home.events
+        from ..workspace.session import current_workspace
 
-            home = current_workspace().archive
-        return home.events
+        session = current_workspace()
+        if session.path.resolve() == Path(library.path).resolve():
+            return session.archive.events
+        return ArchiveEvents()  # its own: no archiver announces here
 
     def _archived(self, _task_id: str, _path: Any, _peaks: Any, _error: Any) -> None:
         if self.comm is not None:  # a closed view no longer queries

@@ -320,7 +320,7 @@ class Workspace:
         from ..song_library import Library  # the library and its song queries load on first use (figure 3)
 
         self._open()
-        opened = Library(self.db)
+        opened = Library(self.db, events=self.archive.events)  # its views hear this workspace's archive, no other
         self.retry_archives()
         return opened
 
