@@ -1,0 +1,80 @@
+"""A library view hears the archive news of its own workspace only (issue 38: two workspaces in one process share
+nothing). A view given a workspace's library and no client used to listen to the session's current workspace:
+songs kept by its own workspace never refreshed it, and the session's songs (another file) did."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ipymusicgen.config import Settings
+from ipymusicgen.song_library import Library
+from ipymusicgen.widgets.library import LibraryView
+from ipymusicgen.workspace import session
+from ipymusicgen.workspace.workspace import Workspace
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[tuple[Workspace, Workspace]]:
+    """Two workspaces of the test's own on two files (neither the session's); nothing is ever sent."""
+    settings = Settings.from_env().with_changes(
+        api_key="test-key-never-sent", base_url="http://127.0.0.1:9", v2_base_url="http://127.0.0.1:9"
+    )
+    made = [Workspace(settings, journal_path=tmp_path / f"{name}.sqlite3") for name in ("one", "two")]
+    for workspace in made:
+        workspace.archive.choose(False)
+    try:
+        yield made[0], made[1]
+    finally:
+        for workspace in made:
+            workspace.close()
+
+
+class Counted(LibraryView):
+    """A view that notes the archive news it hears (each one would refresh it)."""
+
+    def __init__(self, library: Library, **kwargs: object) -> None:
+        self.heard: list[str] = []
+        super().__init__(library, **kwargs)  # type: ignore[arg-type]
+
+    def _archived(self, task_id: str, _path: object, _peaks: object, _error: object) -> None:
+        self.heard.append(task_id)
+
+
+view_of = Counted
+
+
+def test_a_view_of_a_workspaces_library_hears_that_workspace_and_no_other(
+    two: tuple[Workspace, Workspace], tmp_path: Path
+) -> None:
+    first, second = two
+    session_events = session.current_workspace().archive.events  # the session's own workspace, another file
+    libraries = [first.library(), second.library(), first.library()]
+    views = [view_of(library) for library in libraries]
+    try:
+        first.archive.events.announce("made-in-first", None, None, "kept")
+        second.archive.events.announce("made-in-second", None, None, "kept")
+        session_events.announce("made-in-the-session", None, None, "kept")
+        assert [view.heard for view in views] == [["made-in-first"], ["made-in-second"], ["made-in-first"]]
+    finally:
+        for view in views:
+            view.close()
+        for library in libraries:
+            library.close()
+
+
+def test_a_library_of_no_workspace_hears_no_workspaces_news(two: tuple[Workspace, Workspace], tmp_path: Path) -> None:
+    """A script's own `Library(path)` on a file no workspace here holds: nothing any workspace makes is its news;
+    a client given beside it still brings its own workspace's."""
+    first, second = two
+    with Library(tmp_path / "script.sqlite3") as own:
+        alone, with_client = view_of(own), view_of(own, client=second.client)
+        try:
+            for workspace in (first, second, session.current_workspace()):
+                workspace.archive.events.announce(f"from {workspace.path.name}", None, None, None)
+            assert alone.heard == [] and with_client.heard == ["from two.sqlite3"]
+        finally:
+            alone.close()
+            with_client.close()
