@@ -83,11 +83,17 @@ class GatewayThread:
     """The gateway app under uvicorn in a daemon thread of this process."""
 
     def __init__(
-        self, database: str, upstream: str, upstream_v2: str, key: str = CANARY_KEY, limits: Limits | None = None
+        self,
+        database: str,
+        upstream: str,
+        upstream_v2: str,
+        key: str = CANARY_KEY,
+        limits: Limits | None = None,
+        engines: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         import uvicorn
 
-        self.gateway, app = build(database, upstream, upstream_v2, key, "127.0.0.1", limits=limits)
+        self.gateway, app = build(database, upstream, upstream_v2, key, "127.0.0.1", limits=limits, engines=engines)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(server_config(app, "127.0.0.1", self.port, limits))  # as `gateway serve` runs

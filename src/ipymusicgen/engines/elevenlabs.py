@@ -25,6 +25,8 @@ COMPOSE = Endpoint("elevenlabs compose", "POST", "/v1/music", paid=True)
 DETAILED = Endpoint("elevenlabs compose detailed", "POST", "/v1/music/detailed", paid=True)
 STEMS = Endpoint("elevenlabs stem separation", "POST", "/v1/music/stem-separation", paid=True)
 MIN_LENGTH_MS = 3_000
+DEFAULT_MODEL = "music_v1"
+"""The model a body without `model_id` gets (the API's default)."""
 MAX_LENGTH_MS = 600_000
 
 
@@ -68,6 +70,31 @@ def build(request: EngineRequest) -> WireRequest:
         body["with_timestamps"] = True
     params = {"output_format": request.output_format} if request.output_format else {}
     return WireRequest(endpoint, params, body)
+
+
+def priced_fields(body: Any) -> tuple[str, float | None]:
+    """What a compose body is priced by, read from the wire (the gateway prices callers' own bodies): its model and
+    the length asked in seconds (`music_length_ms`, or the sum of a composition plan's sections); None when the
+    engine picks the length. A body that names neither sanely is `ValueError` (refused before anything is sent)."""
+    if not isinstance(body, dict):
+        raise ValueError("the body must be a JSON object")
+    model = body.get("model_id", DEFAULT_MODEL)
+    if not isinstance(model, str) or not model:
+        raise ValueError("model_id must be a model's name")
+    length = body.get("music_length_ms")
+    plan = body.get("composition_plan")
+    if length is None and isinstance(plan, dict) and isinstance(plan.get("sections"), list):
+        durations = [s.get("duration_ms") if isinstance(s, dict) else None for s in plan["sections"]]
+        length = sum(durations) if durations and all(_is_ms(d) for d in durations) else None
+    if length is None:
+        return model, None
+    if not _is_ms(length):
+        raise ValueError("music_length_ms must be a whole number of milliseconds")
+    return model, length / 1000
+
+
+def _is_ms(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9
 
 
 def error_text(body: Any) -> str:

@@ -42,6 +42,15 @@ def model_of_path(url_path: str) -> str | None:
     return None
 
 
+def priced_fields(url_path: str) -> tuple[str, float | None]:
+    """What a generateContent call is priced by, read from the wire: the model its path names and the length it
+    makes (a clip: always 30 s; Pro picks its own length: None). A path naming no model is `ValueError`."""
+    model = model_of_path(url_path)
+    if not model:
+        raise ValueError("the path names no model")
+    return model, CLIP_SECONDS if model == MODELS[0] else None
+
+
 def prompt_text(request: EngineRequest) -> str:
     """The one text part: the style, the length asked (Pro takes it in words), instrumental, the lyrics."""
     lines = [request.prompt.strip()] if request.prompt.strip() else []

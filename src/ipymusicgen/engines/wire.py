@@ -8,6 +8,7 @@ JSON-escaped, in any case). The gateway and the sandbox read them here too, so n
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,14 @@ def scrub(text: str, key: str | None) -> str:
     if not key or len(key) < 4 or not isinstance(text, str):
         return text
     return key_pattern(key).sub("***", text)
+
+
+def scrub_bytes(body: bytes, key: str | None) -> bytes:
+    """An answer's bytes with the key masked however a server echoed it (the rule of `scrub`, on bytes that may not
+    be UTF-8: an engine's answer is often the audio itself)."""
+    if not key or len(key) < 4 or not body:
+        return body
+    return re.compile(key_pattern(key).pattern.encode(), re.IGNORECASE).sub(b"***", body)
 
 
 @dataclass(frozen=True)

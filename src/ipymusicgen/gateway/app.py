@@ -150,6 +150,8 @@ class Gateway:
         self.queue = FairQueue(self, max_in_flight, clock) if max_in_flight is not None else None
         """`--max-in-flight`: the fair queue over the upstream key's seats (queue_pump.py); None: no cap."""
         """Paid answers the ledger could not take when they came: kept (memory, spill file) until it can."""
+        self.engines: Any = None
+        """`engine_upstream.EngineUpstreams`: the synchronous engines served at their own paths (None: none)."""
         self._threads = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="gateway-ledger")
         self._inline = isinstance(ledger, SqliteLedger)
         """SQLite's reads run on the event loop itself: each is a local transaction of about 0.1 ms that never
@@ -165,6 +167,8 @@ class Gateway:
         if self.queue is not None:
             self.queue.close()
         self.backlog.close()
+        if self.engines is not None:
+            self.engines.close()
         self._threads.shutdown(wait=True)
         self.upstream.close()
         self.ledger.close()
@@ -652,6 +656,9 @@ def create_app(gateway: Gateway, limits: Limits | None = None) -> Starlette:
 
     batch_routes, starts_worker = batch_parts(gateway, limits, INVALID_KEY)
     routes += batch_routes
+    from .engine_routes import engine_routes  # ElevenLabs and Gemini at their own paths, when their keys are held
+
+    routes += engine_routes(gateway, limits)
     app = Starlette(
         routes=routes,
         middleware=[Middleware(HostCheck, allowed=gateway.host_allowed), starts_worker],

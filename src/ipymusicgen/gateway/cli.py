@@ -104,6 +104,9 @@ def add_gateway_parser(commands: Any) -> None:
         help="to try it with no account: start a local sandbox as the upstream and use its demo key "
         f"(no {ENV_UPSTREAM_KEY}, no --upstream)",
     )
+    from .engine_cli import add_dollar_commands, add_serve_flags  # ElevenLabs and Lyria: keys, dollar budgets
+
+    add_serve_flags(serve)
     serve.set_defaults(run=_serve)
 
     user = sub.add_parser("user", help="add, list, budget or revoke users")
@@ -126,6 +129,7 @@ def add_gateway_parser(commands: Any) -> None:
     team_budget = with_database(teams.add_parser("budget", help="cap the team's total spend"))
     team_budget.add_argument("credits", type=cap_arg, help="credits, or 'none': no team cap (the default)")
     team_budget.set_defaults(run=_team_budget)
+    add_dollar_commands(users, teams, with_database, _ledger)
 
     spend = with_database(sub.add_parser("spend", help="calls and credits per user, day, model or provider"))
     spend.add_argument("--by", choices=("user", "day", "model", "provider"), default="user")
@@ -299,10 +303,13 @@ def _spend_by_provider(args: argparse.Namespace) -> int:
 
     with _ledger(args) as ledger:
         rows = ledger_spend(ledger.calls(), CHARGED)
-    print("provider\tunit\tcalls\testimated\tmeasured\tunknown")
-    for row in rows:
-        shown = ["-" if v is None else str(v) for v in (row.estimated, row.measured)]
-        print(f"{cell(row.group)}\t{row.unit}\t{row.calls}\t{shown[0]}\t{shown[1]}\t{row.unknown}")
+        print("provider\tunit\tcalls\testimated\tmeasured\tunknown")
+        for row in rows:
+            shown = ["-" if v is None else str(v) for v in (row.estimated, row.measured)]
+            print(f"{cell(row.group)}\t{row.unit}\t{row.calls}\t{shown[0]}\t{shown[1]}\t{row.unknown}")
+        from .engine_cli import print_engine_spend
+
+        print_engine_spend(ledger, cell)  # the engines' calls, in dollars
     return 0
 
 
@@ -328,7 +335,14 @@ def _serve_with(args: argparse.Namespace, key: str) -> int:
     database = args.database or default_database()
     _needs_driver(database)
     from ..storage.ledger_engines import is_postgres
+    from .engine_cli import engines_from
     from .server import serve
+
+    try:
+        engines = engines_from(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     print("serving in the foreground until Ctrl+C: run the admin commands and clients in another terminal", flush=True)
     serve(
@@ -340,6 +354,7 @@ def _serve_with(args: argparse.Namespace, key: str) -> int:
         key=key,
         allow_hosts=args.allow_host,
         max_in_flight=args.max_in_flight,
+        engines=engines,
     )
     return 0
 

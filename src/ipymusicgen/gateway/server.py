@@ -14,7 +14,7 @@ app refuses an unauthenticated or oversized body before reading it (`admission.p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import key_in_clear, url_scheme
@@ -164,9 +164,11 @@ def build(
     limits: Limits | None = None,
     max_in_flight: int | None = None,
     clock: Any = None,
+    engines: Mapping[str, tuple[str, str]] | None = None,
 ) -> tuple[Gateway, Any]:
-    """The app and what it holds (closed by the caller); `max_in_flight`: the queue's seats (None: no queue)."""
-    check_upstream(upstream, upstream_v2)
+    """The app and what it holds (closed by the caller); `max_in_flight`: the queue's seats (None: no queue);
+    `engines`: the synchronous engines served at their own paths, provider -> (upstream URL, the team's key)."""
+    check_upstream(upstream, upstream_v2, *(url for url, _key in (engines or {}).values()))
     try:
         ledger = open_ledger(database)
     except Exception as exc:  # a driver's error may repeat the URL, or a piece of it: shown masked
@@ -182,6 +184,12 @@ def build(
         max_in_flight=max_in_flight,
         clock=clock,
     )
+    if engines:
+        from .engine_routes import recover_engine_calls
+        from .engine_upstream import EngineUpstreams
+
+        gateway.engines = EngineUpstreams(engines)
+        recover_engine_calls(gateway.ledger)
     gateway.upstream_counts()  # the meter's first reading: the next paid call can be measured against it
     recovered = gateway.recover()  # `gateway reconcile`: what an earlier gateway left (kill -9, a ledger outage)
     if recovered.written or recovered.settled or recovered.released or recovered.unknown:
@@ -206,8 +214,11 @@ def serve(
     key: str,
     allow_hosts: Iterable[str] = (),
     max_in_flight: int | None = None,
+    engines: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
-    gateway, app = build(database, upstream, upstream_v2, key, host, allow_hosts, max_in_flight=max_in_flight)
+    gateway, app = build(
+        database, upstream, upstream_v2, key, host, allow_hosts, max_in_flight=max_in_flight, engines=engines
+    )
     print(f"ipymusicgen gateway on http://{host}:{port} (v1 and v2), ledger: {shown_database(database)}", flush=True)
     try:
         run_app(app, host, port)

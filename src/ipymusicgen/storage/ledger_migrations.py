@@ -117,6 +117,26 @@ def m005_queue_stand_ins(ledger: Any, cur: Any) -> None:
     add_missing_columns(ledger, cur, "queue", (("swap", "text"),))
 
 
+@migration
+def m006_engine_calls(ledger: Any, cur: Any) -> None:
+    """The synchronous engines' calls (ElevenLabs, Lyria) served at their own paths (`gateway/engine_routes.py`,
+    `ledger_dollars.py`): priced in US dollars (whole millionths), never in credits, in a table of their own so the
+    credit meter and `gateway reconcile` never take one for the service's; their answers (the audio) kept for a
+    repeat of the same Idempotency-Key. Each user's and the team's dollar budget and what is charged against it."""
+    serial = "BIGSERIAL PRIMARY KEY" if ledger.types["blob"] == "BYTEA" else "INTEGER PRIMARY KEY AUTOINCREMENT"
+    t = ledger.types
+    cur.run(
+        f"CREATE TABLE IF NOT EXISTS engine_calls (id {serial}, user_name {t['text']} NOT NULL, idem_key {t['text']}, "
+        f"provider {t['text']} NOT NULL, endpoint {t['text']} NOT NULL, model {t['text']}, "
+        f"estimated_usd {t['int']} NOT NULL, state {t['text']} NOT NULL, status_code {t['int']}, "
+        f"media_type {t['text']}, body {t['blob']}, fingerprint {t['text']}, owner {t['text']}, "
+        f"created_at {t['real']} NOT NULL, ended_at {t['real']}, day {t['text']} NOT NULL, note {t['text']}, "
+        "UNIQUE (user_name, idem_key))"
+    )
+    add_missing_columns(ledger, cur, "users", (("budget_usd", "int"), ("spent_usd", "int")))
+    add_missing_columns(ledger, cur, "team", (("budget_usd", "int"), ("spent_usd", "int")))
+
+
 LATEST = len(MIGRATIONS)
 
 
