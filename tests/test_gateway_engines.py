@@ -299,6 +299,11 @@ def test_serve_takes_engine_keys_only_from_its_environment() -> None:
     }
     with pytest.raises(InsecureTransportError):
         check_upstream("http://engines.example.com", environ={})
+    on_sandbox = argparse.Namespace(upstream_elevenlabs=None, upstream_gemini=None, engine_sandbox=("http://x", "d"))
+    assert engines_from(on_sandbox, environ={"ELEVENLABS_API_KEY": "real"}) == {
+        "elevenlabs": ("http://x", "d"),
+        "lyria": ("http://x", "d"),
+    }  # `serve --sandbox` never sends a real key anywhere
 
 
 def test_a_price_is_never_below_the_table() -> None:

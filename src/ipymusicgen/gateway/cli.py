@@ -375,6 +375,7 @@ def _serve_on_sandbox(args: argparse.Namespace) -> int:
     try:
         print(f"upstream: a local sandbox at {sandbox.base_url} (its demo key; nothing is paid)", flush=True)
         args.upstream, args.upstream_v2 = sandbox.base_url, sandbox.v2_base_url
+        args.engine_sandbox = (sandbox.engines_base_url, sandbox.api_key)  # ElevenLabs and Lyria too, demo key
         return _serve_with(args, sandbox.api_key)
     finally:
         sandbox.stop()

@@ -91,6 +91,9 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
 def engines_from(args: argparse.Namespace, environ: Any = None) -> dict[str, tuple[str, str]]:
     """provider -> (URL, key) for each engine whose key is in the environment; a URL given for an engine with no key
     there is an error (one line), as is a URL that would send a key over plain http to another machine."""
+    sandbox = getattr(args, "engine_sandbox", None)
+    if sandbox is not None:  # `serve --sandbox`: the sandbox's engines on its demo key, whatever the environment
+        return {provider: sandbox for provider in ENGINE_KEYS}
     env = os.environ if environ is None else environ
     found: dict[str, tuple[str, str]] = {}
     for provider, variable in ENGINE_KEYS.items():
