@@ -106,6 +106,10 @@ def _fingerprint(path: str, params: dict[str, str], body: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _token(request: Request, provider: str) -> str | None:
     if provider == ELEVENLABS:
         return request.headers.get(el.KEY_HEADER)
@@ -142,7 +146,7 @@ class EngineDoor:
             )
         params = {k: v for k, v in request.query_params.items() if not (provider == LYRIA and k == "key")}
         try:
-            body = json.loads(raw)
+            body = json.loads(raw, parse_constant=_no_constant)  # NaN, Infinity: not JSON, never forwarded
             model, seconds = el.priced_fields(body) if provider == ELEVENLABS else lyria.priced_fields(request.url.path)
             micros = dollars.to_micros(price_of(provider, model, seconds))
             fingerprint = _fingerprint(request.url.path, params, body) if idem_key else None
