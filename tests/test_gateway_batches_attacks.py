@@ -324,7 +324,8 @@ def test_a_row_whose_create_may_have_been_charged_is_never_sent_again(
     gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path, fault: str
 ) -> None:
     """The upstream charges row 2's create, then answers 500, hangs up or answers garbage: the row ends unknown at the
-    gateway and in the notebook's store, and neither the worker, a rerun nor a stop and rerun sends it again."""
+    gateway and in the notebook's store, and neither the worker nor a rerun sends it again (only the user's explicit
+    retry_unknown=True does: tests/test_gateway_batches_retry_unknown.py)."""
     token = add_user(database, f"xia{fault[:3]}", budget=100)
     journal = tmp_path / "xia.sqlite3"
     with through(gateway, token, journal) as client:
@@ -334,8 +335,8 @@ def test_a_row_whose_create_may_have_been_charged_is_never_sent_again(
         upstream.set_faults("")
         assert [r.state for r in batch.rows] == ["complete", "unknown", "complete"], batch.progress_line()
         assert first.rows[0].ids == batch.rows[0].ids
-        again = client.batch(rows_of(3, "before"), name="charged, no answer", concurrency=3, retry_unknown=True)
-        assert [r.state for r in again.rows] == ["complete", "unknown", "complete"]
+        again = client.batch(rows_of(3, "before"), name="charged, no answer", concurrency=3)  # (retry_unknown=True
+        assert [r.state for r in again.rows] == ["complete", "unknown", "complete"]  # resends: retry_unknown's tests)
     assert [s for s, _ in stored(journal, "charged, no answer").values()] == ["complete", "unknown", "complete"]
     assert paid_counts(upstream)[GENERATE] == 3, "row 2's create reached the upstream once"
     row2 = [c for c in open_ledger(database).calls() if c["state"] != "done"]

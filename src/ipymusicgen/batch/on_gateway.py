@@ -4,9 +4,11 @@ A gateway says what it is in the caller's key info (`"gateway": "ipymusicgen"`),
 first create anyway, so a batch sent straight to the service costs no extra request. The gateway records the batch
 and its rows in its ledger and its workers send them (the user's budget reserved per row, each row's create sent
 upstream at most once), so a closed laptop, a culled server or kill -9 of the kernel stops nothing; running the
-same batch again attaches to it and sends nothing twice. Here the `Batch` follows the gateway's rows (their states,
-ids, errors and credits) and polls their songs through the client (the journal, the archive and the views see them
-as they see any batch's); `batch.stop()` stops the batch at the gateway.
+same batch again attaches to it and sends nothing twice (`retry_unknown=True` asks the gateway to resend, once, the
+rows it holds unknown: read first, then named with the attempt seen, so a repeat resends nothing more). Here the
+`Batch` follows the gateway's rows (their states, ids, errors and credits) and polls their songs through the client
+(the journal, the archive and the views see them as they see any batch's); `batch.stop()` stops the batch at the
+gateway.
 """
 
 from __future__ import annotations
@@ -118,14 +120,42 @@ def _no_batch_paths(exc: MusicGenError) -> bool:
     return isinstance(exc, APIStatusError) and exc.status_code in (404, 405)
 
 
-def _submission(batch: Batch, engine: Scheduler) -> dict[str, Any]:
-    return {
+def _submission(batch: Batch, engine: Scheduler, retry: list[dict[str, int]]) -> dict[str, Any]:
+    submission = {
         "name": batch.name,
         "rows": [{"v2": r.v2, "body": r.request.to_payload()} for r in batch.rows],
         "concurrency": batch.concurrency,
         "budget": _credits(batch),
         "stall_timeout": engine.stall_timeout,
     }
+    return {**submission, "retry_unknown": retry} if retry else submission
+
+
+NO_RETRY = (
+    "Batch {name!r}: this gateway cannot resend rows whose outcome is unknown (retry_unknown=True; it is older than "
+    "this notebook): nothing was sent. Ask its admin to upgrade it, or run the batch without retry_unknown."
+)
+
+
+def _retry_of(batch: Batch, data: Any) -> list[dict[str, int]]:
+    """The rows the gateway shows unknown, at the attempt shown (what `retry_unknown=True` asks it to resend once:
+    a repeat of the same hand-off finds the attempt moved on and resends nothing more)."""
+    rows = data.get("rows") if isinstance(data, dict) else None
+    asked = []
+    for shown in rows if isinstance(rows, list) else []:
+        if not isinstance(shown, dict) or shown.get("state") != "unknown":
+            continue
+        index, attempt = shown.get("index"), shown.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            raise BatchError(NO_RETRY.format(name=batch.name))
+        if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(batch.rows):
+            asked.append({"index": index, "attempt": attempt})
+    return asked
+
+
+def _missing(exc: MusicGenError) -> bool:
+    """A 404 to the status read: the gateway holds no batch of that name (nothing of it to resend)."""
+    return isinstance(exc, APIStatusError) and exc.status_code == 404
 
 
 def _refusal(batch: Batch, exc: MusicGenError) -> MusicGenError:
@@ -279,7 +309,14 @@ def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch | None:
     """Hand the batch to the gateway and follow it (`wait=False`: in a thread); what `run_batch` returns. None:
     the gateway has no batch paths after all (nothing recorded): the batch runs here."""
     batch = engine.batch
-    submission = _submission(batch, engine)
+    retry: list[dict[str, int]] = []
+    if engine.retry_unknown:  # read before anything is sent: which rows the gateway holds unknown, at which attempt
+        try:
+            retry = _retry_of(batch, client._run(client._request_flow(STATUS, params={"name": batch.name})))
+        except MusicGenError as exc:
+            if not (_missing(exc) or _no_batch_paths(exc)):
+                raise
+    submission = _submission(batch, engine, retry)
     marked = _handed(batch, engine)
     try:
         data = client._run(client._request_flow(SUBMIT, json=submission))
@@ -330,7 +367,14 @@ def hand_off(client: Any, engine: Scheduler, *, wait: bool) -> Batch | None:
 async def hand_off_async(client: Any, engine: Scheduler, *, wait: bool) -> Batch | None:
     """`hand_off` on an `AsyncMusicClient` (`wait=False`: `await batch` later); None as `hand_off`'s."""
     batch = engine.batch
-    submission = _submission(batch, engine)
+    retry: list[dict[str, int]] = []
+    if engine.retry_unknown:  # as `hand_off`: read before anything is sent
+        try:
+            retry = _retry_of(batch, await client._run(client._request_flow(STATUS, params={"name": batch.name})))
+        except MusicGenError as exc:
+            if not (_missing(exc) or _no_batch_paths(exc)):
+                raise
+    submission = _submission(batch, engine, retry)
     marked = _handed(batch, engine)
     try:
         data = await client._run(client._request_flow(SUBMIT, json=submission))

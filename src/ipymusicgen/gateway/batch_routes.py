@@ -4,7 +4,8 @@ by name, and may stop it; each user sees only their own batches (another's name 
 - `POST /gateway/v1/batches` {"name", "rows": [{"v2": bool, "body": {...}}], "concurrency", "budget",
   "stall_timeout"}: recorded (or attached to: the same name and rows send nothing twice) and run by the replicas'
   workers (`batch_worker.py`); refused whole, nothing recorded, for a bad row, a row that is not the one first
-  recorded under its index, or rows that would cost more than is left.
+  recorded under its index, or rows that would cost more than is left. `"retry_unknown": [{"index", "attempt"}]`
+  (the notebook's `retry_unknown=True`) resends those rows once if they are still unknown at that attempt.
 - `GET /gateway/v1/batches?name=N`: the batch and each row's state; without `name`, the caller's batches.
 - `POST /gateway/v1/batches/stop` {"name"}: rows not yet sent are skipped.
 """
@@ -117,12 +118,12 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
         checked = await asyncio.to_thread(_checked, body)
         if isinstance(checked, Response):
             return checked
-        name, new, naming, concurrency, budget, stall = checked
+        name, new, naming, concurrency, budget, stall, retry = checked
         for number, payload in naming:
             problem = await _foreign(gateway, user, payload)
             if problem:
                 return _refused(422, f"The batch was refused whole, nothing was sent: row {number}: {problem}")
-        decided: Submitted = await gateway.blocking(store.submit, user, name, new, concurrency, budget, stall)
+        decided: Submitted = await gateway.blocking(store.submit, user, name, new, concurrency, budget, stall, retry)
         if decided.kind == "conflict":
             index = (decided.index or 0) + 1
             return _refused(
@@ -174,9 +175,30 @@ NAMING = ("audio_url", "continue_song_id", "singer_id")
 """A row's fields that name something of someone's (checked against the caller's own: `_foreign`)."""
 
 
-def _checked(body: dict[str, Any]) -> Response | tuple[str, list[NewRow], list[tuple[int, Any]], int, Any, float]:
+Checked = tuple[str, list[NewRow], list[tuple[int, Any]], int, Any, float, dict[int, int]]
+
+
+def _retry_of(value: Any) -> dict[int, int] | None:
+    """`retry_unknown`: [{"index", "attempt"}] (the rows the user asks to resend, at the attempt they saw), or None
+    when it is not that shape."""
+    if value is None:
+        return {}
+    if not isinstance(value, list) or len(value) > MAX_ROWS:
+        return None
+    asked = {}
+    for item in value:
+        index = _whole(item.get("index"), 0, MAX_ROWS) if isinstance(item, dict) else None
+        attempt = _whole(item.get("attempt"), 0, 10**6) if isinstance(item, dict) else None
+        if index is None or attempt is None:
+            return None
+        asked[index] = attempt
+    return asked
+
+
+def _checked(body: dict[str, Any]) -> Response | Checked:
     """A submission's fields and rows checked (no I/O: run off the serving loop), or its refusal: the name, the
-    rows to record, the rows naming something to check as the caller's, concurrency, budget and stall timeout."""
+    rows to record, the rows naming something to check as the caller's, concurrency, budget, stall timeout and the
+    unknown rows to resend."""
     name = _name_of(body.get("name"))
     rows = body.get("rows")
     concurrency = _whole(body.get("concurrency", 3), 1, 1000)
@@ -192,6 +214,9 @@ def _checked(body: dict[str, Any]) -> Response | tuple[str, list[NewRow], list[t
         return _refused(422, "budget: a whole number of credits from 0, or null")
     if isinstance(stall, bool) or not isinstance(stall, int | float) or not 0 < stall < math.inf:
         return _refused(422, "stall_timeout: seconds, more than 0")
+    retry = _retry_of(body.get("retry_unknown"))
+    if retry is None:
+        return _refused(422, 'retry_unknown: a list of {"index": row, "attempt": n} (as the batch\'s status shows)')
     mappings = []
     for row in rows:
         if (
@@ -216,7 +241,7 @@ def _checked(body: dict[str, Any]) -> Response | tuple[str, list[NewRow], list[t
         if isinstance(payload, dict) and any(payload.get(field) for field in NAMING):
             naming.append((row.number, payload))
         new.append(NewRow(row.request_hash, json.dumps(payload), row.v2, estimate_credits(row.request)))
-    return name, new, naming, concurrency, budget, float(stall)
+    return name, new, naming, concurrency, budget, float(stall), retry
 
 
 async def _foreign(gateway: Any, user: str, payload: Any) -> str | None:

@@ -141,30 +141,40 @@ class BatchStore:
         concurrency: int,
         budget: int | None,
         stall_timeout: float,
+        retry: dict[int, int] | None = None,
     ) -> Submitted:
         """Record a batch, or attach to the user's batch of that name: rows never sent (queued, or skipped by a
         stop or a budget) are queued again, rows sent are kept as they are. Refused whole (nothing recorded) when a
-        row differs from the one first recorded under its index, or the rows to send cost more than is left."""
+        row differs from the one first recorded under its index, or the rows to send cost more than is left.
+
+        `retry` (index -> attempt: the user's explicit `retry_unknown`) queues again, under a new key, each row still
+        unknown at the attempt the user saw: a repeat of the same submission finds the attempt moved on and sends
+        nothing more (each ask resends a row at most once)."""
         with self._cursor() as cur:
             self.ledger._lock_for_reserve(cur, user)  # the team row first, as every writer: budgets read steady
             now = self._now(cur)
             found = cur.one("SELECT id, state FROM batches WHERE user_name = ? AND name = ?", (user, name))
             stored: dict[int, tuple[str, str]] = {}
+            retried: list[int] = []
             if found:
-                for index, digest, state in cur.all(
-                    "SELECT row_index, request_hash, state FROM batch_rows WHERE batch_id = ?", (found[0],)
+                for index, digest, state, attempt in cur.all(
+                    "SELECT row_index, request_hash, state, attempt FROM batch_rows WHERE batch_id = ?", (found[0],)
                 ):
                     stored[int(index)] = (digest, state)
+                    if state == UNKNOWN and retry and retry.get(int(index)) == int(attempt):
+                        retried.append(int(index))
                 for index, row in enumerate(rows):
                     if index in stored and stored[index][0] != row.request_hash:
                         return Submitted("conflict", index=index)
             to_send = [
-                row for index, row in enumerate(rows) if index not in stored or stored[index][1] in (QUEUED, SKIPPED)
+                row
+                for index, row in enumerate(rows)
+                if index not in stored or stored[index][1] in (QUEUED, SKIPPED) or index in retried
             ]
             estimate = sum(r.estimate for r in to_send)
             left, whose = self.ledger._left(cur, user)
             if found and found[1] == STOPPED and self._stopped_by_admin(cur, found[0]):
-                to_send, estimate = [], 0  # an admin's stop stands: the batch is shown as it is
+                to_send, estimate, retried = [], 0, []  # an admin's stop stands: the batch is shown as it is
             if left is not None and estimate > left:
                 return Submitted("over", estimate=estimate, left=left, whose=whose)
             if budget is not None and estimate > budget:
@@ -186,6 +196,11 @@ class BatchStore:
                 cur.run(
                     "UPDATE batch_rows SET state = ?, error = NULL, claimed_by = NULL WHERE batch_id = ? AND state = ?",
                     (QUEUED, batch_id, SKIPPED),
+                )
+                cur.many(  # the old key's call stays as it is (unknown: `gateway reconcile` may still settle it)
+                    "UPDATE batch_rows SET state = ?, attempt = attempt + 1, ids = NULL, error = NULL, cost = 0, "
+                    "claimed_by = NULL, last_change = ? WHERE batch_id = ? AND row_index = ? AND state = ?",
+                    [(QUEUED, now, batch_id, index, UNKNOWN) for index in retried],
                 )
                 cur.run(
                     "UPDATE batches SET state = ?, concurrency = ?, budget_left = ?, stall_timeout = ?, note = NULL, "
@@ -218,14 +233,15 @@ class BatchStore:
             if not found:
                 return None
             rows = cur.all(
-                f"SELECT r.row_index, r.state, r.ids, r.error, {CHARGED} FROM batch_rows r {CALL_OF_ROW} "
+                f"SELECT r.row_index, r.state, r.ids, r.error, {CHARGED}, r.attempt FROM batch_rows r {CALL_OF_ROW} "
                 "WHERE r.batch_id = ? ORDER BY r.row_index",
                 (user, found[0]),
             )
         shown = [
-            {"index": int(r[0]), "state": r[1], "ids": json.loads(r[2]) if r[2] else [], "error": r[3], "cost": r[4]}
+            {"index": int(r[0]), "state": r[1], "ids": json.loads(r[2]) if r[2] else [], "error": r[3], "cost": r[4],
+             "attempt": int(r[5])}
             for r in rows
-        ]
+        ]  # fmt: skip
         return {"name": name, "state": found[1], "note": found[2], "rows": shown}
 
     def stop(self, name: str, user: str, admin: bool) -> bool:
