@@ -110,7 +110,7 @@ def test_the_projects_client_makes_elevenlabs_and_lyria_songs_through_the_gatewa
         client.close()
     assert engine_counts(upstream) == {"/v1/music": 1, LYRIA_CLIP: 1}  # each sent once, on the team's key
     rows = engine_rows(database)
-    assert [(r["provider"], r["state"], r["estimated_usd"]) for r in rows] == [
+    assert sorted((r["provider"], r["state"], r["estimated_usd"]) for r in rows) == [  # sent in parallel
         ("elevenlabs", "done", 750_000),  # $0.75 a started minute
         ("lyria", "done", 40_000),  # a clip: $0.04
     ]
@@ -157,9 +157,40 @@ def test_gemini_takes_the_token_as_its_header_or_its_key_parameter(
     missing = httpx.post(gateway.url + LYRIA_CLIP, json=lyria_body("folk"))
     assert missing.status_code == 403 and missing.json()["error"]["status"] == "PERMISSION_DENIED"
     unknown = httpx.post(gateway.url + "/v1beta/models/lyria-9:generateContent", params={"key": token}, json={})
-    assert unknown.status_code == 400 and "no dollar price" in unknown.json()["error"]["message"]
+    assert unknown.status_code == 404 and unknown.json()["error"]["status"] == "NOT_FOUND"
+    assert "no dollar price" in unknown.json()["error"]["message"]
     assert engine_counts(upstream) == {LYRIA_CLIP: 2}
     assert all(r["provider"] == "lyria" for r in engine_rows(database))
+
+
+def test_googles_own_sdk_generates_a_lyria_clip_through_the_gateway(
+    gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    from google import genai
+    from google.genai import errors as genai_errors
+    from google.genai import types
+
+    token = dollar_user(database, "hal", "1")
+
+    def sdk(key: str) -> genai.Client:
+        options = types.HttpOptions(base_url=gateway.url, retry_options=types.HttpRetryOptions(attempts=1))
+        return genai.Client(api_key=key, http_options=options)
+
+    client, wrong = sdk(token), sdk("mgw_wrong")  # each kept alive: a client closes its pool once collected
+    answer = client.models.generate_content(
+        model="lyria-3-clip-preview",
+        contents="a cheerful folk song",
+        config=types.GenerateContentConfig(response_modalities=["AUDIO", "TEXT"]),
+    )
+    assert [p.inline_data.mime_type for p in answer.parts if p.inline_data] == ["audio/mpeg"]
+    with pytest.raises(genai_errors.ClientError) as refused:
+        wrong.models.generate_content(model="lyria-3-clip-preview", contents="folk")
+    assert (refused.value.code, refused.value.status) == (400, "INVALID_ARGUMENT")
+    with pytest.raises(genai_errors.ClientError) as unknown:
+        client.models.generate_content(model="lyria-9", contents="folk")
+    assert (unknown.value.code, unknown.value.status) == (404, "NOT_FOUND")
+    assert sum(engine_counts(upstream).values()) == 1
+    assert [(r["provider"], r["state"]) for r in engine_rows(database)] == [("lyria", "done")]
 
 
 def test_a_credits_budget_never_pays_a_dollar_call(

@@ -193,3 +193,35 @@ def test_calls_a_killed_gateway_left_pending_become_unknown_and_keep_their_price
         assert repeat.kind == "repeat" and repeat.state == "unknown"
     finally:
         ledger.close()
+
+
+def test_an_answer_without_a_song_is_judged_by_the_engine_modules_own_rules(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, hostile_server: Callable[..., HostileServer]
+) -> None:
+    """A Lyria prompt blocked before any music was not charged (its price comes back); an ElevenLabs 200 that is not
+    audio may have been charged (its price is kept, nothing is sent again)."""
+
+    def handler(request: RawRequest, sock: socket.socket) -> None:
+        if "generateContent" in request.path:
+            respond(sock, 200, {"promptFeedback": {"blockReason": "SAFETY"}})
+        else:
+            respond(sock, 200, {"status": "ok"})
+
+    engine = hostile_server(handler)
+    database = str(tmp_path / "gateway.sqlite3")
+    token = dollar_user(database, "xan", "5")
+    engines = {"elevenlabs": (engine.url, "sk_team_key_0003"), "lyria": (engine.url, "sk_team_key_0003")}
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as running:
+        blocked = httpx.post(
+            running.url + "/v1beta/models/lyria-3-clip-preview:generateContent",
+            params={"key": token},
+            json={"contents": [{"parts": [{"text": "x"}]}]},
+        )
+        odd = el_post(running.url, token, {"prompt": "x", "music_length_ms": 3_000})
+    assert blocked.status_code == odd.status_code == 200  # the engine's answers, as they came
+    assert [(r["provider"], r["state"]) for r in rows(database)] == [("lyria", "refused"), ("elevenlabs", "unknown")]
+    ledger = open_ledger(database)
+    try:
+        assert ledger_dollars.standing(ledger)["xan"] == (5_000_000, 750_000)  # the clip's $0.04 came back
+    finally:
+        ledger.close()

@@ -151,6 +151,8 @@ class EngineDoor:
             micros = dollars.to_micros(price_of(provider, model, seconds))
             fingerprint = _fingerprint(request.url.path, params, body) if idem_key else None
         except (ValueError, RecursionError) as exc:  # DollarPriceError is a ValueError: nothing reserved or sent
+            if isinstance(exc, DollarPriceError) and provider == LYRIA:  # as Gemini answers a model it has not
+                return _gemini_error(404, "NOT_FOUND", f"{exc}: not found for generateContent here")
             text = str(exc) if isinstance(exc, DollarPriceError) else f"the body cannot be priced ({str(exc)[:120]})"
             return _refused(provider, 400 if provider == LYRIA else 422, "invalid_request", text)
         try:
