@@ -219,7 +219,8 @@ def serve(
     gateway, app = build(
         database, upstream, upstream_v2, key, host, allow_hosts, max_in_flight=max_in_flight, engines=engines
     )
-    print(f"ipymusicgen gateway on http://{host}:{port} (v1 and v2), ledger: {shown_database(database)}", flush=True)
+    served = "v1 and v2" + "".join(f", {provider}" for provider in sorted(engines or {}))  # with the engines' paths
+    print(f"ipymusicgen gateway on http://{host}:{port} ({served}), ledger: {shown_database(database)}", flush=True)
     try:
         run_app(app, host, port)
     finally:
