@@ -5,10 +5,11 @@ Every paid create (v1 generate, v2 submit) takes a seat of the upstream key or w
 caller's request as without a queue; one that waits is answered at once with the gateway's ids (`queue_answers`).
 Each replica runs one pump on its event loop (started with `gateway serve`, before any request): at every wake-up
 (a row queued, a seat freed, or every `TICK` seconds of its clock) it marks rows that a dead replica claimed
-unknown, frees the seats whose songs are finished (read upstream at most every `WATCH_EVERY` seconds per seat) or
-held longer than `HOLD_MAX`, and claims rows while seats are free, sending each once, as the request path sends
-(`Gateway._send_paid`: the same records, measurements and backlog). A 429 puts the row back in line (not made,
-not charged) and shrinks the seats (`queue_seats`).
+unknown, frees the seats whose songs are finished (read upstream at most every `WATCH_EVERY` seconds per seat; a
+call left unknown is looked for in the upstream's task list, `queue_unknown`) or held longer than `HOLD_MAX`, and
+claims rows while seats are free, sending each once, as the request path sends (`Gateway._send_paid`: the same
+records, measurements and backlog). A 429 puts the row back in line (not made, not charged) and shrinks the seats
+(`queue_seats`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from starlette.responses import Response
 
 from ..models.tasks import v1_state, v2_state
 from ..storage import ledger_queue as lq
-from ..storage.ledger import DONE, PENDING, REFUSED
+from ..storage.ledger import DONE, PENDING, REFUSED, UNKNOWN
 from .queue_answers import V2_SUBMIT, asked, queued_answer, record, renamed, upstream_id, with_records
 from .queue_seats import Clock, SystemClock, hold_for, seats_now, shrunk_to
+from .queue_unknown import unknown_seat_free
 from .upstream import Answer
 
 if TYPE_CHECKING:
@@ -153,11 +155,14 @@ class FairQueue:
             done = seat.state == REFUSED or now - seat.held_at > HOLD_MAX
             if seat.state == PENDING and not done:
                 continue
-            if not done and seat.state == DONE:  # (a call still being sent is let be until HOLD_MAX)
+            if not done and seat.state in (DONE, UNKNOWN):  # (a call still being sent is let be until HOLD_MAX)
                 if seat.checked_at is not None and now - float(seat.checked_at) < WATCH_EVERY:
                     continue
                 await self.gateway.blocking(lq.checked, self.ledger, seat.slot, now)
-                done = await self._finished(seat.endpoint, lq.created_ids(seat.body))
+                if seat.state == UNKNOWN:  # asked upstream as reconcile asks (`queue_unknown`), not held 600 s
+                    done = await unknown_seat_free(self.gateway, seat.call_id)
+                else:
+                    done = await self._finished(seat.endpoint, lq.created_ids(seat.body))
             if done:
                 await self.gateway.blocking(lq.release, self.ledger, seat.call_id)
 
