@@ -343,3 +343,35 @@ def test_a_price_is_never_below_the_table() -> None:
     assert price_of("elevenlabs", "music_v1", None) == Decimal("7.50")  # the engine picks: its longest, 10 min
     assert price_of("elevenlabs", "music_v1", 0.001) == Decimal("0.75")
     assert price_of("lyria", "lyria-3-pro-preview", None) == Decimal("0.08")
+
+
+def test_stem_separation_goes_through_the_gateway_priced_by_the_uploads_length(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    from ipymusicgen.client.engine_stems import separate_stems
+
+    token = dollar_user(database, "jo", "5")
+    song = el_post(gateway, token, {"prompt": "drums", "music_length_ms": 4_000})
+    assert song.status_code == 200
+    form = {"stem_variation_id": "two_stems_v1"}
+    upload = {"file": ("song.mp3", song.content, "audio/mpeg")}
+    headers = {"xi-api-key": token, "Idempotency-Key": "stems-1"}
+    first = httpx.post(gateway.url + "/v1/music/stem-separation", data=form, files=upload, headers=headers, timeout=60)
+    assert first.status_code == 200 and first.content.startswith(b"PK")
+    again = httpx.post(gateway.url + "/v1/music/stem-separation", data=form, files=upload, headers=headers, timeout=60)
+    assert again.content == first.content  # another multipart boundary, the same request: the kept answer
+    empty = httpx.post(gateway.url + "/v1/music/stem-separation", data=form, headers={"xi-api-key": token})
+    assert empty.status_code == 422
+    client = client_through(gateway, token, tmp_path)
+    try:
+        zipped = separate_stems(client, "my-song", song.content, seconds=4.0)
+    finally:
+        client.close()
+    assert zipped.read_bytes().startswith(b"PK")
+    assert engine_counts(upstream) == {"/v1/music": 1, "/v1/music/stem-separation": 2}
+    rows = engine_rows(database)
+    assert [(r["model"], r["state"], r["estimated_usd"]) for r in rows] == [
+        ("music_v1", "done", 750_000),
+        ("stem-separation", "done", 750_000),  # a 4 s song: one started minute at $0.75
+        ("stem-separation", "done", 750_000),
+    ]

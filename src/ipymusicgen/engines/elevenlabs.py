@@ -93,6 +93,24 @@ def priced_fields(body: Any) -> tuple[str, float | None]:
     return model, length / 1000
 
 
+def read_upload(content_type: str, body: bytes) -> tuple[bytes, str]:
+    """A stem separation's upload, read from the wire: (the audio file, `stem_variation_id`, by default
+    `two_stems_v1`). A body that is not `multipart/form-data` with a non-empty `file` is `ValueError`."""
+    if not (content_type or "").lower().startswith("multipart/form-data"):
+        raise ValueError("a stem separation is multipart/form-data with a file")
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    fields: dict[str, bytes] = {}
+    for part in message.iter_parts() if message.is_multipart() else ():
+        name = part.get_param("name", header="content-disposition")
+        if isinstance(name, str) and name not in fields:
+            fields[name] = part.get_payload(decode=True) or b""
+    if not fields.get("file"):
+        raise ValueError("the stem separation has no file")
+    variation = fields.get("stem_variation_id", b"two_stems_v1").decode("utf-8", "replace")
+    return fields["file"], variation
+
+
 def _is_ms(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9
 

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from ..engines import elevenlabs as el
 from ..engines import lyria
 from ..engines.wire import AnswerError, Charge, charge_of_status
-from ..models.dollar_prices import DollarPriceError, price_table
+from ..models.dollar_prices import STEMS, DollarPriceError, price_table, stems_estimate
 from ..models.providers import CAPABILITIES, ELEVENLABS, LYRIA
 from ..storage import ledger_dollars as dollars
 from ..storage.ledger import DONE, REFUSED, UNKNOWN
@@ -45,6 +45,8 @@ MAY_HAVE_BEEN_CHARGED = (
     "This call was sent to {provider} and no answer is known for it (yet): it may have been charged. It was NOT "
     "sent again; check your songs before trying a new call."
 )
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+"""The largest stem separation upload taken (a ten-minute song is well under it); JSON bodies keep `Limits`."""
 NOT_SENT = "{provider} could not be reached through the gateway; nothing was sent or charged."
 LEDGER_DOWN = "The gateway's ledger cannot be reached just now: nothing was sent or charged. Try again in a moment."
 KEY_REUSED = "This Idempotency-Key was already used for another request; nothing was sent. Use a new key."
@@ -106,6 +108,22 @@ def _fingerprint(path: str, params: dict[str, str], body: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _priced_upload(content_type: str, raw: bytes) -> tuple[str, Decimal, list[str]]:
+    """A stem separation: its price by the upload's own length (the longest song when it cannot be read, so an
+    estimate never comes out low), and what names the request for its Idempotency-Key (a repeat's multipart
+    boundary differs: the variation and the audio's hash)."""
+    from ..archive.extras import _seconds_of
+
+    audio, variation = el.read_upload(content_type, raw)
+    return STEMS, stems_estimate(_seconds_of(audio)), [variation, hashlib.sha256(audio).hexdigest()]
+
+
+def _stems_answer(content_type: str, body: bytes) -> None:
+    """A stem separation's 2xx is paid when it holds the stems (a ZIP); anything else may have been charged."""
+    if not body.startswith(b"PK"):
+        raise AnswerError("the stem separation's answer held no ZIP of stems")
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -136,7 +154,8 @@ class EngineDoor:
             answer = _bad_key(provider, bool(token))
             answer.headers["connection"] = "close"
             return answer
-        raw = await read_body(request, self.limits.max_body_bytes)
+        stems = request.url.path == el.STEMS.path
+        raw = await read_body(request, MAX_UPLOAD_BYTES if stems else self.limits.max_body_bytes)
         if isinstance(raw, Response):
             return raw
         idem_key = request.headers.get(IDEMPOTENCY_HEADER) or None
@@ -145,10 +164,16 @@ class EngineDoor:
                 provider, 400, "invalid_request", f"Idempotency-Key: at most {MAX_IDEMPOTENCY_KEY} characters"
             )
         params = {k: v for k, v in request.query_params.items() if not (provider == LYRIA and k == "key")}
+        content_type = request.headers.get("content-type", "application/json")
         try:
-            body = json.loads(raw, parse_constant=_no_constant)  # NaN, Infinity: not JSON, never forwarded
-            model, seconds = el.priced_fields(body) if provider == ELEVENLABS else lyria.priced_fields(request.url.path)
-            micros = dollars.to_micros(price_of(provider, model, seconds))
+            if stems:  # priced by the upload's own length, as the client prices it
+                model, price, body = await asyncio.to_thread(_priced_upload, content_type, raw)
+            else:
+                body = json.loads(raw, parse_constant=_no_constant)  # NaN, Infinity: not JSON, never forwarded
+                path = request.url.path
+                model, seconds = el.priced_fields(body) if provider == ELEVENLABS else lyria.priced_fields(path)
+                price = price_of(provider, model, seconds)
+            micros = dollars.to_micros(price)
             fingerprint = _fingerprint(request.url.path, params, body) if idem_key else None
         except (ValueError, RecursionError) as exc:  # DollarPriceError is a ValueError: nothing reserved or sent
             if isinstance(exc, DollarPriceError) and provider == LYRIA:  # as Gemini answers a model it has not
@@ -172,7 +197,6 @@ class EngineDoor:
         if held.kind == "repeat":
             return self._repeat(provider, held)
         assert held.call_id is not None
-        content_type = request.headers.get("content-type", "application/json")
         send = self._send(upstream, held.call_id, request.url.path, params, raw, content_type, idem_key is not None)
         return await asyncio.shield(send)  # a caller hanging up stops neither the send nor its recording
 
@@ -212,18 +236,19 @@ class EngineDoor:
         except Exception as exc:  # MaybeSent, or anything once the send began: the outcome is not known
             await self._finish(call_id, UNKNOWN, None, None, None, f"no answer ({type(exc).__name__})")
             return _refused(provider, 503, "may_have_been_charged", MAY_HAVE_BEEN_CHARGED.format(provider=provider))
-        state = await self._state_of(provider, answer)
+        state = await self._state_of(provider, path, answer)
         kept = answer.body if keep and state in (DONE, REFUSED) else None
         await self._finish(call_id, state, answer.status_code, answer.media_type, kept, None)
         return Response(answer.body, answer.status_code, headers=answer.headers)
 
-    async def _state_of(self, provider: str, answer: EngineAnswer) -> str:
+    async def _state_of(self, provider: str, path: str, answer: EngineAnswer) -> str:
         """done (charged), refused (released) or unknown, by the engine module's own rules: a 2xx that holds no song
         says itself whether it was charged (a blocked Lyria prompt was not)."""
         charge = charge_of_status(answer.status_code)
         if charge is Charge.CHARGED:
+            read = _stems_answer if path == el.STEMS.path else PARSERS[provider]
             try:
-                await asyncio.to_thread(PARSERS[provider], answer.media_type, answer.body)
+                await asyncio.to_thread(read, answer.media_type, answer.body)
             except AnswerError as exc:
                 charge = exc.charge
             except Exception:
@@ -259,7 +284,7 @@ def engine_routes(gateway: Any, limits: Limits) -> list[Route]:
 
     served: list[Route] = []
     if gateway.engines.get(ELEVENLABS) is not None:
-        served += [route(el.COMPOSE.path, ELEVENLABS), route(el.DETAILED.path, ELEVENLABS)]
+        served += [route(e.path, ELEVENLABS) for e in (el.COMPOSE, el.DETAILED, el.STEMS)]
     if gateway.engines.get(LYRIA) is not None:
         served += [route(f"/{v}/models/{{model}}:generateContent", LYRIA) for v in lyria.API_VERSIONS]
     return served
