@@ -240,6 +240,11 @@ def test_two_users_budgets_are_each_their_own_and_a_refusal_gives_the_price_back
     assert standing["carol"] == (1_000_000, 750_000)
     assert standing["dave"] == (2_000_000, 750_000)  # the refused call's $0.75 was given back
     assert standing[""] == (None, 1_500_000)
+    _, listed = cli("user", "list", "--database", database)
+    assert listed.splitlines() == [
+        "carol\tbudget -\tspent 0\tdollars $1.00 charged $0.75",
+        "dave\tbudget -\tspent 0\tdollars $2.00 charged $0.75",
+    ]
 
 
 def test_an_answer_lost_after_sending_may_have_been_charged_and_is_never_sent_again(

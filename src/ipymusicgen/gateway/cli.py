@@ -239,11 +239,14 @@ def _user_add(args: argparse.Namespace) -> int:
 
 
 def _user_list(args: argparse.Namespace) -> int:
+    from .engine_cli import dollar_cells
+
     with _ledger(args) as ledger:
+        dollars = dollar_cells(ledger)  # "\tdollars $5.00 charged $0.79" for users with a dollar budget or spend
         for row in ledger.users():
             budget = "-" if row.budget is None else str(row.budget)
             state = " revoked" if row.revoked else ""
-            print(f"{cell(row.name)}\tbudget {budget}\tspent {row.spent}{state}")
+            print(f"{cell(row.name)}\tbudget {budget}\tspent {row.spent}{dollars.get(row.name, '')}{state}")
     return 0
 
 

@@ -113,3 +113,14 @@ def print_engine_spend(opened: Any, cell: Callable[[object], str]) -> None:
 
     for row in dollars.spend(opened):
         print(f"{cell(row.provider)}\tusd\t{row.calls}\t{dollars.shown(row.estimated_usd)}\t-\t{row.unknown}")
+
+
+def dollar_cells(opened: Any) -> dict[str, str]:
+    """`user list`'s dollar cells, for users with a dollar budget or dollar spend (others' lines are unchanged)."""
+    from ..storage import ledger_dollars as dollars
+
+    return {
+        name: f"\tdollars {dollars.shown(budget)} charged {dollars.shown(spent)}"
+        for name, (budget, spent) in dollars.standing(opened).items()
+        if name and (budget is not None or spent)
+    }
