@@ -25,9 +25,10 @@ from ..errors import APIStatusError, MusicGenError
 from ..models import costs
 from ..models.dollar_prices import DollarBudget, DollarPriceError, budget_charge, credit_rate
 from ..models.providers import EngineRequest
-from ..models.tasks import TaskSet
+from ..models.tasks import TaskSet, TaskState
 from ..storage.batches import GATEWAY_OWNER, HANDED, NEVER_SENT
 from ..storage.errors import StorageError
+from . import gateway_trust as trust
 from .result import Batch
 from .rows import BatchBudgetError, BatchError, BatchRow
 from .scheduler import BACKFILL_ROUNDS, Scheduler
@@ -201,46 +202,91 @@ class Follower:
         self.failing_since: float | None = None
         self.attempts: dict[int, str] = {}
         """Rows journalled by this follower: their attempt's id."""
+        self.claimed: dict[int, str] = {}
+        """Each row's state as the gateway last said it (checked: `gateway_trust`); shown only once believed."""
+        self.holder: dict[str, int] = {}
+        """Which row each id the gateway named belongs to (an id is one row's)."""
+        self.estimates = {r.index: costs.estimate_credits(r.request) for r in batch.rows}
         batch.estimate = costs.estimate_total(r.request for r in batch.rows)
         for row in batch.rows:  # ids an earlier run kept: their songs are read again (a rerun's records)
             if row.ids:
                 self.tasks.add(row.ids, v2=row.v2)
 
-    def apply(self, data: dict[str, Any]) -> None:
+    def apply(self, data: Any) -> None:
+        if not isinstance(data, dict):
+            return  # not an answer about this batch: the next round asks again
         self.failing_since = None
-        self.state = str(data.get("state") or "running")
+        self.state = trust.batch_state(data.get("state"))
         now = self.clock()
         changed = False
         rows = self.batch.rows
-        for shown in data.get("rows") or []:
-            index = shown.get("index") if isinstance(shown, dict) else None
-            if not isinstance(index, int) or not 0 <= index < len(rows):
+        named: set[int] = set()
+        shown_rows = data.get("rows")
+        for shown in shown_rows if isinstance(shown_rows, list) else []:
+            index = trust.row_index(shown, len(rows))
+            if index is None or index in named:
                 continue
+            named.add(index)
             changed |= self._row(rows[index], shown, now)
         self.batch.calls = sum(1 for r in rows if r.cost)
         if changed:
             self.batch.changed()
 
     def _row(self, row: BatchRow, shown: dict[str, Any], now: float) -> bool:
-        state = STATES.get(str(shown.get("state")), str(shown.get("state")))
-        ids = [str(i) for i in shown.get("ids") or []]
-        cost = int(shown.get("cost") or 0)
-        error = shown.get("error")
-        before = (row.state, row.ids, row.cost, row.error)
+        said, ids = trust.row_state(shown.get("state")), trust.row_ids(shown.get("ids"))
+        if said is None or ids is None:
+            return False  # not a state or not ids: the row stays as this notebook knew it
+        cost = trust.row_cost(shown.get("cost"), said, self.estimates[row.index])
+        error = trust.row_error(shown.get("error"))
+        other = next((self.holder[i] for i in ids if self.holder.get(i, row.index) != row.index), None)
+        if other is not None:  # another row's songs: never this row's
+            said, ids, error = "unknown", [], trust.SHARED.format(row=other + 1)
+            cost = self.estimates[row.index]
+        self.claimed[row.index] = said
+        for task_id in ids:
+            self.holder[task_id] = row.index
+        state = STATES.get(said, said)
         self._journal(row, state, ids)
         if ids and ids != row.ids:
             self.tasks.add(ids, v2=row.v2)
             row.started_at = row.started_at or now
-        row.state, row.ids, row.cost, row.error = state, ids, cost, error if isinstance(error, str) else None
+        if said == "complete" and not self._read_complete(ids):
+            state = "submitted"  # complete once its songs are read here
+        return self._show(row, state, ids, cost, error, now)
+
+    def _show(self, row: BatchRow, state: str, ids: list[str], cost: int, error: str | None, now: float) -> bool:
+        before = (row.state, row.ids, row.cost, row.error)
+        row.state, row.ids, row.cost, row.error = state, ids, cost, error
         if row.finished and row.finished_at is None:
             row.finished_at = now
         if before == (row.state, row.ids, row.cost, row.error):
             return False
-        said = str(shown.get("state"))
-        kept = STORED.get(said, said)
+        kept = {"pending": HANDED}.get(state, state)  # (`STORED`'s words, from the state shown)
         if kept in (HANDED, "submitted", "complete", "failed", "unknown", "skipped"):  # a state this store knows
             self.batch.store.set_state(self.batch.name, row.index, kept, ids=ids, error=row.error)
         return True
+
+    def _read_complete(self, ids: list[str]) -> bool:
+        """Whether this notebook has read every song of `ids` itself, finished, at least one complete."""
+        records = [self.tasks.get(i) for i in ids]
+        if not records or any(r is None or not r.state.finished for r in records):
+            return False
+        return any(r.state == TaskState.COMPLETE for r in records if r is not None)
+
+    def settle(self) -> None:
+        """At the end: a row the gateway said complete whose songs were never read here fails, and a row it never
+        named is unknown (it may have been sent), at its estimate."""
+        now = self.clock()
+        for row in self.batch.rows:
+            said = self.claimed.get(row.index)
+            if said is None and not row.finished:
+                self._show(row, "unknown", row.ids, self.estimates[row.index], trust.NEVER_NAMED, now)
+            elif said == "complete" and row.state != "complete":
+                if self._read_complete(row.ids):
+                    self._show(row, "complete", row.ids, row.cost, row.error, now)
+                else:
+                    error = trust.UNREAD.format(ids=", ".join(row.ids) or "none named")
+                    self._show(row, "failed", row.ids, row.cost, error, now)
 
     def _journal(self, row: BatchRow, state: str, ids: list[str]) -> None:
         """A create the gateway made for this row, journalled once as if this notebook had made it (spend by day,
@@ -264,9 +310,12 @@ class Follower:
 
     def polled(self, changed: list[Any]) -> None:
         self.batch.records_changed(changed)
+        now = self.clock()
         for row in self.batch.rows:
             if row.ids:
                 row.records = [r for r in (self.tasks.get(i) for i in row.ids) if r is not None]
+            if self.claimed.get(row.index) == "complete" and row.state != "complete" and self._read_complete(row.ids):
+                self._show(row, "complete", row.ids, row.cost, row.error, now)  # read here: believed now
         if changed:
             self.batch.changed()
 
@@ -280,7 +329,8 @@ class Follower:
 
     @property
     def gateway_done(self) -> bool:
-        return self.state != "running" and all(r.finished for r in self.batch.rows)
+        """The gateway calls the batch over and every row it named is over (as it says: `settle` checks them)."""
+        return self.state != "running" and all(s in FINISHED for s in self.claimed.values())
 
     @property
     def to_poll(self) -> bool:
@@ -297,6 +347,8 @@ class Follower:
 
 
 def _over(batch: Batch, follower: Follower) -> None:
+    with contextlib.suppress(MusicGenError, StorageError):  # what the store cannot take stays shown
+        follower.settle()
     for row in batch.rows:  # the gateway runs on; what this view knew stays as it was
         row.finished_at = row.finished_at or follower.clock()
     batch.mark_done()

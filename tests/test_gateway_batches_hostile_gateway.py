@@ -1,0 +1,185 @@
+"""What a hostile or buggy team gateway can make a notebook believe of a batch it handed over (issue 39).
+
+The notebook took the gateway's row states as they came: a row 'complete' with ids that are another user's or
+that do not exist, two rows naming the same songs, a cost of NaN (the follower died), below zero or 10**30, an
+answer that says the batch is done while leaving a row out (the notebook waited for ever), a state that is no
+state. Now the notebook believes what it can check: a row is complete once it has read its songs itself, ids are
+one row's, a cost is a whole number within reach of the row's estimate (else the estimate), and a batch the
+gateway calls over ends with each row it never named unknown. The gateway here is a stand-in served by uvicorn on
+127.0.0.1 that answers the batch paths with what each test says, marked as a gateway in its key info."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from gateway_helpers import START_TIMEOUT, free_port
+from helpers import wait_until
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ipymusicgen.client.faces import MusicClient
+from ipymusicgen.storage.batches import BatchStore
+from ipymusicgen.storage.journal import Journal
+
+pytestmark = pytest.mark.slow  # a server in a thread and a batch followed in real time
+TOKEN = "gw-user-token-hostile"
+
+
+class HostileGateway:
+    """Answers `/gateway/v1/batches` with `rows` (and `state`); its task reads know only `songs` (the caller's)."""
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.state = "done"
+        self.extra: dict[str, Any] = {}
+        self.songs: dict[str, dict[str, Any]] = {}
+        self.posts = 0
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = Starlette(
+            routes=[
+                Route("/v1/get_api_key_info", self._info, methods=["GET"]),
+                Route("/gateway/v1/batches", self._batch, methods=["GET", "POST"]),
+                Route("/gateway/v1/batches/stop", self._batch, methods=["POST"]),
+                Route("/v1/music/tasks", self._tasks, methods=["GET"]),
+            ]
+        )
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> HostileGateway:
+        self.thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the stand-in gateway did not start"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    @staticmethod
+    def _json(data: Any) -> Response:  # json.dumps writes NaN as a hostile server may (Starlette's JSON would not)
+        return Response(json.dumps({"status": 200, "message": "Success", "data": data}), media_type="application/json")
+
+    async def _info(self, request: Request) -> Response:
+        return self._json({"key_music_counts": 1000, "gateway": "ipymusicgen"})
+
+    async def _batch(self, request: Request) -> Response:
+        self.posts += request.method == "POST"
+        return self._json({"name": "hostile", "state": self.state, "note": None, "rows": self.rows, **self.extra})
+
+    async def _tasks(self, request: Request) -> Response:
+        asked = (request.query_params.get("ids") or "").split(",")
+        return self._json([self.songs[i] for i in asked if i in self.songs])
+
+
+@pytest.fixture
+def gateway(clean_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[HostileGateway]:
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
+    with HostileGateway() as running:
+        yield running
+
+
+def song(task_id: str, status: int = 0) -> dict[str, Any]:
+    return {"id": task_id, "status": status, "style": "s", "title": "t", "duration": 120000, "audio_url": None}
+
+
+def rows_of(n: int) -> list[dict[str, str]]:
+    return [{"style": f"row {i}", "mv": "MFV2.0"} for i in range(n)]  # 2 credits each
+
+
+def run(gateway: HostileGateway, journal: Path, n: int = 3) -> Any:
+    """The batch handed to the stand-in and followed in a thread; waits on its end (a hang is a failure)."""
+    client = MusicClient(TOKEN, base_url=gateway.url, v2_base_url=gateway.url, journal=Journal(journal), timeout=10)
+    batch = client.batch(rows_of(n), name="hostile", concurrency=3, stall_timeout=30, wait=False)
+    wait_until(lambda: batch.done, "the batch to end")
+    client.close()
+    return batch
+
+
+def stored(journal: Path) -> dict[int, tuple[str, list[str]]]:
+    store = BatchStore(journal)
+    try:
+        return {i: (r.state, r.ids) for i, r in store.rows("hostile").items()}
+    finally:
+        store.close()
+
+
+def test_a_row_is_complete_only_once_the_notebook_has_read_its_own_songs(
+    gateway: HostileGateway, tmp_path: Path
+) -> None:
+    gateway.songs = {i: song(i) for i in ("mine-1", "mine-2")}
+    gateway.rows = [
+        {"index": 0, "state": "complete", "ids": ["mine-1", "mine-2"], "error": None, "cost": 2},
+        {"index": 1, "state": "complete", "ids": ["theirs-1", "nowhere-2"], "error": None, "cost": 2},
+        {"index": 2, "state": "complete", "ids": ["mine-1", "mine-2"], "error": None, "cost": 2},
+    ]
+    batch = run(gateway, tmp_path / "j.sqlite3")
+    assert batch.error is None, batch.error
+    assert [r.state for r in batch.rows] == ["complete", "failed", "unknown"], [(r.state, r.error) for r in batch.rows]
+    assert "could not be read" in (batch.rows[1].error or "")
+    assert "row 1" in (batch.rows[2].error or "") and batch.rows[2].ids == []
+    assert [s for s, _ in stored(tmp_path / "j.sqlite3").values()] == ["complete", "failed", "unknown"]
+
+
+@pytest.mark.parametrize("cost", [float("nan"), -50, 10**30, 4.5, True, "9"])
+def test_a_rows_cost_is_a_whole_number_within_reach_of_its_estimate(
+    gateway: HostileGateway, tmp_path: Path, cost: Any
+) -> None:
+    gateway.songs = {i: song(i) for i in ("c-1", "c-2", "d-1", "d-2")}
+    gateway.rows = [
+        {"index": 0, "state": "complete", "ids": ["c-1", "c-2"], "error": None, "cost": cost},
+        {"index": 1, "state": "complete", "ids": ["d-1", "d-2"], "error": None, "cost": 3},  # measured above: kept
+    ]
+    batch = run(gateway, tmp_path / "j.sqlite3", n=2)
+    assert batch.error is None, batch.error
+    assert [r.state for r in batch.rows] == ["complete", "complete"]
+    assert [r.cost for r in batch.rows] == [2, 3], "an unbelievable figure reads as the row's estimate"
+    assert batch.spent_estimate == 5
+
+
+def test_a_batch_the_gateway_calls_over_ends_with_the_rows_it_never_named_unknown(
+    gateway: HostileGateway, tmp_path: Path
+) -> None:
+    gateway.songs = {i: song(i) for i in ("e-1", "e-2")}
+    gateway.rows = [
+        {"index": 0, "state": "complete", "ids": ["e-1", "e-2"], "error": None, "cost": 2},
+        {"index": True, "state": "complete", "ids": [], "error": None, "cost": 2},  # a bool is no row number
+        {"index": 7, "state": "complete", "ids": [], "error": None, "cost": 2},  # no such row
+        {"index": 2, "state": "pwned<script>", "ids": [], "error": "x" * 100_000, "cost": 2},  # no such state
+        "not a row",
+    ]
+    batch = run(gateway, tmp_path / "j.sqlite3")
+    assert batch.error is None, batch.error
+    assert [r.state for r in batch.rows] == ["complete", "unknown", "unknown"], [r.state for r in batch.rows]
+    assert all("without ever reporting" in (r.error or "") for r in batch.rows[1:]), [r.error for r in batch.rows]
+    assert all(len(r.error or "") < 2000 for r in batch.rows)
+    assert batch.spent_estimate == 6, "a row never named may have cost: counted at its estimate"
+
+
+def test_retry_unknown_through_a_gateway_that_cannot_honour_it_is_refused_in_one_line_before_anything_is_sent(
+    gateway: HostileGateway, tmp_path: Path
+) -> None:
+    """An older gateway shows its rows without their attempt: the notebook cannot name the attempt it asks to resend,
+    so it refuses before the hand-off, in one line, rather than let retry_unknown silently do nothing."""
+    from ipymusicgen.batch.rows import BatchError
+
+    gateway.state = "running"
+    gateway.rows = [{"index": 0, "state": "unknown", "ids": [], "error": "may have been charged", "cost": 2}]
+    client = MusicClient(TOKEN, base_url=gateway.url, v2_base_url=gateway.url, journal=Journal(tmp_path / "j"))
+    with client, pytest.raises(BatchError) as refused:
+        client.batch(rows_of(1), name="hostile", retry_unknown=True)
+    assert "cannot resend rows whose outcome is unknown" in str(refused.value) and "\n" not in str(refused.value)
+    assert gateway.posts == 0, "nothing handed over"
