@@ -225,3 +225,29 @@ def test_an_answer_without_a_song_is_judged_by_the_engine_modules_own_rules(
         assert ledger_dollars.standing(ledger)["xan"] == (5_000_000, 750_000)  # the clip's $0.04 came back
     finally:
         ledger.close()
+
+
+def test_the_engine_gets_exactly_the_body_that_was_priced(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, hostile_server: Callable[..., HostileServer]
+) -> None:
+    """A body naming a key twice is priced by the last value; the engine must get only that one (a parser that kept
+    the first would make a ten-minute song priced as three seconds, or the reverse). A lone surrogate cannot be sent
+    as UTF-8: refused before anything is held."""
+    import json
+
+    def handler(request: RawRequest, sock: socket.socket) -> None:
+        respond(sock, 200, raw=AUDIO, headers={"Content-Type": "audio/mpeg"})
+
+    engine = hostile_server(handler)
+    database = str(tmp_path / "gateway.sqlite3")
+    token = dollar_user(database, "yan", "10")
+    engines = {"elevenlabs": (engine.url, "sk_team_key_0004")}
+    twice = b'{"prompt": "x", "music_length_ms": 3000, "music_length_ms": 600000}'
+    headers = {"xi-api-key": token, "content-type": "application/json"}
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as running:
+        answer = httpx.post(running.url + "/v1/music", content=twice, headers=headers)
+        surrogate = httpx.post(running.url + "/v1/music", content=b'{"prompt": "\\ud800"}', headers=headers)
+    assert answer.status_code == 200 and surrogate.status_code == 422
+    [sent] = engine.requests
+    assert sent.body.count(b"music_length_ms") == 1 and json.loads(sent.body)["music_length_ms"] == 600_000
+    assert [r["estimated_usd"] for r in rows(database)] == [7_500_000]  # ten started minutes at $0.75

@@ -36,7 +36,7 @@ from ..storage import ledger_dollars as dollars
 from ..storage.ledger import DONE, REFUSED, UNKNOWN
 from .admission import Limits, read_body
 from .engine_upstream import ENGINE_TIMEOUT, EngineAnswer, EngineUpstream
-from .upstream import NotSent
+from .upstream import NotSent, encode_body
 
 log = logging.getLogger(__name__)
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -170,6 +170,7 @@ class EngineDoor:
                 model, price, body = await asyncio.to_thread(_priced_upload, content_type, raw)
             else:
                 body = json.loads(raw, parse_constant=_no_constant)  # NaN, Infinity: not JSON, never forwarded
+                raw, content_type = encode_body(body) or b"null", "application/json"  # sent as priced (one key once)
                 path = request.url.path
                 model, seconds = el.priced_fields(body) if provider == ELEVENLABS else lyria.priced_fields(path)
                 price = price_of(provider, model, seconds)
