@@ -251,3 +251,26 @@ def test_the_engine_gets_exactly_the_body_that_was_priced(
     [sent] = engine.requests
     assert sent.body.count(b"music_length_ms") == 1 and json.loads(sent.body)["music_length_ms"] == 600_000
     assert [r["estimated_usd"] for r in rows(database)] == [7_500_000]  # ten started minutes at $0.75
+
+
+def test_gateway_reconcile_says_which_engine_calls_a_stopped_gateway_left(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = str(tmp_path / "gateway.sqlite3")
+    dollar_user(database, "zoe", "5")
+    ledger = open_ledger(database)
+    try:
+        ledger_dollars.reserve(ledger, "zoe", None, "elevenlabs", "/v1/music", "music_v1", 750_000, None)
+        with ledger._cursor() as cur:
+            cur.run("UPDATE engine_calls SET created_at = created_at - 100000")
+    finally:
+        ledger.close()
+    monkeypatch.setenv("MUSICGEN_UPSTREAM_KEY", CANARY_KEY)
+    upstream.reset()
+    code, out = cli("reconcile", "--upstream", upstream.base_url, "--upstream-v2", upstream.v2_base_url,
+                    "--database", database)  # fmt: skip
+    assert "1 engine call(s) a stopped gateway left pending: now unknown" in out, (code, out)
+    assert [r["state"] for r in rows(database)] == ["unknown"]
+    _, again = cli("reconcile", "--upstream", upstream.base_url, "--upstream-v2", upstream.v2_base_url,
+                   "--database", database)  # fmt: skip
+    assert "engine call" not in again  # said once

@@ -419,10 +419,16 @@ def _reconcile(args: argparse.Namespace) -> int:
 
     check_upstream(args.upstream, args.upstream_v2)
     with _ledger(args) as ledger:
+        from .engine_routes import recover_engine_calls
+
+        moved = recover_engine_calls(ledger)  # ElevenLabs and Lyria calls a stopped gateway left pending
         gateway = Gateway(ledger, Upstream(args.upstream, args.upstream_v2, key))
         try:
             report = gateway.recover()
         finally:
             gateway.close()
     print("\n".join(report.lines()))
+    if moved:
+        print(f"{moved} engine call(s) a stopped gateway left pending: now unknown (may have been charged; never sent "
+              "again)")  # fmt: skip
     return 1 if report.unknown else 0
