@@ -69,6 +69,23 @@ def test_concurrent_calls_never_overspend_one_dollar_budget(
     assert [r["state"] for r in rows(database)] == ["done", "done"]
 
 
+def test_two_replicas_on_one_ledger_never_overspend_one_dollar_budget(
+    database: str, upstream: Sandbox, clean_env: None
+) -> None:
+    upstream.reset()
+    token = dollar_user(database, "ray", "1.50")
+    engines = {"elevenlabs": (upstream.engines_base_url, CANARY_KEY)}
+    body = {"prompt": "two doors", "music_length_ms": 3_000}
+    with (
+        GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as one,
+        GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as two,
+        ThreadPoolExecutor(8) as pool,
+    ):
+        answers = list(pool.map(lambda i: el_post((one, two)[i % 2].url, token, body), range(8)))
+    assert sorted(a.status_code for a in answers) == [200, 200] + [402] * 6
+    assert upstream.request_counts().get("/v1/music") == 2
+
+
 @pytest.fixture
 def held_engine(hostile_server: Callable[..., HostileServer]) -> tuple[HostileServer, threading.Event]:
     """An engine that holds each call until the test lets it answer (with audio)."""
