@@ -18,6 +18,7 @@ from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.errors import MusicGenError
 from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
+from ipymusicgen.storage.database import Database
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -122,7 +123,8 @@ def test_a_stopped_analyst_finishes_the_song_in_hand_and_takes_no_more(
     monkeypatch.setattr(analyst_module, "analyze_file", slow_measure)
     journal = tmp_path / "journal.sqlite3"
     Journal(journal).close()
-    analyst = analyst_module.Analyst(journal)
+    database = Database(journal)  # the owner's, as a wiring gives it
+    analyst = analyst_module.Analyst(journal, lambda _path: database)
     analyst.submit("first", tmp_path / "a.mp3")
     analyst.submit("second", tmp_path / "b.mp3")
     assert started.wait(WAIT)
@@ -133,6 +135,7 @@ def test_a_stopped_analyst_finishes_the_song_in_hand_and_takes_no_more(
     assert measured == [tmp_path / "a.mp3"]  # the second was never started
     analyst.submit("third", tmp_path / "c.mp3")  # after the stop: nothing starts again
     assert analyst.join_worker(0) and measured == [tmp_path / "a.mp3"]
+    database.close()
 
 
 SCRIPT = textwrap.dedent(

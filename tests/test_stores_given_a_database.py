@@ -1,13 +1,15 @@
 """Above `storage/`, a journal file's concerns are reached through its `Database` (issue 38: the `Database` is what
 the library, the archiver, the analyst, the extras store and the agent desk are given, never a path). No module
-above storage builds a store class from a path; the few that still do are named here with why, so the list only
-shrinks. And a `Library` (a script's `Library(path)` too) reads through a `Database`, whose extras its views ask."""
+above storage builds a store class from a path (the archiver, the analyst, the paid extras' archive and a hand-made
+client's journal all ask a `Database`). And a `Library` (a script's `Library(path)` too) reads through a
+`Database`, whose extras its views ask."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-from types import MappingProxyType
+
+import pytest
 
 from ipymusicgen.song_library import Library
 from ipymusicgen.storage.database import Database
@@ -15,17 +17,6 @@ from ipymusicgen.storage.database import Database
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "ipymusicgen"
 STORES = frozenset({"LibraryStore", "ExtrasStore", "Journal", "SongMeasures"})
 """The journal file's store classes (a `Database` concern each; `BatchStore(None)` is the in-memory one)."""
-NOT_YET = MappingProxyType(
-    {
-        "archive/archiver.py": "the archiver's worker opens its own LibraryStore(journal_path) and closes it when "
-        "idle (and archive_wav one of its own); given the workspace's Database it would need a store it never closes",
-        "lab/analyst.py": "the analyst's worker opens its own LibraryStore(journal_path), as the archiver's does",
-        "archive/extras.py": "made_kinds(journal_path) (now unused: LibraryView asks its library's database) and "
-        "_keep's LibraryStore(journal_path), in a file another helper is editing beside this change",
-        "workspace/workspace.py": "ClientWiring.open_journal: a hand-made client's Journal(settings.journal_path)",
-    }
-)
-"""Modules above storage that still build a store from a path, each with what and why."""
 
 
 def stores_built(path: Path) -> list[str]:
@@ -42,15 +33,10 @@ def test_no_module_above_storage_builds_a_store_from_a_path() -> None:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
-        if where.startswith(("storage/", "sandbox/", "gateway/")) or where in NOT_YET:
+        if where.startswith(("storage/", "sandbox/", "gateway/")):
             continue
         found += stores_built(path)
     assert found == []
-
-
-def test_the_modules_not_yet_cleared_still_build_one() -> None:
-    for where in NOT_YET:
-        assert stores_built(PACKAGE / where), f"{where} builds no store from a path now: drop it from NOT_YET"
 
 
 def test_a_library_reads_through_a_database_given_or_its_own(tmp_path: Path) -> None:
@@ -64,3 +50,37 @@ def test_a_library_reads_through_a_database_given_or_its_own(tmp_path: Path) -> 
         database = own.database
     assert database.library is not own.store  # its own database was closed with it (opened afresh when asked)
     database.close()
+
+
+def test_the_archiver_and_the_analyst_use_their_workspaces_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace's archiver reads and writes the library of the workspace's own `Database`, and its analyst measures
+    into it: one store per file, closed by the workspace, none of their own left open."""
+    from ipymusicgen.archive.archiver import archiver_of
+    from ipymusicgen.lab import analyst as analyst_module
+
+    def unreadable(path: Path) -> object:
+        raise ValueError(f"not a song: {path.name}")  # no worker process: the store's use is what is tested
+
+    monkeypatch.setattr(analyst_module, "analyze_file", unreadable)
+    from ipymusicgen.config import Settings
+    from ipymusicgen.storage.shared_connection import open_connections
+    from ipymusicgen.workspace.workspace import Workspace
+
+    settings = Settings.from_env().with_changes(
+        api_key="test-key-never-sent", base_url="http://127.0.0.1:9", v2_base_url="http://127.0.0.1:9"
+    )
+    workspace = Workspace(settings, journal_path=tmp_path / "journal.sqlite3")
+    try:
+        workspace.archive.choose(tmp_path / "songs")
+        archiver = archiver_of(workspace.client)
+        assert archiver is not None and archiver.store is workspace.db.library
+        users = [shared.users for shared in open_connections() if shared.path == workspace.path.resolve()]
+        analyst = workspace.analysts.of(workspace.path)
+        analyst.submit("no-such-song", tmp_path / "missing.mp3")
+        assert analyst.join(30) and "no-such-song" in analyst.errors  # measured (a missing file: its error kept)
+        assert not analyst.join_worker(0)  # its thread still runs (until idle) and holds what it uses: no store of
+        assert [s.users for s in open_connections() if s.path == workspace.path.resolve()] == users  # its own
+    finally:
+        workspace.close()

@@ -2,7 +2,8 @@
 
 A client's `Archiver` listens to its polling rounds (`add_record_listener`); records are handed to a worker
 thread (`lifecycle.QueueWorker`) that indexes them for the library and archives the ones that became complete.
-The journal's file holds what was archived (`library_store`), so archiving is idempotent and a failure is retried
+The journal's file holds what was archived (its `Database`'s library, given by the client's wiring: the workspace's
+own for its file), so archiving is idempotent and a failure is retried
 on the next polling round of a new client, every `resume()` (the client's resume hook, `add_resume_listener`) or
 library open. Each archiver belongs to a workspace's archive (`workspace_archive.WorkspaceArchive`, reached from a
 client through its wiring): where it archives (the embedded sandbox: a throwaway folder of the workspace's) and
@@ -37,6 +38,7 @@ from .waveform import decode_cap
 
 if TYPE_CHECKING:
     from ..client.faces import MusicClient, _Core
+    from ..storage.database import Database
     from ..storage.library import LibraryStore
     from .workspace_archive import WorkspaceArchive
 
@@ -262,17 +264,12 @@ def song_peaks(path: Path, reported_seconds: float | None) -> tuple[Any, str | N
 
 def archive_wav(task_id: str, url: str | None = None, *, client: MusicClient) -> Path:
     """Archive the WAV rendering of a song beside its MP3 (`generate_wav` is asked when no URL is given)."""
-    from ..storage.library import LibraryStore
-
     archiver = archiver_of(client)
     journal_path = archiver.journal_path if archiver is not None else None
     if archiver is None or journal_path is None:
         raise RuntimeError("This client does not archive (no journal or archive=False).")
-    store = LibraryStore(journal_path)  # its own: the worker closes its store when idle, maybe mid-download here
-    try:
-        return _archive_wav(client, archiver, store, task_id, url)
-    finally:
-        store.close()
+    database = client.wiring.database_at(journal_path)  # the file's, owned by the wiring: used, never closed here
+    return _archive_wav(client, archiver, database.library, task_id, url)
 
 
 def _archive_wav(client: MusicClient, archiver: Archiver, store: LibraryStore, task_id: str, url: str | None) -> Path:
@@ -318,7 +315,8 @@ class Archiver(QueueWorker):
         self._download_with = downloader
         self.followers: list[Callable[[Path | None, str, Path], Any]] = []
         """Called (journal path, task id, file) after each song is kept: the wiring adds the analysis here."""
-        self._store: LibraryStore | None = None
+        self._database: Database | None = None
+        """The journal file's `Database` (its wiring's), held while the worker runs: the library is its."""
         self._downloader_in_use: tuple[MusicClient, bool] | None = None
         self._retried = False
         self.errors: dict[str, str] = {}
@@ -331,13 +329,10 @@ class Archiver(QueueWorker):
         return f"Archiver(directory={str(self.directory) if self.directory else None!r})"
 
     def _release(self) -> None:
-        """Close this archiver's connection to the journal file for good (no -wal/-shm left behind)."""
+        """Let go of the journal file's `Database` for good (its owner, the wiring, closes it)."""
         with self._lock:
             self._closed = True
-            if self._store is not None:
-                with contextlib.suppress(Exception):
-                    self._store.close()
-                self._store = None
+            self._database = None
 
     @property
     def directory(self) -> Path | None:
@@ -351,13 +346,12 @@ class Archiver(QueueWorker):
 
     @property
     def store(self) -> LibraryStore | None:
-        """The library store on this client's journal file (opened when first needed)."""
+        """The library of this client's journal file: its `Database`'s, given by the client's wiring (the
+        workspace's own for its file), asked when first needed and let go when the worker ends."""
         with self._lock:
-            if self._store is None and not self._closed and self.journal_path is not None:
-                from ..storage.library import LibraryStore
-
-                self._store = LibraryStore(self.journal_path)
-            return self._store
+            if self._database is None and not self._closed and self.journal_path is not None:
+                self._database = self.client.wiring.database_at(self.journal_path)
+            return self._database.library if self._database is not None else None
 
     # -- what the polling thread calls (cheap) -------------------------------------------------------
 
@@ -418,14 +412,12 @@ class Archiver(QueueWorker):
         self.errors["*"] = self.client.redact(f"{type(exc).__name__}: {exc}")
 
     def _ended(self) -> None:
-        """The thread ends (idle or stopped): the downloader it made and the journal connection close with it."""
+        """The thread ends (idle or stopped): the downloader it made closes, and the `Database` is let go."""
         made, self._downloader_in_use = self._downloader_in_use, None
         if made is not None and made[1]:
             made[0].close()
         with self._lock:
-            if self._store is not None:
-                self._store.close()
-                self._store = None
+            self._database = None
 
     def _handle(self, item: tuple[str, Any]) -> None:
         if self._downloader_in_use is None:

@@ -176,12 +176,6 @@ def held(client: MusicClient, task_id: str, kind: str) -> Extra | None:
         return store.get(song.task_id, spec.name, song.names)
 
 
-def made_kinds(journal_path: str | Path, songs: list[str]) -> dict[str, list[str]]:
-    """The extras a journal holds as made, per song (one open for a page of cards): what a card offers as reused."""
-    with ExtrasStore(journal_path) as store:
-        return {song: [e.kind for e in store.of_song(song) if e.state == "made"] for song in songs}
-
-
 def make_extra(client: MusicClient, task_id: str, kind: str, *, force: bool = False) -> ExtraResult:
     """The song's extra, paid for at most once whatever the song is called: made now, or reused from the journal
     and the archive (the result's note then says it was already made)."""
@@ -313,40 +307,35 @@ def _keep(
     """Archive the extra's file beside the song (same name, its own suffix); None when archiving is off. `key`: the
     name its row is kept under (the task id, or another name a row was kept under before names were resolved)."""
     task_id = task_id or key
-    from ..storage.library import LibraryStore
     from .archiver import _place, _staging_dir, archiver_of, song_info
 
     archiver = archiver_of(client)
     directory = archiver.directory if archiver is not None else None
     if spec.suffix is None or directory is None or archiver is None:
         return None
-    # a store of its own: the archiver's worker closes its store when it goes idle, maybe mid-download here
+    # the file's library, from its Database (the client's wiring's): used here, never closed here
     journal_path = archiver.journal_path
-    library = LibraryStore(journal_path) if journal_path is not None else None
+    library = client.wiring.database_at(journal_path).library if journal_path is not None else None
+    song = song_info(library, task_id) if library is not None else None
+    staging = _staging_dir(directory, archiver.home.swept)
     try:
-        song = song_info(library, task_id) if library is not None else None
-        staging = _staging_dir(directory, archiver.home.swept)
         try:
-            try:
-                staged = client.download(value, staging)
-                zipped = spec.suffix.endswith(".zip") and head_of(staged).startswith(b"PK")  # stems: a ZIP
-                if not zipped and audio_suffix(head_of(staged)) is None:  # a page, not the WAV or MP4: never kept
-                    raise DownloadError(f"The {spec.label}'s URL answered something that is not audio or video.")
-            except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
-                raise DownloadError(
-                    f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download "
-                    "it (nothing is paid again); if the URL has expired, force=True pays for a new one."
-                ) from None
-            name = song.file_name(spec.suffix) if song is not None else safe_filename(task_id, spec.suffix)
-            placed = _place(staged, directory, name, task_id)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        store.kept(key, spec.name, placed)
-        if spec.name == "wav" and library is not None:
-            library.wav_archived(task_id, placed)  # the library and the export find it
+            staged = client.download(value, staging)
+            zipped = spec.suffix.endswith(".zip") and head_of(staged).startswith(b"PK")  # stems: a ZIP
+            if not zipped and audio_suffix(head_of(staged)) is None:  # a page, not the WAV or MP4: never kept
+                raise DownloadError(f"The {spec.label}'s URL answered something that is not audio or video.")
+        except MusicGenError as exc:  # an HTTP status, a broken connection, a full disk: paid, not kept yet
+            raise DownloadError(
+                f"{exc} The {spec.label} of {task_id} was paid for and its URL is kept: ask again to download "
+                "it (nothing is paid again); if the URL has expired, force=True pays for a new one."
+            ) from None
+        name = song.file_name(spec.suffix) if song is not None else safe_filename(task_id, spec.suffix)
+        placed = _place(staged, directory, name, task_id)
     finally:
-        if library is not None:
-            library.close()
+        shutil.rmtree(staging, ignore_errors=True)
+    store.kept(key, spec.name, placed)
+    if spec.name == "wav" and library is not None:
+        library.wav_archived(task_id, placed)  # the library and the export find it
     return placed
 
 

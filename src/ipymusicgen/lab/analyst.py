@@ -2,9 +2,11 @@
 
 The archiver tells its followers each file it keeps (`Archiver.followers`); the wiring (`workspace/`) makes its
 `Analysts` one of them, and they measure when the analysis extra is installed. A workspace holds its own `Analysts`
-and closes them with itself. A song's measures land in the library (`bpm`, `musical_key`, `lufs`, ...); a failure is
-kept as its `analysis_error`. The measuring itself happens in the shared worker process (`analysis_worker`): a crash
-in librosa costs one song's measures, never the kernel. `MUSICGEN_ANALYZE=off` turns it off.
+and closes them with itself; each analyst measures into its file's `Database` (the wiring's: the workspace's own for
+its file), never a store opened by path. A song's measures land in the library (`bpm`, `musical_key`, `lufs`, ...);
+a failure is kept as its `analysis_error`. The measuring itself happens in the shared worker process
+(`analysis_worker`): a crash in librosa costs one song's measures, never the kernel. `MUSICGEN_ANALYZE=off` turns it
+off.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..lifecycle import QueueWorker
-from ..storage.library import LibraryStore
 from .analysis import available
 from .analysis_worker import measure as analyze_file  # in the worker process (tests replace this name)
 from .song_analysis import analyse_song
+
+if TYPE_CHECKING:
+    from ..storage.database import Database
 
 ENV_ANALYZE = "MUSICGEN_ANALYZE"
 OFF = frozenset({"0", "off", "false", "no"})
@@ -30,16 +36,18 @@ def enabled() -> bool:
 
 
 class Analyst(QueueWorker):
-    """Measures the songs of one journal's library, in order, on a worker thread started by the first song."""
+    """Measures the songs of one journal's library, in order, on a worker thread started by the first song.
+    `database_at`: the owner's (the wiring's) `Database` of a file, asked for this analyst's file by the worker's first
+    song and let go when its thread ends (the owner closes it)."""
 
     thread_name = "ipymusicgen-analysis"
 
-    def __init__(self, journal_path: Path) -> None:
+    def __init__(self, journal_path: Path, database_at: Callable[[Path], Database]) -> None:
         super().__init__()
         self.journal_path = journal_path
         self.errors: dict[str, str] = {}
-        self._store: LibraryStore | None = None
-        """Opened on the worker's thread by its first song, closed when the thread ends."""
+        self._database_at = database_at
+        self._database: Database | None = None
 
     def __repr__(self) -> str:
         return f"Analyst({str(self.journal_path)!r})"
@@ -51,29 +59,30 @@ class Analyst(QueueWorker):
 
     def _handle(self, item: tuple[str, Path]) -> None:
         task_id, path = item
-        if self._store is None:
-            self._store = LibraryStore(self.journal_path)
+        if self._database is None:
+            self._database = self._database_at(self.journal_path)
+        store = self._database.library
         try:  # in the worker process: a crash there spares the kernel; kept whole, so analyze() reads it back
-            analyse_song(self._store, task_id, path, measure=lambda found: analyze_file(found))
+            analyse_song(store, task_id, path, measure=lambda found: analyze_file(found))
         except Exception as exc:  # kept as the song's analysis error; the next song still runs
             self.errors[task_id] = f"{type(exc).__name__}: {exc}"
-            self._store.analysis_failed(task_id, self.errors[task_id])
-            self._store.forget_measures(task_id)
+            store.analysis_failed(task_id, self.errors[task_id])
+            store.forget_measures(task_id)
 
     def _failed(self, exc: Exception) -> None:
         self.errors["*"] = f"{type(exc).__name__}: {exc}"  # a locked journal: this song stays unmeasured
 
     def _ended(self) -> None:
-        store, self._store = self._store, None
-        if store is not None:
-            store.close()
+        self._database = None  # its owner's: let go, never closed here
 
 
 class Analysts:
     """One owner's analysts (a workspace's, or the default wiring's): one per journal file its clients archive
-    into, made on the first song. `after_archive` is the archiver's follower; `close()` stops them all."""
+    into, made on the first song, measuring into the owner's `Database` of the file (`database_at`).
+    `after_archive` is the archiver's follower; `close()` stops them all."""
 
-    def __init__(self) -> None:
+    def __init__(self, database_at: Callable[[Path], Database]) -> None:
+        self._database_at = database_at
         self._by_path: dict[Path, Analyst] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -86,7 +95,7 @@ class Analysts:
         key = Path(journal_path).resolve()
         with self._lock:
             if key not in self._by_path:
-                self._by_path[key] = analyst = Analyst(key)
+                self._by_path[key] = analyst = Analyst(key, self._database_at)
                 if self._closed:
                     analyst.stop()
             return self._by_path[key]

@@ -75,7 +75,7 @@ class ClientWiring:
             if self._analysts is None:
                 from ..lab.analyst import Analysts
 
-                self._analysts = Analysts()
+                self._analysts = Analysts(self.database_at)
             return self._analysts
 
     @property
@@ -125,9 +125,11 @@ class ClientWiring:
             memory.close()
 
     def open_journal(self, settings: Settings) -> Journal:
-        from ..storage.journal import Journal
+        """A hand-made client's journal: that of a `Database` of its own over the settings' file (nothing else of
+        it opens), which the client closes with itself."""
+        from ..storage.database import Database
 
-        return Journal(settings.journal_path)
+        return Database(settings.journal_path).journal
 
     def attach(self, client: _Core, archive: Any) -> None:
         if archive is False:
