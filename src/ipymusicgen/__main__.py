@@ -362,6 +362,7 @@ def _mcp(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         budget=args.budget,
+        budget_usd=args.budget_usd,
         allow_hosts=args.allow_host,
         workspace=args.workspace,
     )
@@ -407,7 +408,8 @@ def _sandbox(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -> int:
     """The command line; `workspace`: the journal file and client to use (default: the session's current one)."""
-    from .gateway.cli import add_gateway_parser, credits_arg, port_arg
+    from .gateway.cli import add_gateway_parser, port_arg
+    from .models.dollar_prices import budget_option, usd_option
 
     parser = argparse.ArgumentParser(prog="ipymusicgen", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -459,7 +461,15 @@ def main(argv: list[str] | None = None, *, workspace: Workspace | None = None) -
         metavar="NAME",
         help="with --http: a Host name clients may use besides loopback and the bind address (repeatable)",
     )
-    agent.add_argument("--budget", type=credits_arg, default=None, help="credits this server may spend in its lifetime")
+    agent.add_argument(
+        "--budget",
+        type=budget_option,
+        default=None,
+        help="most this server may spend in its lifetime: whole credits (30), or US dollars across providers ('$5')",
+    )
+    agent.add_argument(
+        "--budget-usd", type=usd_option, default=None, metavar="DOLLARS", help="the budget in US dollars (as '$5')"
+    )
     agent.set_defaults(run=_mcp)
     local = commands.add_parser("sandbox", add_help=False, help="run the local sandbox of every provider (--help)")
     local.set_defaults(run=_sandbox)

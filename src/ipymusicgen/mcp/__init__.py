@@ -11,10 +11,12 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..models.dollar_prices import DollarBudget, DollarPriceError
+from .budget_units import described, server_budget
 from .desk import AgentDesk, AgentError
 from .shutdown import Ending
 from .stdio import run_stdio
@@ -31,15 +33,21 @@ def serve(
     http: bool = False,
     host: str = "127.0.0.1",
     port: int = 8000,
-    budget: int | None = None,
+    budget: int | str | DollarBudget | None = None,
+    budget_usd: Any = None,
     allow_hosts: Sequence[str] = (),
     workspace: Workspace | None = None,
 ) -> None:
     """Run the server until its transport closes: stdio by default, or streamable HTTP on `host:port`
     (bearer token required; see `mcp.http`). `workspace`: the journal file and client the agent's songs go
-    to (default: the session's current one, as a notebook's)."""
+    to (default: the session's current one, as a notebook's). `budget`: whole credits, or US dollars across
+    providers (`'$5'`, `'5usd'`, or `budget_usd=5`): the notebook's spellings, refused in one line otherwise."""
     from ..workspace import session
 
+    try:  # a bad budget stops here, before anything starts
+        budget = server_budget(budget, budget_usd)
+    except DollarPriceError as exc:
+        raise AgentError(str(exc)) from None
     token = made = None
     if http:
         from .http import TOKEN_ENV, bind_warning, http_token
@@ -50,7 +58,7 @@ def serve(
     client = workspace.client
     desk = AgentDesk(client, budget=budget, database=workspace.db)  # its songs are the workspace's
     where = "the embedded sandbox (free)" if client.settings.is_embedded_sandbox else "the real service (paid)"
-    cap = "no budget" if budget is None else f"a budget of {budget} credits"
+    cap = described(budget)
     listen = f" on http://{host}:{port}/mcp" if http else " on stdio"
     print(f"ipymusicgen agent server{listen}: {where}, {cap}", file=sys.stderr, flush=True)
     if http:

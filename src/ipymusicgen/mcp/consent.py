@@ -24,6 +24,7 @@ from typing import Any
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..models import costs
+from .agent_budget import shown
 from .desk import SHOWN, AgentDesk, AgentError, Plan, in_dollars
 from .engine_songs import dollars_of, price_view
 from .text import quoted
@@ -175,13 +176,20 @@ def quote_view(desk: AgentDesk, quote: Quote) -> dict[str, Any]:
         "model": plan.request.engine.model_name if engine else model,
         "price": price,
         "credits_left": plan.credits_left,
-        "budget_left": desk.budget_left(),
+        "budget_left": _plain(desk.budget_left()),
+        "budget_left_text": None if (left := desk.budget_left()) is None else shown(left, desk.in_usd),  # "$4.25"
+        "budget_unit": "USD" if desk.in_usd else "credits",
         "attempt": plan.name,
         "expires_at": dt.datetime.fromtimestamp(quote.expires, dt.timezone.utc).isoformat(timespec="seconds"),
         "expires_in_s": round(quote.expires - quote.created),
         "words": words,
         "question": desk.client.redact(desk.question(plan)),
     }
+
+
+def _plain(amount: object) -> object:
+    """Credits as a number; dollars as text in cents (a JSON number would round them)."""
+    return f"{amount:.2f}" if isinstance(amount, Decimal) else amount
 
 
 def plan_dollars(plan: Plan) -> Decimal | None:

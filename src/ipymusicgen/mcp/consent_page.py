@@ -324,7 +324,7 @@ class ConsentPages:
         if view.get("credits_left") is not None:
             left.append(f"the key has {view['credits_left']} credits left")
         if view.get("budget_left") is not None:
-            left.append(f"this server's budget has {view['budget_left']} left")
+            left.append(f"this server's budget has {view.get('budget_left_text') or view['budget_left']} left")
         facts = "".join(
             f"<dt>{e(label)}</dt><dd>{e(str(value))}</dd>"
             for label, value in (("What", view["what"]), ("Provider", view["provider"]), ("Model", view["model"]),

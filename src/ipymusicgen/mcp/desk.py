@@ -27,7 +27,7 @@ from ..client.responses import create_may_have_landed
 from ..client.waiting import check_id
 from ..errors import JournalUnavailableError, MusicGenError, RequestValidationError
 from ..models import costs
-from ..models.dollar_prices import DollarPriceError
+from ..models.dollar_prices import DollarBudget, DollarPriceError, budget_charge
 from ..models.schema import LyricsResult, V2Song, build_generate_request, build_lyrics_request, build_v2_request
 from ..models.tasks import TaskSet
 from ..song_library import Library
@@ -35,7 +35,9 @@ from ..storage.agent_quotes import name_paying_quote
 from ..storage.batches import NEVER_SENT, BatchStore
 from ..storage.database import Database
 from ..storage.errors import StorageError, StorageUnavailableError
-from .agent_budget import Ledger, OverBudget, Spend
+from .agent_budget import Amount, Ledger, OverBudget, Spend
+from .agent_budget import shown as with_unit
+from .budget_units import amount_of, credit_rate_set, dollar_charge, dollars_refusal, over_budget, server_budget
 from .engine_songs import CENT, dollars_of, engine_song, no_seconds, provider_of
 from .songs import song_view
 from .text import quoted
@@ -128,15 +130,26 @@ class BatchRequest:
 class AgentDesk:
     """The agent server's state: one client (with its journal, archive and library), a lifetime budget."""
 
-    def __init__(self, client: MusicClient, *, budget: int | None = None, database: Database | None = None):
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-            raise AgentError(f"budget: must be a whole number of credits, 0 or more (got {budget!r})")
+    def __init__(
+        self,
+        client: MusicClient,
+        *,
+        budget: int | str | DollarBudget | None = None,
+        database: Database | None = None,
+        budget_usd: Any = None,
+    ):
+        try:  # whole credits, or dollars ('$5', '5usd', budget_usd=5): the notebook's spellings (`budget_units`)
+            checked = server_budget(budget, budget_usd)
+        except DollarPriceError as exc:
+            raise AgentError(_one_line(exc)) from None
         self.client = client
-        self.budget = budget
+        self.budget: int | DollarBudget | None = checked
+        self.in_usd = isinstance(checked, DollarBudget)
+        """The budget is in US dollars across providers (else credits, or none)."""
         self.database = database
         """The workspace's `Database` (its songs are the agent's library); None: the client's journal file."""
         self._lock = threading.Lock()
-        self.ledger = Ledger(budget)
+        self.ledger = Ledger(amount_of(checked), dollars=self.in_usd)
         """Every paid call and batch, reserved under one lock before it is sent, counted as measured if it can be."""
         self._batches: dict[str, Batch] = {}
         self._library: Library | None = None
@@ -153,9 +166,20 @@ class AgentDesk:
         """The embedded sandbox's demo key: nothing costs real credits, so nothing asks first."""
         return self.client.settings.is_free
 
-    def budget_left(self) -> int | None:
-        """Credits of the budget not spent (as measured where known) nor reserved by a call or batch under way."""
+    def budget_left(self) -> Amount | None:
+        """The budget not spent (as measured where known) nor reserved by a call or batch under way, in its unit:
+        credits, or dollars (a `Decimal`) when `in_usd`."""
         return self.ledger.left()
+
+    def charge(self, plan: Plan) -> tuple[Amount, Decimal | None]:
+        """What `plan` counts against the budget, in its unit, and the credit rate it was priced at (`budget_units`:
+        a dollar budget with no credit rate refuses a service call in one line saying how to set it)."""
+        if not self.in_usd:
+            return plan.estimate, None
+        try:
+            return dollar_charge(plan, in_dollars(plan))
+        except DollarPriceError as exc:
+            raise AgentError(f"budget: {_one_line(exc)} Nothing was sent.") from None
 
     def credits_left(self) -> int:
         return self.client.key_info().key_music_counts
@@ -164,17 +188,15 @@ class AgentDesk:
         """Why this call may not be paid (budget, credits left, the caller's cap), or None."""
         if plan.free:
             return None
-        if in_dollars(plan) and self.budget is not None:  # units are never added: dollars are not credits
-            return (
-                f"budget: this server's budget is {self.budget} credits and {dollars_what(plan)} is priced in "
-                f"dollars (about ${plan.dollars}); start the server without --budget to make one; nothing was sent"
-            )
+        if in_dollars(plan) and self.budget is not None and not self.in_usd:  # units are never added
+            return dollars_refusal(dollars_what(plan), plan.dollars, self.budget)  # type: ignore[arg-type]
+        try:
+            charge, _ = self.charge(plan)
+        except AgentError as exc:  # a dollar budget, a service call, no credit rate: how to set it
+            return str(exc)
         left = self.budget_left()
-        if left is not None and plan.estimate > left:
-            return (
-                f"budget: this server may spend {left} more credit(s) of its {self.budget}, and this call costs "
-                f"about {plan.estimate}; nothing was sent"
-            )
+        if left is not None and charge > left:
+            return over_budget(left, self.budget, charge)  # type: ignore[arg-type]
         if plan.credits_left is not None and plan.estimate > plan.credits_left:
             return (
                 f"credits: the key has {plan.credits_left} left and this call costs about {plan.estimate}; "
@@ -357,7 +379,7 @@ class AgentDesk:
             raise AgentError("idempotency_key: already used with different parameters") from None
         except StorageError as exc:  # locked by another program, read-only, full: the notebook's words
             raise JournalUnavailableError.cannot_record(self.store.path, exc) from None
-        spend = self._reserve(plan.estimate)  # checked and taken in one step: two calls cannot both fit
+        spend = self._reserve(plan)  # checked and taken in one step: two calls cannot both fit
         try:
             claimed = self.store.claim(plan.name, 0, plan.estimate)
         except BaseException as exc:
@@ -397,14 +419,21 @@ class AgentDesk:
             self.store.set_state(plan.name, 0, "submitted", ids=ids)
         return self._answer(plan, ids, "sent", "started: call wait_for_songs with these ids")
 
-    def _reserve(self, estimate: int, *, batch: bool = False) -> Spend:
+    def _reserve(self, plan: Plan, *, batch: bool = False, charge: Amount | None = None) -> Spend:
+        """Take the plan's charge (in the budget's unit; `charge` when the caller priced it) out of the budget."""
+        rate = None
+        if charge is None:
+            charge, rate = self.charge(plan)
+        elif self.in_usd:  # a batch's service rows: counted at the rate they were priced at (none: none can be sent)
+            rate = credit_rate_set()
         try:
-            return self.ledger.reserve(estimate, batch=batch)
+            return self.ledger.reserve(charge, batch=batch, rate=rate)
         except OverBudget as exc:
             what = "this batch" if batch else "this call"
+            left, cost = with_unit(exc.left, self.in_usd), with_unit(exc.estimate, self.in_usd)
             raise AgentError(
-                f"budget: {exc.left} credit(s) left of {self.budget} and {what} costs about {exc.estimate}; "
-                "nothing was sent"
+                f"budget: {left} left of {self.budget if not self.in_usd else f'{self.budget} (US dollars)'} and "
+                f"{what} costs about {cost}; nothing was sent"
             ) from None
 
     def _counts_left(self) -> int | None:
@@ -451,14 +480,17 @@ class AgentDesk:
         """Make (or reuse) the extra: at most one request per (song, kind) across kernels and agents."""
         request = plan.request
         if in_dollars(plan):  # dollars: the key's credits neither pay nor measure it (the journal prices it)
+            spend = self._reserve(plan) if self.in_usd and not plan.free else None  # a dollar budget: reserved first
             try:
                 result = make_extra(self.client, request.song, request.kind)
             except Exception as exc:
+                self._end(spend, create_may_have_landed(exc))  # counted at its estimate where it may have landed
                 raise AgentError(_one_line(exc)) from None
+            self._end(spend, result.sent)
             answer = result.as_dict()
             answer["credits_estimate"] = 0
             return answer
-        spend = None if plan.free else self._reserve(plan.estimate)
+        spend = None if plan.free else self._reserve(plan)
         before = None if spend is None else self._counts_left()
         try:
             result = make_extra(self.client, request.song, request.kind)
@@ -478,8 +510,13 @@ class AgentDesk:
         answer["credits_estimate"] = plan.estimate if result.sent else 0
         return answer
 
+    def _end(self, spend: Spend | None, sent: bool) -> None:
+        """A dollar-priced extra's reservation: counted at its estimate if it was (or may have been) sent."""
+        if spend is not None:
+            self.ledger.settle(spend, None, None) if sent else self.ledger.release(spend)
+
     def write_lyrics(self, plan: Plan) -> LyricsResult:
-        spend = self._reserve(plan.estimate)
+        spend = self._reserve(plan)
         try:
             result = self.client.lyrics(plan.request.prompt)
         except Exception as exc:
@@ -499,6 +536,10 @@ class AgentDesk:
             raise AgentError(f"name: 1 to {MAX_KEY_LENGTH} characters, not blank")
         if name.startswith(NAME_PREFIX):  # single calls' idempotency keys live there: a batch must not replay one
             raise AgentError(f"name: may not start with {NAME_PREFIX!r} (kept for single calls' idempotency keys)")
+        return costs.estimate_total(r.request for r in self._unsent(rows, name)), self.credits_left()
+
+    def _unsent(self, rows: list[Mapping[str, Any]], name: str) -> list[Any]:
+        """Every row validated (one bad: nothing is sent), then those of them never sent before."""
         try:
             validated = validate_rows(list(rows), allow_unknown_models=self.client.settings.allow_unknown_models)
         except RequestValidationError as exc:
@@ -506,8 +547,13 @@ class AgentDesk:
         except (BatchError, ValueError, TypeError) as exc:
             raise AgentError(f"rows: {_one_line(exc)}") from None
         stored = self.store.rows(name)
-        unsent = [r for r in validated if r.index not in stored or stored[r.index].state in NEVER_SENT]
-        return costs.estimate_total(r.request for r in unsent), self.credits_left()
+        return [r for r in validated if r.index not in stored or stored[r.index].state in NEVER_SENT]
+
+    def batch_plan(self, rows: list[Mapping[str, Any]], name: str) -> Plan:
+        """A batch priced for its question: credits, and under a dollar budget what it counts there (`dollars`)."""
+        estimate, left = self.plan_batch(rows, name)
+        dollars = self._rows_dollars(rows, name) if self.in_usd else None
+        return Plan("batch", BatchRequest(name, len(rows)), estimate, left, name, dollars=dollars)  # type: ignore[arg-type]
 
     def run_batch(
         self, rows: list[Mapping[str, Any]], name: str, budget: int | None, concurrency: int, shown: int | None = None
@@ -520,12 +566,18 @@ class AgentDesk:
         estimate, _ = self.plan_batch(rows, name)
         if shown is not None and estimate > shown:
             raise AgentError(f"rows: the batch now costs about {estimate} credits, more than the {shown} asked about")
-        spend = self._reserve(estimate, batch=True)
+        if self.in_usd and budget is not None:  # units are never added: one budget, in dollars
+            raise AgentError("budget: this server's budget is in US dollars; leave out the batch's budget in credits")
+        charge = self._rows_dollars(rows, name) if self.in_usd else estimate
+        cap = DollarBudget(charge) if isinstance(charge, Decimal) else None  # the batch keeps to its dollars too
+        plan = Plan("batch", BatchRequest(name, len(rows)), estimate, None, name)
+        spend = self._reserve(plan, batch=True, charge=charge)
         caps = [b for b in (budget, estimate) if b is not None]
         try:
             batch = self.client.batch(
-                list(rows), name=name, budget=min(caps) if caps else None, concurrency=concurrency, wait=False
-            )
+                list(rows), name=name, budget=cap if cap is not None else min(caps) if caps else None,
+                concurrency=concurrency, wait=False,
+            )  # fmt: skip
         except BatchError as exc:
             self.ledger.release(spend)
             raise AgentError(_one_line(exc)) from None
@@ -539,6 +591,12 @@ class AgentDesk:
         with self._lock:
             self._batches[name] = batch
         return batch
+
+    def _rows_dollars(self, rows: list[Mapping[str, Any]], name: str) -> Decimal:
+        try:  # an engine's row at its dollars, a service row at the user's credit rate (none set: refused)
+            return sum((budget_charge(r.request, self.budget) for r in self._unsent(rows, name)), Decimal(0))
+        except DollarPriceError as exc:
+            raise AgentError(f"budget: {_one_line(exc)} Nothing was sent.") from None
 
     def batch_status(self, name: str) -> dict[str, Any]:
         """A batch this server started (live), or one recorded in the journal's batch tables."""

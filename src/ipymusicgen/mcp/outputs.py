@@ -82,12 +82,16 @@ class SearchOutput(TypedDict):
 class AccountOutput(TypedDict):
     credits_left: int
     spent_today: dict[str, Any] | None
-    server_spent_estimate: int
-    server_spent_measured: int
+    server_spent_estimate: int | str
+    server_spent_measured: int | str
     server_spends_not_measured: int
-    server_spent_counted: int
-    server_budget: int | None
-    server_budget_left: int | None
+    server_spent_counted: int | str
+    server_budget: int | str | None
+    server_budget_left: int | str | None
+    server_budget_unit: str
+    """credits, or USD (then every amount above is text in dollars and cents, "4.25")"""
+    server_budget_line: str
+    """What is left with its unit: "7 credits left of 10", "$4.25 left of $5.00", "no budget"."""
     sandbox: bool
 
 

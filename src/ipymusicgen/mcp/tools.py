@@ -50,7 +50,7 @@ from ..storage.errors import StorageError
 from .consent import CARD_URI, QuoteBook
 from .consent_card import Answer, ConsentCard
 from .consent_page import ConsentPages
-from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, BatchRequest, Plan, dollars_what, in_dollars
+from .desk import MAX_KEY_LENGTH, REISSUE_WINDOW_S, AgentDesk, AgentError, Plan, dollars_what, in_dollars
 from .outputs import (
     AccountOutput,
     BatchOutput,
@@ -424,8 +424,7 @@ class AgentServer:
         re-issue: a batch is known by its name, and running it again sends only rows never sent."""
 
         def priced() -> Plan:
-            estimate, left = self.desk.plan_batch(rows, name)
-            return Plan("batch", BatchRequest(name, len(rows)), estimate, left, name)
+            return self.desk.batch_plan(rows, name)
 
         def start(plan: Plan) -> dict[str, Any]:
             batch = self.desk.run_batch(rows, name, budget, concurrency, shown=plan.estimate)

@@ -235,6 +235,16 @@ def budget_option(text: str) -> int | DollarBudget:
     return budget
 
 
+def usd_option(text: str) -> DollarBudget:
+    """`--budget-usd 5` (or `'$5'`): dollars across providers, refused in one line as `dollar_budget` refuses."""
+    import argparse
+
+    try:
+        return dollar_budget(text, "--budget-usd")
+    except DollarPriceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 STEMS = "stem-separation"
 """The price table's model name for ElevenLabs stem separation (`elevenlabs:stem-separation=0.50/min`)."""
 STEMS_PRICE = DollarPrice(
