@@ -183,3 +183,19 @@ def test_retry_unknown_through_a_gateway_that_cannot_honour_it_is_refused_in_one
         client.batch(rows_of(1), name="hostile", retry_unknown=True)
     assert "cannot resend rows whose outcome is unknown" in str(refused.value) and "\n" not in str(refused.value)
     assert gateway.posts == 0, "nothing handed over"
+
+
+def test_a_batch_called_done_with_a_row_still_sent_ends_with_that_row_unknown(
+    gateway: HostileGateway, tmp_path: Path
+) -> None:
+    """A gateway ends a batch only once every row is over: one that says done while a row is still 'sent' (its song
+    running for ever) contradicts itself, and the notebook no longer follows that row for ever."""
+    gateway.songs = {"f-1": song("f-1"), "f-2": song("f-2"), "g-1": song("g-1", status=1), "g-2": song("g-2", 1)}
+    gateway.rows = [
+        {"index": 0, "state": "complete", "ids": ["f-1", "f-2"], "error": None, "cost": 2},
+        {"index": 1, "state": "sent", "ids": ["g-1", "g-2"], "error": None, "cost": 2},
+    ]
+    batch = run(gateway, tmp_path / "j.sqlite3", n=2)
+    assert batch.error is None, batch.error
+    assert [r.state for r in batch.rows] == ["complete", "unknown"], [(r.state, r.error) for r in batch.rows]
+    assert "still sent" in (batch.rows[1].error or "") and batch.rows[1].ids == ["g-1", "g-2"]

@@ -154,3 +154,26 @@ def test_the_ask_counts_against_the_users_budget_before_anything_is_sent(
         client.batch(rows_of(4, "tight"), name="tight", concurrency=1, retry_unknown=True)
     assert creates(upstream) == 4
     assert status(gateway, token, "tight")["rows"][2] == {**status(gateway, token, "tight")["rows"][2], "attempt": 0}
+
+
+def test_an_async_client_asks_the_same_and_a_fresh_journal_finds_the_gateways_unknown_row(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """`AsyncMusicClient.batch(..., retry_unknown=True)` from another notebook (a journal that never saw the batch):
+    the gateway's unknown row is resent once, the rows it made are not."""
+    import asyncio
+
+    from ipymusicgen.client.faces import AsyncMusicClient
+
+    token = add_user(database, "yul", budget=100)
+    one_unknown(gateway, upstream, token, tmp_path / "first.sqlite3", "async ask")
+
+    async def run() -> list[str]:
+        journal = Journal(tmp_path / "second.sqlite3")
+        async with AsyncMusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, journal=journal) as client:
+            batch = await client.batch(rows_of(4, "async ask"), name="async ask", retry_unknown=True, wait=False)
+            await batch
+            return [r.state for r in batch.rows]
+
+    assert asyncio.run(run()) == ["complete"] * 4
+    assert creates(upstream) == 5

@@ -281,6 +281,9 @@ class Follower:
             said = self.claimed.get(row.index)
             if said is None and not row.finished:
                 self._show(row, "unknown", row.ids, self.estimates[row.index], trust.NEVER_NAMED, now)
+            elif said is not None and said not in FINISHED and not row.finished:
+                self._show(row, "unknown", row.ids, max(row.cost, self.estimates[row.index]),
+                           trust.STILL.format(state=said), now)  # fmt: skip
             elif said == "complete" and row.state != "complete":
                 if self._read_complete(row.ids):
                     self._show(row, "complete", row.ids, row.cost, row.error, now)
@@ -329,8 +332,9 @@ class Follower:
 
     @property
     def gateway_done(self) -> bool:
-        """The gateway calls the batch over and every row it named is over (as it says: `settle` checks them)."""
-        return self.state != "running" and all(s in FINISHED for s in self.claimed.values())
+        """The gateway calls the batch over and every row it named is over (as it says: `settle` checks them); a
+        batch it calls done is over whatever its rows say (a row still sent then contradicts it: `settle`)."""
+        return self.state == "done" or (self.state != "running" and all(s in FINISHED for s in self.claimed.values()))
 
     @property
     def to_poll(self) -> bool:
