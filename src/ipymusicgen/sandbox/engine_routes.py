@@ -233,4 +233,4 @@ def create_engines_app(state: SandboxState) -> ASGIApp:
     app = FastAPI(title="ipymusicgen sandbox: ElevenLabs Music and Gemini (Lyria)", docs_url="/docs", redoc_url=None)
     app.include_router(elevenlabs_router(state))
     app.include_router(gemini_router(state))
-    return SandboxMiddleware(app, state)
+    return SandboxMiddleware(app, state, engines=True)

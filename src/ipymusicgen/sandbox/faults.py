@@ -87,17 +87,23 @@ def _rule_from_mapping(data: Mapping[str, Any]) -> FaultRule:
 
 
 def parse_rule(text: str) -> FaultRule:
-    """`kind[:name=value]*`, e.g. `rate_limit:count=2:path=/v1/music/tasks`."""
+    """`kind[:name=value]*`, e.g. `rate_limit:count=2:path=/v1/music/tasks`; a path may hold colons
+    (`server_error:path=/v1beta/models/lyria-3-clip-preview:generateContent:count=2`)."""
     kind, *options = [part.strip() for part in text.strip().split(":")]
     data: dict[str, Any] = {"kind": kind}
+    last = None
     for option in options:
         name, sep, value = option.partition("=")
         if not sep:
             if name == "after":
                 data["after"] = True
                 continue
+            if last == "path":  # a path with a colon: Gemini's `/v1beta/models/lyria-3-clip-preview:generateContent`
+                data["path"] += ":" + option
+                continue
             raise ValueError(f"fault option {option!r} in {text!r} is not name=value")
-        data[name.strip()] = value.strip()
+        last = name.strip()
+        data[last] = value.strip()
     return _rule_from_mapping(data)
 
 

@@ -61,11 +61,13 @@ def _json(data: Any) -> bytes:
 
 
 class SandboxMiddleware:
-    """Counting and fault injection for one app (the v1 or the v2 host)."""
+    """Counting and fault injection for one app (the v1 or the v2 host, or the engines' host: `engines`, where a
+    fault answers in the engine's own error shape, ElevenLabs' or Google's)."""
 
-    def __init__(self, app: ASGIApp, state: SandboxState) -> None:
+    def __init__(self, app: ASGIApp, state: SandboxState, *, engines: bool = False) -> None:
         self.app = app
         self.state = state
+        self.engines = engines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -105,13 +107,15 @@ class SandboxMiddleware:
 
     async def _fault(self, rule: FaultRule, scope: Scope, send: Send) -> None:
         google = _is_gemini(scope.get("path", ""))
+        eleven = self.engines and not google
         if rule.kind == "rate_limit":
             message = "Too many requests (sandbox fault injection)"
-            body = _json(_google_error(429, message, "RESOURCE_EXHAUSTED") if google else {"detail": message})
+            body = _json(_google_error(429, message, "RESOURCE_EXHAUSTED") if google else _detail(message, eleven, 429))
             await _answer(send, 429, body, [(b"retry-after", b"1")])
         elif rule.kind == "server_error":
             message = "Internal Server Error (sandbox fault injection)"
-            await _answer(send, 500, _json(_google_error(500, message, "INTERNAL") if google else {"detail": message}))
+            body = _json(_google_error(500, message, "INTERNAL") if google else _detail(message, eleven, 500))
+            await _answer(send, 500, body)
         elif rule.kind == "malformed":
             await _answer(send, 200, b'{"status": 200, "message": "Success", "data": {"ids": [')
         elif rule.kind == "envelope_error":
@@ -127,6 +131,15 @@ class SandboxMiddleware:
 def _is_gemini(path: str) -> bool:
     """A Gemini API path (`/v1beta/models/...`, `/v1/models/...`): its faults answer in Google's error shape."""
     return path.startswith(("/v1beta/models/", "/v1/models/"))
+
+
+def _detail(message: str, eleven: bool, status: int) -> dict[str, Any]:
+    """The service's `{"detail": "..."}`, or ElevenLabs' `{"detail": {"status", "message"}}`: its 429 is `system_busy`
+    (or `too_many_concurrent_requests`: help.elevenlabs.io, "API - Error Code 429"); a 5xx status name is not
+    published, `internal_server_error` is the sandbox's."""
+    if not eleven:
+        return {"detail": message}
+    return {"detail": {"status": "system_busy" if status == 429 else "internal_server_error", "message": message}}
 
 
 def _google_error(code: int, message: str, status: str) -> dict[str, Any]:
