@@ -154,6 +154,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow  # ten processes, each with a sandbox and librosa
+@pytest.mark.timeout(900)  # 10 x 30 s at load 12 passed the suite's 300 s; each run keeps its own 300 s
 def test_a_script_that_archives_and_analyzes_exits_cleanly_every_time(tmp_path: Path) -> None:
     """The analysis runs in the background at exit (librosa's native code); the exit joins it first."""
     script = tmp_path / "songs.py"

@@ -12,12 +12,13 @@ import asyncio
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from helpers import ManualClock, wait_until
 
 from ipymusicgen.client.faces import MusicClient, Resumed
 from ipymusicgen.config import Settings
@@ -231,6 +232,15 @@ def tagged(output: str, tag: str) -> dict[str, Any]:
 def test_a_killed_kernels_songs_are_finished_by_the_next_kernel(slow_sandbox: Sandbox, tmp_path: Path) -> None:
     sandbox = slow_sandbox
     sandbox.reset()
+    clock = ManualClock(KILL_STAGE_SECONDS)  # the songs wait for the kill, however slow the machine starts a kernel
+    sandbox.state.clock = clock
+    try:
+        _killed_and_finished(sandbox, clock, tmp_path)
+    finally:
+        sandbox.state.clock = time.monotonic
+
+
+def _killed_and_finished(sandbox: Sandbox, clock: ManualClock, tmp_path: Path) -> None:
     journal_path = tmp_path / "kernels.sqlite3"
     env = kernel_env(sandbox, journal_path)
 
@@ -255,6 +265,7 @@ def test_a_killed_kernels_songs_are_finished_by_the_next_kernel(slow_sandbox: Sa
         counts = sandbox.request_counts()
         assert (counts[GENERATE_PATH], counts[SUBMIT_PATH]) == (2, 1)
 
+        clock.stages(3)  # every song is complete now: the next kernel finds them so
         second = Kernel(env)
         try:
             done = tagged(second.run(SECOND_KERNEL.replace("WAIT_SECONDS", str(WAIT)), timeout=WAIT * 2), "DONE")
