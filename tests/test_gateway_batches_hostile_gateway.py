@@ -199,3 +199,45 @@ def test_a_batch_called_done_with_a_row_still_sent_ends_with_that_row_unknown(
     assert batch.error is None, batch.error
     assert [r.state for r in batch.rows] == ["complete", "unknown"], [(r.state, r.error) for r in batch.rows]
     assert "still sent" in (batch.rows[1].error or "") and batch.rows[1].ids == ["g-1", "g-2"]
+
+
+def test_a_real_gateway_whose_ledger_names_another_users_songs_for_a_row_is_not_believed(
+    tmp_path: Path, clean_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real gateway (served by uvicorn over the sandbox, a SQLite ledger) whose ledger a bug or a hand edited: bob's
+    row 2 names ann's songs. Another notebook of bob's attaches to the batch: it polls those ids itself, the gateway
+    answers nothing for another user's ids, so the row ends failed, not complete with ann's songs."""
+    from gateway_helpers import CANARY_KEY, GatewayThread, add_user
+
+    from ipymusicgen.sandbox import Sandbox
+    from ipymusicgen.storage.ledger_engines import open_ledger
+
+    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
+    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
+    monkeypatch.setenv("MUSICGEN_GATEWAY_FOLLOW_S", "0.1")
+    database = str(tmp_path / "gateway.sqlite3")
+    with (
+        Sandbox(stage_seconds=0.05, song_seconds=3, faults="", keys={CANARY_KEY: 100_000}) as upstream,
+        GatewayThread(database, upstream.base_url, upstream.v2_base_url) as gateway,
+    ):
+        tokens = {name: add_user(database, name, budget=100) for name in ("ann", "bob")}
+
+        def batch_of(user: str, journal: str) -> Any:
+            client = MusicClient(tokens[user], base_url=gateway.url, v2_base_url=gateway.url,
+                                 journal=Journal(tmp_path / journal), timeout=20)  # fmt: skip
+            with client:
+                return client.batch(rows_of(2), name="same name", concurrency=2, stall_timeout=60)
+
+        anns = batch_of("ann", "ann.sqlite3").rows[0].ids
+        assert [r.state for r in batch_of("bob", "bob.sqlite3").rows] == ["complete"] * 2
+        ledger = open_ledger(database)
+        with ledger._cursor() as cur:  # the bug: bob's row 2 now names ann's songs
+            cur.run(
+                "UPDATE batch_rows SET ids = ? WHERE row_index = 1 AND batch_id = "
+                "(SELECT id FROM batches WHERE user_name = 'bob')",
+                (json.dumps(anns),),
+            )
+        ledger.close()
+        again = batch_of("bob", "bob elsewhere.sqlite3")
+    assert [r.state for r in again.rows] == ["complete", "failed"], [(r.state, r.error) for r in again.rows]
+    assert "could not be read here" in (again.rows[1].error or "") and again.rows[1].records == []
