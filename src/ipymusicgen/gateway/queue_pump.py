@@ -30,7 +30,7 @@ from ..storage import ledger_queue as lq
 from ..storage.ledger import DONE, PENDING, REFUSED, UNKNOWN
 from .queue_answers import V2_SUBMIT, asked, queued_answer, record, renamed, upstream_id, with_records
 from .queue_seats import Clock, SystemClock, hold_for, seats_now, shrunk_to
-from .queue_unknown import unknown_seat_free
+from .queue_unknown import UnknownSeats
 from .upstream import Answer
 
 if TYPE_CHECKING:
@@ -148,6 +148,7 @@ class FairQueue:
 
     async def _watch(self, now: float) -> None:
         """Free the seats whose calls make nothing more: refused, finished songs, or held too long."""
+        unknowns = UnknownSeats(self.gateway)  # the upstream's task list read at most once this round
         for seat in await self.gateway.blocking(lq.held, self.ledger):
             mine = seat.holder == self.ledger.owner or not _alive(seat.holder)
             if not mine:
@@ -160,7 +161,7 @@ class FairQueue:
                     continue
                 await self.gateway.blocking(lq.checked, self.ledger, seat.slot, now)
                 if seat.state == UNKNOWN:  # asked upstream as reconcile asks (`queue_unknown`), not held 600 s
-                    done = await unknown_seat_free(self.gateway, seat.call_id)
+                    done = await unknowns.free(seat.call_id)
                 else:
                     done = await self._finished(seat.endpoint, lq.created_ids(seat.body))
             if done:

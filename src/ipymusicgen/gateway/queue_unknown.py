@@ -16,25 +16,45 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..models.tasks import v1_state
+from ..storage.ledger import OpenCall
 from .reconcile import DEAD_AFTER, GENERATE, _fits, _sent
 
 if TYPE_CHECKING:
     from .app import Gateway
 
+TASKS = "/v1/music/tasks"
 
-async def unknown_seat_free(gateway: Gateway, call_id: int) -> bool:
-    """Whether nothing of unknown call `call_id` still runs upstream (False whenever that cannot be told)."""
-    calls = await gateway.blocking(gateway.ledger.open_calls, DEAD_AFTER)
-    call = next((c for c in calls if c.id == call_id), None)
-    if call is None or call.endpoint != GENERATE or _sent(call)[0] is None:
-        return False
-    answer = await gateway.upstream.aread_or_none(GENERATE.replace("generate", "tasks"))
-    records = _task_list(answer)
-    if records is None:
-        return False
-    owned = await gateway.blocking(gateway.ledger.owned_any, [r["id"] for r in records])
-    fitting = [r for r in records if r["id"] not in owned and _fits(r, _sent(call))]
-    return all(_finished(r) for r in fitting)
+
+_UNREAD: Any = object()
+
+
+class UnknownSeats:
+    """One watch round's look at the upstream for the unknown calls holding seats: the open calls and the key's task
+    list are read once a round, however many seats such calls hold."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._calls: dict[int, OpenCall] | None = None
+        self._records: Any = _UNREAD
+        self._owned: set[str] = set()
+
+    async def free(self, call_id: int) -> bool:
+        """Whether nothing of unknown call `call_id` still runs upstream (False whenever that cannot be told)."""
+        if self._calls is None:
+            calls = await self.gateway.blocking(self.gateway.ledger.open_calls, DEAD_AFTER)
+            self._calls = {c.id: c for c in calls}
+        call = self._calls.get(call_id)
+        if call is None or call.endpoint != GENERATE or _sent(call)[0] is None:
+            return False
+        if self._records is _UNREAD:
+            self._records = _task_list(await self.gateway.upstream.aread_or_none(TASKS))
+            if self._records is not None:
+                ids = [r["id"] for r in self._records]
+                self._owned = await self.gateway.blocking(self.gateway.ledger.owned_any, ids)
+        if self._records is None:
+            return False
+        fitting = [r for r in self._records if r["id"] not in self._owned and _fits(r, _sent(call))]
+        return all(_finished(r) for r in fitting)
 
 
 def _task_list(answer: Any) -> list[dict[str, Any]] | None:
