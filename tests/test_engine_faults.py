@@ -228,3 +228,19 @@ def test_stems_on_each_fault_are_refused_or_kept_in_doubt_and_never_sent_twice(
             make_extra(engine_clients(), song.id, "stems")
         assert service.request_counts()[STEMS] == 1
         assert outcomes(tmp_path, "elevenlabs stem") == ["unknown"]
+
+
+@pytest.mark.parametrize("song", SONGS)
+def test_a_garbled_answer_may_have_been_charged_and_is_kept_in_doubt(
+    engine_clients: Callable[..., MusicClient], service: Sandbox, tmp_path: Path, song: str
+) -> None:
+    """A 200 whose body is no song (the `malformed` fault: a cut-off JSON where audio or Google's JSON belongs): the
+    engine did the work, so it may have been charged; nothing is sent again."""
+    path, fields = SONGS[song]
+    service.set_faults(f"malformed:path={path}")
+    client = engine_clients()
+    ids = client.generate(**fields)
+    [made] = client.wait(ids, timeout=30, interval=0.05)
+    assert (made.state, made.charge) == (TaskState.FAILED, "may have been charged"), made.fail_reason
+    client.wait(ids, timeout=5, interval=0.05)
+    assert outcomes(tmp_path) == ["unknown"] and service.request_counts() == {path: 1}
