@@ -13,6 +13,7 @@ import contextlib
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,13 +45,18 @@ the song finishes; longer on a busy machine) before saying there is no file."""
 
 class ClientWiring:
     """What every client gets from the layers above it: the SQLite journal, an archiver, the batch engine, and
-    what its batches share on a key (`keys`). Each wiring owns what it opens: the batch stores of the journal
-    files its clients' batches run on (a `Database` each) and an in-memory store for a client with no journal;
-    `close()` closes them. The session's default wiring serves clients made by hand; a workspace has its own."""
+    what its batches share on a key (`keys`). Each wiring owns what it opens: the `Database` of each journal file
+    its clients' batches, archivers, analysts and extras use, and an in-memory store for a client with no journal;
+    `close()` closes them. The session's default wiring serves clients made by hand; a workspace has its own.
+
+    A file's `Database` is held weakly: it lives while a user holds it or one of its stores (a batch its store, an
+    archiver or analyst its worker's run), then goes, and its stores give the file back (`shared_connection`).
+    Held for the wiring's life, the default wiring kept every journal file a hand-made client ever used open (three
+    descriptors each: the file, -wal and -shm) until the process ended."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._databases: dict[Path, Database] = {}
+        self._databases: weakref.WeakValueDictionary[Path, Database] = weakref.WeakValueDictionary()
         self._memory: BatchStore | None = None
         self._keys: KeyActivity | None = None
         self._running: list[Batch] = []
@@ -89,15 +95,16 @@ class ClientWiring:
             return self._keys
 
     def database_at(self, path: str | Path) -> Database:
-        """The `Database` of the file at `path` that this wiring's clients use (opened once, closed by `close()`):
-        where their batch rows and paid extras are kept."""
+        """The `Database` of the file at `path` that this wiring's clients use (the same one while anyone holds it;
+        still open at `close()`, closed then): where their batch rows, archive and paid extras are kept."""
         key = Path(path).resolve()
         with self._lock:
-            if key not in self._databases:
+            found = self._databases.get(key)
+            if found is None:
                 from ..storage.database import Database
 
-                self._databases[key] = Database(key)
-            return self._databases[key]
+                self._databases[key] = found = Database(key)
+            return found
 
     def batch_store(self, client: Any) -> BatchStore:
         """Where a batch of `client` keeps its rows: its journal file's store, or memory when it has no journal
@@ -117,7 +124,8 @@ class ClientWiring:
         """Stop its archivers and analysts (removing their throwaway folders) and close the stores it opened."""
         self.stop_archiving()
         with self._lock:
-            opened, self._databases = list(self._databases.values()), {}
+            opened = list(self._databases.values())
+            self._databases.clear()
             memory, self._memory = self._memory, None
         for database in opened:
             database.close()
