@@ -225,8 +225,10 @@ def test_a_batch_under_a_dollar_budget_reserves_its_dollars_and_counts_its_servi
     assert shown["server_budget_left"] == f"{left:.2f}"
     over = refused(paid(desk, "run_batch", {"rows": [{"style": str(i)} for i in range(6)], "name": "dear"}))
     assert f"${left:.2f} more of its $1.00" in over and "$0.90" in over, over  # 18 credits at $0.05
-    credits = refused(paid(desk, "run_batch", {"rows": [{"style": "x"}], "name": "c", "budget": 3}))
+    asker = Asker()
+    credits = refused(paid(desk, "run_batch", {"rows": [{"style": "x"}], "name": "c", "budget": 3}, asker))
     assert "budget" in credits and "in US dollars" in credits and counts(service, *SERVICE, LYRIA) == 3
+    assert asker.questions == []  # refused before the user is asked
 
 
 # -- races and moved budgets -----------------------------------------------------------------------------------------

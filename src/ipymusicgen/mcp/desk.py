@@ -35,7 +35,7 @@ from ..storage.agent_quotes import name_paying_quote
 from ..storage.batches import NEVER_SENT, BatchStore
 from ..storage.database import Database
 from ..storage.errors import StorageError, StorageUnavailableError
-from .agent_budget import Amount, Ledger, OverBudget, Spend
+from .agent_budget import AgentBudget, Amount, OverBudget, Spend
 from .agent_budget import shown as with_unit
 from .budget_units import amount_of, credit_rate_set, dollar_charge, dollars_refusal, over_budget, server_budget
 from .engine_songs import CENT, dollars_of, engine_song, no_seconds, provider_of
@@ -149,7 +149,7 @@ class AgentDesk:
         self.database = database
         """The workspace's `Database` (its songs are the agent's library); None: the client's journal file."""
         self._lock = threading.Lock()
-        self.ledger = Ledger(amount_of(checked), dollars=self.in_usd)
+        self.ledger = AgentBudget(amount_of(checked), dollars=self.in_usd)
         """Every paid call and batch, reserved under one lock before it is sent, counted as measured if it can be."""
         self._batches: dict[str, Batch] = {}
         self._library: Library | None = None
@@ -549,8 +549,10 @@ class AgentDesk:
         stored = self.store.rows(name)
         return [r for r in validated if r.index not in stored or stored[r.index].state in NEVER_SENT]
 
-    def batch_plan(self, rows: list[Mapping[str, Any]], name: str) -> Plan:
+    def batch_plan(self, rows: list[Mapping[str, Any]], name: str, budget: int | None = None) -> Plan:
         """A batch priced for its question: credits, and under a dollar budget what it counts there (`dollars`)."""
+        if self.in_usd and budget is not None:  # refused before the user is asked (units are never added)
+            raise AgentError("budget: this server's budget is in US dollars; leave out the batch's budget in credits")
         estimate, left = self.plan_batch(rows, name)
         dollars = self._rows_dollars(rows, name) if self.in_usd else None
         return Plan("batch", BatchRequest(name, len(rows)), estimate, left, name, dollars=dollars)  # type: ignore[arg-type]

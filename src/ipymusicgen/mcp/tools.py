@@ -424,7 +424,7 @@ class AgentServer:
         re-issue: a batch is known by its name, and running it again sends only rows never sent."""
 
         def priced() -> Plan:
-            return self.desk.batch_plan(rows, name)
+            return self.desk.batch_plan(rows, name, budget)
 
         def start(plan: Plan) -> dict[str, Any]:
             batch = self.desk.run_batch(rows, name, budget, concurrency, shown=plan.estimate)
