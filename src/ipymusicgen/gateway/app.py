@@ -39,6 +39,7 @@ from ..storage.ledger_sqlite import SqliteLedger
 from .admission import HostCheck, Limits, read_body, refusal
 from .backlog import Backlog, Unwritten, default_spill_folder
 from .cache import OwnerCache, RecentScans, TokenCache
+from .credit_rate import no_rate_answer
 from .files import FOREIGN_FILE, FileOwners
 from .info import INFO_PATH, gateway_info
 from .measurer import Measurer
@@ -91,6 +92,8 @@ def _no_credits(user: str, whose: str, standing: tuple[int | None, int] | None, 
         budget, spent = standing
         said += f" (budget {'none' if budget is None else budget}, spent {spent}; this call needs about {needed})"
     command = "gateway team budget N" if team else f"gateway user budget {user} N"
+    if "dollar budget" in whose:  # a service call paid in dollars (ledger_units.pays_in_dollars)
+        command = "gateway team budget-usd N" if whose.startswith("the team") else f"gateway user budget-usd {user} N"
     return JSONResponse(envelope(None, 400, f"{said}. Only the gateway's admin can raise it ({command})."))
 
 
@@ -395,6 +398,8 @@ class Gateway:
             return JSONResponse(envelope(None, 503, LEDGER_DOWN), status_code=503)
         if reservation.kind == "conflict":
             return JSONResponse(envelope(None, 409, KEY_REUSED), status_code=409)
+        if reservation.kind == "no_rate":  # a dollar budget pays, and no credit rate is set: nothing reserved
+            return no_rate_answer(user)
         if reservation.kind == "over":
             whose = reservation.over or "team budget"
             standing = (await self.blocking(self.ledger.standing, user)).get(whose)

@@ -292,10 +292,13 @@ def _spend(args: argparse.Namespace) -> int:
         return _spend_by_provider(args)
     with _ledger(args) as ledger:
         rows = ledger.spend(args.by)
-    print(f"{args.by}\tcalls\testimated\tmeasured\tunknown")
+    from .engine_cli import usd_cell
+
+    usd = any(row.usd for row in rows)  # service calls paid from dollar budgets: a column of their own
+    print(f"{args.by}\tcalls\testimated\tmeasured\tunknown" + ("\tusd" if usd else ""))
     for row in rows:
         measured = "-" if row.measured is None else str(row.measured)
-        print(f"{cell(row.group)}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}")
+        print(f"{cell(row.group)}\t{row.calls}\t{row.estimated}\t{measured}\t{row.unknown}{usd_cell(row, usd)}")
     return 0
 
 
@@ -305,7 +308,7 @@ def _spend_by_provider(args: argparse.Namespace) -> int:
     from ..storage.provider_spend import ledger_spend
 
     with _ledger(args) as ledger:
-        rows = ledger_spend(ledger.calls(), CHARGED)
+        rows = ledger_spend([c for c in ledger.calls() if c["usd_rate"] is None], CHARGED)  # paid in credits
         print("provider\tunit\tcalls\testimated\tmeasured\tunknown")
         for row in rows:
             shown = ["-" if v is None else str(v) for v in (row.estimated, row.measured)]
@@ -343,6 +346,9 @@ def _serve_with(args: argparse.Namespace, key: str) -> int:
 
     try:
         engines = engines_from(args)
+        from .credit_rate import rate_micros
+
+        credit_usd = rate_micros(getattr(args, "credit_dollars", None))  # DollarPriceError is a ValueError
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -358,6 +364,7 @@ def _serve_with(args: argparse.Namespace, key: str) -> int:
         allow_hosts=args.allow_host,
         max_in_flight=args.max_in_flight,
         engines=engines,
+        credit_usd=credit_usd,
     )
     return 0
 

@@ -74,6 +74,13 @@ def _set_team(args: argparse.Namespace, ledger: Callable[..., Any]) -> int:
 
 def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
+        "--credit-dollars",
+        default=None,
+        metavar="RATE",
+        help="US dollars one service credit costs (default: MUSICGEN_CREDIT_DOLLARS), so a dollar budget pays service "
+        "calls at it; unset, a user paying in dollars cannot make service calls",
+    )
+    serve.add_argument(
         "--upstream-elevenlabs",
         default=None,
         metavar="URL",
@@ -113,6 +120,13 @@ def print_engine_spend(opened: Any, cell: Callable[[object], str]) -> None:
 
     for row in dollars.spend(opened):
         print(f"{cell(row.provider)}\tusd\t{row.calls}\t{dollars.shown(row.estimated_usd)}\t-\t{row.unknown}")
+
+
+def usd_cell(row: Any, shown_at_all: bool) -> str:
+    """`gateway spend`'s dollar column for service calls paid from dollar budgets (credits stay in theirs)."""
+    from ..storage.ledger_dollars import shown
+
+    return f"\t{shown(row.usd)}" if shown_at_all else ""
 
 
 def dollar_cells(opened: Any) -> dict[str, str]:

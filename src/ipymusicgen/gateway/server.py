@@ -165,9 +165,11 @@ def build(
     max_in_flight: int | None = None,
     clock: Any = None,
     engines: Mapping[str, tuple[str, str]] | None = None,
+    credit_usd: int | None = None,
 ) -> tuple[Gateway, Any]:
     """The app and what it holds (closed by the caller); `max_in_flight`: the queue's seats (None: no queue);
-    `engines`: the synchronous engines served at their own paths, provider -> (upstream URL, the team's key)."""
+    `engines`: the synchronous engines served at their own paths, provider -> (upstream URL, the team's key);
+    `credit_usd`: millionths of a dollar per service credit (`credit_rate.rate_micros`; None: no rate)."""
     check_upstream(upstream, upstream_v2, *(url for url, _key in (engines or {}).values()))
     try:
         ledger = open_ledger(database)
@@ -176,6 +178,7 @@ def build(
         raise MusicGenError(
             f"could not open the ledger at {shown_database(database)}: {reason[0] if reason else type(exc).__name__}"
         ) from None
+    ledger.credit_usd = credit_usd  # a dollar budget pays service calls at it (`ledger_units.pays_in_dollars`)
     gateway = Gateway(
         ledger,
         Upstream(upstream, upstream_v2, key),
@@ -215,9 +218,18 @@ def serve(
     allow_hosts: Iterable[str] = (),
     max_in_flight: int | None = None,
     engines: Mapping[str, tuple[str, str]] | None = None,
+    credit_usd: int | None = None,
 ) -> None:
     gateway, app = build(
-        database, upstream, upstream_v2, key, host, allow_hosts, max_in_flight=max_in_flight, engines=engines
+        database,
+        upstream,
+        upstream_v2,
+        key,
+        host,
+        allow_hosts,
+        max_in_flight=max_in_flight,
+        engines=engines,
+        credit_usd=credit_usd,
     )
     served = "v1 and v2" + "".join(f", {provider}" for provider in sorted(engines or {}))  # with the engines' paths
     print(f"ipymusicgen gateway on http://{host}:{port} ({served}), ledger: {shown_database(database)}", flush=True)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from ..models.schema import SINGER_ID_NAMES
 from .ledger_migrations import migrate
+from .ledger_units import dollars_left, move_usd, pays_in_dollars
 from .owner import Owner
 
 PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
@@ -81,8 +82,9 @@ class UserRow:
 
 @dataclass(frozen=True)
 class Reservation:
-    """What `reserve` decided: `new` (call_id to send), `over` (whose budget), `repeat` (the first call), or
-    `conflict` (the key was used for another request: nothing reserved)."""
+    """What `reserve` decided: `new` (call_id to send), `over` (whose budget), `repeat` (the first call),
+    `conflict` (the key was used for another request: nothing reserved) or `no_rate` (a dollar budget pays, and
+    this gateway has no credit rate: nothing reserved)."""
 
     kind: str
     call_id: int | None = None
@@ -99,6 +101,8 @@ class SpendRow:
     estimated: int
     measured: int | None
     unknown: int
+    usd: int = 0
+    """Millionths of a dollar charged for service calls paid from dollar budgets (never in the credit columns)."""
 
 
 _CHARGE_SUM = "COALESCE(SUM(COALESCE(measured, estimated)), 0)"
@@ -159,6 +163,9 @@ class Ledger:
         self._idle: list[Any] = []
         """Connections not in use: each transaction takes one (or opens one) and gives it back, so the
         gateway's threads do not queue behind one connection."""
+        self.credit_usd: int | None = None
+        """Millionths of a dollar per service credit (`gateway serve --credit-dollars`): how a service call is paid
+        from a dollar budget (`ledger_units.pays_in_dollars`); None: such a call is refused (`no_rate`)."""
         self.owner = json.dumps(dataclasses.asdict(Owner.current()))
         """The process sending this ledger's calls (recorded on each: `gateway reconcile` tells a dead one's)."""
         with self._cursor() as cur:
@@ -258,7 +265,7 @@ class Ledger:
         with self._cursor(write=False) as cur:
             rows = cur.all(
                 f"SELECT u.name, u.budget, u.revoked, (SELECT {_CHARGE_SUM} FROM calls c "
-                f"WHERE c.user_name = u.name AND {_CHARGED_IN}) FROM users u ORDER BY u.name"
+                f"WHERE c.user_name = u.name AND {_CHARGED_IN} AND c.usd_rate IS NULL) FROM users u ORDER BY u.name"
             )
         return [UserRow(r[0], r[1], bool(r[2]), int(r[3])) for r in rows]
 
@@ -324,10 +331,12 @@ class Ledger:
             rows = cur.all("SELECT name, spent FROM users")
         return {"": int(team[0]), **{r[0]: int(r[1]) for r in rows}}
 
-    def _move(self, cur: _Cursor, user: str, credits: int) -> None:
+    def _move(self, cur: _Cursor, user: str, credits: int, usd_rate: int | None = None) -> None:
         """Move the user's and the team's running totals by `credits`, in the caller's transaction (which holds the
-        team row: `_lock_for_reserve`)."""
-        if credits:
+        team row: `_lock_for_reserve`); a call paid in dollars (`usd_rate`) moves the dollar totals instead."""
+        if usd_rate is not None:
+            move_usd(cur, user, credits * int(usd_rate))
+        elif credits:
             cur.run("UPDATE team SET spent = spent + ? WHERE id = 1", (credits,))
             cur.run("UPDATE users SET spent = spent + ? WHERE name = ?", (credits, user))
 
@@ -365,7 +374,9 @@ class Ledger:
         state: str = PENDING,
     ) -> Reservation:
         """`reserve` in the caller's transaction (which holds the team row); the new call's state is `state`
-        (`QUEUED`: reserved, waiting for a seat; `ledger_queue`)."""
+        (`QUEUED`: reserved, waiting for a seat; `ledger_queue`). Paid in exactly one unit, decided here: dollars
+        at `credit_usd` when `ledger_units.pays_in_dollars` (none set: `no_rate`), else credits."""
+
         if idem_key:
             row = cur.one(
                 "SELECT state, status_code, body, fingerprint, id FROM calls WHERE user_name = ? AND idem_key = ?",
@@ -376,12 +387,16 @@ class Ledger:
                     return Reservation("conflict")
                 body = bytes(row[2]) if row[2] is not None else None
                 return Reservation("repeat", call_id=int(row[4]), state=row[0], status_code=row[1], body=body)
-        left, whose = self._left(cur, user)
-        if left is not None and left < estimated:
+        in_dollars = pays_in_dollars(cur, user)
+        rate = self.credit_usd if in_dollars else None
+        if in_dollars and rate is None:
+            return Reservation("no_rate")
+        left, whose = self._left(cur, user) if rate is None else dollars_left(cur, user)
+        if left is not None and left < estimated * (rate or 1):
             return Reservation("over", over=whose)
         row = cur.one(
             "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day, "
-            f"fingerprint, owner, request) VALUES (?, ?, ?, ?, ?, ?, {self.now_sql}, ?, ?, ?, ?) "
+            f"fingerprint, owner, request, usd_rate) VALUES (?, ?, ?, ?, ?, ?, {self.now_sql}, ?, ?, ?, ?, ?) "
             "RETURNING id",
             (
                 user,
@@ -394,9 +409,10 @@ class Ledger:
                 fingerprint,
                 self.owner,
                 request,
+                rate,
             ),
         )
-        self._move(cur, user, _charge(state, estimated, None))
+        self._move(cur, user, _charge(state, estimated, None), rate)
         return Reservation("new", call_id=int(row[0]))
 
     def finish(
@@ -414,8 +430,8 @@ class Ledger:
         through a ledger outage, written after `gateway reconcile` settled the call, changes nothing."""
         with self._cursor() as cur:
             self._lock_for_reserve(cur, "")  # the team row first, as every writer of a charge: no deadlock
-            user, old_state, estimated, measured, endpoint = cur.one(
-                "SELECT user_name, state, estimated, measured, endpoint FROM calls WHERE id = ?", (call_id,)
+            user, old_state, estimated, measured, endpoint, rate = cur.one(
+                "SELECT user_name, state, estimated, measured, endpoint, usd_rate FROM calls WHERE id = ?", (call_id,)
             )
             if old_state in (DONE, REFUSED):
                 return False
@@ -424,7 +440,8 @@ class Ledger:
                 "WHERE id = ?",
                 (state, status_code, body, note, call_id),
             )
-            self._move(cur, user, _charge(state, estimated, measured) - _charge(old_state, estimated, measured))
+            moved = _charge(state, estimated, measured) - _charge(old_state, estimated, measured)
+            self._move(cur, user, moved, rate)
             if task_ids:
                 self._own(cur, user, task_ids)
             singer = singer_in(body) if state == DONE and endpoint == VIBE else None
@@ -513,11 +530,11 @@ class Ledger:
 
     def _settle(self, cur: _Cursor, call_id: int, measured: int) -> None:
         """A done call's measured cost, and the totals moved from what it counted before to it."""
-        row = cur.one("SELECT user_name, state, estimated, measured FROM calls WHERE id = ?", (call_id,))
+        row = cur.one("SELECT user_name, state, estimated, measured, usd_rate FROM calls WHERE id = ?", (call_id,))
         if row is None or row[1] != DONE:
             return
         cur.run("UPDATE calls SET measured = ?, note = NULL WHERE id = ?", (measured, call_id))
-        self._move(cur, row[0], _charge(DONE, row[2], measured) - _charge(DONE, row[2], row[3]))
+        self._move(cur, row[0], _charge(DONE, row[2], measured) - _charge(DONE, row[2], row[3]), row[4])
 
     # -- task owners ----------------------------------------------------------------------------------
 
@@ -610,22 +627,27 @@ class Ledger:
         with self._cursor(write=False) as cur:
             rows = cur.all(
                 f"SELECT COALESCE({column}, '-'), COUNT(*), "
-                f"COALESCE(SUM(CASE WHEN {_CHARGED_IN} THEN estimated ELSE 0 END), 0), "
-                "SUM(measured), "
-                "SUM(CASE WHEN state IN ('pending', 'unknown') THEN 1 ELSE 0 END) "
+                f"COALESCE(SUM(CASE WHEN {_CHARGED_IN} AND usd_rate IS NULL THEN estimated ELSE 0 END), 0), "
+                "SUM(CASE WHEN usd_rate IS NULL THEN measured END), "
+                "SUM(CASE WHEN state IN ('pending', 'unknown') THEN 1 ELSE 0 END), "
+                f"COALESCE(SUM(CASE WHEN {_CHARGED_IN} AND usd_rate IS NOT NULL "
+                "THEN COALESCE(measured, estimated) * usd_rate ELSE 0 END), 0) "
                 f"FROM calls {where} GROUP BY 1 ORDER BY 1",
                 (user,) if user else (),
             )
-        return [SpendRow(str(r[0]), int(r[1]), int(r[2]), None if r[3] is None else int(r[3]), int(r[4])) for r in rows]
+        return [
+            SpendRow(str(r[0]), int(r[1]), int(r[2]), None if r[3] is None else int(r[3]), int(r[4]), int(r[5]))
+            for r in rows
+        ]
 
     def calls(self) -> list[dict[str, Any]]:
         """Every call row (for tests and audits)."""
         with self._cursor(write=False) as cur:
             rows = cur.all(
-                "SELECT id, user_name, idem_key, endpoint, model, estimated, measured, state, note FROM calls "
-                "ORDER BY id"
+                "SELECT id, user_name, idem_key, endpoint, model, estimated, measured, state, note, usd_rate "
+                "FROM calls ORDER BY id"
             )
-        names = ("id", "user", "idem_key", "endpoint", "model", "estimated", "measured", "state", "note")
+        names = ("id", "user", "idem_key", "endpoint", "model", "estimated", "measured", "state", "note", "usd_rate")
         return [dict(zip(names, r, strict=True)) for r in rows]
 
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from ..models.providers import MUSICFUL
 from .ledger import DONE, PENDING, REFUSED, UNKNOWN, Ledger, _alive
+from .ledger_units import _left, _move
 
 MICROS = Decimal(1_000_000)
 CHARGED_STATES = (PENDING, DONE, UNKNOWN)
@@ -52,28 +54,6 @@ class EngineReservation:
     media_type: str | None = None
     body: bytes | None = None
     left: int | None = None
-
-
-def _left(cur: Any, user: str) -> tuple[int | None, str | None, bool]:
-    """(micros left, whose budget is smallest, whether the user has a dollar budget) from the running totals."""
-    team = cur.one("SELECT budget_usd, COALESCE(spent_usd, 0) FROM team WHERE id = 1")
-    mine = cur.one("SELECT budget_usd, COALESCE(spent_usd, 0) FROM users WHERE name = ?", (user,))
-    left: list[tuple[int, str]] = []
-    if team and team[0] is not None:
-        left.append((int(team[0]) - int(team[1]), "the team's dollar budget"))
-    has_budget = bool(mine and mine[0] is not None)
-    if has_budget:
-        left.append((int(mine[0]) - int(mine[1]), f"{user}'s dollar budget"))
-    if not left:
-        return None, None, has_budget
-    amount, whose = min(left)
-    return max(amount, 0), whose, has_budget
-
-
-def _move(cur: Any, user: str, micros: int) -> None:
-    if micros:
-        cur.run("UPDATE team SET spent_usd = COALESCE(spent_usd, 0) + ? WHERE id = 1", (micros,))
-        cur.run("UPDATE users SET spent_usd = COALESCE(spent_usd, 0) + ? WHERE name = ?", (micros, user))
 
 
 def reserve(
@@ -216,7 +196,15 @@ def spend(ledger: Ledger) -> list[EngineSpendRow]:
             "THEN estimated_usd ELSE 0 END), 0), SUM(CASE WHEN state IN ('pending', 'unknown') THEN 1 ELSE 0 END) "
             "FROM engine_calls GROUP BY provider ORDER BY provider"
         )
-    return [EngineSpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3] or 0)) for r in rows]
+        service = cur.one(  # the service's calls paid from dollar budgets (their credits times the rate reserved at)
+            "SELECT COUNT(*), COALESCE(SUM(CASE WHEN state IN ('pending', 'done', 'unknown', 'queued') "
+            "THEN COALESCE(measured, estimated) * usd_rate ELSE 0 END), 0), "
+            "SUM(CASE WHEN state IN ('pending', 'unknown') THEN 1 ELSE 0 END) FROM calls WHERE usd_rate IS NOT NULL"
+        )
+    found = [EngineSpendRow(str(r[0]), int(r[1]), int(r[2]), int(r[3] or 0)) for r in rows]
+    if service and int(service[0]):
+        found.append(EngineSpendRow(MUSICFUL, int(service[0]), int(service[1]), int(service[2] or 0)))
+    return found
 
 
 def calls(ledger: Ledger) -> list[dict[str, Any]]:

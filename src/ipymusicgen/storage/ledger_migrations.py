@@ -137,6 +137,14 @@ def m006_engine_calls(ledger: Any, cur: Any) -> None:
     add_missing_columns(ledger, cur, "team", (("budget_usd", "int"), ("spent_usd", "int")))
 
 
+@migration
+def m007_service_calls_in_dollars(ledger: Any, cur: Any) -> None:
+    """A service call paid from a dollar budget (`ledger_dollars.service_rate`): the rate it was reserved at, in
+    millionths of a dollar per credit (NULL: paid in credits, as every call before). Its credits times this rate
+    move the dollar totals, never the credit ones: each call is reserved and settled in exactly one unit."""
+    add_missing_columns(ledger, cur, "calls", (("usd_rate", "int"),))
+
+
 LATEST = len(MIGRATIONS)
 
 

@@ -311,7 +311,7 @@ def cancel(ledger: Ledger, task_id: str, user: str | None = None) -> bool:
         if row is None or (user is not None and row[1] != user):
             return False
         call_id, owner = int(row[0]), row[1]
-        estimated = cur.one("SELECT estimated FROM calls WHERE id = ? AND state = 'queued'", (call_id,))
+        estimated = cur.one("SELECT estimated, usd_rate FROM calls WHERE id = ? AND state = 'queued'", (call_id,))
         cur.run("UPDATE queue SET state = 'cancelled' WHERE call_id = ?", (call_id,))
         if estimated is None:
             return True
@@ -320,7 +320,7 @@ def cancel(ledger: Ledger, task_id: str, user: str | None = None) -> bool:
             "WHERE id = ?",
             (REFUSED, CANCELLED_BODY, "cancelled while queued", call_id),
         )
-        ledger._move(cur, owner, -int(estimated[0]))
+        ledger._move(cur, owner, -int(estimated[0]), estimated[1])  # in the unit it was reserved in
         return True
 
 
