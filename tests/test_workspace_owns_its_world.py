@@ -109,13 +109,13 @@ def test_an_agent_call_and_a_batch_of_its_workspace_on_one_key_see_each_other_ov
     open theirs: a call during a batch is not measured (the key's counts moved for both), nor is the batch; on
     another key, or alone, a call is measured."""
     from ipymusicgen.batch.key_activity import KeyActivity
-    from ipymusicgen.mcp.agent_budget import Ledger
+    from ipymusicgen.mcp.agent_budget import AgentBudget
 
     class Run:
         overlapped = False
 
     keys = KeyActivity()
-    ledger = Ledger(None, activity=keys, key="key-a")
+    ledger = AgentBudget(None, activity=keys, key="key-a")
     batch, elsewhere = Run(), Run()
     keys.begin("key-a", batch)
     keys.begin("key-b", elsewhere)

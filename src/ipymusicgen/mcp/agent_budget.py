@@ -121,7 +121,7 @@ class Spend:
 
 
 @dataclass
-class Ledger:
+class AgentBudget:
     """The server's lifetime budget (None: no cap; credits, or US dollars when `dollars`) and every paid operation it
     sent. `activity` and `key`: the
     workspace's per-key state (`batch.key_activity.KeyActivity`) and the key's fingerprint, where a single call's
