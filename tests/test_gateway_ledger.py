@@ -13,14 +13,14 @@ import pytest
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.storage import ledger as ledger_module
-from ipymusicgen.storage.ledger import VIBE, Ledger
+from ipymusicgen.storage.ledger import VIBE, GatewayLedger
 from ipymusicgen.storage.ledger_engines import open_ledger
 from ipymusicgen.storage.ledger_sqlite import SqliteLedger
 
 USERS = ("ann", "ben", "cy")
 
 
-def recomputed(ledger: Ledger) -> dict[str, int]:
+def recomputed(ledger: GatewayLedger) -> dict[str, int]:
     """What each user and the team have charged, summed from every call (the rule: estimated while reserved or
     unknown, measured where settled, nothing once released)."""
     sums = dict.fromkeys(("", *USERS), 0)
@@ -33,7 +33,7 @@ def recomputed(ledger: Ledger) -> dict[str, int]:
     return sums
 
 
-def random_mix(ledger: Ledger, seed: int, steps: int = 120) -> None:
+def random_mix(ledger: GatewayLedger, seed: int, steps: int = 120) -> None:
     """Reserve, finish done/refused/unknown, measure (a lone call settles), and repeat keys, in a random order,
     checking the totals against the recomputed sums at each step."""
     rng = random.Random(seed)

@@ -126,7 +126,7 @@ MEMOS = MappingProxyType(
 )
 """Module-level caches (functools.cache/lru_cache), each with why it holds nothing of a caller's world (no client,
 no workspace, no file but the package's own): a new one keyed by a path, a client or a workspace fails."""
-CLASS_TABLES = frozenset({"storage/ledger.py:Ledger.types", "storage/ledger_postgres.py:PostgresLedger.types",
+CLASS_TABLES = frozenset({"storage/ledger.py:GatewayLedger.types", "storage/ledger_postgres.py:PostgresLedger.types",
                           "storage/ledger_sqlite.py:SqliteLedger.types"})  # fmt: skip
 """Class-level dicts that are constant tables (an engine's column types, only read)."""
 

@@ -34,7 +34,7 @@ from ..engines.musicful import created_ids as _created_ids  # the one rule, for 
 from ..errors import FieldProblem, RequestValidationError
 from ..models.costs import estimate_credits, model_of
 from ..models.schema import build_generate_request, build_lyrics_request, build_v2_request
-from ..storage.ledger import DONE, REFUSED, UNKNOWN, Ledger
+from ..storage.ledger import DONE, REFUSED, UNKNOWN, GatewayLedger
 from ..storage.ledger_sqlite import SqliteLedger
 from .admission import HostCheck, Limits, read_body, refusal
 from .backlog import Backlog, Unwritten, default_spill_folder
@@ -132,7 +132,7 @@ class Gateway:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: GatewayLedger,
         upstream: Upstream,
         *,
         host: str = "127.0.0.1",

@@ -48,7 +48,7 @@ def default_spill_folder(ledger: Any) -> Path:
 
 @dataclass
 class Unwritten:
-    """One call's end, as `Ledger.finish` takes it."""
+    """One call's end, as `GatewayLedger.finish` takes it."""
 
     call_id: int
     state: str

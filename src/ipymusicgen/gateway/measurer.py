@@ -1,7 +1,7 @@
 """Measuring what paid calls cost, off every caller's path: one daemon thread per gateway, one reading per quiet spell.
 
 A reading of the upstream's credits settles a call only when it is the one call between two readings that no
-call overlapped, on any replica (`Ledger.meter`: the windows live in the ledger), and never below its estimate.
+call overlapped, on any replica (`GatewayLedger.meter`: the windows live in it), and never below its estimate.
 Calls that follow each other closely leave each other's readings ambiguous anyway, so a reading after each of
 them would be an upstream request per paid call spent on nothing: the measurer waits until no paid call has
 ended for `QUIET` seconds, then takes ONE reading for the latest. A lone call (the usual notebook case) is still

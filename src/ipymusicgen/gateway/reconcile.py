@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from ..storage.ledger import DONE, REFUSED, Ledger, OpenCall
+from ..storage.ledger import DONE, REFUSED, GatewayLedger, OpenCall
 from .backlog import Backlog
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,9 @@ class Report:
         return rows
 
 
-def reconcile(ledger: Ledger, upstream: Any, backlog: Backlog | None = None, dead_after: float = DEAD_AFTER) -> Report:
+def reconcile(
+    ledger: GatewayLedger, upstream: Any, backlog: Backlog | None = None, dead_after: float = DEAD_AFTER
+) -> Report:
     """Settle what can be told of every dangling call (see the module's doc); what was done."""
     report = Report(written=backlog.take_spills() if backlog is not None else 0)
     calls = ledger.open_calls(dead_after)

@@ -1,6 +1,6 @@
 """The team gateway's ledger: users, budgets, paid calls and task owners, on SQLite or PostgreSQL.
 
-One interface (`Ledger`) and one set of statements; an engine only says how to connect, how to take the
+One interface (`GatewayLedger`) and one set of statements; an engine only says how to connect, how to take the
 one write lock a reservation needs (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `SELECT ... FOR UPDATE` on the
 team row) and how to create its tables. Every paid call reserves its estimate from the user's and the team's
 budget in the same transaction that claims its idempotency key, so two gateways on one database can neither
@@ -47,7 +47,7 @@ for ever; after this long its charge, if any, has landed, and measuring resumes)
 
 @dataclass(frozen=True)
 class OpenCall:
-    """A call whose outcome the ledger does not know (`Ledger.open_calls`)."""
+    """A call whose outcome the ledger does not know (`GatewayLedger.open_calls`)."""
 
     id: int
     user: str
@@ -149,8 +149,10 @@ def fill_singers(cur: _Cursor) -> None:
             cur.run("INSERT INTO singers (singer_id, user_name) VALUES (?, ?)", (singer, user))
 
 
-class Ledger:
-    """Statements shared by both engines; subclasses give `_connect`, `_lock_for_reserve`, `base_schema`, the
+class GatewayLedger:
+    """The team gateway's ledger: its users, budgets, calls and what they cost, on SQLite or PostgreSQL (not the
+    notebook's journal, nor the agent server's `mcp.agent_budget.AgentBudget`). Statements shared by both engines;
+    subclasses give `_connect`, `_lock_for_reserve`, `base_schema`, the
     column `types` and look-up of its migration steps, and `now_sql`, the ledger's one clock for call windows."""
 
     placeholder = "?"
@@ -244,7 +246,7 @@ class Ledger:
         for conn in idle:
             _close_quietly(conn)
 
-    def __enter__(self) -> Ledger:
+    def __enter__(self) -> GatewayLedger:
         return self
 
     def __exit__(self, *exc: object) -> None:

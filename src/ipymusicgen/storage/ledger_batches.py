@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .ledger import Ledger, _alive
+from .ledger import GatewayLedger, _alive
 
 QUEUED, SENDING, SENT, COMPLETE, FAILED, UNKNOWN, SKIPPED = (
     "queued",
@@ -41,7 +41,7 @@ STOPPED_BY_ADMIN = "stopped by the gateway's admin"
 CALL_OF_ROW = "LEFT JOIN calls c ON c.user_name = ? AND c.idem_key = r.idem_base || '-' || CAST(r.attempt AS TEXT)"
 CHARGED = "CASE WHEN r.cost = 0 THEN 0 ELSE COALESCE(c.measured, r.cost) END"
 """What a row's credits are: its call's settled charge once measured (never below its estimate unless the upstream
-said so: `Ledger._measured`), else the estimate it reserved; 0 for a row that charged nothing."""
+said so: `GatewayLedger._measured`), else the estimate it reserved; 0 for a row that charged nothing."""
 
 
 def idem_base(user: str, name: str, index: int, request_hash: str) -> str:
@@ -116,9 +116,9 @@ class BatchSummary:
 
 
 class BatchStore:
-    """The batch tables of one ledger (`Ledger`'s own transactions: the same lock order, the team row first)."""
+    """The batch tables of one ledger (`GatewayLedger`'s own transactions: the same lock order, the team row first)."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: GatewayLedger) -> None:
         self.ledger = ledger
         self._postgres = ledger.placeholder == "%s"
 

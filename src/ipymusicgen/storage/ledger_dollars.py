@@ -3,9 +3,10 @@ for them, in US dollars, never in credits.
 
 An engine's song is priced in dollars before it is sent (`models.dollar_prices`), so it is reserved from a dollar
 budget: the user's (`users.budget_usd`) and, when set, the team's (`team.budget_usd`), in the same transaction that
-claims its idempotency key and under the same lock as every credit reservation (`Ledger._lock_for_reserve`). A user
-with no dollar budget is refused: a credits budget never pays a dollar call (units are never added). Amounts are
-whole millionths of a dollar (`micros`), so sums stay exact on both engines. The calls live in `engine_calls` (ledger
+claims its idempotency key and under the same lock as every credit reservation
+(`GatewayLedger._lock_for_reserve`). A user with no dollar budget is refused: a credits budget never pays a dollar
+call (units are never added). Amounts are whole millionths of a dollar (`micros`), so sums stay exact on both
+engines. The calls live in `engine_calls` (ledger
 migration 6), apart from the service's `calls`, so the credit meter and `gateway reconcile` never take one for a
 service call; an answer (the audio itself) is kept for a repeat of the same Idempotency-Key.
 """
@@ -18,7 +19,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from ..models.providers import MUSICFUL
-from .ledger import DONE, PENDING, REFUSED, UNKNOWN, Ledger, _alive
+from .ledger import DONE, PENDING, REFUSED, UNKNOWN, GatewayLedger, _alive
 from .ledger_units import _left, _move
 
 MICROS = Decimal(1_000_000)
@@ -57,7 +58,7 @@ class EngineReservation:
 
 
 def reserve(
-    ledger: Ledger,
+    ledger: GatewayLedger,
     user: str,
     idem_key: str | None,
     provider: str,
@@ -110,7 +111,7 @@ def reserve(
 
 
 def finish(
-    ledger: Ledger,
+    ledger: GatewayLedger,
     call_id: int,
     state: str,
     status_code: int | None,
@@ -136,7 +137,7 @@ def finish(
         return True
 
 
-def left_over(ledger: Ledger, dead_after: float) -> int:
+def left_over(ledger: GatewayLedger, dead_after: float) -> int:
     """Engine calls a gateway left pending (killed mid-call, its process gone, or older than `dead_after` s) become
     unknown: they may have been charged, are never sent again, and keep their reservation. How many."""
     with ledger._cursor() as cur:
@@ -153,7 +154,7 @@ def left_over(ledger: Ledger, dead_after: float) -> int:
 # -- budgets --------------------------------------------------------------------------------------------------
 
 
-def set_user_budget(ledger: Ledger, name: str, micros: int | None) -> None:
+def set_user_budget(ledger: GatewayLedger, name: str, micros: int | None) -> None:
     from .ledger import LedgerError
 
     with ledger._cursor() as cur:
@@ -162,12 +163,12 @@ def set_user_budget(ledger: Ledger, name: str, micros: int | None) -> None:
         cur.run("UPDATE users SET budget_usd = ? WHERE name = ?", (micros, name))
 
 
-def set_team_budget(ledger: Ledger, micros: int | None) -> None:
+def set_team_budget(ledger: GatewayLedger, micros: int | None) -> None:
     with ledger._cursor() as cur:
         cur.run("UPDATE team SET budget_usd = ? WHERE id = 1", (micros,))
 
 
-def standing(ledger: Ledger) -> dict[str, tuple[int | None, int]]:
+def standing(ledger: GatewayLedger) -> dict[str, tuple[int | None, int]]:
     """(dollar budget, dollars charged) in micros: the team's under "", each user's under their name."""
     with ledger._cursor(write=False) as cur:
         team = cur.one("SELECT budget_usd, COALESCE(spent_usd, 0) FROM team WHERE id = 1")
@@ -189,7 +190,7 @@ class EngineSpendRow:
     unknown: int
 
 
-def spend(ledger: Ledger) -> list[EngineSpendRow]:
+def spend(ledger: GatewayLedger) -> list[EngineSpendRow]:
     with ledger._cursor(write=False) as cur:
         rows = cur.all(
             "SELECT provider, COUNT(*), COALESCE(SUM(CASE WHEN state IN ('pending', 'done', 'unknown') "
@@ -207,7 +208,7 @@ def spend(ledger: Ledger) -> list[EngineSpendRow]:
     return found
 
 
-def calls(ledger: Ledger) -> list[dict[str, Any]]:
+def calls(ledger: GatewayLedger) -> list[dict[str, Any]]:
     """Every engine call row, without its kept answer (for tests and audits)."""
     with ledger._cursor(write=False) as cur:
         rows = cur.all(

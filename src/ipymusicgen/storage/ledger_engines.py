@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .ledger import Ledger
+from .ledger import GatewayLedger
 
 
 def is_postgres(url: str) -> bool:
@@ -10,7 +10,7 @@ def is_postgres(url: str) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 
 
-def open_ledger(url: str) -> Ledger:
+def open_ledger(url: str) -> GatewayLedger:
     """`postgresql://...` (or `postgres://`): PostgreSQL; anything else: a SQLite file (`sqlite:///path` or a path)."""
     if is_postgres(url):
         from .ledger_postgres import PostgresLedger

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from .ledger import Ledger, fill_singers, fill_totals
+from .ledger import GatewayLedger, fill_singers, fill_totals
 
 CONNECT_TIMEOUT = 10
 SCHEMA_LOCK = 3131_0001
 """Advisory lock id: two gateways starting at once do not race to create the same tables."""
 
 
-class PostgresLedger(Ledger):
+class PostgresLedger(GatewayLedger):
     placeholder = "%s"
 
     def _connect(self) -> Any:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engines.musicful import created_ids as created_ids  # the one rule, re-exported for the queue's readers
-from .ledger import PENDING, QUEUED, REFUSED, UNKNOWN, Ledger, Reservation, _alive
+from .ledger import PENDING, QUEUED, REFUSED, UNKNOWN, GatewayLedger, Reservation, _alive
 
 WAITING, CLAIMED, CANCELLED = "queued", "claimed", "cancelled"
 """A queue row's states: waiting for a seat, taken by a replica (sent, or being sent), cancelled before a seat."""
@@ -32,8 +32,9 @@ CANCELLED_BODY = json.dumps(
 
 @dataclass(frozen=True)
 class Placed:
-    """What `enqueue` decided: the reservation (as `Ledger.reserve`'s), and for a call in the queue its ids, whether
-    the caller was (or is now) answered with them (`shown`), its place in line and the seat it holds (direct)."""
+    """What `enqueue` decided: the reservation (as `GatewayLedger.reserve`'s), and for a call in the queue its ids,
+    whether the caller was (or is now) answered with them (`shown`), its place in line and the seat it holds
+    (direct)."""
 
     reservation: Reservation
     ids: tuple[str, ...] = ()
@@ -83,18 +84,18 @@ class Looked:
     """(the stand-in sent, the id the caller asked for) of a create naming a song or singer not theirs."""
 
 
-def _lock(ledger: Ledger) -> str:
+def _lock(ledger: GatewayLedger) -> str:
     return getattr(ledger, "claim_lock", "")
 
 
-def ensure_seats(ledger: Ledger, most: int) -> None:
+def ensure_seats(ledger: GatewayLedger, most: int) -> None:
     """Seat rows 1..`most` (more from another replica's larger cap stay: each replica claims only up to its own)."""
     with ledger._cursor() as cur:
         for slot in range(1, most + 1):
             cur.run("INSERT INTO queue_seats (slot) VALUES (?) ON CONFLICT (slot) DO NOTHING", (slot,))
 
 
-def _free_seat(ledger: Ledger, cur: Any, cap: int) -> int | None:
+def _free_seat(ledger: GatewayLedger, cur: Any, cap: int) -> int | None:
     """A free seat at or under `cap`, locked for this transaction; none while a seat above `cap` is in use (after a
     shrink: the seats above it drain first, and are never taken again while it holds)."""
     if cur.one("SELECT 1 FROM queue_seats WHERE call_id IS NOT NULL AND slot > ? LIMIT 1", (cap,)):
@@ -118,7 +119,7 @@ def _hold(cur: Any, slot: int, call_id: int, user: str, me: str, now: float) -> 
 
 
 def enqueue(
-    ledger: Ledger,
+    ledger: GatewayLedger,
     user: str,
     idem_key: str | None,
     endpoint: str,
@@ -177,7 +178,7 @@ def enqueue(
         return Placed(found, ids, True, _positions(cur, user, [found.call_id])[0])
 
 
-def claim(ledger: Ledger, cap: int, now: float) -> Claimed | None:
+def claim(ledger: GatewayLedger, cap: int, now: float) -> Claimed | None:
     """Take a free seat and the next row for it (round-robin across users), or None: no seat, or nothing waiting.
     The call's window opens now (it is being sent) and this replica is recorded as its sender."""
     lock = _lock(ledger)
@@ -217,7 +218,7 @@ def claim(ledger: Ledger, cap: int, now: float) -> Claimed | None:
     return Claimed(call_id, user, endpoint, bytes(request) if request is not None else None, slot)
 
 
-def requeue(ledger: Ledger, call_id: int) -> None:
+def requeue(ledger: GatewayLedger, call_id: int) -> None:
     """A claimed call the upstream refused with 429 (not made, not charged): back in line, its seat freed; its user
     holds its queue ids from now on (a direct send that met a 429 answers with them)."""
     with ledger._cursor() as cur:
@@ -237,13 +238,13 @@ def _free(cur: Any, call_id: int) -> None:
     )
 
 
-def release(ledger: Ledger, call_id: int) -> None:
+def release(ledger: GatewayLedger, call_id: int) -> None:
     """Free the seat a call holds (its songs are finished, it was refused, or it has held it too long)."""
     with ledger._cursor() as cur:
         _free(cur, call_id)
 
 
-def after_send(ledger: Ledger, call_id: int) -> None:
+def after_send(ledger: GatewayLedger, call_id: int) -> None:
     """Free the seat of a call the upstream refused (it makes nothing); a call answered holds it until its songs are
     finished (`held`, `release`)."""
     with ledger._cursor() as cur:
@@ -251,12 +252,12 @@ def after_send(ledger: Ledger, call_id: int) -> None:
             _free(cur, call_id)
 
 
-def checked(ledger: Ledger, slot: int, now: float) -> None:
+def checked(ledger: GatewayLedger, slot: int, now: float) -> None:
     with ledger._cursor() as cur:
         cur.run("UPDATE queue_seats SET checked_at = ? WHERE slot = ?", (now, slot))
 
 
-def held(ledger: Ledger) -> list[Held]:
+def held(ledger: GatewayLedger) -> list[Held]:
     """Every seat in use, with its call."""
     with ledger._cursor(write=False) as cur:
         rows = cur.all(
@@ -269,7 +270,7 @@ def held(ledger: Ledger) -> list[Held]:
     ]
 
 
-def reap(ledger: Ledger, now: float, dead_after: float) -> list[int]:
+def reap(ledger: GatewayLedger, now: float, dead_after: float) -> list[int]:
     """Rows another replica claimed and never finished sending, whose replica is gone (on this machine: its process;
     elsewhere: a claim older than `dead_after`): their calls become unknown (never sent again; `gateway reconcile`
     settles them as any unknown call) and their seats are freed, so the others go on. The calls marked."""
@@ -287,7 +288,7 @@ def reap(ledger: Ledger, now: float, dead_after: float) -> list[int]:
     return dead
 
 
-def cancel_revoked(ledger: Ledger) -> int:
+def cancel_revoked(ledger: GatewayLedger) -> int:
     """Cancel every row still waiting of a user whose token was revoked (`gateway user revoke`): nothing is sent
     for them on the team's key any more, and each row's price is given back once (`cancel`). How many."""
     with ledger._cursor(write=False) as cur:
@@ -298,7 +299,7 @@ def cancel_revoked(ledger: Ledger) -> int:
     return sum(1 for (task_id,) in rows if cancel(ledger, task_id))
 
 
-def cancel(ledger: Ledger, task_id: str, user: str | None = None) -> bool:
+def cancel(ledger: GatewayLedger, task_id: str, user: str | None = None) -> bool:
     """Cancel a row still waiting (named by one of its ids; `user`: only theirs): its reservation is released at
     once. False when there is no such row waiting (sent, being sent, or not theirs)."""
     with ledger._cursor() as cur:
@@ -324,7 +325,7 @@ def cancel(ledger: Ledger, task_id: str, user: str | None = None) -> bool:
         return True
 
 
-def look_up(ledger: Ledger, user: str, ids: list[str] | None) -> dict[str, Looked]:
+def look_up(ledger: GatewayLedger, user: str, ids: list[str] | None) -> dict[str, Looked]:
     """The caller's own queue ids among `ids` (another user's read as absent), each with its row and call; `ids`
     None: every one of the caller's queue ids that they were answered with."""
     if ids is not None and not ids:
@@ -388,7 +389,7 @@ def _positions(cur: Any, user: str, call_ids: list[int]) -> list[int]:
     return places
 
 
-def load(ledger: Ledger) -> list[tuple[str, int, int]]:
+def load(ledger: GatewayLedger) -> list[tuple[str, int, int]]:
     """Per user with rows in the queue: (user, rows waiting, seats held), for `gateway queue`."""
     with ledger._cursor(write=False) as cur:
         rows = cur.all(
@@ -399,14 +400,14 @@ def load(ledger: Ledger) -> list[tuple[str, int, int]]:
     return [(r[0], int(r[1] or 0), int(r[2] or 0)) for r in rows if int(r[1] or 0) or int(r[2] or 0)]
 
 
-def limit(ledger: Ledger) -> tuple[int, float, float] | None:
+def limit(ledger: GatewayLedger) -> tuple[int, float, float] | None:
     """The seats a 429 shrank the key to: (seats, when, for how long), or None."""
     with ledger._cursor(write=False) as cur:
         row = cur.one("SELECT low, shrunk_at, hold FROM queue_limit WHERE id = 1")
     return (int(row[0]), float(row[1]), float(row[2])) if row and row[0] is not None else None
 
 
-def shrink(ledger: Ledger, low: int, now: float, hold: float) -> None:
+def shrink(ledger: GatewayLedger, low: int, now: float, hold: float) -> None:
     with ledger._cursor() as cur:
         cur.run(
             "INSERT INTO queue_limit (id, low, shrunk_at, hold) VALUES (1, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "

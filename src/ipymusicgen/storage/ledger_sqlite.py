@@ -8,12 +8,12 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .ledger import Ledger, fill_singers, fill_totals
+from .ledger import GatewayLedger, fill_singers, fill_totals
 
 BUSY_TIMEOUT_MS = 30_000
 
 
-class SqliteLedger(Ledger):
+class SqliteLedger(GatewayLedger):
     """Every writing transaction is `BEGIN IMMEDIATE`: one writer at a time across processes, so a reservation's
     read of what is spent and its insert cannot interleave with another's. Reads run beside it (WAL)."""
 

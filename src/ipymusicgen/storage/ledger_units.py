@@ -47,7 +47,7 @@ def dollars_left(cur: Any, user: str) -> tuple[int | None, str | None]:
 
 
 def move_usd(cur: Any, user: str, micros: int) -> None:
-    """Move the user's and the team's dollar totals (a service call paid in dollars: `Ledger._move`)."""
+    """Move the user's and the team's dollar totals (a service call paid in dollars: `GatewayLedger._move`)."""
     _move(cur, user, micros)
 
 

@@ -164,8 +164,8 @@ class LedgerProviderRow:
 
 
 def ledger_spend(calls: Iterable[dict[str, Any]], charged: Iterable[str]) -> list[LedgerProviderRow]:
-    """`gateway spend --by provider` from the ledger's call rows (`Ledger.calls()`), as `Ledger.spend` counts:
-    estimates of calls in a charged state, measured wherever measured, unknown = pending or unknown."""
+    """`gateway spend --by provider` from the ledger's call rows (`GatewayLedger.calls()`), as `GatewayLedger.spend`
+    counts: estimates of calls in a charged state, measured wherever measured, unknown = pending or unknown."""
     charging = set(charged)
     found: dict[str, dict[str, Any]] = {}
     for call in calls:
