@@ -134,6 +134,16 @@ def test_a_row_is_complete_only_once_the_notebook_has_read_its_own_songs(
     assert [s for s, _ in stored(tmp_path / "j.sqlite3").values()] == ["complete", "failed", "unknown"]
 
 
+def test_a_row_said_complete_whose_songs_failed_when_read_here_is_failed(
+    gateway: HostileGateway, tmp_path: Path
+) -> None:
+    gateway.songs = {"h-1": {**song("h-1", 3), "fail_reason": "refused"}, "h-2": {**song("h-2", 3), "fail_code": 1}}
+    gateway.rows = [{"index": 0, "state": "complete", "ids": ["h-1", "h-2"], "error": None, "cost": 2}]
+    batch = run(gateway, tmp_path / "j.sqlite3", n=1)
+    assert batch.error is None, batch.error
+    assert batch.rows[0].state == "failed" and "every song of this row failed" in (batch.rows[0].error or "")
+
+
 @pytest.mark.parametrize("cost", [float("nan"), -50, 10**30, 4.5, True, "9"])
 def test_a_rows_cost_is_a_whole_number_within_reach_of_its_estimate(
     gateway: HostileGateway, tmp_path: Path, cost: Any

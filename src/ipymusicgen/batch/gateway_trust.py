@@ -23,6 +23,7 @@ CHARGED_STATES = frozenset({"sending", "sent", "complete", "failed", "unknown"})
 NEVER_NAMED = "the gateway ended the batch without ever reporting this row: it may have been sent (and charged)"
 UNREAD = "the gateway says complete, but its songs could not be read here ({ids}): not believed"
 STILL = "the gateway called the batch done while this row was still {state}: it may have been sent (and charged)"
+FAILED_SONGS = "the gateway says complete, but every song of this row failed when read here: not believed"
 SHARED = "the gateway named songs that row {row} holds: not believed"
 
 

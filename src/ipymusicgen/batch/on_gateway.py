@@ -274,8 +274,9 @@ class Follower:
         return any(r.state == TaskState.COMPLETE for r in records if r is not None)
 
     def settle(self) -> None:
-        """At the end: a row the gateway said complete whose songs were never read here fails, and a row it never
-        named is unknown (it may have been sent), at its estimate."""
+        """At the end: a row the gateway said complete whose songs were not read here finished fails, and a row it
+        never named, or named still queued or sent in a batch it called done, is unknown (it may have been sent), at
+        its estimate at least."""
         now = self.clock()
         for row in self.batch.rows:
             said = self.claimed.get(row.index)
@@ -288,7 +289,11 @@ class Follower:
                 if self._read_complete(row.ids):
                     self._show(row, "complete", row.ids, row.cost, row.error, now)
                 else:
-                    error = trust.UNREAD.format(ids=", ".join(row.ids) or "none named")
+                    read = [self.tasks.get(i) for i in row.ids]
+                    if row.ids and all(r is not None and r.state == TaskState.FAILED for r in read):
+                        error = trust.FAILED_SONGS  # read here: every song failed
+                    else:
+                        error = trust.UNREAD.format(ids=", ".join(row.ids) or "none named")
                     self._show(row, "failed", row.ids, row.cost, error, now)
 
     def _journal(self, row: BatchRow, state: str, ids: list[str]) -> None:
