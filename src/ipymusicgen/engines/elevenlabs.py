@@ -75,22 +75,25 @@ def build(request: EngineRequest) -> WireRequest:
 def priced_fields(body: Any) -> tuple[str, float | None]:
     """What a compose body is priced by, read from the wire (the gateway prices callers' own bodies): its model and
     the length asked in seconds (`music_length_ms`, or the sum of a composition plan's sections); None when the
-    engine picks the length. A body that names neither sanely is `ValueError` (refused before anything is sent)."""
+    engine picks the length. A plan's song is as long as its sections (`music_length_ms` goes with a prompt), so
+    a body naming both is priced at the longer; a plan whose sections cannot be summed at the longest (None). A body
+    that names neither sanely is `ValueError` (refused before anything is sent)."""
     if not isinstance(body, dict):
         raise ValueError("the body must be a JSON object")
     model = body.get("model_id", DEFAULT_MODEL)
     if not isinstance(model, str) or not model:
         raise ValueError("model_id must be a model's name")
     length = body.get("music_length_ms")
-    plan = body.get("composition_plan")
-    if length is None and isinstance(plan, dict) and isinstance(plan.get("sections"), list):
-        durations = [s.get("duration_ms") if isinstance(s, dict) else None for s in plan["sections"]]
-        length = sum(durations) if durations and all(_is_ms(d) for d in durations) else None
-    if length is None:
-        return model, None
-    if not _is_ms(length):
+    if length is not None and not _is_ms(length):
         raise ValueError("music_length_ms must be a whole number of milliseconds")
-    return model, length / 1000
+    plan = body.get("composition_plan")
+    if plan is not None:
+        sections = plan.get("sections") if isinstance(plan, dict) else None
+        durations = [s.get("duration_ms") if isinstance(s, dict) else None for s in sections or ()]
+        if not (isinstance(sections, list) and durations and all(_is_ms(d) for d in durations)):
+            return model, None
+        length = max(sum(durations), length or 0)
+    return model, None if length is None else length / 1000
 
 
 def read_upload(content_type: str, body: bytes) -> tuple[bytes, str]:
