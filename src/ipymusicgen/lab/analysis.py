@@ -27,12 +27,12 @@ from .tempo import measure_tempo
 
 LOSSY_DATA = frozenset({"mp3", "ogg"})
 """What a file named as lossless may really hold (`lossy.disguised`): lossy_checked says so, and it is lossy."""
-MEASURES_VERSION = 6
+MEASURES_VERSION = 7
 """Raised whenever a measure changes its meaning or its value for the same file: measures kept in the library by
 an older version are then taken again (`song_analysis`). 2: key confidence against the relative key (issue 41);
 3: no lossy verdict from a file that cannot tell, NaN samples as silence; 4: a .wav or .flac holding MP3 or OGG
 data reads lossy; 5: a cliff above 21 kHz (a CD master resampled to 96 kHz) is no MP3's; 6: tempo confidence counts the
-segments that agree."""
+segments that agree; 7: the minor key profile weighs both sevenths alike (songs in the natural minor)."""
 ANALYSIS_RATE = 16_000
 """Hz of the mono copy tempo, key and silence are measured on (at most 35 MB for the longest song)."""
 SILENCE_DBFS = -60.0
