@@ -3,12 +3,15 @@ otherwise, and what must hold on the paths and keys around them. Each test faile
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import base64
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli
+from hostile_server import HostileServer, RawRequest, respond
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.sandbox import Sandbox
@@ -67,3 +70,67 @@ def test_a_plans_sections_price_the_song_whatever_music_length_ms_says(
     answer = httpx.post(engines_gateway.url + "/v1/music", json=body, headers={"xi-api-key": token}, timeout=120)
     assert answer.status_code == 402, (answer.status_code, answer.text[:200])
     assert upstream.request_counts().get("/v1/music") is None and rows(database) == []
+
+
+LYRIA_CLIP = "/v1beta/models/lyria-3-clip-preview:generateContent"
+
+
+def b64_forms(key: bytes) -> list[bytes]:
+    """The key's run in a base64 text at each of the three alignments it can fall at (standard and URL-safe)."""
+    forms = []
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + key + b"\0\0")
+        start, end = -(-8 * shift // 6), (8 * (shift + len(key))) // 6
+        forms += [encoded[start:end], encoded[start:end].replace(b"+", b"-").replace(b"/", b"_")]
+    return forms
+
+
+@pytest.fixture
+def key_in_audio(hostile_server: Callable[..., HostileServer]) -> HostileServer:
+    """A Lyria engine that answers a clip whose audio holds the key it was sent, and an error note holding the key
+    base64-encoded at another alignment: Gemini carries audio as base64 inside its JSON."""
+
+    def handler(request: RawRequest, sock: Any) -> None:
+        key = (request.headers.get("x-goog-api-key") or "").encode()
+        audio = b"ID3" + bytes(range(256)) + key + bytes(range(200))
+        answer = {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [
+                            {"text": "a clip " + base64.b64encode(b"x" + key).decode()},
+                            {"inlineData": {"mimeType": "audio/mpeg", "data": base64.b64encode(audio).decode()}},
+                        ],
+                    },
+                    "finishReason": "STOP",
+                }
+            ],
+            "modelVersion": base64.urlsafe_b64encode(b"ab" + key).decode(),
+        }
+        respond(sock, 200, answer)
+
+    return hostile_server(handler)
+
+
+def test_the_team_key_is_scrubbed_from_base64_in_a_gemini_answer(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, key_in_audio: HostileServer
+) -> None:
+    """The docs say the key is scrubbed 'even inside audio bytes': Gemini's audio is base64 in JSON, so the key the
+    engine put in the audio (or base64-encoded anywhere in the answer) reached the caller whole."""
+    database = str(tmp_path / "gateway.sqlite3")
+    key = "AIzaSyTeam-Key_0123456789abcdefGHIJ"
+    token = dollar_user(database, "vic", "1")
+    with GatewayThread(
+        database, upstream.base_url, upstream.v2_base_url, engines={"lyria": (key_in_audio.url, key)}
+    ) as running:
+        answer = httpx.post(
+            running.url + LYRIA_CLIP, json={"contents": []}, headers={"x-goog-api-key": token}, timeout=60
+        )
+    assert answer.status_code == 200, answer.text[:300]
+    found = [f for f in b64_forms(key.encode()) if f in answer.content]
+    assert not found, found
+    parts = answer.json()["candidates"][0]["content"]["parts"]
+    audio = base64.b64decode(parts[1]["inlineData"]["data"])
+    assert key.encode() not in audio and audio.startswith(b"ID3")  # still a decodable answer
+    assert [r["state"] for r in rows(database)] == ["done"]

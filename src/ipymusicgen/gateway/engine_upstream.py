@@ -11,6 +11,9 @@ only a few headers pass back.
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +43,31 @@ class EngineAnswer:
         return self.headers.get("content-type", "application/octet-stream")
 
 
+@functools.lru_cache(maxsize=4)
+def base64_runs(key: str) -> re.Pattern[bytes]:
+    """The key as it shows inside a base64 text (Gemini's audio is base64 in its JSON): the run of characters only
+    the key's bytes decide, at each of the three alignments it can fall at, standard and URL-safe, `/` JSON-escaped
+    too."""
+    runs: set[bytes] = set()
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + key.encode() + b"\0\0")
+        run = encoded[-(-8 * shift // 6) : 8 * (shift + len(key.encode())) // 6]
+        runs |= {run, run.replace(b"+", b"-").replace(b"/", b"_"), run.replace(b"/", b"\\/")}
+    return re.compile(b"|".join(re.escape(r) for r in sorted(runs, key=len, reverse=True)))
+
+
+def scrub_base64(body: bytes, key: str) -> bytes:
+    """`body` with every base64 rendering of the key overwritten by `A`s of its length, so base64 audio still
+    decodes (the key's bytes become others) and the key cannot be read back from it."""
+    if len(key) < 8 or not body:
+        return body
+    return base64_runs(key).sub(lambda m: b"A" * len(m.group()), body)
+
+
+def _scrub_text(text: str, key: str) -> str:
+    return scrub_base64(text.encode("utf-8", "surrogateescape"), key).decode("utf-8", "surrogateescape")
+
+
 class TooLarge(Exception):
     """An answer past `MAX_ANSWER_BYTES`: the call was carried out, its answer is not kept."""
 
@@ -60,8 +88,12 @@ class EngineUpstream:
         return f"EngineUpstream({self.provider!r}, {self.base_url!r})"
 
     def scrubbed(self, body: bytes, headers: Mapping[str, str]) -> tuple[bytes, dict[str, str]]:
-        passed = {k.lower(): scrub(v, self._key) for k, v in headers.items() if k.lower() in PASSED_HEADERS}
-        return scrub_bytes(body, self._key), passed
+        passed = {
+            k.lower(): _scrub_text(scrub(v, self._key), self._key)
+            for k, v in headers.items()
+            if k.lower() in PASSED_HEADERS
+        }
+        return scrub_base64(scrub_bytes(body, self._key), self._key), passed
 
     def _client(self) -> Any:
         import aiohttp
