@@ -4,6 +4,8 @@ otherwise, and what must hold on the paths and keys around them. Each test faile
 from __future__ import annotations
 
 import base64
+import io
+import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -134,3 +136,42 @@ def test_the_team_key_is_scrubbed_from_base64_in_a_gemini_answer(
     audio = base64.b64decode(parts[1]["inlineData"]["data"])
     assert key.encode() not in audio and audio.startswith(b"ID3")  # still a decodable answer
     assert [r["state"] for r in rows(database)] == ["done"]
+
+
+def wav(seconds: float, rate: int = 8_000) -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(1)
+        w.setframerate(rate)
+        w.writeframes(bytes([128]) * int(seconds * rate))
+    return out.getvalue()
+
+
+def multipart(*parts: tuple[str, bytes, str | None]) -> tuple[bytes, str]:
+    """A raw multipart/form-data body (name, value, filename) in the order given, repeats kept."""
+    boundary = "hole-boundary-1"
+    chunks = []
+    for name, value, filename in parts:
+        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        kind = "Content-Type: audio/wav\r\n" if filename else ""
+        chunks.append(f"--{boundary}\r\nContent-Disposition: {disposition}\r\n{kind}\r\n".encode() + value + b"\r\n")
+    return b"".join(chunks) + f"--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
+
+
+@pytest.mark.parametrize("field", ["file", "stem_variation_id"])
+def test_a_stem_upload_naming_a_field_twice_is_refused(
+    engines_gateway: GatewayThread, database: str, upstream: Sandbox, field: str
+) -> None:
+    """The gateway read the first `file` of a multipart body and priced its length; the engine (the sandbox, and a
+    form parser that keeps the last value) separated the last: a 1 s song priced, a three-minute song separated."""
+    token = dollar_user(database, "wes", "1")  # one started minute ($0.75), not three ($2.25)
+    parts = [("file", wav(1), "short.wav"), ("file", wav(180), "long.wav")] if field == "file" else [
+        ("file", wav(1), "short.wav"), ("stem_variation_id", b"two_stems_v1", None),
+        ("stem_variation_id", b"six_stems_v1", None),
+    ]  # fmt: skip
+    body, content_type = multipart(*parts)
+    headers = {"xi-api-key": token, "content-type": content_type}
+    answer = httpx.post(engines_gateway.url + "/v1/music/stem-separation", content=body, headers=headers, timeout=60)
+    assert answer.status_code == 422, (answer.status_code, answer.text[:200])
+    assert upstream.request_counts().get("/v1/music/stem-separation") is None and rows(database) == []

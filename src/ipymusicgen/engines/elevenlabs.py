@@ -98,7 +98,9 @@ def priced_fields(body: Any) -> tuple[str, float | None]:
 
 def read_upload(content_type: str, body: bytes) -> tuple[bytes, str]:
     """A stem separation's upload, read from the wire: (the audio file, `stem_variation_id`, by default
-    `two_stems_v1`). A body that is not `multipart/form-data` with a non-empty `file` is `ValueError`."""
+    `two_stems_v1`). A body that is not `multipart/form-data` with a non-empty `file` is `ValueError`, and so is one
+    naming a field twice: form parsers differ on which one counts (this one would price the first file, a parser
+    keeping the last would separate another song)."""
     if not (content_type or "").lower().startswith("multipart/form-data"):
         raise ValueError("a stem separation is multipart/form-data with a file")
     head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
@@ -106,7 +108,9 @@ def read_upload(content_type: str, body: bytes) -> tuple[bytes, str]:
     fields: dict[str, bytes] = {}
     for part in message.iter_parts() if message.is_multipart() else ():
         name = part.get_param("name", header="content-disposition")
-        if isinstance(name, str) and name not in fields:
+        if isinstance(name, str) and name in fields:
+            raise ValueError(f"the stem separation names {name[:40]!r} more than once")
+        if isinstance(name, str):
             fields[name] = part.get_payload(decode=True) or b""
     if not fields.get("file"):
         raise ValueError("the stem separation has no file")
