@@ -293,7 +293,7 @@ def test_an_engine_song_no_answer_is_known_of_may_have_been_charged_and_resume_l
     assert "NOT sent again" in seen.fail_reason
     [unknown] = later.resume().unknown
     assert unknown.endpoint == "elevenlabs compose" and unknown.payload["task_id"] == lost.id
-    assert service.request_counts() == {"/v1/music": 1}
+    assert service.request_counts() == {"/v1/music": 1, "/gateway/v1/info": 1}  # asked: no gateway, not resent
 
 
 def test_the_services_records_say_their_provider_too(

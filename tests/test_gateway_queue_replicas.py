@@ -107,7 +107,7 @@ def test_the_info_route_tells_a_user_the_version_and_limits_and_nothing_of_the_u
     assert info["gateway"] == "ipymusicgen" and info["version"]
     assert info["limits"]["max_in_flight"] == 3 and answers[1].json()["limits"]["max_in_flight"] is None
     assert info["limits"]["max_body_bytes"] > 0 and info["limits"]["head_timeout_s"] > 0
-    assert set(info) == {"gateway", "version", "limits"}
+    assert set(info) == {"gateway", "version", "limits", "engines"} and info["engines"] == []  # none served here
     for answer in answers:
         text = answer.text + str(answer.headers)
         assert upstream.url not in text and f":{upstream.port}" not in text and "upstream" not in text.lower()

@@ -9,6 +9,11 @@ Money: a call is sent once, never retried (no SDK: ElevenLabs' retries a POST on
 after sending (a dropped connection, a timeout, a 5xx, an answer that is not a song) is outcome unknown, "may
 have been charged", journalled as such; a definite refusal (401, 403, 400, 422, 429) is not charged and says
 so; a connection that never opened sent nothing. The key is scrubbed from every message (the client's rule).
+
+Each call carries an `Idempotency-Key`: its task id, one per journalled attempt (journalled with the exact body, so
+it is never sent with another). Engines ignore it; a team gateway keeps the answer under it, so `resume()` can ask
+a gateway again for a song whose answer was lost and get the kept one, never a second paid call
+(`engine_recovery`).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ ENGINE_TIMEOUT = 900.0
 """Seconds a synchronous compose may take (a 10-minute ElevenLabs song takes minutes)."""
 BUILDERS = MappingProxyType({"elevenlabs": (el.build, el.parse_answer), "lyria": (ly.build, ly.parse_answer)})
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 @dataclass
@@ -171,6 +177,12 @@ class EngineCalls:
             "seed": request.seed,
             "instrumental": request.instrumental,
             "estimate_usd": str(price),
+            "wire": {  # what `resume()` may send a team gateway again, exactly, under the same key (engine_recovery)
+                "request": request.model_dump(mode="json", exclude_none=True),
+                "path": wire.url_path,
+                "params": dict(wire.params),
+                "json": dict(wire.json),
+            },
         }
         journal = self._client.journal
         attempt_id = journal.begin(wire.endpoint.name, base, payload) if journal is not None else None  # before sending
@@ -209,6 +221,7 @@ class EngineCalls:
             "User-Agent": f"ipymusicgen/{__version__} httpx/{httpx.__version__}",
             "Accept": "*/*",
             **rules.headers(key),
+            IDEMPOTENCY_HEADER: run.task_id,  # one per journalled attempt: a gateway's repeat gets the kept answer
         }
         query = "?" + urllib.parse.urlencode(dict(wire.params)) if wire.params else ""
         url = base + wire.url_path + query

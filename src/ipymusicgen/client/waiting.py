@@ -62,6 +62,8 @@ class Resumed:
     """Paid requests whose outcome is unknown: check key info and the task list before resending."""
     records: tuple[Record, ...] = ()
     """The finished records (only with `wait=True`)."""
+    recovered: tuple[Record, ...] = ()
+    """Engine songs whose lost answer a team gateway gave back (or settled) under their Idempotency-Key."""
 
     @property
     def ids(self) -> list[str]:
@@ -288,6 +290,11 @@ class WaitFlows:
         self, wait: bool, timeout: float | None, interval: float | None, on_update: UpdateCallback | None
     ) -> Flow[Resumed]:
         found = self.unfinished()
+        if found.unknown:  # an engine song's lost answer, asked again of a team gateway only (engine_recovery)
+            from .engine_recovery import recover
+
+            got, left = recover(self.engine_calls, found.unknown)
+            found = replace(found, unknown=tuple(left), recovered=tuple(got))  # a gateway's words in their notes
         for listener in list(self._resume_listeners):
             listener()  # after unfinished(): the journal is open, so the archive knows where to look
         if not wait or not found.ids:
