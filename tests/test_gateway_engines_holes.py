@@ -175,3 +175,26 @@ def test_a_stem_upload_naming_a_field_twice_is_refused(
     answer = httpx.post(engines_gateway.url + "/v1/music/stem-separation", content=body, headers=headers, timeout=60)
     assert answer.status_code == 422, (answer.status_code, answer.text[:200])
     assert upstream.request_counts().get("/v1/music/stem-separation") is None and rows(database) == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"generationConfig": {"candidateCount": 4}},
+        {"generation_config": {"candidate_count": 2}},  # Google's JSON reader takes proto field names too
+        {"generationConfig": {"candidate_count": "3"}},
+        {"generationConfig": {"candidateCount": 1}, "generation_config": {"candidateCount": 8}},
+    ],
+)
+def test_a_gemini_body_asking_for_more_than_one_song_is_refused(
+    engines_gateway: GatewayThread, database: str, upstream: Sandbox, config: dict[str, Any]
+) -> None:
+    """The gateway prices one clip per call; Gemini's candidateCount asks for that many answers. A body asking for
+    more than one (in any spelling Google reads) is refused 400 before anything is held or sent."""
+    token = dollar_user(database, "xan", "5")
+    body = {"contents": [{"role": "user", "parts": [{"text": "four clips for one"}]}], **config}
+    answer = httpx.post(engines_gateway.url + LYRIA_CLIP, json=body, headers={"x-goog-api-key": token}, timeout=60)
+    assert answer.status_code == 400 and answer.json()["error"]["status"] == "INVALID_ARGUMENT", answer.text[:200]
+    assert upstream.request_counts().get(LYRIA_CLIP) is None and rows(database) == []
+    one = {"contents": body["contents"], "generationConfig": {"candidateCount": 1}}
+    assert httpx.post(engines_gateway.url + LYRIA_CLIP, json=one, headers={"x-goog-api-key": token}).status_code == 200

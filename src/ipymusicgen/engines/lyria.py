@@ -42,12 +42,19 @@ def model_of_path(url_path: str) -> str | None:
     return None
 
 
-def priced_fields(url_path: str) -> tuple[str, float | None]:
+def priced_fields(url_path: str, body: Any = None) -> tuple[str, float | None]:
     """What a generateContent call is priced by, read from the wire: the model its path names and the length it
-    makes (a clip: always 30 s; Pro picks its own length: None). A path naming no model is `ValueError`."""
+    makes (a clip: always 30 s; Pro picks its own length: None). One call is priced as one song, so a body asking
+    for more candidates (`candidateCount`, in any spelling Google's JSON reader takes) is `ValueError`, as is a path
+    naming no model."""
     model = model_of_path(url_path)
     if not model:
         raise ValueError("the path names no model")
+    configs = [body.get(k) for k in ("generationConfig", "generation_config")] if isinstance(body, dict) else []
+    for config in (c for c in configs if isinstance(c, dict)):
+        for name in ("candidateCount", "candidate_count"):
+            if config.get(name, 1) != 1 or isinstance(config.get(name), bool):
+                raise ValueError("a call makes one song: candidateCount must be 1")
     return model, CLIP_SECONDS if model == MODELS[0] else None
 
 

@@ -172,7 +172,7 @@ class EngineDoor:
                 body = json.loads(raw, parse_constant=_no_constant)  # NaN, Infinity: not JSON, never forwarded
                 raw, content_type = encode_body(body) or b"null", "application/json"  # sent as priced (one key once)
                 path = request.url.path
-                model, seconds = el.priced_fields(body) if provider == ELEVENLABS else lyria.priced_fields(path)
+                model, seconds = el.priced_fields(body) if provider == ELEVENLABS else lyria.priced_fields(path, body)
                 price = price_of(provider, model, seconds)
             micros = dollars.to_micros(price)
             fingerprint = _fingerprint(request.url.path, params, body) if idem_key else None
@@ -180,7 +180,8 @@ class EngineDoor:
             if isinstance(exc, DollarPriceError) and provider == LYRIA:  # as Gemini answers a model it has not
                 return _gemini_error(404, "NOT_FOUND", f"{exc}: not found for generateContent here")
             text = str(exc) if isinstance(exc, DollarPriceError) else f"the body cannot be priced ({str(exc)[:120]})"
-            return _refused(provider, 400 if provider == LYRIA else 422, "invalid_request", text)
+            gemini = provider == LYRIA  # each engine's own shape: Gemini's 400 INVALID_ARGUMENT, ElevenLabs' 422
+            return _refused(provider, 400 if gemini else 422, "INVALID_ARGUMENT" if gemini else "invalid_request", text)
         try:
             held = await self.gateway.blocking(
                 dollars.reserve, self.gateway.ledger, user, idem_key, provider, request.url.path, model, micros,
