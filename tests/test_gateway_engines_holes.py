@@ -198,3 +198,47 @@ def test_a_gemini_body_asking_for_more_than_one_song_is_refused(
     assert upstream.request_counts().get(LYRIA_CLIP) is None and rows(database) == []
     one = {"contents": body["contents"], "generationConfig": {"candidateCount": 1}}
     assert httpx.post(engines_gateway.url + LYRIA_CLIP, json=one, headers={"x-goog-api-key": token}).status_code == 200
+
+
+def form_files(content_type: str, body: bytes) -> list[tuple[bytes, bytes]]:
+    """(field name, bytes) of each file part as a FastAPI/Starlette server reads it (python-multipart)."""
+    from python_multipart import parse_form
+
+    found: list[Any] = []
+    headers = {"Content-Type": content_type.encode(), "Content-Length": str(len(body)).encode()}
+    parse_form(headers, io.BytesIO(body), lambda field: None, found.append)
+    out = []
+    for part in found:
+        part.file_object.seek(0)
+        out.append((part.field_name, part.file_object.read()))
+    return out
+
+
+def test_the_engine_separates_exactly_the_upload_that_was_priced(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, hostile_server: Callable[..., HostileServer]
+) -> None:
+    """A content type naming its boundary twice: the gateway's reader takes the first, python-multipart (FastAPI's,
+    the engines' kind of server) the last. One body held a 1 s song under the first boundary (read as a preamble by the
+    other) and a three-minute song under the second: priced at one started minute, the engine would have separated three."""
+    engine = hostile_server(lambda request, sock: respond(sock, 200, raw=b"PK\x03\x04stems", headers={
+        "Content-Type": "application/zip"}))  # fmt: skip
+    database = str(tmp_path / "gateway.sqlite3")
+    token = dollar_user(database, "yui", "1")
+    short, long = wav(1), wav(180)
+    part = 'Content-Disposition: form-data; name="file"; filename="{}"\r\nContent-Type: audio/wav\r\n\r\n'
+    body = (
+        f"--bbb\r\n{part.format('long.wav')}".encode() + long + b"\r\n--bbb--\r\n"
+        + f"--aaa\r\n{part.format('short.wav')}".encode() + short + b"\r\n--aaa--\r\n"
+    )  # fmt: skip
+    content_type = "multipart/form-data; boundary=aaa; boundary=bbb"
+    assert [len(f) for _n, f in form_files(content_type, body)] == [len(long)]  # what such an engine reads
+    with GatewayThread(
+        database, upstream.base_url, upstream.v2_base_url, engines={"elevenlabs": (engine.url, "sk_t")}
+    ) as running:
+        headers = {"xi-api-key": token, "content-type": content_type}
+        answer = httpx.post(running.url + "/v1/music/stem-separation", content=body, headers=headers, timeout=60)
+    if answer.status_code == 200:  # sent: the engine must have got the priced song and nothing else
+        (sent,) = engine.requests
+        assert form_files(sent.headers.get("content-type", ""), sent.body) == [(b"file", short)]
+    else:
+        assert answer.status_code == 422 and engine.requests == []

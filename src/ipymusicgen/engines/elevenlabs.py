@@ -10,6 +10,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import json
+import secrets
 from typing import Any
 
 from ..client.responses import Endpoint
@@ -116,6 +117,27 @@ def read_upload(content_type: str, body: bytes) -> tuple[bytes, str]:
         raise ValueError("the stem separation has no file")
     variation = fields.get("stem_variation_id", b"two_stems_v1").decode("utf-8", "replace")
     return fields["file"], variation
+
+
+UPLOAD_NAMES = (
+    (b"RIFF", "song.wav", "audio/wav"),
+    (b"fLaC", "song.flac", "audio/flac"),
+    (b"OggS", "song.ogg", "audio/ogg"),
+)
+
+
+def upload_body(audio: bytes, variation: str) -> tuple[bytes, str]:
+    """A stem separation's multipart body holding exactly `audio` and `variation` (what `read_upload` read and the
+    gateway priced), under a fresh boundary the audio does not hold: (body, content type). The caller's own bytes
+    are never sent on, since multipart readers differ (a boundary named twice, a preamble) on what they hold."""
+    boundary = secrets.token_hex(16)
+    while boundary.encode() in audio:  # pragma: no cover - 128 random bits
+        boundary = secrets.token_hex(16)
+    name, kind = next(((n, k) for magic, n, k in UPLOAD_NAMES if audio.startswith(magic)), ("song.mp3", "audio/mpeg"))
+    head = f'--{boundary}\r\nContent-Disposition: form-data; name="stem_variation_id"\r\n\r\n{variation}\r\n'
+    file_head = f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n'
+    body = (head + file_head + f"Content-Type: {kind}\r\n\r\n").encode() + audio + f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
 
 
 def _is_ms(value: Any) -> bool:

@@ -108,14 +108,15 @@ def _fingerprint(path: str, params: dict[str, str], body: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _priced_upload(content_type: str, raw: bytes) -> tuple[str, Decimal, list[str]]:
+def _priced_upload(content_type: str, raw: bytes) -> tuple[str, Decimal, list[str], tuple[bytes, str]]:
     """A stem separation: its price by the upload's own length (the longest song when it cannot be read, so an
     estimate never comes out low), and what names the request for its Idempotency-Key (a repeat's multipart
-    boundary differs: the variation and the audio's hash)."""
+    boundary differs: the variation and the audio's hash), and the body sent: exactly that audio and variation."""
     from ..archive.extras import _seconds_of
 
     audio, variation = el.read_upload(content_type, raw)
-    return STEMS, stems_estimate(_seconds_of(audio)), [variation, hashlib.sha256(audio).hexdigest()]
+    named = [variation, hashlib.sha256(audio).hexdigest()]
+    return STEMS, stems_estimate(_seconds_of(audio)), named, el.upload_body(audio, variation)
 
 
 def _stems_answer(content_type: str, body: bytes) -> None:
@@ -167,7 +168,7 @@ class EngineDoor:
         content_type = request.headers.get("content-type", "application/json")
         try:
             if stems:  # priced by the upload's own length, as the client prices it
-                model, price, body = await asyncio.to_thread(_priced_upload, content_type, raw)
+                model, price, body, (raw, content_type) = await asyncio.to_thread(_priced_upload, content_type, raw)
             else:
                 body = json.loads(raw, parse_constant=_no_constant)  # NaN, Infinity: not JSON, never forwarded
                 raw, content_type = encode_body(body) or b"null", "application/json"  # sent as priced (one key once)
