@@ -5,7 +5,8 @@ back to the user at once, and what the ledger must record (the call's end, its t
 in a spill file (private, written before the answer leaves, as the journal spills what it cannot write), and
 written by one daemon thread as soon as the ledger answers again. A gateway killed meanwhile leaves the spill file:
 the next `gateway serve` or `gateway reconcile` on the same machine takes it. Writing twice is harmless: the ledger
-leaves a call already done or refused as it is.
+leaves a call already done or refused as it is. The synchronous engines' calls (`engine_routes`: ElevenLabs, Lyria)
+go the same way (`engine`: their own table and id space, `ledger_dollars.finish`), their answer being the audio.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def default_spill_folder(ledger: Any) -> Path:
 
 @dataclass
 class Unwritten:
-    """One call's end, as `GatewayLedger.finish` takes it."""
+    """One call's end, as `GatewayLedger.finish` takes it (an engine call's: as `ledger_dollars.finish` does)."""
 
     call_id: int
     state: str
@@ -56,18 +57,23 @@ class Unwritten:
     body: bytes | None
     task_ids: list[str] = field(default_factory=list)
     path: Path | None = None
+    engine: bool = False
+    """An engine call (`engine_calls`, its own ids), not one of the service's `calls`."""
+    media_type: str | None = None
+    note: str | None = None
 
     def saved(self) -> dict[str, Any]:
         body = None if self.body is None else base64.b64encode(self.body).decode()
         return {"call_id": self.call_id, "state": self.state, "status_code": self.status_code, "body": body,
-                "task_ids": self.task_ids}  # fmt: skip
+                "task_ids": self.task_ids, "engine": self.engine, "media_type": self.media_type,
+                "note": self.note}  # fmt: skip
 
     @classmethod
     def from_saved(cls, saved: dict[str, Any], path: Path) -> Unwritten:
         body = saved.get("body")
         return cls(int(saved["call_id"]), str(saved["state"]), saved.get("status_code"),
                    None if body is None else base64.b64decode(body), [str(i) for i in saved.get("task_ids") or []],
-                   path)  # fmt: skip
+                   path, saved.get("engine") is True, saved.get("media_type"), saved.get("note"))  # fmt: skip
 
 
 class Backlog:
@@ -94,10 +100,11 @@ class Backlog:
                 self._thread.start()
         self._wake.set()
 
-    def kept(self, call_id: int) -> Unwritten | None:
-        """This gateway's kept end of a call, if the ledger has not taken it yet (a repeat answers from it)."""
+    def kept(self, call_id: int, engine: bool = False) -> Unwritten | None:
+        """This gateway's kept end of a call (an engine call's: `engine`), if the ledger has not taken it yet (a
+        repeat answers from it)."""
         with self._lock:
-            return next((item for item in self._items if item.call_id == call_id), None)
+            return next((i for i in self._items if i.call_id == call_id and i.engine == engine), None)
 
     def take_spills(self) -> int:
         """Write what an earlier process spilled (its files in this folder), removing each once written; the number
@@ -139,7 +146,13 @@ class Backlog:
 
     def _write(self, item: Unwritten) -> bool:
         try:
-            self.ledger.finish(item.call_id, item.state, item.status_code, item.body, item.task_ids)
+            if item.engine:
+                from ..storage import ledger_dollars
+
+                ledger_dollars.finish(self.ledger, item.call_id, item.state, item.status_code, item.media_type,
+                                      item.body, item.note)  # fmt: skip
+            else:
+                self.ledger.finish(item.call_id, item.state, item.status_code, item.body, item.task_ids)
         except Exception:
             return False
         if item.path is not None:
@@ -162,7 +175,8 @@ class Backlog:
     def _spill(self, item: Unwritten) -> Path | None:
         """The call's end in a private file of its own (None, logged, if the folder cannot take it: then only
         memory holds it until the ledger does)."""
-        target = self.folder / f"call-{item.call_id}-{uuid.uuid4().hex[:8]}.json"
+        kind = "engine-call" if item.engine else "call"
+        target = self.folder / f"{kind}-{item.call_id}-{uuid.uuid4().hex[:8]}.json"
         partial = target.with_suffix(".part")
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)

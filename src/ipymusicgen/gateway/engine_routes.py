@@ -35,6 +35,7 @@ from ..models.providers import CAPABILITIES, ELEVENLABS, LYRIA
 from ..storage import ledger_dollars as dollars
 from ..storage.ledger import DONE, REFUSED, UNKNOWN
 from .admission import Limits, read_body
+from .backlog import Unwritten
 from .engine_upstream import ENGINE_TIMEOUT, EngineAnswer, EngineUpstream
 from .upstream import NotSent, encode_body
 
@@ -215,7 +216,13 @@ class EngineDoor:
         )
 
     def _repeat(self, provider: str, held: dollars.EngineReservation) -> Response:
-        """The first call's kept answer, or the truth about it: never sent again."""
+        """The first call's kept answer (in the backlog while the ledger could not take it), or the truth about it:
+        never sent again."""
+        waiting = self.gateway.backlog.kept(held.call_id, engine=True) if held.call_id is not None else None
+        if waiting is not None and waiting.status_code is not None and waiting.body is not None:
+            return Response(
+                waiting.body, waiting.status_code, media_type=waiting.media_type or "application/octet-stream"
+            )
         if held.state in (DONE, REFUSED) and held.status_code is not None and held.body is not None:
             return Response(held.body, held.status_code, media_type=held.media_type or "application/octet-stream")
         return _refused(provider, 503, "may_have_been_charged", MAY_HAVE_BEEN_CHARGED.format(provider=provider))
@@ -263,8 +270,13 @@ class EngineDoor:
     ) -> None:
         try:
             await self.gateway.blocking(dollars.finish, self.gateway.ledger, call_id, state, status, media, body, note)
-        except Exception:  # the caller still gets the answer; the call stays pending, so it counts as may-be-charged
-            log.warning("the ledger could not record engine call %s: it stays pending (may have been charged)", call_id)
+        except Exception:  # the caller still gets the answer; the backlog writes it once the ledger is back
+            log.warning("the ledger could not record engine call %s now: its end is kept until it can", call_id)
+            end = Unwritten(call_id, state, status, body, engine=True, media_type=media, note=note)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self.gateway.backlog.keep, end)
+            except Exception:  # pending, so it counts as may-be-charged, and a restart makes it unknown
+                log.error("could not keep engine call %s's end: it stays pending (may have been charged)", call_id)
 
 
 def recover_engine_calls(ledger: Any) -> int:
