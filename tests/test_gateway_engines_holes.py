@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import socket
 import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -241,3 +243,63 @@ def test_the_engine_separates_exactly_the_upload_that_was_priced(
         assert form_files(sent.headers.get("content-type", ""), sent.body) == [(b"file", short)]
     else:
         assert answer.status_code == 422 and engine.requests == []
+
+
+# -- what held (guards: these passed on arrival) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/music/",
+        "/v1/music/stream",
+        "/v1/music/plan",
+        "//v1/music",
+        "/v1/./music",
+        "/v1/music/../music",
+        "/v1beta/models/lyria-3-pro-preview:streamGenerateContent",
+        "/v1beta/models/lyria-3-pro-preview:countTokens",
+        "/v1beta/models/lyria-3-clip-preview:generateContent/",
+        "/v1beta/models/lyria-3-clip-preview%2F..%2Flyria-3-pro-preview:generateContent",
+        "/v1beta/models/lyria-3-pro-preview:generateContent%3F:generateContent",
+        "/v1alpha/models/lyria-3-clip-preview:generateContent",
+    ],
+)
+def test_paths_the_gateway_does_not_serve_send_nothing(
+    engines_gateway: GatewayThread, database: str, upstream: Sandbox, path: str
+) -> None:
+    token = dollar_user(database, "zed", "5")
+    headers = {"xi-api-key": token, "x-goog-api-key": token, "content-type": "application/json"}
+    with socket.create_connection(("127.0.0.1", engines_gateway.port)) as sock:  # the path exactly as written
+        body = json.dumps({"prompt": "x", "music_length_ms": 3_000, "contents": []}).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}Content-Length: {len(body)}\r\n".encode()
+                     + b"Connection: close\r\n\r\n" + body)  # fmt: skip
+        status = sock.makefile("rb").readline().split()[1]
+    assert status in (b"404", b"405"), (path, status)
+    assert set(upstream.request_counts()) <= {"/v1/get_api_key_info"} and rows(database) == []
+
+
+def test_tokens_in_the_wrong_place_and_a_key_reused_after_a_lost_answer(
+    engines_gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    token, other = dollar_user(database, "amy", "5"), dollar_user(database, "bo", "5")
+    assert cli("user", "revoke", "bo", "--database", database)[0] == 0
+    body = {"prompt": "x", "music_length_ms": 3_000}
+    url = engines_gateway.url + "/v1/music"
+    for headers in ({"x-goog-api-key": token}, {"authorization": f"Bearer {token}"}, {"x-api-key": token},
+                    {"xi-api-key": other}, {"xi-api-key": token.upper()}, {}):  # fmt: skip
+        assert httpx.post(url, json=body, headers=headers).status_code == 401, headers
+    assert httpx.post(url, params={"key": token}, json=body).status_code == 401  # Gemini's ?key= is Gemini's only
+    gemini = engines_gateway.url + LYRIA_CLIP
+    assert httpx.post(gemini, json={}, headers={"xi-api-key": token}).status_code == 403
+    assert httpx.post(gemini, json={}, params={"KEY": token}).status_code == 403
+    assert upstream.request_counts().get("/v1/music") is None and rows(database) == []
+    upstream.set_faults("drop:after=true:path=/v1/music")  # the song is made, its answer lost
+    first = httpx.post(url, json=body, headers={"xi-api-key": token, "Idempotency-Key": "k"}, timeout=60)
+    assert first.status_code == 503
+    changed = httpx.post(
+        url, json={**body, "music_length_ms": 600_000}, headers={"xi-api-key": token, "Idempotency-Key": "k"}
+    )
+    assert changed.status_code == 409  # a lost call's key never sends another body
+    assert upstream.request_counts().get("/v1/music") == 1
