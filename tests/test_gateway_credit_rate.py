@@ -145,3 +145,21 @@ def test_a_rate_is_read_from_the_flag_before_the_environment() -> None:
     assert rate_micros("0.05", environ={"MUSICGEN_CREDIT_DOLLARS": "9"}) == 50_000
     assert rate_micros(None, environ={"MUSICGEN_CREDIT_DOLLARS": " "}) is None
     assert rate_micros(None, environ={"MUSICGEN_CREDIT_DOLLARS": "0.0125"}) == 12_500
+
+
+def test_a_dollar_paid_call_settles_in_dollars_at_the_rate_it_was_reserved_at(database: str) -> None:
+    dollar_user(database, "mo", "10")
+    with open_ledger(database) as ledger:
+        ledger.credit_usd = RATE
+        ledger.meter(1000)  # a baseline reading of the upstream's credits
+        paid = ledger.reserve("mo", None, "/v1/music/generate", "MFV2.0", 2)
+        refused = ledger.reserve("mo", None, "/v1/music/generate", "MFV2.0", 2)
+        assert ledger_dollars.standing(ledger)["mo"][1] == 2 * 2 * RATE  # both held, in dollars
+        ledger.credit_usd = 1_000_000  # the rate changes: calls already reserved keep theirs
+        ledger.finish(refused.call_id, "refused", 422, b"{}")
+        ledger.finish(paid.call_id, "done", 200, b"{}")
+        assert ledger.meter(995, paid.call_id) == 5  # measured above its estimate of 2: settled at 5 credits
+        assert ledger_dollars.standing(ledger)["mo"][1] == 5 * RATE
+        assert ledger.totals() == {"": 0, "mo": 0} and ledger.users()[0].spent == 0  # never in credits
+        [row] = [r for r in ledger.spend("user") if r.group == "mo"]
+        assert (row.estimated, row.measured, row.usd) == (0, None, 5 * RATE)
