@@ -144,6 +144,7 @@ def test_a_forged_kept_row_does_not_break_or_reach_the_library_card(tmp_path: Pa
         class Song:  # what the card reads of a library song: a request naming a tempo, a key and a length
             style, prompt, title = "128 bpm in D minor", None, None
             lufs, bpm, musical_key, duration_s = -14.0, 100.0, "D minor", 12.0
+            asked_seconds = 12.0  # `--seconds 12`
 
         lines = lab_lines(Song(), kept)  # type: ignore[arg-type]
         text = " ".join(line["text"] for line in lines)
@@ -223,6 +224,7 @@ def test_a_paid_wav_that_is_an_mp3_renamed_reads_lossy_and_a_one_sample_wav_clai
         class Song:
             style, prompt, title = "ambient", None, None
             lufs, bpm, musical_key, duration_s = -14.0, 100.0, "D minor", 12.0
+            asked_seconds = 12.0  # `--seconds 12`
 
         card = lab_lines(Song(), library.store.measures_of(["s1"])["s1"])  # type: ignore[arg-type]
         assert [line["kind"] for line in card] == ["lossy"] and card[0]["met"] is False, card
