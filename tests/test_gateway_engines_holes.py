@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import socket
+import struct
 import wave
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -303,3 +304,27 @@ def test_tokens_in_the_wrong_place_and_a_key_reused_after_a_lost_answer(
     )
     assert changed.status_code == 409  # a lost call's key never sends another body
     assert upstream.request_counts().get("/v1/music") == 1
+
+
+def aiff(seconds: float, rate: int = 8_000) -> bytes:
+    """An AIFF song (8-bit mono): a format the gateway's first audio reader (miniaudio) cannot read."""
+    frames = int(seconds * rate)
+    exponent = rate.bit_length() - 1
+    comm = struct.pack(">hIh", 1, frames, 8) + struct.pack(">HQ", exponent + 16383, rate << (63 - exponent))
+    ssnd = struct.pack(">II", 0, 0) + b"\0" * frames
+    chunks = b"COMM" + struct.pack(">I", len(comm)) + comm + b"SSND" + struct.pack(">I", len(ssnd)) + ssnd
+    return b"FORM" + struct.pack(">I", 4 + len(chunks)) + b"AIFF" + chunks
+
+
+def test_a_stem_upload_longer_than_ten_minutes_is_priced_at_its_length_whatever_its_format(
+    engines_gateway: GatewayThread, database: str, upstream: Sandbox
+) -> None:
+    """An upload whose length the gateway could not read was priced as the longest song (ten minutes, $7.50); a
+    fifteen-minute AIFF ($11.25, as the sandbox reads it) went through against a $10 budget."""
+    token = dollar_user(database, "cy", "10")
+    files = {"file": ("long.aiff", aiff(900), "audio/aiff")}
+    answer = httpx.post(
+        engines_gateway.url + "/v1/music/stem-separation", files=files, headers={"xi-api-key": token}, timeout=60
+    )
+    assert answer.status_code == 402, (answer.status_code, answer.text[:200])
+    assert upstream.request_counts().get("/v1/music/stem-separation") is None and rows(database) == []

@@ -110,14 +110,31 @@ def _fingerprint(path: str, params: dict[str, str], body: Any) -> str:
 
 
 def _priced_upload(content_type: str, raw: bytes) -> tuple[str, Decimal, list[str], tuple[bytes, str]]:
-    """A stem separation: its price by the upload's own length (the longest song when it cannot be read, so an
-    estimate never comes out low), and what names the request for its Idempotency-Key (a repeat's multipart
+    """A stem separation: its price by the upload's own length (the longest any reader says, miniaudio's or
+    mutagen's: a format one cannot read, AIFF or M4A, may be longer than ten minutes; the longest song when none
+    can, so an estimate never comes out low), and what names the request for its Idempotency-Key (a repeat's multipart
     boundary differs: the variation and the audio's hash), and the body sent: exactly that audio and variation."""
     from ..archive.extras import _seconds_of
 
     audio, variation = el.read_upload(content_type, raw)
     named = [variation, hashlib.sha256(audio).hexdigest()]
-    return STEMS, stems_estimate(_seconds_of(audio)), named, el.upload_body(audio, variation)
+    lengths = [s for s in (_seconds_of(audio), _tagged_seconds(audio)) if s is not None]
+    return STEMS, stems_estimate(max(lengths, default=None)), named, el.upload_body(audio, variation)
+
+
+def _tagged_seconds(audio: bytes) -> float | None:
+    """The audio's length as mutagen reads it (the formats miniaudio does not), or None."""
+    import io
+    import math
+
+    import mutagen
+
+    try:
+        found = mutagen.File(io.BytesIO(audio))
+        seconds = float(found.info.length) if found is not None else 0.0
+    except Exception:  # mutagen raises its own errors, and more, on hostile bytes: then no reading
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _stems_answer(content_type: str, body: bytes) -> None:
