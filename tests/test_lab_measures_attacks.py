@@ -224,7 +224,7 @@ def test_a_paid_wav_that_is_an_mp3_renamed_reads_lossy_and_a_one_sample_wav_clai
         class Song:
             style, prompt, title = "ambient", None, None
             lufs, bpm, musical_key, duration_s = -14.0, 100.0, "D minor", 12.0
-            asked_seconds = 12.0  # `--seconds 12`
+            asked_seconds = None  # a request naming no length
 
         card = lab_lines(Song(), library.store.measures_of(["s1"])["s1"])  # type: ignore[arg-type]
         assert [line["kind"] for line in card] == ["lossy"] and card[0]["met"] is False, card
