@@ -147,3 +147,43 @@ def test_the_gateways_info_lists_the_engines_it_serves_and_nothing_of_their_upst
         assert CANARY_KEY not in answer.text and upstream.engines_base_url not in answer.text
         assert upstream.engines_base_url.rsplit(":", 1)[-1] not in answer.text  # not even its port
     assert refused.status_code != 200 and "engines" not in refused.text
+
+
+def test_resume_never_makes_a_new_call_for_one_that_never_reached_the_gateway(
+    database: str, upstream: Sandbox, clean_env: None, hostile_server: Callable[..., HostileServer], tmp_path: Path
+) -> None:
+    upstream.reset()
+    token = dollar_user(database, "una")
+    engines = {"elevenlabs": (upstream.engines_base_url, CANARY_KEY)}
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as gateway:
+        swallowed: list[str] = []
+
+        def handler(request: RawRequest, sock: socket.socket) -> None:
+            if request.path.startswith("/v1/music") and not swallowed:
+                swallowed.append(request.path)
+                sock.close()  # the request was read here and went no further: the client cannot tell
+                return
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+            answer = httpx.request(request.method, gateway.url + request.target, headers=headers,
+                                   content=request.body, timeout=60)  # fmt: skip
+            respond(sock, answer.status_code, raw=answer.content,
+                    headers={"Content-Type": answer.headers.get("content-type", "application/json")})  # fmt: skip
+
+        hop = hostile_server(handler)
+        client = client_at(hop.url, token, tmp_path / "journal.sqlite3")
+        try:
+            [lost] = client.wait(client.generate(provider="elevenlabs", style="hail", seconds=4), timeout=60)
+            assert lost.charge == "may have been charged"
+            resumed = client.resume()
+            [told] = resumed.recovered
+            assert resumed.unknown == () and told.charge == "not charged" and "never sent" in told.fail_reason
+        finally:
+            client.engine_calls.join(30)
+            client.close()
+    assert engine_counts(upstream) == {}  # nothing was made: not then, not on resume
+    assert [r.headers.get("x-ipymusicgen-repeat-only") for r in hop.requests if r.path == "/v1/music"] == [None, "1"]
+    ledger = open_ledger(database)
+    try:
+        assert ledger_dollars.calls(ledger) == []
+    finally:
+        ledger.close()

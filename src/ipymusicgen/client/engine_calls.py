@@ -214,7 +214,9 @@ class EngineCalls:
             return
         self._finish(run, answer)
 
-    def _send(self, run: EngineRun, wire: WireRequest, base: str, key: str) -> EngineAnswer:
+    def _send(
+        self, run: EngineRun, wire: WireRequest, base: str, key: str, extra: Mapping[str, str] | None = None
+    ) -> EngineAnswer:
         provider = run.request.provider
         rules = engine(provider)
         headers = {
@@ -222,6 +224,7 @@ class EngineCalls:
             "Accept": "*/*",
             **rules.headers(key),
             IDEMPOTENCY_HEADER: run.task_id,  # one per journalled attempt: a gateway's repeat gets the kept answer
+            **(extra or {}),
         }
         query = "?" + urllib.parse.urlencode(dict(wire.params)) if wire.params else ""
         url = base + wire.url_path + query

@@ -6,9 +6,10 @@ it keeps each engine call's answer under its `Idempotency-Key` (the song's task 
 repeat of the key is answered from its ledger, never sent upstream again. So for an unknown attempt journalled
 against a base URL whose `GET /gateway/v1/info` lists that engine, `resume()` sends the journalled body once more
 under the same key: the kept song comes back (journalled and spooled under its first task id); "may have been
-charged" or a kept refusal is what is true, and the attempt says so. A gateway that never saw the key never sent
-it, so it sends it now: one paid call in all. Anything else (no gateway there, another host, a body this version
-cannot rebuild) is left unknown, as before.
+charged" or a kept refusal is what is true, and the attempt says so. The repeat is marked `repeat only`
+(`REPEAT_ONLY_HEADER`, asked only of a gateway that listed the engine): a gateway that never saw the key answers
+404, never sent nor charged (the attempt is then rejected), and makes no new call. Anything else (no gateway
+there, another host, a body this version cannot rebuild) is left unknown, as before.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from .engine_calls import EngineCalls
 
 INFO_PATH = "/gateway/v1/info"
+REPEAT_ONLY_HEADER = "X-Ipymusicgen-Repeat-Only"
+"""On a repeat of an engine call's Idempotency-Key: answer from the ledger only, never make a new call."""
 INFO_TIMEOUT = 10.0
 
 
@@ -91,7 +94,7 @@ def recover(calls: EngineCalls, unknown: Sequence[Attempt]) -> tuple[list[TaskRe
                             model=request.model_name, estimate_usd=attempt.payload.get("estimate_usd"))  # fmt: skip
         run = EngineRun(record.id, request, record, attempt.id)
         try:
-            answer = calls._send(run, wire, base, key)
+            answer = calls._send(run, wire, base, key, {REPEAT_ONLY_HEADER: "1"})
         except _Ended as ended:
             if ended.charge is Charge.UNKNOWN:  # the gateway's truth: may have been charged; still unknown
                 left.append(dataclasses.replace(attempt, note=ended.message))

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..client.engine_recovery import REPEAT_ONLY_HEADER
 from ..engines import elevenlabs as el
 from ..engines import lyria
 from ..engines.wire import AnswerError, Charge, charge_of_status
@@ -50,6 +51,7 @@ MAX_UPLOAD_BYTES = 64 * 1024 * 1024
 """The largest stem separation upload taken (a ten-minute song is well under it); JSON bodies keep `Limits`."""
 NOT_SENT = "{provider} could not be reached through the gateway; nothing was sent or charged."
 LEDGER_DOWN = "The gateway's ledger cannot be reached just now: nothing was sent or charged. Try again in a moment."
+NEVER_RECEIVED = "No call with this Idempotency-Key reached the gateway: it was never sent, nor charged."
 KEY_REUSED = "This Idempotency-Key was already used for another request; nothing was sent. Use a new key."
 NO_DOLLAR_BUDGET = (
     "{user} has no dollar budget: {provider} songs are priced in US dollars, and a credits budget never pays "
@@ -204,13 +206,15 @@ class EngineDoor:
         try:
             held = await self.gateway.blocking(
                 dollars.reserve, self.gateway.ledger, user, idem_key, provider, request.url.path, model, micros,
-                fingerprint,
+                fingerprint, bool(idem_key and request.headers.get(REPEAT_ONLY_HEADER)),
             )  # fmt: skip
         except Exception:
             log.warning("the ledger could not reserve an engine call: nothing was sent")
             return _refused(provider, 503, "ledger_unavailable", LEDGER_DOWN)
         if held.kind == "conflict":
             return _refused(provider, 409, "idempotency_key_reused", KEY_REUSED)
+        if held.kind == "unseen":  # a resume asking again for a call that never reached this gateway
+            return _refused(provider, 404, "not_found", NEVER_RECEIVED)
         if held.kind == "no_budget":
             return _refused(provider, 402, "payment_required", NO_DOLLAR_BUDGET.format(user=user, provider=provider))
         if held.kind == "over":

@@ -66,9 +66,11 @@ def reserve(
     model: str | None,
     micros: int,
     fingerprint: str | None,
+    repeat_only: bool = False,
 ) -> EngineReservation:
     """Claim the idempotency key and reserve `micros` from the user's (and the team's) dollar budget, in one
-    transaction under the reservation lock; or say why not. A repeat of a claimed key is answered from its call."""
+    transaction under the reservation lock; or say why not. A repeat of a claimed key is answered from its call;
+    `repeat_only` (a notebook's `resume()` asking again) never makes a new call: a key never seen is `unseen`."""
     if micros <= 0:
         raise ValueError("an engine call's price must be positive")
     with ledger._cursor() as cur:
@@ -84,6 +86,8 @@ def reserve(
                     return EngineReservation("conflict")
                 body = bytes(row[4]) if row[4] is not None else None
                 return EngineReservation("repeat", int(row[0]), None, row[1], row[2], row[3], body)
+        if repeat_only:
+            return EngineReservation("unseen")
         left, whose, has_budget = _left(cur, user)
         if not has_budget:
             return EngineReservation("no_budget")
