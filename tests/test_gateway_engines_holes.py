@@ -328,3 +328,26 @@ def test_a_stem_upload_longer_than_ten_minutes_is_priced_at_its_length_whatever_
     )
     assert answer.status_code == 402, (answer.status_code, answer.text[:200])
     assert upstream.request_counts().get("/v1/music/stem-separation") is None and rows(database) == []
+
+
+def test_an_engine_header_that_cannot_be_passed_back_does_not_lose_a_paid_song(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, hostile_server: Callable[..., HostileServer]
+) -> None:
+    """An engine's song-id in UTF-8 ('€' is no latin-1 header byte): the answer could not be written, so the caller
+    got 503 'nothing was sent or charged' for a song the gateway had recorded as made and charged."""
+    audio = b"ID3" + bytes(range(256)) * 8
+
+    def handler(request: RawRequest, sock: Any) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nSong-Id: s\xc3\xb3ng-\xe2\x82\xac\r\n"
+        sock.sendall(head + f"Content-Length: {len(audio)}\r\nConnection: close\r\n\r\n".encode() + audio)
+
+    engine = hostile_server(handler)
+    database = str(tmp_path / "gateway.sqlite3")
+    token = dollar_user(database, "dee", "5")
+    with GatewayThread(
+        database, upstream.base_url, upstream.v2_base_url, engines={"elevenlabs": (engine.url, "sk_t")}
+    ) as running:
+        answer = httpx.post(running.url + "/v1/music", json={"prompt": "x", "music_length_ms": 3_000},
+                            headers={"xi-api-key": token}, timeout=60)  # fmt: skip
+    assert [r["state"] for r in rows(database)] == ["done"]
+    assert answer.status_code == 200 and answer.content == audio, answer.text[:200]

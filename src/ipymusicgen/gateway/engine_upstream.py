@@ -91,8 +91,8 @@ class EngineUpstream:
         passed = {
             k.lower(): _scrub_text(scrub(v, self._key), self._key)
             for k, v in headers.items()
-            if k.lower() in PASSED_HEADERS
-        }
+            if k.lower() in PASSED_HEADERS and v.isascii() and v.isprintable()
+        }  # a value no header can carry (UTF-8, a control) is dropped: it must not cost the caller a paid answer
         return scrub_base64(scrub_bytes(body, self._key), self._key), passed
 
     def _client(self) -> Any:
