@@ -23,12 +23,13 @@ def _archived(directory: Path) -> list[str]:
 def test_resume_retries_failed_archives(sandbox: Sandbox, tmp_path: Path, wait: bool) -> None:
     songs = tmp_path / "songs"
     with sandbox.client(journal=Journal(tmp_path / "journal.sqlite3"), archive=songs) as client:
-        sandbox.set_faults("server_error:count=2:path=/files")  # both takes' downloads fail once
+        sandbox.set_faults("server_error:rate=1:path=/files")  # every download fails, however many polling rounds try
         ids = client.generate(action="auto", style="resume me").ids
-        client.wait(ids)  # this client's first polling round has already had its retry
+        client.wait(ids)
         archiver = archiver_of(client)
         assert archiver is not None and archiver.join(30)
         assert set(archiver.errors) == set(ids) and not _archived(songs)
+        sandbox.clear_faults()
         found = client.resume(wait=wait)
         assert not found.ids  # nothing unfinished: only the resume hook can bring the retry
         assert archiver.join(30)
@@ -43,12 +44,13 @@ def test_async_resume_retries_failed_archives(sandbox: Sandbox, tmp_path: Path) 
 
     async def run() -> list[str]:
         async with sandbox.async_client(journal=Journal(tmp_path / "journal.sqlite3"), archive=songs) as client:
-            sandbox.set_faults("server_error:count=2:path=/files")
+            sandbox.set_faults("server_error:rate=1:path=/files")  # a second polling round's try fails too
             ids = (await client.generate(action="auto", style="async resume")).ids
             await client.wait(ids)
             archiver = archiver_of(client)
             assert archiver is not None and await asyncio.to_thread(archiver.join, 30)
             assert set(archiver.errors) == set(ids) and not _archived(songs)
+            sandbox.clear_faults()
             await client.resume()
             assert await asyncio.to_thread(archiver.join, 30)
             return ids
