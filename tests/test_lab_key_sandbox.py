@@ -6,6 +6,7 @@ progressions fit the relative as well (vi-IV-I-V, i-VI-III-VII), so not every so
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ipymusicgen.lab.musical_key import PITCHES, estimate_key
@@ -29,3 +30,25 @@ def test_the_sandboxs_songs_read_the_key_they_were_synthesized_in() -> None:
             missed.append((truth, found))
         assert found is None or (0.0 <= found.confidence <= 1.0 and found.runner_up != found.key)
     assert read >= 32, missed  # two thirds (34 measured)
+
+
+AEOLIAN = {"i": (0, "minor"), "VI": (8, "major"), "VII": (10, "major")}
+
+
+@pytest.mark.xfail(strict=True, reason="a known hole (issue 41): the vamp i-VII-VI-VII reads VII major")
+def test_the_aeolian_vamp_reads_its_minor_key() -> None:
+    """i-VII-VI-VII ("All Along the Watchtower"), where VII sounds twice as long as i, reads its minor key in 5 of 12
+    tonics and VII major (at confidence 0.02 to 0.24) in 7 (measured at a51cdba). Left for later: the chords name
+    the minor tonic, but only the relative key is weighed against it (`relative_share`). Passes once 10 read right."""
+    from key_benchmark import chord, kit
+
+    read = 0
+    for tonic in range(12):
+        rng = np.random.default_rng(4200 + tonic)
+        chords = [AEOLIAN[n] for _ in range(2) for n in ("i", "VII", "VI", "VII")]
+        mix = np.concatenate([chord(tonic + step, quality, 2.0, rng) for step, quality in chords])
+        if tonic % 2:
+            mix = mix + 0.5 * kit(len(mix) / RATE, float(rng.uniform(80, 140)), rng)
+        found = estimate_key((0.8 * mix / np.abs(mix).max()).astype(np.float32))
+        read += found is not None and found.key == f"{PITCHES[tonic]} minor"
+    assert read >= 10, read
