@@ -95,6 +95,7 @@ def test_resume_gets_a_lost_song_from_the_gateways_kept_answer_without_a_second_
         try:
             resumed = later.resume()
             assert resumed.unknown == () and [r.id for r in resumed.recovered] == [lost.id]
+            assert "0 unknown, 1 engine song(s) settled by a team gateway" in repr(resumed)
             [song] = later.wait([lost.id], timeout=30, interval=0.05)
             assert song.state is TaskState.COMPLETE and later.download(song, tmp_path / "out").stat().st_size > 1000
             assert later.resume().recovered == ()  # once got, nothing is asked again

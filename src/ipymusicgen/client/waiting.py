@@ -71,6 +71,7 @@ class Resumed:
 
     def __repr__(self) -> str:
         done = f", {len(self.records)} finished" if self.records else ""
+        done += f", {len(self.recovered)} engine song(s) settled by a team gateway" if self.recovered else ""
         head = f"{len(self.v1_ids)} v1 + {len(self.v2_ids)} v2 unfinished, {len(self.unknown)} unknown{done}"
         if not self.unknown:
             return f"Resumed({head})"
