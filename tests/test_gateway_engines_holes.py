@@ -351,3 +351,18 @@ def test_an_engine_header_that_cannot_be_passed_back_does_not_lose_a_paid_song(
                             headers={"xi-api-key": token}, timeout=60)  # fmt: skip
     assert [r["state"] for r in rows(database)] == ["done"]
     assert answer.status_code == 200 and answer.content == audio, answer.text[:200]
+
+
+@pytest.mark.parametrize("named", ["models/lyria-3-pro-preview", "lyria-3-pro-preview", ["x"], ""])
+def test_a_gemini_body_naming_another_model_than_its_path_is_refused(
+    engines_gateway: GatewayThread, database: str, upstream: Sandbox, named: Any
+) -> None:
+    """The price comes from the path's model (the clip, $0.04); the request message Google reads also has a `model`
+    field. A body naming another model than the path is refused before anything is held or sent."""
+    token = dollar_user(database, "eve", "5")
+    body = {"model": named, "contents": [{"role": "user", "parts": [{"text": "pro for the price of a clip"}]}]}
+    answer = httpx.post(engines_gateway.url + LYRIA_CLIP, json=body, headers={"x-goog-api-key": token}, timeout=60)
+    assert answer.status_code == 400 and answer.json()["error"]["status"] == "INVALID_ARGUMENT", answer.text[:200]
+    assert upstream.request_counts().get(LYRIA_CLIP) is None and rows(database) == []
+    same = {**body, "model": "models/lyria-3-clip-preview"}  # the path's own model, as Google's SDKs may send it
+    assert httpx.post(engines_gateway.url + LYRIA_CLIP, json=same, headers={"x-goog-api-key": token}).status_code == 200

@@ -45,11 +45,13 @@ def model_of_path(url_path: str) -> str | None:
 def priced_fields(url_path: str, body: Any = None) -> tuple[str, float | None]:
     """What a generateContent call is priced by, read from the wire: the model its path names and the length it
     makes (a clip: always 30 s; Pro picks its own length: None). One call is priced as one song, so a body asking
-    for more candidates (`candidateCount`, in any spelling Google's JSON reader takes) is `ValueError`, as is a path
-    naming no model."""
+    for more candidates (`candidateCount`, in any spelling Google's JSON reader takes) is `ValueError`, as are a
+    body naming another model than the path and a path naming no model."""
     model = model_of_path(url_path)
     if not model:
         raise ValueError("the path names no model")
+    if isinstance(body, dict) and "model" in body and body["model"] not in (model, f"models/{model}"):
+        raise ValueError("the body names another model than the path")  # the price is the path's model's
     configs = [body.get(k) for k in ("generationConfig", "generation_config")] if isinstance(body, dict) else []
     for config in (c for c in configs if isinstance(c, dict)):
         for name in ("candidateCount", "candidate_count"):
