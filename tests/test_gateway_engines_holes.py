@@ -366,3 +366,61 @@ def test_a_gemini_body_naming_another_model_than_its_path_is_refused(
     assert upstream.request_counts().get(LYRIA_CLIP) is None and rows(database) == []
     same = {**body, "model": "models/lyria-3-clip-preview"}  # the path's own model, as Google's SDKs may send it
     assert httpx.post(engines_gateway.url + LYRIA_CLIP, json=same, headers={"x-goog-api-key": token}).status_code == 200
+
+
+@pytest.mark.slow  # a real `gateway serve` process
+def test_a_served_gateway_keeps_the_engine_keys_out_of_its_log_and_ledger(
+    tmp_path: Path, clean_env: None, upstream: Sandbox, hostile_server: Callable[..., HostileServer]
+) -> None:
+    """Guard (held on arrival): an engine that echoes its key in every form, then one that hangs up mid-answer,
+    behind a real `gateway serve`: the key is in no answer, no log line and no byte of the ledger."""
+    import os
+    import subprocess
+    import sys
+
+    from gateway_helpers import free_port, wait_for_port
+
+    key = "sk_Served/Key+Canary=0042"
+    calls: list[int] = []
+
+    def handler(request: RawRequest, sock: Any) -> None:
+        calls.append(1)
+        sent = request.headers.get("xi-api-key") or request.headers.get("x-goog-api-key") or ""
+        if len(calls) % 2:
+            echoed = f"{sent} {sent.upper()} {base64.b64encode(sent.encode()).decode()}"
+            respond(sock, 500, {"detail": {"status": "boom", "message": echoed}}, headers={"retry-after": sent})
+        else:
+            sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: audio/mpeg\r\nContent-Length: 999\r\n\r\n" + sent.encode())
+
+    engine = hostile_server(handler)
+    database = str(tmp_path / "gateway.sqlite3")
+    token = dollar_user(database, "fay", "20")
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {**os.environ, "MUSICGEN_UPSTREAM_KEY": CANARY_KEY, "ELEVENLABS_API_KEY": key, "GEMINI_API_KEY": key}
+    command = [sys.executable, "-m", "ipymusicgen", "gateway", "serve", "--database", database, "--port", str(port),
+               "--upstream", upstream.base_url, "--upstream-v2", upstream.v2_base_url,
+               "--upstream-elevenlabs", engine.url, "--upstream-gemini", engine.url]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(port, process)
+            url = f"http://127.0.0.1:{port}"
+            answers = [
+                httpx.post(url + "/v1/music", json={"prompt": "x", "music_length_ms": 3_000},
+                           headers={"xi-api-key": token}, timeout=60)
+                for _ in range(2)
+            ] + [
+                httpx.post(url + LYRIA_CLIP, params={"key": token}, json={"contents": []}, timeout=60)
+                for _ in range(2)
+            ]  # fmt: skip
+        finally:
+            process.terminate()
+            process.wait(30)
+    assert sorted(a.status_code for a in answers) == [500, 500, 503, 503]  # the engine's 500s, and cut answers
+    forms = [key, key.upper(), key.lower(), base64.b64encode(key.encode()).decode()]
+    for answer in answers:
+        seen = (answer.text + json.dumps(dict(answer.headers))).lower()
+        assert not [f for f in forms if f.lower() in seen]
+    written = log.read_bytes() + Path(database).read_bytes()
+    assert not [f for f in forms if f.encode() in written], log.read_text()[-500:]
+    assert [r["state"] for r in rows(database)] == ["unknown"] * 4
