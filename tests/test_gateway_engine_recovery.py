@@ -188,3 +188,26 @@ def test_resume_never_makes_a_new_call_for_one_that_never_reached_the_gateway(
         assert ledger_dollars.calls(ledger) == []
     finally:
         ledger.close()
+
+
+def test_resume_never_asks_an_engines_own_host_for_a_gateways_info(
+    upstream: Sandbox, clean_env: None, hostile_server: Callable[..., HostileServer], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """An answer lost on the way from ElevenLabs itself stays unknown, and `resume()` sends nothing there: before, it
+    asked the engine's host for `/gateway/v1/info` with the user's engine key (one needless request per resume)."""
+    from ipymusicgen.client import engine_recovery
+
+    upstream.reset()
+    hop = losing_hop(hostile_server, upstream.engines_base_url)  # no gateway: the engine, and a lossy network
+    monkeypatch.setattr(engine_recovery, "ENGINE_HOSTS", engine_recovery.ENGINE_HOSTS | {hop.url.rstrip("/")})
+    client = client_at(hop.url, CANARY_KEY, tmp_path / "journal.sqlite3")
+    try:
+        [lost] = client.wait(client.generate(provider="elevenlabs", style="hail", seconds=4), timeout=60)
+        assert lost.charge == "may have been charged"
+        resumed = client.resume()
+        assert resumed.recovered == () and len(resumed.unknown) == 1
+    finally:
+        client.engine_calls.join(30)
+        client.close()
+    assert [r.path for r in hop.requests] == ["/v1/music"]  # the one paid call; no info asked, nothing re-sent

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ..config import DEFAULT_ELEVENLABS_BASE_URL, DEFAULT_GEMINI_BASE_URL
 from ..engines.wire import Charge, WireRequest
 from ..models.providers import build_engine_request
 from ..models.schema import TaskRecord
@@ -32,6 +33,8 @@ INFO_PATH = "/gateway/v1/info"
 REPEAT_ONLY_HEADER = "X-Ipymusicgen-Repeat-Only"
 """On a repeat of an engine call's Idempotency-Key: answer from the ledger only, never make a new call."""
 INFO_TIMEOUT = 10.0
+ENGINE_HOSTS = frozenset({DEFAULT_ELEVENLABS_BASE_URL, DEFAULT_GEMINI_BASE_URL})
+"""The engines' own hosts: never a gateway, so never asked for its info (nor sent a key on a path they lack)."""
 
 
 def gateway_engines(base: str, key: str) -> frozenset[str]:
@@ -81,7 +84,7 @@ def recover(calls: EngineCalls, unknown: Sequence[Attempt]) -> tuple[list[TaskRe
         provider = str(attempt.payload.get("provider"))
         key = settings.engine_key(provider) if rebuilt is not None else None
         base = settings.engine_base_url(provider) if rebuilt is not None else ""
-        if rebuilt is None or not key or attempt.host.rstrip("/") != base:
+        if rebuilt is None or not key or attempt.host.rstrip("/") != base or base.rstrip("/") in ENGINE_HOSTS:
             left.append(attempt)
             continue
         if base not in served:
