@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,11 +42,10 @@ class EngineAnswer:
         return self.headers.get("content-type", "application/octet-stream")
 
 
-@functools.lru_cache(maxsize=4)
 def base64_runs(key: str) -> re.Pattern[bytes]:
     """The key as it shows inside a base64 text (Gemini's audio is base64 in its JSON): the run of characters only
     the key's bytes decide, at each of the three alignments it can fall at, standard and URL-safe, `/` JSON-escaped
-    too."""
+    too. Built per answer, not cached: no module-level cache holds a key (tests/test_module_state.py)."""
     runs: set[bytes] = set()
     for shift in range(3):
         encoded = base64.b64encode(b"\0" * shift + key.encode() + b"\0\0")
