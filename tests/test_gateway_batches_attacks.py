@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gateway_batch_world import BATCHES, GENERATE, fast_gateway, rows_of, through, upstream_sandbox
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, paid_counts
 from helpers import ManualClock, wait_until
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
@@ -25,14 +26,12 @@ from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.storage.ledger_engines import open_ledger
 
-GENERATE = "/v1/music/generate"
-BATCHES = "/gateway/v1/batches"
 pytestmark = pytest.mark.slow  # a gateway, its worker and songs in real time
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.05, song_seconds=3, faults="", keys={CANARY_KEY: 100_000}) as server:
+    with upstream_sandbox() as server:
         yield server
 
 
@@ -40,20 +39,8 @@ def upstream() -> Iterator[Sandbox]:
 def gateway(
     database: str, upstream: Sandbox, clean_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[GatewayThread]:
-    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
-    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
-    monkeypatch.setenv("MUSICGEN_GATEWAY_FOLLOW_S", "0.1")
-    upstream.reset()
-    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
+    with fast_gateway(database, upstream, monkeypatch) as running:
         yield running
-
-
-def rows_of(n: int, word: str) -> list[dict[str, str]]:
-    return [{"style": f"{word} {i}", "mv": "MFV2.0"} for i in range(n)]  # 2 credits each
-
-
-def through(gateway: GatewayThread, token: str, journal: Path) -> MusicClient:
-    return MusicClient(token, base_url=gateway.url, v2_base_url=gateway.url, journal=Journal(journal), timeout=20)
 
 
 def straight(upstream: Sandbox, journal: Path) -> MusicClient:

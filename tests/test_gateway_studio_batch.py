@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, paid_counts
+from gateway_batch_world import BATCHES, GENERATE, fast_gateway, upstream_sandbox
+from gateway_helpers import GatewayThread, add_user, paid_counts
 from helpers import wait_until
 from pg_server import ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
@@ -21,15 +22,13 @@ from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.widgets.studio import Studio, studio
 
-GENERATE = "/v1/music/generate"
-BATCHES = "/gateway/v1/batches"
 LINES = '--style "studio a"\n--style "studio b"\n--style "studio c"'
 pytestmark = pytest.mark.slow  # a gateway, its worker and songs in real time
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Sandbox]:
-    with Sandbox(stage_seconds=0.05, song_seconds=3, faults="", keys={CANARY_KEY: 100_000}) as server:
+    with upstream_sandbox() as server:
         yield server
 
 
@@ -37,11 +36,7 @@ def upstream() -> Iterator[Sandbox]:
 def gateway(
     database: str, upstream: Sandbox, clean_env: None, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[GatewayThread]:
-    monkeypatch.setenv("MUSICGEN_MIN_POLL_INTERVAL", "0.01")
-    monkeypatch.setenv("MUSICGEN_POLL_INTERVAL", "0.05")
-    monkeypatch.setenv("MUSICGEN_GATEWAY_FOLLOW_S", "0.1")
-    upstream.reset()
-    with GatewayThread(database, upstream.base_url, upstream.v2_base_url) as running:
+    with fast_gateway(database, upstream, monkeypatch) as running:
         yield running
 
 
