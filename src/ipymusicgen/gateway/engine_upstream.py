@@ -19,7 +19,7 @@ from typing import Any
 
 from ..engines import engine
 from ..engines.wire import scrub, scrub_bytes
-from .upstream import MaybeSent, NotSent, _close_when_cancelled
+from .upstream import MaybeSent, NotSent, _close_when_cancelled, close_on_its_loop
 
 ENGINE_TIMEOUT = 900.0
 """Seconds a compose may take (a 10-minute ElevenLabs song takes minutes; the client waits as long)."""
@@ -136,15 +136,7 @@ class EngineUpstream:
 
     def close(self) -> None:
         """Close the pool from outside its loop (the gateway's close); a loop still running is asked to."""
-        loop, session = self._loop, self._session
-        if session is None or session.closed or loop is None or not loop.is_running():
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is not loop:
-            asyncio.run_coroutine_threadsafe(session.close(), loop).result(10)
+        close_on_its_loop(self._session, self._loop)
 
 
 class EngineUpstreams:

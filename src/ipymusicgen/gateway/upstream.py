@@ -87,6 +87,19 @@ class Answer:
     headers: dict[str, str]
 
 
+def close_on_its_loop(session: Any, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Close an aiohttp session made on `loop` from outside it (another thread): a loop still running is asked to,
+    and waited for; one that ended closed its sessions itself, and from the loop itself nothing blocks."""
+    if session is None or session.closed or loop is None or not loop.is_running():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is not loop:
+        asyncio.run_coroutine_threadsafe(session.close(), loop).result(10)
+
+
 def _retry_wait(attempt: int, answer: Answer | None) -> float | None:
     """The one policy for reads: the wait before asking again, or None when `answer` stands (a failure with no
     answer, `None`, past the last retry is raised by the caller)."""
@@ -118,14 +131,7 @@ class Upstream:
         """Let go of both pools. The async one closes itself when its loop ends (see `_client`); a loop still
         running in another thread is asked to close it now."""
         self._http.close()
-        loop, session = self._loop, self._session
-        if session is not None and not session.closed and loop is not None and loop.is_running():
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is not loop:
-                asyncio.run_coroutine_threadsafe(session.close(), loop).result(10)
+        close_on_its_loop(self._session, self._loop)
 
     def _url(self, path: str) -> str:
         return (self.v2_base_url if path.startswith("/v2/") else self.base_url) + path
