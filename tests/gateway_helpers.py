@@ -11,7 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 from helpers import wait_until
@@ -150,3 +152,33 @@ class GatewayProcess:
 
 def post(url: str, path: str, token: str, body: object, **headers: str) -> httpx.Response:
     return httpx.post(url + path, json=body, headers={"x-api-key": token, **headers}, timeout=30)
+
+
+# -- the engine paths (ElevenLabs, Lyria) -------------------------------------------------------------------
+
+
+def dollar_user(database: str, name: str, dollars: str) -> str:
+    """A user whose budget is `dollars` US dollars (engine calls are priced in dollars): their token."""
+    token = add_user(database, name)
+    assert cli("user", "budget-usd", name, dollars, "--database", database)[0] == 0
+    return token
+
+
+def engine_calls(database: str) -> list[dict[str, Any]]:
+    """The ledger's engine calls, as `ledger_dollars.calls` lists them."""
+    from ipymusicgen.storage import ledger_dollars
+
+    ledger = open_ledger(database)
+    try:
+        return ledger_dollars.calls(ledger)
+    finally:
+        ledger.close()
+
+
+@contextlib.contextmanager
+def engines_gateway_over(database: str, upstream: Sandbox) -> Iterator[GatewayThread]:
+    """A gateway in a thread serving the service and both engines of `upstream` (a fresh sandbox state)."""
+    upstream.reset()
+    engines = {"elevenlabs": (upstream.engines_base_url, CANARY_KEY), "lyria": (upstream.engines_base_url, CANARY_KEY)}
+    with GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as running:
+        yield running

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli
+from gateway_helpers import CANARY_KEY, GatewayThread, cli, dollar_user, engine_calls, engines_gateway_over
 from helpers import wait_until
 from hostile_server import HostileServer, RawRequest, respond
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
@@ -25,20 +25,6 @@ from ipymusicgen.storage.ledger_engines import open_ledger
 AUDIO = b"ID3" + bytes(range(256)) * 40
 
 
-def dollar_user(database: str, name: str, dollars: str) -> str:
-    token = add_user(database, name)
-    assert cli("user", "budget-usd", name, dollars, "--database", database)[0] == 0
-    return token
-
-
-def rows(database: str) -> list[dict[str, Any]]:
-    ledger = open_ledger(database)
-    try:
-        return ledger_dollars.calls(ledger)
-    finally:
-        ledger.close()
-
-
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[Sandbox]:
     with Sandbox(stage_seconds=0.05, song_seconds=4, faults="", keys={CANARY_KEY: 1000}) as server:
@@ -47,9 +33,7 @@ def upstream() -> Iterator[Sandbox]:
 
 @pytest.fixture
 def engines_gateway(database: str, upstream: Sandbox, clean_env: None) -> Iterator[GatewayThread]:
-    upstream.reset()
-    engines = {"elevenlabs": (upstream.engines_base_url, CANARY_KEY), "lyria": (upstream.engines_base_url, CANARY_KEY)}
-    with GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as running:
+    with engines_gateway_over(database, upstream) as running:
         yield running
 
 
@@ -66,7 +50,7 @@ def test_concurrent_calls_never_overspend_one_dollar_budget(
         answers = list(pool.map(lambda _: el_post(engines_gateway.url, token, body), range(8)))
     assert sorted(a.status_code for a in answers) == [200, 200] + [402] * 6
     assert upstream.request_counts().get("/v1/music") == 2
-    assert [r["state"] for r in rows(database)] == ["done", "done"]
+    assert [r["state"] for r in engine_calls(database)] == ["done", "done"]
 
 
 def test_two_replicas_on_one_ledger_never_overspend_one_dollar_budget(
@@ -117,7 +101,7 @@ def test_a_repeat_while_the_first_call_is_made_is_told_the_truth_then_gets_the_k
         after = el_post(running.url, token, body, **{"Idempotency-Key": "one"})
     assert after.status_code == 200 and after.content == AUDIO
     assert len(engine.requests) == 1  # sent once
-    assert [r["state"] for r in rows(database)] == ["done"]
+    assert [r["state"] for r in engine_calls(database)] == ["done"]
 
 
 def test_a_caller_who_hangs_up_mid_song_gets_it_on_the_repeat(
@@ -135,7 +119,7 @@ def test_a_caller_who_hangs_up_mid_song_gets_it_on_the_repeat(
             with pytest.raises(httpx.ReadTimeout):
                 future.result()  # the caller gave up while the engine made the song
         release.set()
-        wait_until(lambda: [r["state"] for r in rows(database)] == ["done"], "the song recorded though unread")
+        wait_until(lambda: [r["state"] for r in engine_calls(database)] == ["done"], "the song recorded though unread")
         repeat = el_post(running.url, token, body, **{"Idempotency-Key": "h"})
     assert repeat.status_code == 200 and repeat.content == AUDIO
     assert len(engine.requests) == 1
@@ -160,7 +144,7 @@ def test_a_body_that_cannot_be_priced_is_refused_and_nothing_is_sent(
     token = dollar_user(database, "sol", "5")
     answer = el_post(engines_gateway.url, token, body)
     assert answer.status_code == 422, answer.text
-    assert upstream.request_counts().get("/v1/music") is None and rows(database) == []
+    assert upstream.request_counts().get("/v1/music") is None and engine_calls(database) == []
 
 
 def test_broken_json_and_huge_bodies_are_refused_before_anything_is_held(
@@ -173,7 +157,7 @@ def test_broken_json_and_huge_bodies_are_refused_before_anything_is_held(
         assert answer.status_code in (413, 422), (raw[:10], answer.status_code)
     huge = httpx.post(engines_gateway.url + "/v1/music", content=b" " * (2 << 20), headers=headers)
     assert huge.status_code == 413
-    assert upstream.request_counts().get("/v1/music") is None and rows(database) == []
+    assert upstream.request_counts().get("/v1/music") is None and engine_calls(database) == []
 
 
 def test_the_teams_dollar_cap_holds_across_users(
@@ -236,7 +220,10 @@ def test_an_answer_without_a_song_is_judged_by_the_engine_modules_own_rules(
         )
         odd = el_post(running.url, token, {"prompt": "x", "music_length_ms": 3_000})
     assert blocked.status_code == odd.status_code == 200  # the engine's answers, as they came
-    assert [(r["provider"], r["state"]) for r in rows(database)] == [("lyria", "refused"), ("elevenlabs", "unknown")]
+    assert [(r["provider"], r["state"]) for r in engine_calls(database)] == [
+        ("lyria", "refused"),
+        ("elevenlabs", "unknown"),
+    ]
     ledger = open_ledger(database)
     try:
         assert ledger_dollars.standing(ledger)["xan"] == (5_000_000, 750_000)  # the clip's $0.04 came back
@@ -267,7 +254,7 @@ def test_the_engine_gets_exactly_the_body_that_was_priced(
     assert answer.status_code == 200 and surrogate.status_code == 422
     [sent] = engine.requests
     assert sent.body.count(b"music_length_ms") == 1 and json.loads(sent.body)["music_length_ms"] == 600_000
-    assert [r["estimated_usd"] for r in rows(database)] == [7_500_000]  # ten started minutes at $0.75
+    assert [r["estimated_usd"] for r in engine_calls(database)] == [7_500_000]  # ten started minutes at $0.75
 
 
 def test_gateway_reconcile_says_which_engine_calls_a_stopped_gateway_left(
@@ -287,7 +274,7 @@ def test_gateway_reconcile_says_which_engine_calls_a_stopped_gateway_left(
     code, out = cli("reconcile", "--upstream", upstream.base_url, "--upstream-v2", upstream.v2_base_url,
                     "--database", database)  # fmt: skip
     assert "1 engine call(s) a stopped gateway left pending: now unknown" in out, (code, out)
-    assert [r["state"] for r in rows(database)] == ["unknown"]
+    assert [r["state"] for r in engine_calls(database)] == ["unknown"]
     _, again = cli("reconcile", "--upstream", upstream.base_url, "--upstream-v2", upstream.v2_base_url,
                    "--database", database)  # fmt: skip
     assert "engine call" not in again  # said once

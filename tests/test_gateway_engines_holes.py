@@ -15,27 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli
+from gateway_helpers import CANARY_KEY, GatewayThread, cli, dollar_user, engine_calls, engines_gateway_over
 from hostile_server import HostileServer, RawRequest, respond
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
 from ipymusicgen.sandbox import Sandbox
-from ipymusicgen.storage import ledger_dollars
-from ipymusicgen.storage.ledger_engines import open_ledger
-
-
-def dollar_user(database: str, name: str, dollars: str) -> str:
-    token = add_user(database, name)
-    assert cli("user", "budget-usd", name, dollars, "--database", database)[0] == 0
-    return token
-
-
-def rows(database: str) -> list[dict[str, Any]]:
-    ledger = open_ledger(database)
-    try:
-        return ledger_dollars.calls(ledger)
-    finally:
-        ledger.close()
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +30,7 @@ def upstream() -> Iterator[Sandbox]:
 
 @pytest.fixture
 def engines_gateway(database: str, upstream: Sandbox, clean_env: None) -> Iterator[GatewayThread]:
-    upstream.reset()
-    engines = {"elevenlabs": (upstream.engines_base_url, CANARY_KEY), "lyria": (upstream.engines_base_url, CANARY_KEY)}
-    with GatewayThread(database, upstream.base_url, upstream.v2_base_url, engines=engines) as running:
+    with engines_gateway_over(database, upstream) as running:
         yield running
 
 
@@ -74,7 +56,7 @@ def test_a_plans_sections_price_the_song_whatever_music_length_ms_says(
     body = {"composition_plan": plan(120, 120, 120, 120, 120), "music_length_ms": length}
     answer = httpx.post(engines_gateway.url + "/v1/music", json=body, headers={"xi-api-key": token}, timeout=120)
     assert answer.status_code == 402, (answer.status_code, answer.text[:200])
-    assert upstream.request_counts().get("/v1/music") is None and rows(database) == []
+    assert upstream.request_counts().get("/v1/music") is None and engine_calls(database) == []
 
 
 LYRIA_CLIP = "/v1beta/models/lyria-3-clip-preview:generateContent"
@@ -138,7 +120,7 @@ def test_the_team_key_is_scrubbed_from_base64_in_a_gemini_answer(
     parts = answer.json()["candidates"][0]["content"]["parts"]
     audio = base64.b64decode(parts[1]["inlineData"]["data"])
     assert key.encode() not in audio and audio.startswith(b"ID3")  # still a decodable answer
-    assert [r["state"] for r in rows(database)] == ["done"]
+    assert [r["state"] for r in engine_calls(database)] == ["done"]
 
 
 def wav(seconds: float, rate: int = 8_000) -> bytes:
@@ -177,7 +159,7 @@ def test_a_stem_upload_naming_a_field_twice_is_refused(
     headers = {"xi-api-key": token, "content-type": content_type}
     answer = httpx.post(engines_gateway.url + "/v1/music/stem-separation", content=body, headers=headers, timeout=60)
     assert answer.status_code == 422, (answer.status_code, answer.text[:200])
-    assert upstream.request_counts().get("/v1/music/stem-separation") is None and rows(database) == []
+    assert upstream.request_counts().get("/v1/music/stem-separation") is None and engine_calls(database) == []
 
 
 @pytest.mark.parametrize(
@@ -198,7 +180,7 @@ def test_a_gemini_body_asking_for_more_than_one_song_is_refused(
     body = {"contents": [{"role": "user", "parts": [{"text": "four clips for one"}]}], **config}
     answer = httpx.post(engines_gateway.url + LYRIA_CLIP, json=body, headers={"x-goog-api-key": token}, timeout=60)
     assert answer.status_code == 400 and answer.json()["error"]["status"] == "INVALID_ARGUMENT", answer.text[:200]
-    assert upstream.request_counts().get(LYRIA_CLIP) is None and rows(database) == []
+    assert upstream.request_counts().get(LYRIA_CLIP) is None and engine_calls(database) == []
     one = {"contents": body["contents"], "generationConfig": {"candidateCount": 1}}
     assert httpx.post(engines_gateway.url + LYRIA_CLIP, json=one, headers={"x-goog-api-key": token}).status_code == 200
 
@@ -278,7 +260,7 @@ def test_paths_the_gateway_does_not_serve_send_nothing(
                      + b"Connection: close\r\n\r\n" + body)  # fmt: skip
         status = sock.makefile("rb").readline().split()[1]
     assert status in (b"404", b"405"), (path, status)
-    assert set(upstream.request_counts()) <= {"/v1/get_api_key_info"} and rows(database) == []
+    assert set(upstream.request_counts()) <= {"/v1/get_api_key_info"} and engine_calls(database) == []
 
 
 def test_tokens_in_the_wrong_place_and_a_key_reused_after_a_lost_answer(
@@ -295,7 +277,7 @@ def test_tokens_in_the_wrong_place_and_a_key_reused_after_a_lost_answer(
     gemini = engines_gateway.url + LYRIA_CLIP
     assert httpx.post(gemini, json={}, headers={"xi-api-key": token}).status_code == 403
     assert httpx.post(gemini, json={}, params={"KEY": token}).status_code == 403
-    assert upstream.request_counts().get("/v1/music") is None and rows(database) == []
+    assert upstream.request_counts().get("/v1/music") is None and engine_calls(database) == []
     upstream.set_faults("drop:after=true:path=/v1/music")  # the song is made, its answer lost
     first = httpx.post(url, json=body, headers={"xi-api-key": token, "Idempotency-Key": "k"}, timeout=60)
     assert first.status_code == 503
@@ -327,7 +309,7 @@ def test_a_stem_upload_longer_than_ten_minutes_is_priced_at_its_length_whatever_
         engines_gateway.url + "/v1/music/stem-separation", files=files, headers={"xi-api-key": token}, timeout=60
     )
     assert answer.status_code == 402, (answer.status_code, answer.text[:200])
-    assert upstream.request_counts().get("/v1/music/stem-separation") is None and rows(database) == []
+    assert upstream.request_counts().get("/v1/music/stem-separation") is None and engine_calls(database) == []
 
 
 def test_an_engine_header_that_cannot_be_passed_back_does_not_lose_a_paid_song(
@@ -349,7 +331,7 @@ def test_an_engine_header_that_cannot_be_passed_back_does_not_lose_a_paid_song(
     ) as running:
         answer = httpx.post(running.url + "/v1/music", json={"prompt": "x", "music_length_ms": 3_000},
                             headers={"xi-api-key": token}, timeout=60)  # fmt: skip
-    assert [r["state"] for r in rows(database)] == ["done"]
+    assert [r["state"] for r in engine_calls(database)] == ["done"]
     assert answer.status_code == 200 and answer.content == audio, answer.text[:200]
 
 
@@ -363,7 +345,7 @@ def test_a_gemini_body_naming_another_model_than_its_path_is_refused(
     body = {"model": named, "contents": [{"role": "user", "parts": [{"text": "pro for the price of a clip"}]}]}
     answer = httpx.post(engines_gateway.url + LYRIA_CLIP, json=body, headers={"x-goog-api-key": token}, timeout=60)
     assert answer.status_code == 400 and answer.json()["error"]["status"] == "INVALID_ARGUMENT", answer.text[:200]
-    assert upstream.request_counts().get(LYRIA_CLIP) is None and rows(database) == []
+    assert upstream.request_counts().get(LYRIA_CLIP) is None and engine_calls(database) == []
     same = {**body, "model": "models/lyria-3-clip-preview"}  # the path's own model, as Google's SDKs may send it
     assert httpx.post(engines_gateway.url + LYRIA_CLIP, json=same, headers={"x-goog-api-key": token}).status_code == 200
 
@@ -423,4 +405,4 @@ def test_a_served_gateway_keeps_the_engine_keys_out_of_its_log_and_ledger(
         assert not [f for f in forms if f.lower() in seen]
     written = log.read_bytes() + Path(database).read_bytes()
     assert not [f for f in forms if f.encode() in written], log.read_text()[-500:]
-    assert [r["state"] for r in rows(database)] == ["unknown"] * 4
+    assert [r["state"] for r in engine_calls(database)] == ["unknown"] * 4
