@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 
 from ipymusicgen import MusicClient
 from ipymusicgen.config import Settings
@@ -27,10 +26,7 @@ def engine_client(service: Sandbox, tmp_path: Path) -> Iterator[MusicClient]:
         api_key=service.api_key,
         base_url=service.base_url,
         v2_base_url=service.v2_base_url,
-        elevenlabs_base_url=service.engines_base_url,
-        gemini_base_url=service.engines_base_url,
-        elevenlabs_api_key=SecretStr(KEY),
-        gemini_api_key=SecretStr(KEY),
+        **service.engine_settings(KEY),
         journal_path=tmp_path / "journal.sqlite3",
         poll_interval=0.05,
     )

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from pydantic import SecretStr
 from test_compare_blind import Wire
 
 from ipymusicgen import MusicClient
@@ -34,10 +33,7 @@ def engine_client(service: Sandbox, tmp_path: Path, archive: Path | bool) -> Mus
         api_key=service.api_key,
         base_url=service.base_url,
         v2_base_url=service.v2_base_url,
-        elevenlabs_base_url=service.engines_base_url,
-        gemini_base_url=service.engines_base_url,
-        elevenlabs_api_key=SecretStr(KEY),
-        gemini_api_key=SecretStr(KEY),
+        **service.engine_settings(KEY),
         journal_path=tmp_path / "journal.sqlite3",
         poll_interval=0.05,
     )

@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 from mcp.client import Client
-from pydantic import SecretStr
 from test_mcp_engine_songs import in_thread, ok
 from test_mcp_tools import Asker
 
@@ -58,10 +57,7 @@ def engine_clients(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., M
             api_key=service.api_key,
             base_url=service.base_url,
             v2_base_url=service.v2_base_url,
-            elevenlabs_base_url=service.engines_base_url,
-            gemini_base_url=service.engines_base_url,
-            elevenlabs_api_key=SecretStr(KEY),
-            gemini_api_key=SecretStr(KEY),
+            **service.engine_settings(KEY),
             journal_path=tmp_path / "journal.sqlite3",
             poll_interval=0.05,
         )

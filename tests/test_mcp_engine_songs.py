@@ -18,7 +18,6 @@ import pytest
 from mcp import types
 from mcp.client import Client, advertise
 from mcp.server.apps import APP_MIME_TYPE, EXTENSION_ID
-from pydantic import SecretStr
 from test_mcp_tools import Asker
 
 from ipymusicgen.client.faces import MusicClient
@@ -54,10 +53,7 @@ def engine_desk(service: Sandbox, tmp_path: Path) -> Iterator[Callable[..., Agen
             api_key=service.api_key,
             base_url=service.base_url,
             v2_base_url=service.v2_base_url,
-            elevenlabs_base_url=service.engines_base_url,
-            gemini_base_url=service.engines_base_url,
-            elevenlabs_api_key=SecretStr(KEY),
-            gemini_api_key=SecretStr(KEY),
+            **service.engine_settings(KEY),
             journal_path=tmp_path / "journal.sqlite3",
             poll_interval=0.05,
         )
