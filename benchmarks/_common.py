@@ -87,6 +87,7 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSICGEN_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = _PYCACHE
+    env["PYTHONFAULTHANDLER"] = "1"  # a child that dies of a signal prints where (CI once saw -11 and nothing else)
     env.update(extra or {})
     return env
 

@@ -23,6 +23,35 @@ if TYPE_CHECKING:
     from ipymusicgen.workspace.workspace import Workspace
 
 
+NUMBA_SLOTS = 32
+
+
+def _own_numba_cache() -> object | None:
+    """Give this test process a numba cache no other running process uses (librosa compiles into it).
+
+    Two processes compiling into, or loading from, one numba cache at once is a known numba race that ends in
+    SIGSEGV (CI saw it: both workers and a benchmark child compiling into librosa's in-tree cache on a fresh
+    machine). Each process takes the first free slot under the user's cache, holds that slot's lock until it
+    exits, and its children inherit the slot; slots persist, so a second run finds them compiled."""
+    import platformdirs
+    from filelock import FileLock, Timeout
+
+    root = Path(platformdirs.user_cache_dir("ipymusicgen", appauthor=False)) / "tests-numba"
+    root.mkdir(parents=True, exist_ok=True)
+    for slot in range(NUMBA_SLOTS):
+        lock = FileLock(str(root / f"slot-{slot}.taken"), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            continue
+        os.environ["NUMBA_CACHE_DIR"] = str(root / f"slot-{slot}")
+        return lock
+    return None  # every slot busy: numba's own cache, as before
+
+
+_NUMBA_SLOT = _own_numba_cache()
+
+
 SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server", "notebook_runs"})
 """Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
 

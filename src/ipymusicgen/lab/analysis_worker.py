@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -35,11 +34,10 @@ from ..archive.waveform import DecodeCapError
 from .analysis import Analysis, AnalysisUnavailableError, analyze_file, available, warm_up
 from .decoding import AudioFileError
 from .lossy import lossy_source
+from .numba_cache import LOCK_SECONDS, compile_once, default_cache_dir, lock_path
 
 IDLE_SECONDS = 300.0
 """A worker with nothing to do for this long exits (its memory back); the next song starts a fresh one."""
-LOCK_SECONDS = 600.0
-"""How long a worker waits for another process's compile before compiling anyway."""
 ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
 """Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed)."""
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE"})
@@ -63,25 +61,6 @@ class AnalysisCrashedError(ChildProcessError):
 
 class AnalysisFailedError(RuntimeError):
     """The worker answered with an error of a kind the caller has no class for (its type and message kept)."""
-
-
-def default_cache_dir() -> Path:
-    """The project's numba cache: per user, per numba, librosa and Python version."""
-    import platformdirs
-
-    def of(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "none"
-
-    tag = f"numba-{of('numba')}-librosa-{of('librosa')}-py{sys.version_info[0]}.{sys.version_info[1]}"
-    return Path(platformdirs.user_cache_dir("ipymusicgen", appauthor=False)) / tag
-
-
-def lock_path(cache_dir: Path) -> Path:
-    """The compile lock sits beside the cache, so clearing the cache never removes the lock."""
-    return cache_dir.with_name(cache_dir.name + ".lock")
 
 
 def clear_cache(cache_dir: Path) -> None:
@@ -278,16 +257,7 @@ def _serve() -> None:
 
 def _compile() -> None:
     """Import librosa and run every measure once under the compile lock: one process at a time writes the cache."""
-    from filelock import FileLock, Timeout
-
-    cache_dir = Path(os.environ["NUMBA_CACHE_DIR"])
-    cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_path(cache_dir)), timeout=LOCK_SECONDS)
-    try:
-        with lock:
-            warm_up()
-    except Timeout:
-        warm_up()
+    compile_once(warm_up)
 
 
 def _planted_fault() -> None:
