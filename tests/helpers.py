@@ -125,3 +125,20 @@ class AudioPage:
         with self._changed:
             assert self._changed.wait_for(lambda: self.audio(source), timeout), f"no audio answer for {source!r}"
             return self.audio(source)[0]
+
+
+def joined(worker: Any, timeout: float = 60.0) -> bool:
+    """`worker.join(timeout)`, and when it fails, why: stopped or not, its queue, its errors and its thread's stack
+    (CI once saw an archiver's join(30) fail with nothing more to go on)."""
+    if worker.join(timeout):
+        return True
+    import sys
+    import traceback
+
+    thread = getattr(worker, "_thread", None)
+    frame = sys._current_frames().get(thread.ident) if thread is not None and thread.ident else None
+    stack = "".join(traceback.format_stack(frame)) if frame is not None else "(no thread)"
+    raise AssertionError(
+        f"{worker!r} not done in {timeout} s: stopped={getattr(worker, 'stopped', None)}, "
+        f"unfinished={worker._queue.unfinished_tasks}, errors={getattr(worker, 'errors', None)}\n{stack}"
+    )

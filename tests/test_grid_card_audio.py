@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import AudioPage, ManualClock, advance_until_done, wait_until
+from helpers import AudioPage, ManualClock, advance_until_done, joined, wait_until
 
 from ipymusicgen.archive.archiver import archiver_of
 from ipymusicgen.lab.grid import Grid
@@ -38,7 +38,7 @@ def test_grid_cards_carry_where_they_play_and_a_played_card_gets_its_bytes_once(
         assert batch is not None
         advance_until_done(batch, clock, sandbox)
         archiver = archiver_of(client)
-        assert archiver is not None and archiver.join(30)
+        assert archiver is not None and joined(archiver)
         view._draw()  # the songs' files are archived now: the cards are drawn again
         wait_until(lambda: not view.board.data["running"], "the board drawn after the last round")
         songs = [song for row in view.board.data["rows"] for cell in row["cells"] for song in cell["songs"]]
