@@ -211,3 +211,61 @@ def test_resume_never_asks_an_engines_own_host_for_a_gateways_info(
         client.engine_calls.join(30)
         client.close()
     assert [r.path for r in hop.requests] == ["/v1/music"]  # the one paid call; no info asked, nothing re-sent
+
+
+def test_an_async_clients_resume_asks_the_gateway_off_its_event_loop(
+    upstream: Sandbox, clean_env: None, hostile_server: Callable[..., HostileServer], tmp_path: Path
+) -> None:
+    """`resume()` asks a gateway's info and repeats a call over plain (blocking) HTTP; on an async client that runs
+    in a thread: before, it ran on the event loop, which stood still for as long as the gateway took (up to 10 s)."""
+    import asyncio
+    import threading
+
+    from ipymusicgen.client.engine_recovery import INFO_PATH as INFO
+    from ipymusicgen.workspace.workspace import build_async_client
+
+    upstream.reset()
+    held, release, answered_in_time, lost = threading.Event(), threading.Event(), [], []
+
+    def handler(request: RawRequest, sock: socket.socket) -> None:
+        if request.path == INFO:  # held until the test's loop, still turning, lets it go
+            held.set()
+            answered_in_time.append(release.wait(30))
+            respond(sock, 404, raw=b"{}", headers={"Content-Type": "application/json"})
+            return
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP}
+        answer = httpx.request(request.method, upstream.engines_base_url + request.target, headers=headers,
+                               content=request.body, timeout=60)  # fmt: skip
+        if request.path.startswith("/v1/music") and not lost:
+            lost.append(request.path)
+            sock.close()  # the song was made; the notebook never hears of it
+            return
+        respond(sock, answer.status_code, raw=answer.content,
+                headers={"Content-Type": answer.headers.get("content-type", "application/json")})  # fmt: skip
+
+    hop = hostile_server(handler)
+    settings = Settings.from_env().with_changes(
+        api_key=CANARY_KEY, base_url=hop.url, v2_base_url=hop.url, elevenlabs_base_url=hop.url,
+        elevenlabs_api_key=SecretStr(CANARY_KEY), journal_path=tmp_path / "journal.sqlite3", poll_interval=0.05,
+    )  # fmt: skip
+
+    async def scenario() -> Any:
+        client = build_async_client(settings, archive=False)
+        try:
+            [lost] = await client.wait(
+                await client.generate(provider="elevenlabs", style="hail", seconds=4), timeout=60
+            )
+            assert lost.charge == "may have been charged"
+            resuming = asyncio.ensure_future(client.resume())
+            while not held.is_set():  # the loop turns while the gateway holds its answer
+                await asyncio.sleep(0.01)
+            pending = not resuming.done()  # before: the loop stood still until the client gave the gateway up
+            release.set()
+            return pending, await resuming
+        finally:
+            client.engine_calls.join(30)
+            await client.aclose()
+
+    pending, resumed = asyncio.run(scenario())
+    assert pending and answered_in_time == [True]
+    assert resumed.recovered == () and len(resumed.unknown) == 1  # no gateway there: still unknown, nothing re-sent

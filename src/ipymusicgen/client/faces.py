@@ -6,6 +6,7 @@ The faces differ only in how they send and sleep: the sync face drives flows wit
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -31,7 +32,7 @@ from .downloads import (
     send_song_request_async,
     suffix_for,
 )
-from .flows import Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
+from .flows import Blocking, Flow, Journal, Record, Send, Sleep, TaskJournal, UpdateCallback
 from .responses import (
     DOUBTFUL_STATUS,
     MP4,
@@ -98,6 +99,14 @@ class MusicClient(_Core):
         try:
             step = next(flow)
             while True:
+                if isinstance(step, Blocking):
+                    try:
+                        done = step.call()
+                    except BaseException as exc:
+                        step = flow.throw(exc)
+                        continue
+                    step = flow.send(done)
+                    continue
                 try:
                     if isinstance(step, Sleep):
                         self.sleep(step.seconds)
@@ -273,6 +282,14 @@ class AsyncMusicClient(_Core):
         try:
             step = next(flow)
             while True:
+                if isinstance(step, Blocking):
+                    try:
+                        done = await asyncio.to_thread(step.call)
+                    except BaseException as exc:
+                        step = flow.throw(exc)
+                        continue
+                    step = flow.send(done)
+                    continue
                 try:
                     if isinstance(step, Sleep):
                         await self.sleep(step.seconds)

@@ -1,8 +1,8 @@
 """The sans-IO vocabulary shared by the client core, its response side and its waiting side.
 
-A flow is a generator that yields `Send(request)` or `Sleep(seconds)` and receives the response (or the
-transport exception); the sync and async faces drive the same flows. `Journal` is what a flow tells
-the journal, so no paid task id is ever lost.
+A flow is a generator that yields `Send(request)`, `Sleep(seconds)` or `Blocking(call)` and receives the response
+(or the transport exception, or the call's result); the sync and async faces drive the same flows. `Journal` is
+what a flow tells the journal, so no paid task id is ever lost.
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ class Sleep(NamedTuple):
     seconds: float
 
 
-Flow = Generator["Send | Sleep", Any, T]
+class Blocking(NamedTuple):
+    """Work that blocks on its own I/O (not a `Send` of the flow's): the sync face calls it, the async face in a
+    thread, so an async client's event loop keeps running meanwhile."""
+
+    call: Callable[[], Any]
+
+
+Flow = Generator["Send | Sleep | Blocking", Any, T]
 
 
 class Journal(Protocol):

@@ -28,7 +28,7 @@ from ..errors import (
 )
 from ..models.schema import GenerateResult, TaskRecord, V2Song
 from ..models.tasks import TaskSet, TaskState
-from .flows import Flow, Record, Sleep, TaskJournal, UpdateCallback
+from .flows import Blocking, Flow, Record, Sleep, TaskJournal, UpdateCallback
 from .retry import RETRYABLE_STATUS, backoff_delay
 
 if TYPE_CHECKING:
@@ -294,7 +294,8 @@ class WaitFlows:
         if found.unknown:  # an engine song's lost answer, asked again of a team gateway only (engine_recovery)
             from .engine_recovery import recover
 
-            got, left = recover(self.engine_calls, found.unknown)
+            calls, unknown = self.engine_calls, found.unknown
+            got, left = yield Blocking(lambda: recover(calls, unknown))  # its own HTTP: off an async client's loop
             found = replace(found, unknown=tuple(left), recovered=tuple(got))  # a gateway's words in their notes
         for listener in list(self._resume_listeners):
             listener()  # after unfinished(): the journal is open, so the archive knows where to look
