@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from gateway_batch_world import BATCHES, GENERATE, fast_gateway, rows_of, through, upstream_sandbox
-from gateway_helpers import CANARY_KEY, GatewayThread, add_user, paid_counts
+from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts
 from helpers import ManualClock, wait_until
 from pg_server import PostgresServer, ledger_database, postgres_server  # noqa: F401  (the fixtures)
 
@@ -490,3 +490,21 @@ def test_a_rows_v2_mark_must_be_true_or_false(
     )
     assert answer.status_code == 422 and "v2" in answer.json()["message"], answer.text
     assert httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}).json()["data"] == []
+
+
+def test_a_dollar_only_users_batch_without_a_credit_rate_is_refused_whole_in_one_line(
+    gateway: GatewayThread, database: str, upstream: Sandbox, tmp_path: Path
+) -> None:
+    """Before, the gateway accepted the batch and then refused each row (a dollar budget cannot pay a service call
+    without the gateway's credit rate); now the hand-off is refused whole, saying how the rate is set."""
+    from ipymusicgen.errors import MusicGenError
+
+    token = add_user(database, "dot", budget=None)
+    assert cli("user", "budget-usd", "dot", "5", "--database", database)[0] == 0
+    journal = tmp_path / "dot.sqlite3"
+    with through(gateway, token, journal) as client, pytest.raises(MusicGenError, match="credit rate") as info:
+        client.batch(rows_of(2, "dollars only"), name="dollars only", concurrency=2)
+    assert "--credit-dollars" in str(info.value)
+    assert open_ledger(database).calls() == [] and paid_counts(upstream).get(GENERATE, 0) == 0
+    answer = httpx.get(gateway.url + BATCHES, headers={"x-api-key": token}, timeout=60)
+    assert "dollars only" not in answer.text, "nothing recorded at the gateway"

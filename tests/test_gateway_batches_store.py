@@ -72,3 +72,25 @@ def test_a_batch_keeps_to_the_budgets_and_its_concurrency_and_a_finished_rerun_r
     again = store.submit("max", "capped", rows(2, 2), 1, 5, 60.0)
     assert again.kind == "attached" and store.status("max", "capped")["state"] == "done"
     assert store.status("someone else", "capped") is None
+
+
+def test_a_dollar_only_users_batch_is_priced_at_the_rate_or_refused_whole_without_one(database: str) -> None:
+    """A user whose service calls are paid from a dollar budget: without a credit rate every row would be refused,
+    so the batch is, whole, with nothing recorded (before: accepted, then each row refused); with a rate, the dollars
+    left bound the batch in credits at that rate, rounded down."""
+    from ipymusicgen.storage import ledger_dollars
+
+    ledger = open_ledger(database)
+    ledger.add_user("dee", "hash-dee", None)
+    ledger_dollars.set_user_budget(ledger, "dee", 1_000_000)  # $1.00, no credits budget
+    store = BatchStore(ledger)
+    assert store.submit("dee", "songs", rows(3, 2), 3, None, 60.0).kind == "no_rate"
+    assert store.status("dee", "songs") is None, "nothing recorded"
+    ledger.credit_usd = 100_000  # $0.10 a credit: $1.00 pays 10 credits
+    over = store.submit("dee", "songs", rows(6, 2), 3, None, 60.0)
+    assert (over.kind, over.estimate, over.left) == ("over", 12, 10) and "dee's dollar budget" in (over.whose or "")
+    assert store.status("dee", "songs") is None
+    assert store.submit("dee", "songs", rows(5, 2), 3, None, 60.0).kind == "new"  # 10 credits: exactly what is left
+    ledger.credit_usd = 300_000  # $0.30: $1.00 pays 3 credits, not 3.33
+    refused = store.submit("dee", "more", rows(2, 2), 3, None, 60.0)
+    assert (refused.kind, refused.left) == ("over", 3)

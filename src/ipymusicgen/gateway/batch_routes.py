@@ -29,6 +29,7 @@ from ..models.costs import estimate_credits
 from .admission import Limits, read_body, refusal
 from .batch_store import NewRow, Submitted
 from .batch_worker import BatchWorker
+from .credit_rate import no_rate_answer
 
 MAX_ROWS = 10_000
 MAX_NAME = 200
@@ -131,6 +132,8 @@ def batch_parts(gateway: Any, limits: Limits, invalid_key: str) -> tuple[list[Ro
                 f"Row {index} of batch {name!r} is not the request first recorded under that name and row; nothing "
                 "was sent. Use a new name for a changed batch (or leave the name out).",
             )
+        if decided.kind == "no_rate":  # every row would be refused: so is the batch, whole, nothing recorded
+            return no_rate_answer(user)
         if decided.kind == "over":
             return _answer(
                 {"refused": "over", "estimate": decided.estimate, "left": decided.left, "whose": decided.whose}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .ledger import GatewayLedger, _alive
+from .ledger_units import dollars_left, pays_in_dollars
 
 QUEUED, SENDING, SENT, COMPLETE, FAILED, UNKNOWN, SKIPPED = (
     "queued",
@@ -38,6 +39,8 @@ RUNNING, DONE, STOPPED = "running", "done", "stopped"
 LEASE = 30.0
 """Seconds without a heartbeat after which a replica is taken for dead (another machine; on this one, its pid)."""
 STOPPED_BY_ADMIN = "stopped by the gateway's admin"
+NO_RATE = "no credit rate"
+"""`_credits_left`'s word for a user paying service calls in dollars at a gateway that has no credit rate."""
 CALL_OF_ROW = "LEFT JOIN calls c ON c.user_name = ? AND c.idem_key = r.idem_base || '-' || CAST(r.attempt AS TEXT)"
 CHARGED = "CASE WHEN r.cost = 0 THEN 0 ELSE COALESCE(c.measured, r.cost) END"
 """What a row's credits are: its call's settled charge once measured (never below its estimate unless the upstream
@@ -61,7 +64,8 @@ class NewRow:
 @dataclass(frozen=True)
 class Submitted:
     """What `submit` decided: `new`, `attached` (the batch existed: its rows kept), `conflict` (row `index` is not
-    the request first recorded under that name), or `over` (the rows to send would cost `estimate`, `left` left)."""
+    the request first recorded under that name), `over` (the rows to send would cost `estimate`, `left` left), or
+    `no_rate` (the user pays service calls in dollars and the gateway has no credit rate)."""
 
     kind: str
     index: int | None = None
@@ -172,9 +176,11 @@ class BatchStore:
                 if index not in stored or stored[index][1] in (QUEUED, SKIPPED) or index in retried
             ]
             estimate = sum(r.estimate for r in to_send)
-            left, whose = self.ledger._left(cur, user)
+            left, whose = self._credits_left(cur, user)
             if found and found[1] == STOPPED and self._stopped_by_admin(cur, found[0]):
                 to_send, estimate, retried = [], 0, []  # an admin's stop stands: the batch is shown as it is
+            if whose == NO_RATE and to_send:
+                return Submitted("no_rate")
             if left is not None and estimate > left:
                 return Submitted("over", estimate=estimate, left=left, whose=whose)
             if budget is not None and estimate > budget:
@@ -221,6 +227,20 @@ class BatchStore:
             ):
                 cur.run("UPDATE batches SET state = ? WHERE id = ? AND state = ?", (DONE, batch_id, RUNNING))
             return Submitted(kind, estimate=estimate, left=left)
+
+    def _credits_left(self, cur: Any, user: str) -> tuple[int | None, str | None]:
+        """Credits the user may still spend, and whose budget is smallest. A user whose service calls are paid in
+        dollars (`pays_in_dollars`) has the dollars left in credits at the gateway's rate (rounded down: a row the
+        dollars cannot pay is never admitted), or `NO_RATE` when the gateway has none: each row would be refused,
+        so the batch is, whole, before anything is recorded (before, it was accepted and every row then refused)."""
+        if not pays_in_dollars(cur, user):
+            return self.ledger._left(cur, user)
+        rate = self.ledger.credit_usd
+        if rate is None:
+            return None, NO_RATE
+        micros, whose = dollars_left(cur, user)
+        credits = None if micros is None else micros // rate
+        return credits, (f"{whose}, at the gateway's credit rate" if whose else None)
 
     def _stopped_by_admin(self, cur: Any, batch_id: int) -> bool:
         row = cur.one("SELECT note FROM batches WHERE id = ?", (batch_id,))
