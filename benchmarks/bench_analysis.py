@@ -34,7 +34,8 @@ _IN_PROCESS = (
     _WARM
     + r"""
 from ipymusicgen.lab.analysis import analyze_file
-analyze_file(warm)
+from ipymusicgen.lab.numba_cache import compile_locked
+compile_locked(lambda: analyze_file(warm))  # librosa's first use under the lock beside numba's cache
 
 def status(field):
     for line in open("/proc/self/status"):

@@ -23,7 +23,6 @@ from .decoding import blocks, low_rate_mono, open_audio
 from .levels import measure_levels
 from .lossy import LOSSLESS, LongTermSpectrum, disguised
 from .musical_key import PITCHES, estimate_key, musical_key  # noqa: F401 (musical_key: the older name, kept)
-from .numba_cache import compile_once
 from .tempo import measure_tempo
 
 LOSSY_DATA = frozenset({"mp3", "ogg"})
@@ -189,7 +188,6 @@ def analyze_file(path: str | Path, *, max_seconds: float | None = None) -> Analy
         raise AnalysisUnavailableError(
             "audio analysis needs the extra: pip install 'ipymusicgen[analysis]' (librosa and pyloudnorm)"
         )
-    compile_once(warm_up)  # librosa's first use in this process, under the lock beside numba's cache
     started = time.perf_counter()
     audio = open_audio(path)
     spectrum = LongTermSpectrum(audio.sample_rate) if audio.format in LOSSLESS else None

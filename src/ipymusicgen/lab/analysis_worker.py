@@ -34,7 +34,7 @@ from ..archive.waveform import DecodeCapError
 from .analysis import Analysis, AnalysisUnavailableError, analyze_file, available, warm_up
 from .decoding import AudioFileError
 from .lossy import lossy_source
-from .numba_cache import LOCK_SECONDS, compile_once, default_cache_dir, lock_path
+from .numba_cache import LOCK_SECONDS, compile_locked, default_cache_dir, lock_path
 
 IDLE_SECONDS = 300.0
 """A worker with nothing to do for this long exits (its memory back); the next song starts a fresh one."""
@@ -257,7 +257,7 @@ def _serve() -> None:
 
 def _compile() -> None:
     """Import librosa and run every measure once under the compile lock: one process at a time writes the cache."""
-    compile_once(warm_up)
+    compile_locked(warm_up)
 
 
 def _planted_fault() -> None:

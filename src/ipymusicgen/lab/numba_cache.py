@@ -1,23 +1,20 @@
 """Where librosa's compiled functions are cached, and the lock under which a process first loads or writes them.
 
 librosa compiles with numba (`cache=True`). Two processes compiling into, or loading from, one cache at once is a
-known numba race that ends in SIGSEGV inside librosa; so a process's first use of librosa happens under a file
-lock beside the cache it uses (the analysis worker's own cache, or numba's in-tree one).
+known numba race that ends in SIGSEGV inside librosa; so the analysis worker (and benchmark figure 14's in-process
+child) first use librosa under a file lock beside the cache they use (the worker's own, or numba's in-tree one).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 LOCK_SECONDS = 600.0
 """How long a process waits for another process's compile before compiling anyway."""
-_ONCE = threading.Lock()
-_DONE = False
 
 
 def default_cache_dir() -> Path:
@@ -46,20 +43,16 @@ def current_cache_dir() -> Path:
     return Path(given) if given else default_cache_dir()
 
 
-def compile_once(warm_up: Callable[[], None]) -> None:
-    """Call `warm_up()` (which loads or compiles every function the analysis uses) once per process, under the
-    cache's file lock; a lock held past `LOCK_SECONDS` (a stuck process) is waited out, then ignored."""
-    global _DONE
+def compile_locked(warm_up: Callable[[], None]) -> None:
+    """Call `warm_up()` (which loads or compiles every function the analysis uses) under the cache's file lock; a
+    lock held past `LOCK_SECONDS` (a stuck process) is waited out, then ignored. A process calls it once, before
+    its first measure (the analysis worker does; so does benchmark figure 14's in-process child)."""
     from filelock import FileLock, Timeout
 
-    with _ONCE:
-        if _DONE:
-            return
-        cache_dir = current_cache_dir()
-        cache_dir.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with FileLock(str(lock_path(cache_dir)), timeout=LOCK_SECONDS):
-                warm_up()
-        except Timeout:
+    cache_dir = current_cache_dir()
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(lock_path(cache_dir)), timeout=LOCK_SECONDS):
             warm_up()
-        _DONE = True
+    except Timeout:
+        warm_up()
