@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ipymusicgen.config import Settings
+from ipymusicgen.sandbox import Sandbox
 from ipymusicgen.song_library import Library
 from ipymusicgen.widgets.library import LibraryView
 from ipymusicgen.workspace import session
@@ -78,3 +79,34 @@ def test_a_library_of_no_workspace_hears_no_workspaces_news(two: tuple[Workspace
         finally:
             alone.close()
             with_client.close()
+
+
+def test_a_view_open_on_another_file_neither_hears_nor_holds_up_this_files_archive(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Hand-made clients share the session's wiring, so every library view made beside one heard every song any of
+    them archived, each a whole refresh on the archiver's thread: a view left open on a slow or locked file held up
+    every archiver of the process (CI saw songs of unrelated tests not archived within 30 and 60 s). A view hears
+    its own file's songs only."""
+    import threading
+
+    from ipymusicgen.storage.journal import Journal
+
+    release = threading.Event()
+
+    class Stuck(Counted):
+        def _archived(self, task_id: str, _path: object, _peaks: object, _error: object) -> None:
+            self.heard.append(task_id)
+            release.wait(120)  # a refresh on a file another process holds locked
+
+    with sandbox.client(journal=Journal(tmp_path / "mine.sqlite3"), archive=tmp_path / "songs") as client:
+        other, mine = Library(tmp_path / "other.sqlite3"), Library(tmp_path / "mine.sqlite3")
+        stuck, own = Stuck(other, client=client), Counted(mine, client=client)
+        try:
+            ids = list(client.generate(action="auto", style="glass harmonica").ids)
+            client.wait(ids, timeout=30, archived=True)
+            assert stuck.heard == [] and set(own.heard) == set(ids)
+        finally:
+            release.set()
+            for closing in (stuck, own, other, mine):
+                closing.close()

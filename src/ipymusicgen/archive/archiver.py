@@ -476,9 +476,9 @@ class Archiver(QueueWorker):
                 message = self.client.redact(f"{type(exc).__name__}: {exc}")
                 self.errors[task_id] = message
                 store.archive_failed(task_id, message)
-                events.announce(task_id, None, None, message)
+                events.announce(task_id, None, None, message, journal=self.journal_path)
             else:
-                events.announce(task_id, self.archived[task_id], *_stored(store, task_id))
+                events.announce(task_id, self.archived[task_id], *_stored(store, task_id), journal=self.journal_path)
                 if kept_before:
                     continue  # followed when it was kept (by whichever process kept it): not measured again
                 for follow in list(self.followers):

@@ -22,36 +22,63 @@ class ArchiveEvents:
     dropped), told on the archiver's thread."""
 
     def __init__(self) -> None:
-        self._listeners: list[weakref.ref[Any]] = []
+        self._listeners: list[tuple[weakref.ref[Any], Path | None]] = []
+        """Each listener, held weakly, with the journal file it hears alone (None: every song)."""
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ArchiveEvents(listeners={len(self._alive())})"
 
-    def subscribe(self, listener: ArchiveListener) -> None:
-        """Call `listener(task_id, path, peaks, error)` after each song is archived (or fails to be). A bound
-        method is held as long as its object lives."""
+    def subscribe(self, listener: ArchiveListener, *, journal: str | Path | None = None) -> None:
+        """Call `listener(task_id, path, peaks, error)` after each song is archived (or fails to be); with `journal`,
+        only for songs of that journal file (a library view: another file's song is not on its pages, and a view
+        left open on a slow or locked file must not hold up every archiver of the workspace). A bound method is
+        held as long as its object lives."""
         ref = weakref.WeakMethod(listener) if hasattr(listener, "__self__") else weakref.ref(listener)
+        only = _file(journal)
         with self._lock:
-            self._listeners.append(ref)  # type: ignore[arg-type]
+            self._listeners.append((ref, only))  # type: ignore[arg-type]
 
     def unsubscribe(self, listener: ArchiveListener) -> None:
         """Hear no more (a closed view); a listener never subscribed is ignored."""
         with self._lock:
-            self._listeners[:] = [ref for ref in self._listeners if ref() not in (None, listener)]
+            self._listeners[:] = [(ref, only) for ref, only in self._listeners if ref() not in (None, listener)]
 
     @property
     def listening(self) -> bool:
         """Whether any view listens (when none does, an archiver skips re-announcing songs it kept already)."""
         return bool(self._alive())
 
-    def announce(self, task_id: str, path: Path | None, peaks: list[list[float]] | None, error: str | None) -> None:
-        """Tell every listener; one that raises (a closed or foreign view) never stops the archive or the others."""
-        for listener in self._alive():
+    def announce(
+        self,
+        task_id: str,
+        path: Path | None,
+        peaks: list[list[float]] | None,
+        error: str | None,
+        *,
+        journal: str | Path | None = None,
+    ) -> None:
+        """Tell every listener (those of another journal file than `journal`, when given, are skipped); one that
+        raises (a closed or foreign view) never stops the archive or the others."""
+        origin = _file(journal)
+        for listener in self._alive(origin):
             with contextlib.suppress(Exception):
                 listener(task_id, path, peaks, error)
 
-    def _alive(self) -> list[ArchiveListener]:
+    def _alive(self, origin: Path | None = None) -> list[ArchiveListener]:
         with self._lock:
-            self._listeners[:] = [ref for ref in self._listeners if ref() is not None]
-            return [listener for ref in self._listeners if (listener := ref()) is not None]
+            self._listeners[:] = [(ref, only) for ref, only in self._listeners if ref() is not None]
+            return [
+                listener
+                for ref, only in self._listeners
+                if (listener := ref()) is not None and (origin is None or only is None or only == origin)
+            ]
+
+
+def _file(journal: str | Path | None) -> Path | None:
+    if journal is None:
+        return None
+    try:
+        return Path(journal).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return Path(journal)

@@ -198,7 +198,8 @@ class LibraryView(TextRepr, anywidget.AnyWidget):
         if watcher is not None:
             watcher.on_favourite = self._watcher_favourite
         self._archive_news = self._archive_events(library, client)
-        self._archive_news.subscribe(self._archived)  # held weakly: a new song shows once it is archived
+        # held weakly: a new song of its file shows once it is archived (another file's songs are not its to show)
+        self._archive_news.subscribe(self._archived, journal=getattr(library, "path", None))
         self.audio = CardAudio(self)
         self._focus: str | None = None
         self.add_class("ipymusicgen-library-view")
