@@ -33,10 +33,11 @@ def _own_numba_cache() -> object | None:
     SIGSEGV (CI saw it: both workers and a benchmark child compiling into librosa's in-tree cache on a fresh
     machine). Each process takes the first free slot under the user's cache, holds that slot's lock until it
     exits, and its children inherit the slot; slots persist, so a second run finds them compiled."""
-    import platformdirs
     from filelock import FileLock, Timeout
 
-    root = Path(platformdirs.user_cache_dir("ipymusicgen", appauthor=False)) / "tests-numba"
+    from ipymusicgen.lab.numba_cache import default_cache_dir
+
+    root = default_cache_dir().parent / "tests-numba"  # beside the worker's own cache
     root.mkdir(parents=True, exist_ok=True)
     for slot in range(NUMBA_SLOTS):
         lock = FileLock(str(root / f"slot-{slot}.taken"), timeout=0)

@@ -344,6 +344,18 @@ class GatewayLedger:
 
     # -- paid calls -----------------------------------------------------------------------------------
 
+    def _payer(self, cur: Any, user: str) -> tuple[int | None, int | None, str | None] | None:
+        """How a service call of `user` is paid, in the reservation's transaction: (the dollar rate per credit, or
+        None for credits; what is left in that unit; whose budget is smallest), or None when a dollar budget pays and
+        the gateway has no credit rate. Reservations and batch submissions both ask it (`ledger_units`)."""
+        if not pays_in_dollars(cur, user):
+            left, whose = self._left(cur, user)
+            return None, left, whose
+        if self.credit_usd is None:
+            return None
+        left, whose = dollars_left(cur, user)
+        return self.credit_usd, left, whose
+
     def reserve(
         self,
         user: str,
@@ -389,11 +401,10 @@ class GatewayLedger:
                     return Reservation("conflict")
                 body = bytes(row[2]) if row[2] is not None else None
                 return Reservation("repeat", call_id=int(row[4]), state=row[0], status_code=row[1], body=body)
-        in_dollars = pays_in_dollars(cur, user)
-        rate = self.credit_usd if in_dollars else None
-        if in_dollars and rate is None:
+        payer = self._payer(cur, user)
+        if payer is None:
             return Reservation("no_rate")
-        left, whose = self._left(cur, user) if rate is None else dollars_left(cur, user)
+        rate, left, whose = payer
         if left is not None and left < estimated * (rate or 1):
             return Reservation("over", over=whose)
         row = cur.one(

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .ledger import GatewayLedger, _alive
-from .ledger_units import dollars_left, pays_in_dollars
 
 QUEUED, SENDING, SENT, COMPLETE, FAILED, UNKNOWN, SKIPPED = (
     "queued",
@@ -233,14 +232,13 @@ class BatchStore:
         dollars (`pays_in_dollars`) has the dollars left in credits at the gateway's rate (rounded down: a row the
         dollars cannot pay is never admitted), or `NO_RATE` when the gateway has none: each row would be refused,
         so the batch is, whole, before anything is recorded (before, it was accepted and every row then refused)."""
-        if not pays_in_dollars(cur, user):
-            return self.ledger._left(cur, user)
-        rate = self.ledger.credit_usd
-        if rate is None:
+        payer = self.ledger._payer(cur, user)
+        if payer is None:
             return None, NO_RATE
-        micros, whose = dollars_left(cur, user)
-        credits = None if micros is None else micros // rate
-        return credits, (f"{whose}, at the gateway's credit rate" if whose else None)
+        rate, left, whose = payer
+        if rate is None:
+            return left, whose
+        return (None if left is None else left // rate), (f"{whose}, at the gateway's credit rate" if whose else None)
 
     def _stopped_by_admin(self, cur: Any, batch_id: int) -> bool:
         row = cur.one("SELECT note FROM batches WHERE id = ?", (batch_id,))
