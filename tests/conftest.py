@@ -52,6 +52,25 @@ def _own_numba_cache() -> object | None:
 
 _NUMBA_SLOT = _own_numba_cache()
 
+MEMORY_TEMP = Path("/dev/shm")
+MEMORY_TEMP_FREE = 4 << 30
+"""The tests' folders go to memory when it has this much room (a container's default 64 MB /dev/shm does not)."""
+
+
+def _temp_in_memory() -> None:
+    """Put pytest's numbered temp folders (`tmp_path`: journals, archives, servers' homes) on tmpfs when there is one
+    with room: on a disk mounted with `discard`, as here, each unlink took 3.5 ms and a new journal 55 ms against
+    22 ms in memory. Numbered folders as ever, so two runs at once never meet; a `--basetemp` or a root the caller
+    set wins."""
+    if "PYTEST_DEBUG_TEMPROOT" in os.environ or not MEMORY_TEMP.is_dir() or not os.access(MEMORY_TEMP, os.W_OK):
+        return
+    stats = os.statvfs(MEMORY_TEMP)
+    if stats.f_bavail * stats.f_frsize >= MEMORY_TEMP_FREE:
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(MEMORY_TEMP)  # pytest's own name for its temp root
+
+
+_temp_in_memory()
+
 
 SLOW_FIXTURES = frozenset({"browser", "kernel", "lab", "notebook_server", "notebook_runs"})
 """Fixtures that start a browser or a kernel: a test that asks for one is slow wherever it lives."""
