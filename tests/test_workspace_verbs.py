@@ -28,19 +28,22 @@ OTHER_MEANINGS = frozenset({"lab/tempo.py:grid", "archive/waveform.py:waveform",
 """Same-named functions that are not the verb: a beat grid, the envelope of a file, the extra made by a client."""
 
 
-def top_level_defs(name: str) -> list[tuple[str, ast.FunctionDef]]:
-    found = []
+def top_level_defs() -> dict[str, list[tuple[str, ast.FunctionDef]]]:
+    """Every verb's top-level definitions in the package, each file parsed once (not once per verb)."""
+    found: dict[str, list[tuple[str, ast.FunctionDef]]] = {verb: [] for verb in VERBS}
     for path in sorted(PACKAGE.rglob("*.py")):
         where = path.relative_to(PACKAGE).as_posix()
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and node.name == name and f"{where}:{name}" not in OTHER_MEANINGS:
-                found.append((where, node))
+            named = isinstance(node, ast.FunctionDef) and node.name in found
+            if named and f"{where}:{node.name}" not in OTHER_MEANINGS:
+                found[node.name].append((where, node))
     return found
 
 
 def test_each_verb_is_defined_once_in_one_line() -> None:
+    every = top_level_defs()
     for verb, home in VERBS.items():
-        found = top_level_defs(verb)
+        found = every[verb]
         assert [where for where, _ in found] == [home], verb
         (_, node) = found[0]
         body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]

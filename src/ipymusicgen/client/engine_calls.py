@@ -51,6 +51,7 @@ from ..models.schema import GenerateResult, TaskRecord
 from ..models.tasks import V1_COMPLETE_STATUS, V1_FAILED_STATUS
 from .downloads import AtomicFile, safe_filename
 from .responses import MAX_BODY_BYTES, BodyReader
+from .transport import trust_store
 
 if TYPE_CHECKING:
     from .core import _Core
@@ -128,7 +129,7 @@ class EngineCalls:
         it never retries, never follows a redirect, and closes when this object is collected."""
         with self._lock:
             if self._pool is None:
-                self._pool = httpx.Client(follow_redirects=False)
+                self._pool = httpx.Client(follow_redirects=False, verify=trust_store())
                 weakref.finalize(self, self._pool.close)
             return self._pool
 

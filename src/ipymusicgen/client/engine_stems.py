@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..models.dollar_prices import stems_estimate
 from .engine_calls import ENGINE_TIMEOUT, NOT_SENT, spool_dir
+from .transport import trust_store
 
 if TYPE_CHECKING:
     from .core import _Core
@@ -83,7 +84,7 @@ def separate_stems(
     headers = {"User-Agent": f"ipymusicgen/{__version__} httpx/{httpx.__version__}", **el.RULES.headers(key)}
     timeout = httpx.Timeout(ENGINE_TIMEOUT, connect=client.settings.connect_timeout)
     try:
-        with httpx.Client(follow_redirects=False, timeout=timeout) as http:
+        with httpx.Client(follow_redirects=False, timeout=timeout, verify=trust_store()) as http:
             response = http.post(
                 base + el.STEMS.path,
                 headers=headers,

@@ -40,7 +40,7 @@ from .responses import (
     Endpoint,
 )
 from .retry import RETRYABLE_STATUS, backoff_delay
-from .transport import bounded, bounded_transport
+from .transport import bounded, bounded_transport, trust_store
 from .waiting import Resumed, archive_outcome, archive_time_left, is_transient
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ class AsyncMusicClient(_Core):
         self, api_key: str | None = None, *, http_client: httpx.AsyncClient | None = None, **kwargs: Any
     ) -> None:
         super().__init__(api_key, **kwargs)
-        self._http = http_client or httpx.AsyncClient(timeout=self._timeout())
+        self._http = http_client or httpx.AsyncClient(timeout=self._timeout(), verify=trust_store())
         self.sleep: Callable[[float], Awaitable[object]] = _async_sleep
         """How the client waits between retries and polls (a test gives it a fake clock)."""
 

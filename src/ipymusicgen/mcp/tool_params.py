@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -19,16 +20,23 @@ def bounds_of(prop: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in prop.items() if k not in ("title", "default", "description")}
 
 
+@functools.cache
+def _schema_text(model: type[BaseModel]) -> str:
+    """A request model's JSON schema as text, made once: pydantic makes it anew at each call (10-20 ms), and the
+    server is built from a dozen of them."""
+    return json.dumps(model.model_json_schema())
+
+
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """A request model's JSON schema (every bound of the spec)."""
-    return model.model_json_schema()
+    """A request model's JSON schema (every bound of the spec); the caller's own copy."""
+    return json.loads(_schema_text(model))
 
 
 def v1_schema() -> dict[str, Any]:
     """The v1 fields of every action's shape, each with its bounds; `action` names the shape."""
     properties: dict[str, Any] = {}
     for shape in V1_SHAPES.values():
-        for name, prop in shape.model_json_schema()["properties"].items():
+        for name, prop in model_schema(shape)["properties"].items():
             properties.setdefault(name, prop)
     properties["action"] = {"type": "string", "enum": list(ACTIONS), "default": "auto"}
     return {"properties": properties, "required": []}
@@ -64,7 +72,7 @@ def request_parameters(
     descriptions = field_descriptions(*models)
     properties: dict[str, Any] = {}
     for model in models:
-        for name, prop in model.model_json_schema()["properties"].items():
+        for name, prop in model_schema(model)["properties"].items():
             properties.setdefault(name, prop)
     parameters = []
     for name, description in descriptions.items():

@@ -37,6 +37,7 @@ from ..archive.archived_audio import (
 from ..archive.sniff import audio_suffix
 from ..archive.waveform import decode_cap
 from ..client.downloads import HostIsInner, SizeLimit, SongRedirectRefused, host_is_inner, open_song_url
+from ..client.transport import trust_store
 from ..safe_html import http_url
 
 BLOCK_FRAMES = 16_384
@@ -104,7 +105,7 @@ def _fetch(url: str, limit: int, inner: HostIsInner) -> bytes:
     chunks: list[bytes] = []
     try:
         with (
-            httpx.Client(timeout=timeout) as http,
+            httpx.Client(timeout=timeout, verify=trust_store()) as http,
             contextlib.closing(open_song_url(http, url, inner=inner)) as response,
         ):
             if not response.is_success:
