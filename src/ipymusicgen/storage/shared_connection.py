@@ -43,6 +43,10 @@ class Shared:
         self.db = db
         self.lock = threading.RLock()
         self.users = 0
+        self.closed = threading.Event()
+        """Set when the last user's close is done: until then the file stays this entry's, and an `acquire` of it
+        waits (the close checkpoints the WAL into the file, and a new open that read the file's header meanwhile
+        took the half-written file for a damaged one)."""
         self._timeout_ms = max(0, int(busy_timeout * 1000))
 
     def __repr__(self) -> str:
@@ -81,10 +85,14 @@ class Shared:
             self.users -= 1
             if self.users > 0:
                 return
-            if _registry.get(self.key) is self:
-                del _registry[self.key]
-        with self.lock, suppress(sqlite3.Error):
-            self.db.close()
+        try:  # still the file's entry while it closes: a new user waits for the close (see `closed`)
+            with self.lock, suppress(sqlite3.Error):
+                self.db.close()
+        finally:
+            with _registry_lock:
+                if _registry.get(self.key) is self:
+                    del _registry[self.key]
+            self.closed.set()
 
 
 class SharedStore:
@@ -122,9 +130,27 @@ def acquire(path: str | Path, *, busy_timeout: float | None = None, owner: objec
     seconds = busy_timeout_or_default(busy_timeout)
     path = Path(path)
     _create_if_missing(path)
+    stuck = None
+    while True:
+        shared, closing = _take(path, seconds, owner, stuck)
+        if shared is not None:
+            return shared
+        # its last user's close is still writing the file: wait for it (bounded: past that, open beside it, as before)
+        stuck = None if closing.closed.wait(max(seconds, 1.0)) else closing
+
+
+def _take(
+    path: Path, seconds: float, owner: object | None, stuck: Shared | None
+) -> tuple[Shared, None] | tuple[None, Shared]:
+    """One use of the file's shared connection (opened here if the file has none); or, taking none, the entry whose
+    close is under way, to wait for (unless it is `stuck`, waited for in vain: a new connection then replaces it)."""
     with _registry_lock:
         key = _key(path)
         shared = _registry.get(key)
+        if shared is not None and shared.users <= 0:
+            if not shared.closed.is_set() and shared is not stuck:
+                return None, shared
+            shared = None  # closed (its entry not yet gone), or stuck: a new connection takes its place
         if shared is None:
             shared = Shared(key, open_db(path, busy_timeout=seconds), seconds)
             _registry[key] = shared
@@ -134,7 +160,7 @@ def acquire(path: str | Path, *, busy_timeout: float | None = None, owner: objec
             finalizer = weakref.finalize(owner, _collected.append, shared)  # a deque's append takes no lock
             finalizer.atexit = False  # at exit `_close_all` closes every file
             _holders[owner] = finalizer
-    return shared
+    return shared, None
 
 
 def _release_collected() -> None:
