@@ -22,6 +22,7 @@ from ipymusicgen.errors import JournalUnavailableError, JournalWriteWarning
 from ipymusicgen.mcp.desk import AgentDesk
 from ipymusicgen.song_library import Library
 from ipymusicgen.storage import journal_file as storage_db
+from ipymusicgen.storage import migrations
 from ipymusicgen.storage.batches import BatchStore
 from ipymusicgen.storage.journal import Journal
 from ipymusicgen.storage.library import LibraryStore, LibraryWriteError
@@ -459,3 +460,42 @@ def test_a_previous_release_journal_killed_before_its_checkpoint_opens_and_gets_
     assert db.execute("PRAGMA application_id").fetchone()[0] == storage_db.APPLICATION_ID
     assert db.execute("PRAGMA user_version").fetchone()[0] == LATEST
     db.close()
+
+
+def _newest_wal_page(wal: Path, number: int) -> bytes:
+    """The newest copy of page `number` in a WAL file (a 32-byte header, then frames: a 24-byte header and a page)."""
+    data = wal.read_bytes()
+    size = int.from_bytes(data[8:12], "big")
+    found = [data[at + 24 : at + 24 + size] for at in range(32, len(data) - size - 23, size + 24)
+             if int.from_bytes(data[at : at + 4], "big") == number]  # fmt: skip
+    assert found, f"page {number} is not in {wal}"
+    return found[-1]
+
+
+def test_a_journal_caught_mid_checkpoint_by_another_kernel_is_not_called_damaged(tmp_path: Path) -> None:
+    """Another kernel writes a journal that has no application id yet (a previous release's, or a new one whose
+    first steps are still in its WAL) and checkpoints it as this one opens it: the checkpoint has written the newest
+    first page, not yet the rest. Read alone and immutably, the file looked damaged ("database disk image is
+    malformed"), and the user was told to move the journal aside; it is read through the WAL the writer holds."""
+    path = tmp_path / "journal.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE filler (x TEXT)")
+    writer.executemany("INSERT INTO filler VALUES (?)", [("x" * 500,) for _ in range(40)])
+    writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    for step in migrations.MIGRATIONS[:8]:  # the schema's pages are in the WAL only
+        step(writer)
+    writer.execute("PRAGMA user_version = 8")
+    with path.open("r+b") as main:  # the checkpoint under way: its first page written
+        main.write(_newest_wal_page(Path(f"{path}-wal"), 1))
+    try:
+        storage_db.recognise(path)
+        reader = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
+        with pytest.raises(sqlite3.DatabaseError, match="malformed"):  # the state it is in, read alone
+            reader.execute("SELECT name FROM sqlite_master").fetchall()
+        reader.close()
+    finally:
+        writer.close()
+    with Journal(path) as journal:  # the writer gone, its last checkpoint done: a journal as any
+        assert journal.attempts() == []

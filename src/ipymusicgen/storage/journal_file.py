@@ -101,9 +101,27 @@ def recognise(path: Path) -> None:
 
 def _has_our_schema(path: Path) -> bool:
     """A file with no application id is ours if it holds the journal's tables, or no table at all (as a new
-    journal whose first step did not finish); read immutably, so nothing (not even a side file) is made."""
+    journal whose first step did not finish); read immutably, so nothing (not even a side file) is made. Except
+    while another connection has the file open in WAL mode (its -wal and -shm beside it, the WAL not empty): the
+    file alone is then behind its WAL, or half written by a checkpoint under way, and read immutably it looked
+    damaged; it is read through the WAL then, read-only, as SQLite shares it (immutably if that cannot be)."""
+    uri = path.resolve().as_uri()
+    if _wal_in_use(path):
+        with contextlib.suppress(sqlite3.OperationalError):  # e.g. its -shm not ours to map: as before
+            return _schema_is_ours(f"{uri}?mode=ro", path)
+    return _schema_is_ours(f"{uri}?mode=ro&immutable=1", path)
+
+
+def _wal_in_use(path: Path) -> bool:
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        return os.stat(f"{path}-wal").st_size > 0 and os.path.exists(f"{path}-shm")
+    except OSError:
+        return False
+
+
+def _schema_is_ours(uri: str, path: Path) -> bool:
+    try:
+        db = sqlite3.connect(uri, uri=True)
         try:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
