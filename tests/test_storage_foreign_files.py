@@ -472,12 +472,10 @@ def _newest_wal_page(wal: Path, number: int) -> bytes:
     return found[-1]
 
 
-def test_a_journal_caught_mid_checkpoint_by_another_kernel_is_not_called_damaged(tmp_path: Path) -> None:
-    """Another kernel writes a journal that has no application id yet (a previous release's, or a new one whose
-    first steps are still in its WAL) and checkpoints it as this one opens it: the checkpoint has written the newest
-    first page, not yet the rest. Read alone and immutably, the file looked damaged ("database disk image is
-    malformed"), and the user was told to move the journal aside; it is read through the WAL the writer holds."""
-    path = tmp_path / "journal.sqlite3"
+def _caught_mid_checkpoint(path: Path) -> sqlite3.Connection:
+    """Another kernel's journal with no application id yet (a previous release's, or a new one whose first steps
+    are still in its WAL), caught as that kernel checkpoints it: its newest first page written, not yet the rest.
+    The writer's connection is returned, still open (its WAL and -shm beside the file)."""
     writer = sqlite3.connect(path, isolation_level=None)
     writer.execute("PRAGMA journal_mode=WAL")
     writer.execute("CREATE TABLE filler (x TEXT)")
@@ -487,15 +485,48 @@ def test_a_journal_caught_mid_checkpoint_by_another_kernel_is_not_called_damaged
     for step in migrations.MIGRATIONS[:8]:  # the schema's pages are in the WAL only
         step(writer)
     writer.execute("PRAGMA user_version = 8")
-    with path.open("r+b") as main:  # the checkpoint under way: its first page written
+    with path.open("r+b") as main:
         main.write(_newest_wal_page(Path(f"{path}-wal"), 1))
+    reader = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):  # the state it is in, read alone
+        reader.execute("SELECT name FROM sqlite_master").fetchall()
+    reader.close()
+    return writer
+
+
+def test_a_journal_caught_mid_checkpoint_is_read_again_once_the_checkpoint_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read alone, the half-checkpointed file looked damaged, and the user was told to move the journal aside: it is
+    read again while another connection holds it in WAL mode, and the checkpoint done, it is a journal as any."""
+    path = tmp_path / "journal.sqlite3"
+    writer = _caught_mid_checkpoint(path)
+    pauses: list[float] = []
+
+    def checkpoint_done(seconds: float) -> None:  # the other kernel's checkpoint ends while this one waits
+        pauses.append(seconds)
+        writer.close()
+
+    monkeypatch.setattr(storage_db, "_pause", checkpoint_done)
+    storage_db.recognise(path)
+    assert len(pauses) == 1
+    with Journal(path) as journal:
+        assert journal.attempts() == []
+
+
+def test_a_journal_still_mid_checkpoint_is_busy_not_damaged_and_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    writer = _caught_mid_checkpoint(path)
     try:
-        storage_db.recognise(path)
-        reader = sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True)
-        with pytest.raises(sqlite3.DatabaseError, match="malformed"):  # the state it is in, read alone
-            reader.execute("SELECT name FROM sqlite_master").fetchall()
-        reader.close()
+        before = snapshot(path)
+        monkeypatch.setattr(storage_db, "CHECKPOINT_WAIT", 0.0)
+        with pytest.raises(storage_db.JournalBusyError) as busy:
+            Journal(path)
+        message = one_line(busy.value)
+        assert "being written by another program" in message and "Try again" in message
+        assert "damaged" not in message and "Move it aside" not in message
+        assert snapshot(path) == before  # no side file made or removed, the file as it was
     finally:
         writer.close()
-    with Journal(path) as journal:  # the writer gone, its last checkpoint done: a journal as any
-        assert journal.attempts() == []

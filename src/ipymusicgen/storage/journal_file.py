@@ -16,6 +16,7 @@ import shlex
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -41,6 +42,10 @@ class NotAJournalError(JournalUnavailableError):
 
 class JournalDamagedError(JournalUnavailableError):
     """The journal file is damaged; nothing is written to it."""
+
+
+class JournalBusyError(JournalUnavailableError):
+    """Another program is in the middle of writing the journal file (a checkpoint); nothing was read or written."""
 
 
 def damaged(path: str | Path, detail: str) -> JournalDamagedError:
@@ -99,29 +104,48 @@ def recognise(path: Path) -> None:
     refuse_newer(int.from_bytes(header[60:64], "big", signed=True), path)
 
 
+CHECKPOINT_WAIT = 2.0
+"""Seconds a file caught mid-checkpoint by another connection is read again before it is said to be busy."""
+
+
 def _has_our_schema(path: Path) -> bool:
     """A file with no application id is ours if it holds the journal's tables, or no table at all (as a new
-    journal whose first step did not finish); read immutably, so nothing (not even a side file) is made. Except
-    while another connection has the file open in WAL mode (its -wal and -shm beside it, the WAL not empty): the
-    file alone is then behind its WAL, or half written by a checkpoint under way, and read immutably it looked
-    damaged; it is read through the WAL then, read-only, as SQLite shares it (immutably if that cannot be)."""
-    uri = path.resolve().as_uri()
-    if _wal_in_use(path):
-        with contextlib.suppress(sqlite3.OperationalError):  # e.g. its -shm not ours to map: as before
-            return _schema_is_ours(f"{uri}?mode=ro", path)
-    return _schema_is_ours(f"{uri}?mode=ro&immutable=1", path)
+    journal whose first step did not finish); read immutably, so nothing (not even a side file) is made.
+
+    While another connection holds the file in WAL mode, a checkpoint under way leaves it half written (its newest
+    first page, not yet the rest), and read alone it looks damaged: it is read again (a checkpoint takes moments),
+    then said to be busy, never damaged. Reading through the WAL instead would make side files of a file that may
+    be another program's."""
+    deadline = time.monotonic() + CHECKPOINT_WAIT
+    while True:
+        try:
+            return _schema_is_ours(path)
+        except JournalDamagedError as exc:
+            if not _wal_in_use(path):
+                raise
+            if time.monotonic() >= deadline:
+                raise JournalBusyError(
+                    f"The journal {path} is being written by another program right now (its WAL is being copied "
+                    "into it); nothing was read or written. Try again in a moment."
+                ) from exc
+        _pause(0.05)
+
+
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _wal_in_use(path: Path) -> bool:
+    """Another connection holds the file in WAL mode: its -wal is there and not empty, its -shm too."""
     try:
         return os.stat(f"{path}-wal").st_size > 0 and os.path.exists(f"{path}-shm")
     except OSError:
         return False
 
 
-def _schema_is_ours(uri: str, path: Path) -> bool:
+def _schema_is_ours(path: Path) -> bool:
     try:
-        db = sqlite3.connect(uri, uri=True)
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         try:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
