@@ -126,3 +126,28 @@ def test_a_file_is_opened_again_only_once_its_last_close_is_done(tmp_path: Path)
     assert users_of(path) == 1
     second.close()
     assert users_of(path) is None
+
+
+def test_a_thread_holding_the_files_lock_opens_it_again_without_waiting_for_a_close_it_holds_up(
+    tmp_path: Path,
+) -> None:
+    """A close needs the connection's lock: a thread that holds it and opens a store of the file meanwhile does not
+    wait for that close (it would wait the whole busy timeout, 10 s, for nothing), it opens beside it."""
+    path = tmp_path / "journal.sqlite3"
+    first, second = LibraryStore(path), ExtrasStore(path)
+    shared = first._shared
+    assert shared is not None
+    shared.closed = watched = _WatchedEvent()
+    with first.lock:
+        first.close()
+        del second  # collected unclosed: the next acquire on any thread gives its use back, closing the file
+        gc.collect()
+        closer = threading.Thread(target=open_connections)  # the last use given back: its close waits for the lock
+        closer.start()
+        wait_until(lambda: shared.users == 0, "the last user's close under way")
+        third = LibraryStore(path)
+        assert not watched.waited.is_set(), "waited for a close that the lock held here holds up"
+    closer.join(WAIT)
+    assert watched.is_set() and users_of(path) == 1
+    third.close()
+    assert users_of(path) is None

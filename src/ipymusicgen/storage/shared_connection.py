@@ -148,7 +148,9 @@ def _take(
         key = _key(path)
         shared = _registry.get(key)
         if shared is not None and shared.users <= 0:
-            if not shared.closed.is_set() and shared is not stuck:
+            # a close this thread holds up (it holds the connection's lock) would be waited for in vain
+            held_here = shared.lock._is_owned()  # type: ignore[attr-defined]
+            if not shared.closed.is_set() and shared is not stuck and not held_here:
                 return None, shared
             shared = None  # closed (its entry not yet gone), or stuck: a new connection takes its place
         if shared is None:
