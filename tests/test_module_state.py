@@ -116,8 +116,8 @@ MEMOS = MappingProxyType(
         "client/responses.py:key_pattern": "a key's echo pattern (the pattern holding the key sits in `re`'s own "
         "compile cache anyway); 8 at most",
         "client/responses.py:_key_bytes_pattern": "the same pattern as bytes",
-        "client/transport.py:trust_store": "the TLS trust store httpx would load for every client (certifi's bundle, "
-        "or SSL_CERT_FILE / SSL_CERT_DIR), loaded once: constant while the process runs",
+        "client/transport.py:_trust_store": "the TLS trust store httpx would load for every client, one per "
+        "SSL_CERT_FILE / SSL_CERT_DIR setting (its key): a pure function of its arguments",
         "mcp/text.py:_shown": "one character as kept: a pure function of the character",
         "mcp/tool_params.py:_schema_text": "a request model's JSON schema: a pure function of a class of the package",
         "notebook/args.py:_default_parser": "%musicgen's argument parser, built once from constant options",

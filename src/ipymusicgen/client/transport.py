@@ -9,6 +9,7 @@ stream and cuts every read's timeout to what is left of the current thread's dea
 from __future__ import annotations
 
 import functools
+import os
 from typing import TYPE_CHECKING
 
 from .deadline import bounded
@@ -21,12 +22,17 @@ if TYPE_CHECKING:
 __all__ = ["bounded", "bounded_transport", "trust_store"]
 
 
-@functools.cache
 def trust_store() -> ssl.SSLContext:
-    """The TLS context every client of the package verifies servers with: httpx's own default (certifi's bundle, or
-    `SSL_CERT_FILE` / `SSL_CERT_DIR`), loaded once. httpx loads it anew for each client it makes, 20-45 ms each here;
-    its docs advise sharing one. No client here speaks HTTP/2, so the one setting httpcore changes on a context per
-    connection (ALPN) is the same for all."""
+    """The TLS context the package's clients verify servers with: httpx's own default (certifi's bundle, or the
+    `SSL_CERT_FILE` / `SSL_CERT_DIR` set now), loaded once per setting. httpx loads it anew for each client it makes,
+    20-45 ms each here; its docs advise sharing one. No client here speaks HTTP/2, so the one setting httpcore changes
+    on a context per connection (ALPN) is the same for all."""
+    return _trust_store(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _trust_store(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """One context per trust setting (the arguments are the cache's key: httpx reads the same variables)."""
     import httpx
 
     return httpx.create_ssl_context()
