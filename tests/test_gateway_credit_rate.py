@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from gateway_helpers import CANARY_KEY, GatewayThread, add_user, cli, paid_counts, post, settled
@@ -163,3 +164,15 @@ def test_a_dollar_paid_call_settles_in_dollars_at_the_rate_it_was_reserved_at(da
         assert ledger.totals() == {"": 0, "mo": 0} and ledger.users()[0].spent == 0  # never in credits
         [row] = [r for r in ledger.spend("user") if r.group == "mo"]
         assert (row.estimated, row.measured, row.usd) == (0, None, 5 * RATE)
+
+
+@pytest.mark.parametrize("rate", [0, -5, 2.5, float("nan"), True, "250000"])
+def test_a_rate_set_by_code_is_a_positive_whole_number_of_micros_or_refused(tmp_path: Path, rate: object) -> None:
+    """`build(credit_usd=...)` and embedders set the ledger's rate without the CLI's check: at 0 five calls on a $1
+    budget were all sent and spent $0, and a batch raised ZeroDivisionError; at -5 the budget grew with each call."""
+    with open_ledger(str(tmp_path / "ledger.sqlite3")) as ledger:
+        with pytest.raises(ValueError, match="positive whole number of millionths of a dollar"):
+            ledger.credit_usd = rate  # type: ignore[assignment]
+        assert ledger.credit_usd is None  # unchanged: a dollar budget's service call is refused (no rate)
+        ledger.credit_usd = RATE
+        ledger.credit_usd = None

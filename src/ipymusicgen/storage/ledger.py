@@ -165,9 +165,7 @@ class GatewayLedger:
         self._idle: list[Any] = []
         """Connections not in use: each transaction takes one (or opens one) and gives it back, so the
         gateway's threads do not queue behind one connection."""
-        self.credit_usd: int | None = None
-        """Millionths of a dollar per service credit (`gateway serve --credit-dollars`): how a service call is paid
-        from a dollar budget (`ledger_units.pays_in_dollars`); None: such a call is refused (`no_rate`)."""
+        self._credit_usd: int | None = None
         self.owner = json.dumps(dataclasses.asdict(Owner.current()))
         """The process sending this ledger's calls (recorded on each: `gateway reconcile` tells a dead one's)."""
         with self._cursor() as cur:
@@ -342,6 +340,19 @@ class GatewayLedger:
             cur.run("UPDATE team SET spent = spent + ? WHERE id = 1", (credits,))
             cur.run("UPDATE users SET spent = spent + ? WHERE name = ?", (credits, user))
 
+    @property
+    def credit_usd(self) -> int | None:
+        """Millionths of a dollar per service credit (`gateway serve --credit-dollars`): how a service call is paid
+        from a dollar budget (`ledger_units.pays_in_dollars`); None: such a call is refused (`no_rate`)."""
+        return self._credit_usd
+
+    @credit_usd.setter
+    def credit_usd(self, rate: int | None) -> None:
+        # a price is positive and finite: at 0 a dollar budget paid nothing for any call, below it grew with each
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
+            raise ValueError(f"a credit rate is a positive whole number of millionths of a dollar, not {rate!r}")
+        self._credit_usd = rate
+
     # -- paid calls -----------------------------------------------------------------------------------
 
     def _payer(self, cur: Any, user: str) -> tuple[int | None, int | None, str | None] | None:
@@ -405,7 +416,7 @@ class GatewayLedger:
         if payer is None:
             return Reservation("no_rate")
         rate, left, whose = payer
-        if left is not None and left < estimated * (rate or 1):
+        if left is not None and left < estimated * (1 if rate is None else rate):
             return Reservation("over", over=whose)
         row = cur.one(
             "INSERT INTO calls (user_name, idem_key, endpoint, model, estimated, state, created_at, day, "
