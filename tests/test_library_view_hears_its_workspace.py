@@ -110,3 +110,33 @@ def test_a_view_open_on_another_file_neither_hears_nor_holds_up_this_files_archi
             release.set()
             for closing in (stuck, own, other, mine):
                 closing.close()
+
+
+def test_songs_of_a_journal_opened_by_a_relative_path_are_still_its_views_news_after_a_change_of_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal keeps its path as given; the archiver named its file by that path at each song, so after a
+    notebook's `%cd` a relative one named another file and the view of the journal's library stopped hearing."""
+    from types import SimpleNamespace
+
+    from ipymusicgen.archive.archiver import Archiver
+    from ipymusicgen.archive.events import ArchiveEvents
+    from ipymusicgen.storage.journal import Journal
+
+    (tmp_path / "project").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "project")
+    heard: list[str] = []
+    events = ArchiveEvents()
+    with Journal("journal.sqlite3") as journal:
+
+        def hear(task_id: str, *_: object) -> None:
+            heard.append(task_id)
+
+        events.subscribe(hear, journal="journal.sqlite3")  # a view of the library opened here, by the same path
+        archiver = SimpleNamespace(client=SimpleNamespace(journal=journal))
+        events.announce("before", None, None, None, journal=Archiver.journal_path.fget(archiver))  # type: ignore[attr-defined]
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        events.announce("after", None, None, None, journal=Archiver.journal_path.fget(archiver))  # type: ignore[attr-defined]
+        assert heard == ["before", "after"]
+        assert journal.file == (tmp_path / "project" / "journal.sqlite3").resolve()

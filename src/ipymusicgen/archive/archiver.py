@@ -341,7 +341,7 @@ class Archiver(QueueWorker):
     @property
     def journal_path(self) -> Path | None:
         journal = self.client.journal
-        path = getattr(journal, "path", None)
+        path = getattr(journal, "file", None) or getattr(journal, "path", None)  # the file opened, if it says
         return Path(path) if path else None
 
     @property

@@ -231,6 +231,9 @@ class Journal:
         except (OSError, sqlite3.Error) as exc:
             raise JournalUnavailableError(f"The journal {self.path} cannot be opened ({exc}).") from None
         self._connection = self._shared
+        self.file = self._shared.path
+        """The file opened, resolved when it was (`path` stays as given, and a relative one would name another file
+        once the process changed folder: a notebook's `%cd`)."""
         self._lock = self._shared.lock
         try:
             self._connection.use_timeout(busy_timeout)
