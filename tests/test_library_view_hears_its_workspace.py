@@ -140,3 +140,40 @@ def test_songs_of_a_journal_opened_by_a_relative_path_are_still_its_views_news_a
         events.announce("after", None, None, None, journal=Archiver.journal_path.fget(archiver))  # type: ignore[attr-defined]
         assert heard == ["before", "after"]
         assert journal.file == (tmp_path / "project" / "journal.sqlite3").resolve()
+
+
+def test_a_view_collected_while_the_archive_news_are_read_closes_without_waiting_for_its_own_thread() -> None:
+    """A collection can start at any allocation, also while an archiver's thread holds the news' lock (reading who
+    listens); a view collected then closes itself and unsubscribes on that same thread. With a plain lock that
+    thread waited for itself for ever: a whole-suite run hung so, its archiver in `unsubscribe` under `_alive`
+    (`Widget.__del__` -> `LibraryView.close`), and the test's report in `ArchiveEvents.__repr__` behind it."""
+    import threading
+
+    from helpers import WAIT
+
+    from ipymusicgen.archive.events import ArchiveEvents
+
+    events = ArchiveEvents()
+    heard: list[str] = []
+
+    class View:
+        def hear(self, task_id: str, *_: object) -> None:
+            heard.append(task_id)
+
+        def close(self) -> None:  # what `Widget.__del__` does to a library view
+            events.unsubscribe(self.hear)
+
+    collected, kept = View(), View()
+    events.subscribe(collected.hear)
+    events.subscribe(kept.hear)
+
+    def reading_who_listens_when_a_collection_closes_a_view() -> None:
+        with events._lock:  # as `_alive` holds it when an allocation in it starts a collection
+            collected.close()
+        events.announce("after", None, None, None)
+
+    reader = threading.Thread(target=reading_who_listens_when_a_collection_closes_a_view, daemon=True)
+    reader.start()
+    reader.join(WAIT)
+    assert not reader.is_alive(), "the thread waited for itself"
+    assert heard == ["after"] and repr(events) == "ArchiveEvents(listeners=1)"

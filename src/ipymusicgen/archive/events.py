@@ -24,7 +24,9 @@ class ArchiveEvents:
     def __init__(self) -> None:
         self._listeners: list[tuple[weakref.ref[Any], Path | None]] = []
         """Each listener, held weakly, with the journal file it hears alone (None: every song)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        """Reentrant: a collection can run inside it (any allocation may start one), and a view collected then closes
+        itself and unsubscribes on the same thread; with a plain lock that archiver's thread waited for itself."""
 
     def __repr__(self) -> str:
         return f"ArchiveEvents(listeners={len(self._alive())})"
@@ -37,12 +39,12 @@ class ArchiveEvents:
         ref = weakref.WeakMethod(listener) if hasattr(listener, "__self__") else weakref.ref(listener)
         only = _file(journal)
         with self._lock:
-            self._listeners.append((ref, only))  # type: ignore[arg-type]
+            self._listeners = [*self._listeners, (ref, only)]  # type: ignore[list-item]
 
     def unsubscribe(self, listener: ArchiveListener) -> None:
         """Hear no more (a closed view); a listener never subscribed is ignored."""
         with self._lock:
-            self._listeners[:] = [(ref, only) for ref, only in self._listeners if ref() not in (None, listener)]
+            self._listeners = [(ref, only) for ref, only in self._listeners if ref() not in (None, listener)]
 
     @property
     def listening(self) -> bool:
@@ -66,11 +68,11 @@ class ArchiveEvents:
                 listener(task_id, path, peaks, error)
 
     def _alive(self, origin: Path | None = None) -> list[ArchiveListener]:
-        with self._lock:
-            self._listeners[:] = [(ref, only) for ref, only in self._listeners if ref() is not None]
+        with self._lock:  # a new list each time: one this thread re-enters to change is never mid-iteration
+            self._listeners = alive = [(ref, only) for ref, only in self._listeners if ref() is not None]
             return [
                 listener
-                for ref, only in self._listeners
+                for ref, only in alive
                 if (listener := ref()) is not None and (origin is None or only is None or only == origin)
             ]
 
