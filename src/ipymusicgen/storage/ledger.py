@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..models.schema import SINGER_ID_NAMES
 from .ledger_migrations import migrate
-from .ledger_units import dollars_left, move_usd, pays_in_dollars
+from .ledger_units import credit_rate, dollars_left, move_usd, pays_in_dollars
 from .owner import Owner
 
 PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
@@ -342,16 +342,12 @@ class GatewayLedger:
 
     @property
     def credit_usd(self) -> int | None:
-        """Millionths of a dollar per service credit (`gateway serve --credit-dollars`): how a service call is paid
-        from a dollar budget (`ledger_units.pays_in_dollars`); None: such a call is refused (`no_rate`)."""
+        """Millionths of a dollar per service credit (`--credit-dollars`); None: dollar budgets pay no service call."""
         return self._credit_usd
 
     @credit_usd.setter
     def credit_usd(self, rate: int | None) -> None:
-        # a price is positive and finite: at 0 a dollar budget paid nothing for any call, below it grew with each
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
-            raise ValueError(f"a credit rate is a positive whole number of millionths of a dollar, not {rate!r}")
-        self._credit_usd = rate
+        self._credit_usd = credit_rate(rate)
 
     # -- paid calls -----------------------------------------------------------------------------------
 
