@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..models.schema import SINGER_ID_NAMES
 from .ledger_migrations import migrate
-from .ledger_units import credit_rate, dollars_left, move_usd, pays_in_dollars
+from .ledger_units import checked_rate_micros, dollars_left, move_usd, pays_in_dollars
 from .owner import Owner
 
 PENDING, DONE, REFUSED, UNKNOWN = "pending", "done", "refused", "unknown"
@@ -347,7 +347,7 @@ class GatewayLedger:
 
     @credit_usd.setter
     def credit_usd(self, rate: int | None) -> None:
-        self._credit_usd = credit_rate(rate)
+        self._credit_usd = checked_rate_micros(rate)
 
     # -- paid calls -----------------------------------------------------------------------------------
 

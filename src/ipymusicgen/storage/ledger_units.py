@@ -57,9 +57,10 @@ def _move(cur: Any, user: str, micros: int) -> None:
         cur.run("UPDATE users SET spent_usd = COALESCE(spent_usd, 0) + ? WHERE name = ?", (micros, user))
 
 
-def credit_rate(rate: int | None) -> int | None:
-    """A gateway's credit rate as set by code (`build(credit_usd=...)`), checked as the CLI's `--credit-dollars` is:
-    a price is positive and finite. At 0 a dollar budget paid nothing for any call; below it, it grew with each."""
+def checked_rate_micros(rate: int | None) -> int | None:
+    """A gateway's credit rate in millionths of a dollar as set by code (`build(credit_usd=...)`), checked as the
+    CLI's `--credit-dollars` text is (`dollar_prices.credit_rate`): a price is positive and finite. At 0 a dollar
+    budget paid nothing for any call; below it, it grew with each."""
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate <= 0):
         raise ValueError(f"a credit rate is a positive whole number of millionths of a dollar, not {rate!r}")
     return rate
