@@ -188,6 +188,9 @@ def test_a_grid_view_follows_its_callers_confirm_choice(client: MusicClient, ser
         wait_until(lambda: service.request_counts().get(GENERATE, 0) == 2, "the grid's two rows sent")
     finally:
         view.close()
+        if view.grid.batch is not None:  # its thread ends before the client's journal closes under it
+            view.grid.batch.leave()
+            view.grid.batch.wait(timeout=60)
 
 
 def test_panes_reach_their_studio_only_through_its_public_interface() -> None:

@@ -84,3 +84,37 @@ def test_the_archiver_and_the_analyst_use_their_workspaces_database(
         assert [s.users for s in open_connections() if s.path == workspace.path.resolve()] == users  # its own
     finally:
         workspace.close()
+
+
+def test_a_database_named_by_a_relative_path_keeps_that_file_when_the_folder_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Workspace(journal_path="songs.sqlite")`, then `%cd elsewhere`: the journal, the library and the batch rows,
+    each opened when first used, are still the one file it was named by, never a second one in the new folder."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    database = Database("songs.sqlite")
+    monkeypatch.chdir(elsewhere)
+    try:
+        database.batches.flush()
+        database.library.close  # noqa: B018 - opened by being asked for
+        assert database.journal.file == (tmp_path / "songs.sqlite").resolve()
+        assert database.path == tmp_path / "songs.sqlite"
+        assert not (elsewhere / "songs.sqlite").exists()
+    finally:
+        database.close()
+
+
+def test_a_database_named_from_home_is_in_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`MUSICGEN_JOURNAL=~/songs.sqlite` (an IPython `%env` does not expand it) means the home folder's file, as the
+    archive folder's `~` already does; not a folder named `~` in the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    database = Database("~/songs.sqlite")
+    try:
+        assert database.journal.file == (tmp_path / "home" / "songs.sqlite").resolve()
+        assert not (tmp_path / "~").exists()
+    finally:
+        database.close()

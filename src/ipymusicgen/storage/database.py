@@ -39,7 +39,9 @@ class Database:
     def __init__(self, path: str | Path | None = None, *, busy_timeout: float | None = None) -> None:
         from .journal import default_journal_path
 
-        self.path = Path(path) if path else default_journal_path()
+        self.path = Path(path).expanduser().absolute() if path else default_journal_path()
+        """Made absolute when named: its concerns open when first used, and a `%cd` between two must not name
+        a second file."""
         self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
         self._journal: Journal | None = None
