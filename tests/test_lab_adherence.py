@@ -21,6 +21,9 @@ from ipymusicgen.lab.analysis import Analysis
         (["nothing named here", None, ""], None, {}),
         (["1280 bpm is not a tempo, 5 bpm neither"], None, {}),
         (["in love with jazz", "interlude in the mix"], None, {}),  # "in" without a key is no key
+        (["sad ballad in a minor key", "in a major tonality"], None, {}),  # "a" the article, not the note
+        (["in a minor key, then in A minor key"], None, {"key": "A minor"}),
+        (["lofi in a minor, 80 bpm"], None, {"bpm": 80.0, "key": "A minor"}),
     ],
 )
 def test_a_request_names_its_tempo_key_and_length(texts, seconds, asked) -> None:

@@ -118,14 +118,20 @@ def test_a_vote_takes_four_outcomes_and_the_journal_keeps_each(made: tuple[Path,
         library.vote(a, b, outcome="tie")
         library.vote(b, a, outcome="both_bad", blind=False)
         library.vote(b, a)  # today's call: the first one won
+        library.vote(winner=a, loser=b)  # and today's call by name
         for bad in ("A", "draw", "", None, 1, "tie "):
             with pytest.raises(ValueError, match="outcome must be one of"):
                 library.vote(a, b, bad)  # type: ignore[arg-type]
+        for mixed in ({"winner": a}, {"loser": b}, {"winner": a, "loser": b, "outcome": "tie"}):
+            with pytest.raises(TypeError, match="names both songs"):
+                library.vote(**mixed)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="needs two songs"):
+            library.vote(a)
     with Library(path) as library:  # another process reads them back
         results = library.compare_results()
         assert [(r["winner"], r["loser"], r["outcome"], r["blind"]) for r in results] == [
             (a, b, "win", True), (b, a, "win", True), (a, b, "tie", True), (b, a, "both_bad", False),
-            (b, a, "win", True),
+            (b, a, "win", True), (a, b, "win", True),
         ]  # fmt: skip
         text = repr(results)
         assert "tied with" in text and "both bad" in text

@@ -405,10 +405,20 @@ class Library:
             raise ValueError(f"stars must be a whole number from 1 to 5, or None (got {stars!r})")
         self.store.rate(task_id, None if stars is None else int(stars))
 
-    def vote(self, a: str, b: str, outcome: str = "a", *, blind: bool = True, wait: float | None = None) -> None:
-        """Record a vote between songs `a` and `b`: `outcome` "a" (a preferred; `vote(winner, loser)` as before),
-        "b", "tie" or "both_bad" (both count against their groups); blind unless `blind=False`. `wait`: seconds
-        to wait for another kernel's write to the journal (default: the journal's own wait)."""
+    def vote(
+        self, a: str | None = None, b: str | None = None, outcome: str = "a", *, blind: bool = True,
+        wait: float | None = None, winner: str | None = None, loser: str | None = None,
+    ) -> None:  # fmt: skip
+        """Record a vote between songs `a` and `b`: `outcome` "a" (a preferred; `vote(winner, loser)` and
+        `vote(winner=..., loser=...)` as before), "b", "tie" or "both_bad" (both count against their groups); blind
+        unless `blind=False`. `wait`: seconds to wait for another kernel's write to the journal (default: the
+        journal's own wait)."""
+        if winner is not None or loser is not None:
+            if winner is None or loser is None or a is not None or b is not None or outcome != "a":
+                raise TypeError("vote(winner=..., loser=...) names both songs, and the call names no other")
+            a, b = winner, loser
+        if a is None or b is None:
+            raise TypeError("vote() needs two songs: vote(a, b, outcome='a' | 'b' | 'tie' | 'both_bad')")
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(map(repr, OUTCOMES))} (got {outcome!r})")
         if a == b:

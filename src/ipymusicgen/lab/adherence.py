@@ -18,6 +18,8 @@ TEMPO_TOLERANCE = 0.02
 LENGTH_TOLERANCE = 0.05
 _BPM = re.compile(r"(?<![\d.])(\d{2,3}(?:\.\d+)?)\s*-?\s*bpm\b", re.IGNORECASE)
 _KEY = re.compile(r"\bin\s+([A-Ga-g])\s*(#|♯|b|♭|sharp|flat)?\s*(major|minor|maj|min|m)\b", re.IGNORECASE)
+_ARTICLE_AFTER = re.compile(r"\s+(key|mode|scale|tonality|feel|vibe|tone)s?\b", re.IGNORECASE)
+"""After "in a minor": words that make the "a" an article ("in a minor key"), not the note A."""
 _PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 _KEY_NAMES = frozenset(f"{tonic} {mode}" for tonic in _PITCHES for mode in ("major", "minor"))
 _NATURAL = MappingProxyType({"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11})
@@ -34,11 +36,21 @@ def asked_of(texts: Iterable[str | None], *, seconds: float | None = None) -> di
             value = float(tempo.group(1))
             if 20 <= value <= 400:
                 asked["bpm"] = value
-        if "key" not in asked and (key := _KEY.search(text)):
-            asked["key"] = _key_name(key.group(1), key.group(2), key.group(3))
+        if "key" not in asked and (key := _named_key(text)):
+            asked["key"] = key
     if seconds is not None and seconds > 0:
         asked["seconds"] = float(seconds)
     return asked
+
+
+def _named_key(text: str) -> str | None:
+    """The first key `text` names; "in a minor key" is an article and a mode (no key named), "in A minor key" is
+    A minor."""
+    for key in _KEY.finditer(text):
+        if key.group(1) == "a" and not key.group(2) and _ARTICLE_AFTER.match(text, key.end()):
+            continue
+        return _key_name(key.group(1), key.group(2), key.group(3))
+    return None
 
 
 def _key_name(letter: str, accidental: str | None, mode: str) -> str:
