@@ -120,3 +120,52 @@ def test_a_worker_killed_from_outside_is_replaced_without_clearing_the_cache(tmp
         assert kept.exists()  # not cleared
     finally:
         worker.close()
+
+
+def test_a_worker_with_no_answer_is_killed_and_said_so_in_one_line(tmp_path: Path, song: Path) -> None:
+    """A hung worker (not dead) must not hold the caller for ever: it is killed after `answer_seconds`, a fresh one
+    tries once more, and the second silence is one line."""
+    worker = AnalysisWorker(tmp_path / "numba-cache", env={ENV_FAULT: "hang"}, answer_seconds=1.0)
+    try:
+        with pytest.raises(AnalysisCrashedError, match=r"no answer in 1 s, then no answer in 1 s") as crashed:
+            worker.analyze(song)
+        assert "\n" not in str(crashed.value) and worker.crashes == 2
+        assert worker.stats()["pid"] > 0  # the next request is served by a fresh worker
+    finally:
+        worker.close()
+
+
+def test_a_request_interrupted_mid_song_never_takes_the_late_answer_for_the_next(tmp_path: Path, song: Path) -> None:
+    """A cell stopped while its song is measured: the worker is killed, so its answer, coming late, can never be
+    read as the answer to the next request (another song's measures shown for this one)."""
+    import signal
+    import threading
+
+    from helpers import wait_until
+
+    marker = tmp_path / "hang-once"
+    marker.touch()
+    worker = AnalysisWorker(tmp_path / "numba-cache", env={ENV_FAULT: f"hang-once:{marker}"})
+    main = threading.get_ident()
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    def stop_the_cell() -> None:
+        wait_until(lambda: not marker.exists(), "the worker took the song and is late with it")
+        signal.pthread_kill(main, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        pid = worker.stats()["pid"]
+        stopper = threading.Thread(target=stop_the_cell)
+        stopper.start()
+        with pytest.raises(KeyboardInterrupt):
+            worker.analyze(song)
+        stopper.join()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped
+        assert worker.stats()["pid"] != pid  # a fresh worker's answer, not the late error of the old one
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        worker.close()

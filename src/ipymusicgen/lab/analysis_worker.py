@@ -38,8 +38,12 @@ from .numba_cache import LOCK_SECONDS, compile_locked, default_cache_dir, lock_p
 
 IDLE_SECONDS = 300.0
 """A worker with nothing to do for this long exits (its memory back); the next song starts a fresh one."""
+ANSWER_SECONDS = 900.0
+"""A worker with no answer for this long is taken for hung: killed, and the song tried once more by a fresh one (a
+cold compile on a busy machine takes minutes; a 3-minute song seconds)."""
 ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
-"""Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed)."""
+"""Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed);
+"hang" never answers a song; "hang-once:<file>" answers its song with an error two seconds late, once."""
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE"})
 """Deaths that clear the cache before the retry; a worker killed from outside (SIGTERM, SIGKILL) or exiting with
 an error is retried as it is (recompiling the cache costs a minute or more)."""
@@ -75,9 +79,13 @@ def clear_cache(cache_dir: Path) -> None:
 class AnalysisWorker:
     """A worker process measuring songs one at a time (started on first use, restarted after a crash)."""
 
-    def __init__(self, cache_dir: Path | None = None, *, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, cache_dir: Path | None = None, *, env: Mapping[str, str] | None = None,
+        answer_seconds: float = ANSWER_SECONDS,
+    ) -> None:  # fmt: skip
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.env = dict(env or {})
+        self.answer_seconds = answer_seconds
         self.crashes = 0
         """Worker deaths seen (each followed by a cleared cache)."""
         self._process: subprocess.Popen[str] | None = None
@@ -120,23 +128,42 @@ class AnalysisWorker:
             )
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any] | str:
-        """The worker's answer, or how it died. A worker that left on its own (idle) is started again."""
+        """The worker's answer, or how it died. A worker that left on its own (idle) is started again; one with no
+        answer in `answer_seconds` is killed. Interrupted while waiting (a cell stopped), the worker is killed too:
+        its late answer must never be taken for the next request's."""
         for _ in range(2):
             process = self._running()
+            hung = threading.Event()
+            watchdog = threading.Timer(self.answer_seconds, _give_up, args=(hung, process))
+            watchdog.daemon = True
             try:
                 assert process.stdin is not None and process.stdout is not None
                 process.stdin.write(json.dumps(message) + "\n")
                 process.stdin.flush()
+                watchdog.start()
                 line = process.stdout.readline()
             except (BrokenPipeError, OSError):
                 line = ""
+            except BaseException:
+                self._kill(process)
+                raise
+            finally:
+                watchdog.cancel()
             if line:
                 return json.loads(line)
             code = process.wait()
             self._process = None
+            if hung.is_set():
+                return f"no answer in {self.answer_seconds:g} s"
             if code != 0:
                 return _death(code)
         return "exit 0 twice"
+
+    def _kill(self, process: subprocess.Popen[str]) -> None:
+        with contextlib.suppress(OSError):
+            process.kill()
+        process.wait()
+        self._process = None
 
     def _running(self) -> subprocess.Popen[str]:
         if self._process is not None and self._process.poll() is None:
@@ -167,6 +194,12 @@ class AnalysisWorker:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _give_up(hung: threading.Event, process: subprocess.Popen[str]) -> None:
+    hung.set()
+    with contextlib.suppress(OSError):
+        process.kill()
 
 
 def _death(code: int) -> str:
@@ -266,6 +299,11 @@ def _planted_fault() -> None:
         import signal
 
         os.kill(os.getpid(), signal.SIGSEGV)
+    if fault == "hang":
+        threading.Event().wait()
+    if fault.startswith("hang-once:") and _consume(Path(fault.split(":", 1)[1])):
+        time.sleep(2.0)
+        raise RuntimeError("planted: a late answer")
 
 
 def _consume(marker: Path) -> bool:
