@@ -24,6 +24,8 @@ from ipymusicgen.lab.analysis import Analysis
         (["sad ballad in a minor key", "in a major tonality"], None, {}),  # "a" the article, not the note
         (["in a minor key, then in A minor key"], None, {"key": "A minor"}),
         (["lofi in a minor, 80 bpm"], None, {"bpm": 80.0, "key": "A minor"}),
+        (["a minor-key ballad in a minor-key mood", "in a major way, in a minor role"], None, {}),
+        (["strings in a minor with a pulse"], None, {"key": "A minor"}),  # a joining word: still the note
     ],
 )
 def test_a_request_names_its_tempo_key_and_length(texts, seconds, asked) -> None:

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 from signals import click_track, progression, write_wav
 
-from ipymusicgen.lab.analysis_worker import ENV_FAULT, AnalysisCrashedError, AnalysisWorker, lock_path
+from ipymusicgen.lab.analysis_worker import (
+    ENV_FAULT,
+    AnalysisCrashedError,
+    AnalysisFailedError,
+    AnalysisWorker,
+    lock_path,
+)
 from ipymusicgen.lab.decoding import AudioFileError
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # a fresh cache compiles librosa (30 s to minutes)
@@ -127,10 +133,26 @@ def test_a_worker_with_no_answer_is_killed_and_said_so_in_one_line(tmp_path: Pat
     tries once more, and the second silence is one line."""
     worker = AnalysisWorker(tmp_path / "numba-cache", env={ENV_FAULT: "hang"}, answer_seconds=1.0)
     try:
-        with pytest.raises(AnalysisCrashedError, match=r"no answer in 1 s, then no answer in 1 s") as crashed:
+        with pytest.raises(
+            AnalysisCrashedError, match=r"lost its worker twice \(no answer in 1 s, then no answer in 1 s"
+        ) as crashed:
             worker.analyze(song)
         assert "\n" not in str(crashed.value) and worker.crashes == 2
         assert worker.stats()["pid"] > 0  # the next request is served by a fresh worker
+    finally:
+        worker.close()
+
+
+def test_a_worker_compiling_is_given_the_compile_lock_wait_before_it_is_taken_for_hung(
+    tmp_path: Path, song: Path
+) -> None:
+    """A first song waits for another process's compile, then compiles itself: minutes on a busy machine. The worker
+    says it is compiling, and the deadline grows by the lock's wait; its (planted) late answer is taken."""
+    worker = AnalysisWorker(tmp_path / "numba-cache", env={ENV_FAULT: "slow-compile:3"}, answer_seconds=1.0)
+    try:
+        with pytest.raises(AnalysisFailedError, match="planted: compiled late"):
+            worker.analyze(song)
+        assert worker.crashes == 0
     finally:
         worker.close()
 

@@ -118,3 +118,5 @@ def test_a_database_named_from_home_is_in_home(tmp_path: Path, monkeypatch: pyte
         assert not (tmp_path / "~").exists()
     finally:
         database.close()
+    named = Database("~songs.sqlite")  # no slash: a file of that name here, not the home of a user "songs"
+    assert named.path == tmp_path / "~songs.sqlite"

@@ -18,8 +18,12 @@ TEMPO_TOLERANCE = 0.02
 LENGTH_TOLERANCE = 0.05
 _BPM = re.compile(r"(?<![\d.])(\d{2,3}(?:\.\d+)?)\s*-?\s*bpm\b", re.IGNORECASE)
 _KEY = re.compile(r"\bin\s+([A-Ga-g])\s*(#|♯|b|♭|sharp|flat)?\s*(major|minor|maj|min|m)\b", re.IGNORECASE)
-_ARTICLE_AFTER = re.compile(r"\s+(key|mode|scale|tonality|feel|vibe|tone)s?\b", re.IGNORECASE)
-"""After "in a minor": words that make the "a" an article ("in a minor key"), not the note A."""
+_ARTICLE_AFTER = re.compile(
+    r"[\s-]+(?!(?:and|or|with|at|for|by|from|to|in|on|over|under|then|but|feat|featuring|plus|bpm)\b)[a-z]",
+    re.IGNORECASE,
+)
+"""After a lower-case "in a minor": a word that "minor" qualifies makes the "a" an article ("in a minor key", "in a
+major way", "a minor-key ballad"); a comma, a number or a joining word ("in a minor with strings") leaves the note A."""
 _PITCHES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 _KEY_NAMES = frozenset(f"{tonic} {mode}" for tonic in _PITCHES for mode in ("major", "minor"))
 _NATURAL = MappingProxyType({"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11})

@@ -40,10 +40,14 @@ IDLE_SECONDS = 300.0
 """A worker with nothing to do for this long exits (its memory back); the next song starts a fresh one."""
 ANSWER_SECONDS = 900.0
 """A worker with no answer for this long is taken for hung: killed, and the song tried once more by a fresh one (a
-cold compile on a busy machine takes minutes; a 3-minute song seconds)."""
+3-minute song takes seconds). A worker that says it is compiling gets `LOCK_SECONDS` more: it may wait that long
+for another process's compile, then compile itself (minutes on a busy machine)."""
 ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
 """Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed);
-"hang" never answers a song; "hang-once:<file>" answers its song with an error two seconds late, once."""
+"hang" never answers a song; "hang-once:<file>" answers its song with an error a minute late, once; "slow-compile:<s>"
+says it is compiling, then sleeps that long before it does."""
+COMPILING: Mapping[str, bool] = MappingProxyType({"compiling": True})
+"""The line a worker writes before its first compile (its answer follows): the caller allows for the compile."""
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE"})
 """Deaths that clear the cache before the retry; a worker killed from outside (SIGTERM, SIGKILL) or exiting with
 an error is retried as it is (recompiling the cache costs a minute or more)."""
@@ -87,7 +91,8 @@ class AnalysisWorker:
         self.env = dict(env or {})
         self.answer_seconds = answer_seconds
         self.crashes = 0
-        """Worker deaths seen (each followed by a cleared cache)."""
+        """Workers lost while measuring: deaths, and hung workers killed (a crash in native code also clears the
+        cache)."""
         self._process: subprocess.Popen[str] | None = None
         self._lock = threading.Lock()
 
@@ -123,7 +128,7 @@ class AnalysisWorker:
                 return _answer(again)
             self.crashes += 1
             raise AnalysisCrashedError(
-                f"analysis of {name} crashed its worker twice ({died}, then {again}; numba cache {self.cache_dir}"
+                f"analysis of {name} lost its worker twice ({died}, then {again}; numba cache {self.cache_dir}"
                 f"{' cleared between' if died in CRASH_SIGNALS else ''}); the kernel is fine, the song stays unmeasured"
             )
 
@@ -133,28 +138,29 @@ class AnalysisWorker:
         its late answer must never be taken for the next request's."""
         for _ in range(2):
             process = self._running()
-            hung = threading.Event()
-            watchdog = threading.Timer(self.answer_seconds, _give_up, args=(hung, process))
-            watchdog.daemon = True
+            watchdog = _Watchdog(process)
             try:
                 assert process.stdin is not None and process.stdout is not None
                 process.stdin.write(json.dumps(message) + "\n")
                 process.stdin.flush()
-                watchdog.start()
+                watchdog.arm(self.answer_seconds)
                 line = process.stdout.readline()
+                if line and json.loads(line) == COMPILING:
+                    watchdog.arm(self.answer_seconds + LOCK_SECONDS)
+                    line = process.stdout.readline()
             except (BrokenPipeError, OSError):
                 line = ""
             except BaseException:
+                watchdog.stop()
                 self._kill(process)
                 raise
-            finally:
-                watchdog.cancel()
+            if watchdog.stop():  # killed for its silence: whatever it said as it went is not kept
+                self._kill(process)
+                return f"no answer in {self.answer_seconds:g} s"
             if line:
                 return json.loads(line)
             code = process.wait()
             self._process = None
-            if hung.is_set():
-                return f"no answer in {self.answer_seconds:g} s"
             if code != 0:
                 return _death(code)
         return "exit 0 twice"
@@ -196,10 +202,43 @@ class AnalysisWorker:
                 process.wait()
 
 
-def _give_up(hung: threading.Event, process: subprocess.Popen[str]) -> None:
-    hung.set()
-    with contextlib.suppress(OSError):
-        process.kill()
+class _Watchdog:
+    """Kills a worker whose answer is late. The reader's `stop()` and the timer's firing are decided under one lock:
+    a worker that answered in time is never killed afterwards (during the next request), and one that was killed is
+    said so even if its answer came as it died."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self._process = process
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._stopped = False
+        self.fired = False
+
+    def arm(self, seconds: float) -> None:
+        """(Re)start the countdown from now."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            if not self._stopped and not self.fired:
+                self._timer = threading.Timer(seconds, self._fire)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self.fired = True
+        with contextlib.suppress(OSError):
+            self._process.kill()
+
+    def stop(self) -> bool:
+        """No more killing; whether it had fired."""
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+            return self.fired
 
 
 def _death(code: int) -> str:
@@ -278,6 +317,8 @@ def _serve() -> None:
                 else:
                     _planted_fault()
                     if not compiled:
+                        protocol.write(json.dumps(dict(COMPILING)) + "\n")
+                        _planted_slow_compile()
                         _compile()
                         compiled = True
                     found = analyze_file(message["path"], max_seconds=message.get("max_seconds"))
@@ -302,8 +343,15 @@ def _planted_fault() -> None:
     if fault == "hang":
         threading.Event().wait()
     if fault.startswith("hang-once:") and _consume(Path(fault.split(":", 1)[1])):
-        time.sleep(2.0)
+        time.sleep(60.0)  # long past the caller's interrupt: only a worker left alive would answer at all
         raise RuntimeError("planted: a late answer")
+
+
+def _planted_slow_compile() -> None:
+    fault = os.environ.get(ENV_FAULT, "")
+    if fault.startswith("slow-compile:"):
+        time.sleep(float(fault.split(":", 1)[1]))
+        raise RuntimeError("planted: compiled late")
 
 
 def _consume(marker: Path) -> bool:

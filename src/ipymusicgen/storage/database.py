@@ -33,13 +33,18 @@ if TYPE_CHECKING:
 __all__ = ["Database", "StorageError"]
 
 
+def _home(path: Path) -> Path:
+    """`~/songs.sqlite` in the home folder; `~songs.sqlite` (no slash: another user's home to `expanduser`) as named."""
+    return path.expanduser() if path.parts and path.parts[0] == "~" else path
+
+
 class Database:
     """One journal file's concerns, each opened when first used, all over the file's one connection."""
 
     def __init__(self, path: str | Path | None = None, *, busy_timeout: float | None = None) -> None:
         from .journal import default_journal_path
 
-        self.path = Path(path).expanduser().absolute() if path else default_journal_path()
+        self.path = _home(Path(path)).absolute() if path else default_journal_path()
         """Made absolute when named: its concerns open when first used, and a `%cd` between two must not name
         a second file."""
         self.busy_timeout = busy_timeout
