@@ -46,6 +46,11 @@ ENV_FAULT = "MUSICGEN_ANALYSIS_FAULT"
 """Test seam: "segv" crashes the worker at every song; "segv-once:<file>" once, if that file exists (removed);
 "hang" never answers a song; "hang-once:<file>" answers its song with an error a minute late, once; "slow-compile:<s>"
 says it is compiling, then sleeps that long before it does."""
+START_SECONDS = 120.0
+"""How long a new worker may take to start (Python and the analysis modules imported) before it is killed; its
+answers are timed from then on, so a slow start on a busy machine is never taken for a hung song."""
+READY: Mapping[str, bool] = MappingProxyType({"ready": True})
+"""The line a worker writes once it has started, before it reads a request."""
 COMPILING: Mapping[str, bool] = MappingProxyType({"compiling": True})
 """The line a worker writes before its first compile (its answer follows): the caller allows for the compile."""
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGABRT", "SIGFPE"})
@@ -185,7 +190,20 @@ class AnalysisWorker:
             text=True,
             bufsize=1,
         )
-        return self._process
+        process = self._process
+        started = _Watchdog(process)
+        started.arm(START_SECONDS)
+        try:
+            assert process.stdout is not None
+            process.stdout.readline()  # READY; nothing if it died starting (the request then finds it dead)
+        except OSError:
+            pass
+        except BaseException:
+            started.stop()
+            self._kill(process)
+            raise
+        started.stop()
+        return process
 
     def close(self) -> None:
         """End the worker (it also ends by itself when idle, or when this process goes)."""
@@ -294,6 +312,7 @@ def _serve() -> None:
     """Answer requests on stdin until it closes or `IDLE_SECONDS` pass with none."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # a library printing to stdout must not garble the answers
+    protocol.write(json.dumps(dict(READY)) + "\n")
     compiled = False
     busy = threading.Lock()
     last = [time.monotonic()]
