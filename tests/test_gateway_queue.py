@@ -116,7 +116,7 @@ def test_seats_go_round_robin_across_eight_users_and_the_cap_holds_across_two_re
     queued = [s.split("-")[0] for s in sent[2:]]
     # in turn order: the seven colleagues, then the hog's third row (it was served twice already), then the
     # colleagues' second rows; two sends in flight at once may reach the upstream in either order (one place)
-    assert set(queued[:9]) == set(tokens) and "user0" not in queued[:6], queued
+    assert set(queued[:9]) == set(tokens) and "user0" not in queued[:6], f"sent in this order: {sent}"
     last_colleague = max(i for i, u in enumerate(queued) if u != "user0")
     assert last_colleague < 17 and Counter(queued[:17])["user0"] <= 3, queued
     assert [r["state"] for r in first] == ["queued", "queued"] and first[0]["position"] == 8

@@ -184,17 +184,20 @@ def claim(ledger: GatewayLedger, cap: int, now: float) -> Claimed | None:
     lock = _lock(ledger)
     with ledger._cursor() as cur:
         users = cur.all(
-            "SELECT q.user_name FROM queue q LEFT JOIN queue_turns t ON t.user_name = q.user_name "
+            "SELECT q.user_name, COALESCE(t.turn, 0) FROM queue q LEFT JOIN queue_turns t ON t.user_name = q.user_name "
             "JOIN users u ON u.name = q.user_name AND u.revoked = 0 "
             "WHERE q.state = 'queued' GROUP BY q.user_name, t.turn ORDER BY COALESCE(t.turn, 0), MIN(q.call_id) "
             "LIMIT 16"
         )
         row = None
-        for (user,) in users:  # a user whose next row another replica is taking just now: the next user's turn
+        for user, turn in users:
+            # a user whose next row another replica is taking just now, or took since the list was read (its turn
+            # moved on): the next user's turn, never the same user twice in a row
             row = cur.one(
                 "SELECT call_id FROM queue WHERE state = 'queued' AND call_id = (SELECT MIN(call_id) FROM queue "
-                "WHERE state = 'queued' AND user_name = ?)" + lock,
-                (user,),
+                "WHERE state = 'queued' AND user_name = ?) "
+                "AND COALESCE((SELECT turn FROM queue_turns WHERE user_name = ?), 0) = ?" + lock,
+                (user, user, turn),
             )
             if row:
                 break
