@@ -145,30 +145,40 @@ class AnalysisWorker:
             process = self._running()
             watchdog = _Watchdog(process)
             try:
-                assert process.stdin is not None and process.stdout is not None
+                assert process.stdin is not None
                 process.stdin.write(json.dumps(message) + "\n")
                 process.stdin.flush()
-                watchdog.arm(self.answer_seconds)
-                line = process.stdout.readline()
-                if line and json.loads(line) == COMPILING:
-                    watchdog.arm(self.answer_seconds + LOCK_SECONDS)
-                    line = process.stdout.readline()
-            except (BrokenPipeError, OSError):
-                line = ""
-            except BaseException:
-                watchdog.stop()
-                self._kill(process)
-                raise
+            except OSError:  # BrokenPipeError: it is gone; the read below finds out how
+                pass
+            watchdog.arm(self.answer_seconds)
+            reply = self._read(process, watchdog)
+            if reply == COMPILING:
+                watchdog.arm(self.answer_seconds + LOCK_SECONDS)
+                reply = self._read(process, watchdog)
             if watchdog.stop():  # killed for its silence: whatever it said as it went is not kept
                 self._kill(process)
                 return f"no answer in {self.answer_seconds:g} s"
-            if line:
-                return json.loads(line)
+            if reply is not None:
+                return reply
             code = process.wait()
             self._process = None
             if code != 0:
                 return _death(code)
         return "exit 0 twice"
+
+    def _read(self, process: subprocess.Popen[str], watchdog: _Watchdog) -> dict[str, Any] | None:
+        """The worker's next line, parsed; None if it closed its side. Interrupted (a cell stopped), the worker is
+        killed before the interrupt goes on."""
+        try:
+            assert process.stdout is not None
+            line = process.stdout.readline()
+        except OSError:
+            line = ""
+        except BaseException:
+            watchdog.stop()
+            self._kill(process)
+            raise
+        return json.loads(line) if line else None
 
     def _kill(self, process: subprocess.Popen[str]) -> None:
         with contextlib.suppress(OSError):
@@ -193,15 +203,7 @@ class AnalysisWorker:
         process = self._process
         started = _Watchdog(process)
         started.arm(START_SECONDS)
-        try:
-            assert process.stdout is not None
-            process.stdout.readline()  # READY; nothing if it died starting (the request then finds it dead)
-        except OSError:
-            pass
-        except BaseException:
-            started.stop()
-            self._kill(process)
-            raise
+        self._read(process, started)  # READY; nothing if it died starting (the request then finds it dead)
         started.stop()
         return process
 
