@@ -3,7 +3,10 @@ never into the session's private state, so they pass in any order and on any wor
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,43 @@ def test_a_test_on_a_module_fixture_of_its_own_runs_with_its_module(
 
 def test_a_test_without_one_is_spread_freely(request: pytest.FixtureRequest) -> None:
     assert list(request.node.iter_markers("xdist_group")) == []
+
+
+GROUPED = """
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def started():
+    with open(os.environ["STARTS"], "a") as starts:
+        starts.write(f"{os.getpid()}\\n")
+
+@pytest.mark.xdist_group("g")
+@pytest.mark.parametrize("n", range(6))
+def test_grouped(started, n):
+    pass
+"""
+
+RUN_ON_TWO_WORKERS = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "randomly"]
+
+
+@pytest.mark.slow  # three runs of a pytest of its own on two workers
+def test_a_group_stays_on_one_worker_so_its_module_fixture_starts_once(tmp_path: Path) -> None:
+    """The marks above are only half of it: under pytest 9.2, xdist's loadgroup silently spread a group over both
+    workers (pytest-xdist#1386), so each worker started the module's Jupyter server or benchmark run again."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    for n in range(12):
+        (tmp_path / f"test_loose_{n}.py").write_text("def test_loose():\n    pass\n")
+    starts = tmp_path / "starts"
+    for seed in (1, 2, 3):
+        done = subprocess.run(
+            [*RUN_ON_TWO_WORKERS, f"--randomly-seed={seed}", "--rootdir", str(tmp_path), str(tmp_path)],
+            cwd=tmp_path,
+            env={**os.environ, "STARTS": str(starts)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(starts.read_text().split()) == 3, f"3 runs started the module fixture in {starts.read_text().split()}"
