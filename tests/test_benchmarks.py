@@ -20,7 +20,12 @@ from benchmarks import __main__ as runner
 from benchmarks._common import Row, interleaved
 from benchmarks.bench_watcher import expected_requests
 
-pytestmark = pytest.mark.slow  # runs the benchmarks
+pytestmark = [
+    pytest.mark.slow,  # runs the benchmarks
+    # the run is bounded by its own 900 s below; pyproject's 300 s per test would cut it first (a cold run
+    # beside a busy worker and a hog took over 300 s once xdist kept the module's tests on one worker)
+    pytest.mark.timeout(960),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
