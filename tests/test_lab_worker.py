@@ -191,3 +191,36 @@ def test_a_request_interrupted_mid_song_never_takes_the_late_answer_for_the_next
     finally:
         signal.signal(signal.SIGINT, previous)
         worker.close()
+
+
+def test_an_interrupt_between_sending_a_song_and_reading_its_answer_also_kills_the_worker(
+    tmp_path: Path, song: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cell stopped just after the request went out, before the read began (here: as the answer's countdown is
+    armed, once the worker has taken the song): the worker holding that request is killed all the same. CI at 501c4e0
+    found the read-only guard let such a worker live, its late answer waiting for the next request."""
+    from helpers import wait_until
+
+    from ipymusicgen.lab import analysis_worker
+
+    marker = tmp_path / "hang-once"
+    marker.touch()
+    worker = AnalysisWorker(tmp_path / "numba-cache", env={ENV_FAULT: f"hang-once:{marker}"}, answer_seconds=600.0)
+    arm = analysis_worker._Watchdog.arm
+
+    def interrupted_arm(self: object, seconds: float) -> None:
+        if seconds == 600.0 and marker.exists():
+            wait_until(lambda: not marker.exists(), "the worker took the song and is late with it")
+            raise KeyboardInterrupt
+        arm(self, seconds)  # type: ignore[arg-type]
+
+    try:
+        pid = worker.stats()["pid"]
+        monkeypatch.setattr(analysis_worker._Watchdog, "arm", interrupted_arm)
+        with pytest.raises(KeyboardInterrupt):
+            worker.analyze(song)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped
+        assert worker.stats()["pid"] != pid
+    finally:
+        worker.close()

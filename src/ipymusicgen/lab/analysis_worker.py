@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -139,22 +139,20 @@ class AnalysisWorker:
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any] | str:
         """The worker's answer, or how it died. A worker that left on its own (idle) is started again; one with no
-        answer in `answer_seconds` is killed. Interrupted while waiting (a cell stopped), the worker is killed too:
-        its late answer must never be taken for the next request's."""
+        answer in `answer_seconds` is killed."""
         for _ in range(2):
             process = self._running()
             watchdog = _Watchdog(process)
-            try:
+            with self._killed_if_interrupted(process, watchdog):
                 assert process.stdin is not None
-                process.stdin.write(json.dumps(message) + "\n")
-                process.stdin.flush()
-            except OSError:  # BrokenPipeError: it is gone; the read below finds out how
-                pass
-            watchdog.arm(self.answer_seconds)
-            reply = self._read(process, watchdog)
-            if reply == COMPILING:
-                watchdog.arm(self.answer_seconds + LOCK_SECONDS)
-                reply = self._read(process, watchdog)
+                with contextlib.suppress(OSError):  # BrokenPipeError: it is gone; the read below finds out how
+                    process.stdin.write(json.dumps(message) + "\n")
+                    process.stdin.flush()
+                watchdog.arm(self.answer_seconds)
+                reply = _read(process)
+                if reply == COMPILING:
+                    watchdog.arm(self.answer_seconds + LOCK_SECONDS)
+                    reply = _read(process)
             if watchdog.stop():  # killed for its silence: whatever it said as it went is not kept
                 self._kill(process)
                 return f"no answer in {self.answer_seconds:g} s"
@@ -166,19 +164,17 @@ class AnalysisWorker:
                 return _death(code)
         return "exit 0 twice"
 
-    def _read(self, process: subprocess.Popen[str], watchdog: _Watchdog) -> dict[str, Any] | None:
-        """The worker's next line, parsed; None if it closed its side. Interrupted (a cell stopped), the worker is
-        killed before the interrupt goes on."""
+    @contextlib.contextmanager
+    def _killed_if_interrupted(self, process: subprocess.Popen[str], watchdog: _Watchdog) -> Iterator[None]:
+        """Interrupted anywhere while a worker holds a request (a cell stopped: between sending and reading as well
+        as in the read), the worker is killed before the interrupt goes on: its late answer must never be taken for
+        the next request's."""
         try:
-            assert process.stdout is not None
-            line = process.stdout.readline()
-        except OSError:
-            line = ""
+            yield
         except BaseException:
             watchdog.stop()
             self._kill(process)
             raise
-        return json.loads(line) if line else None
 
     def _kill(self, process: subprocess.Popen[str]) -> None:
         with contextlib.suppress(OSError):
@@ -202,8 +198,9 @@ class AnalysisWorker:
         )
         process = self._process
         started = _Watchdog(process)
-        started.arm(START_SECONDS)
-        self._read(process, started)  # READY; nothing if it died starting (the request then finds it dead)
+        with self._killed_if_interrupted(process, started):
+            started.arm(START_SECONDS)
+            _read(process)  # READY; nothing if it died starting (the request then finds it dead)
         started.stop()
         return process
 
@@ -259,6 +256,16 @@ class _Watchdog:
             if self._timer is not None:
                 self._timer.cancel()
             return self.fired
+
+
+def _read(process: subprocess.Popen[str]) -> dict[str, Any] | None:
+    """The worker's next line, parsed; None if it closed its side."""
+    assert process.stdout is not None
+    try:
+        line = process.stdout.readline()
+    except OSError:
+        line = ""
+    return json.loads(line) if line else None
 
 
 def _death(code: int) -> str:
