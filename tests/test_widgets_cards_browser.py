@@ -227,7 +227,9 @@ def test_a_running_songs_badge_claims_no_time_it_has_not_seen(page: Page) -> Non
     header = {"title": "2 songs", "counts": "2 running", "total": 2, "page": 0, "pages": 1}
     page.evaluate("m => window.deliver(m)", {"kind": "snapshot", "rev": 1, "header": header, "groups": [cards]})
     badges = page.locator(".ims-badge").all_text_contents()
-    assert badges[0] == "Writing" and badges[1].startswith("Writing · 42 s so far")  # not "0 s so far"
+    # not "0 s so far"; a loaded machine may take a second or more between the snapshot and this read
+    assert badges[0].startswith("Writing") and "· 0 s" not in badges[0]
+    assert badges[1].startswith("Writing · 4")  # 42 s (and counting), never 0
 
 
 def test_a_card_sent_without_a_play_url_plays_its_audio_url_as_it_changes(
