@@ -229,7 +229,8 @@ def test_a_running_songs_badge_claims_no_time_it_has_not_seen(page: Page) -> Non
     badges = page.locator(".ims-badge").all_text_contents()
     # not "0 s so far"; a loaded machine may take a second or more between the snapshot and this read
     assert badges[0].startswith("Writing") and "· 0 s" not in badges[0]
-    assert badges[1].startswith("Writing · 4")  # 42 s (and counting), never 0
+    seconds = badges[1].removeprefix("Writing · ").split(" s so far")[0]
+    assert seconds.isdigit() and int(seconds) >= 42, badges[1]  # 42 s and counting, never 0
 
 
 def test_a_card_sent_without_a_play_url_plays_its_audio_url_as_it_changes(
